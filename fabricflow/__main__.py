@@ -1,0 +1,3 @@
+from fabricflow.cli import main
+
+main()

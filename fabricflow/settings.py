@@ -1,0 +1,310 @@
+"""One frozen, typed settings object for every fabricflow service.
+
+Sources, highest priority first: explicit overrides (CLI flags), environment
+variables ``FABRICFLOW_<SECTION>__<KEY>`` (``__`` nests), the YAML file given
+with ``--config`` (or ``FABRICFLOW_CONFIG``), then the defaults below, which run
+everything locally (broker on 127.0.0.1:9092, archive in ./var/archive, no
+inventory). Unknown keys are rejected. ``docs/configuration.md`` is generated
+from this module (``fabricflow config docs``) and a test keeps it in sync.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "FABRICFLOW_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TopicNames(_Section):
+    """Kafka topic names. The incompatible-change version is part of the name."""
+
+    flows_raw: str = Field("flows.raw.v1", description="Decoded flow records (batched, Avro) from ingest")
+    counters_raw: str = Field("counters.raw.v1", description="Decoded sFlow counter samples from ingest")
+    dlq: str = Field("ingest.dlq.v1", description="Capped sample of undecodable datagrams (raw bytes + reason headers)")
+    flows_enriched: str = Field("flows.enriched.v1", description="Flows with inventory and app-category enrichment")
+    matrix: str = Field("matrix.windows.v1", description="Traffic-matrix cells per window")
+    incast: str = Field("incast.events.v1", description="Incast detections")
+    straggler: str = Field("straggler.scores.v1", description="Straggler scores per job/window/node")
+    link_health: str = Field("link.health.v1", description="Link health samples and events from counters")
+    alerts: str = Field("alerts.v1", description="Policy and security alerts")
+    patterns: str = Field("patterns.v1", description="Job phase/pattern deviations")
+    summaries: str = Field("summaries.hourly.v1", description="Hourly summaries")
+    replay_prefix: str = Field("replay.", description="Prefix for replay output topics (replay.<topic>)")
+
+
+class KafkaSettings(_Section):
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma separated")
+    client_id: str = Field("fabricflow", description="Kafka client id prefix")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="Kafka security protocol"
+    )
+    sasl_mechanism: str | None = Field(None, description="SASL mechanism (PLAIN, SCRAM-SHA-256, ...)")
+    sasl_username: str | None = Field(None, description="SASL user name")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (never logged)")
+    partitions: int = Field(4, ge=1, le=1024, description="Partitions per topic at creation (Tansu cannot add partitions later)")
+    replication_factor: int = Field(1, ge=1, le=16, description="Replication factor at topic creation")
+    session_timeout_ms: int = Field(6000, ge=1000, description="Consumer group session timeout (joins take ~half of it)")
+    topics: TopicNames = Field(default_factory=TopicNames)
+
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka configuration shared by producers, consumers and admin clients."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": self.client_id,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        return conf
+
+
+class ProducerSettings(_Section):
+    compression: Literal["lz4", "zstd", "snappy", "gzip", "none"] = Field("lz4", description="Message compression")
+    linger_ms: int = Field(20, ge=0, le=5000, description="Producer linger (batching delay)")
+    batch_bytes: int = Field(1_000_000, ge=1024, description="Max producer batch size in bytes")
+    queue_max_messages: int = Field(100_000, ge=100, description="librdkafka buffer bound in messages; beyond it records are dropped and counted")
+    queue_max_kbytes: int = Field(262_144, ge=1024, description="librdkafka buffer bound in KiB")
+    message_timeout_ms: int = Field(300_000, ge=1000, description="Give up delivering a message after this long (counted as failed)")
+    flush_timeout_s: float = Field(10.0, ge=0, description="On shutdown, flush with this deadline; undelivered records are reported")
+
+
+class IngestSettings(_Section):
+    listen: list[str] = Field(
+        default_factory=lambda: ["sflow://0.0.0.0:6343", "netflow://0.0.0.0:2055", "ipfix://0.0.0.0:4739"],
+        description="Listener URLs: sflow://HOST:PORT, netflow://HOST:PORT (v5/v9/IPFIX by version field), ipfix://HOST:PORT; [::] for IPv6",
+    )
+    rcvbuf_bytes: int = Field(33_554_432, ge=65536, description="SO_RCVBUF per socket (warned when the kernel caps it)")
+    workers: int = Field(1, ge=1, le=64, description="Worker processes per listener port (SO_REUSEPORT; one exporter stays on one worker)")
+    allowlist: list[str] = Field(
+        default_factory=list, description="Exporter CIDRs allowed to send; empty = accept all (a warning is logged)"
+    )
+    batch_max_records: int = Field(4096, ge=1, description="Max flow records per Kafka message")
+    batch_max_delay_ms: int = Field(200, ge=0, description="Max time decoded records wait before being published")
+    dlq_max_per_s: float = Field(10.0, ge=0, description="Max undecodable datagrams per second sampled to the DLQ")
+    template_expiry_s: float = Field(1800.0, gt=0, description="Drop NetFlow v9/IPFIX templates not refreshed for this long")
+    template_path: str | None = Field(None, description="Persist templates to this JSON file and reload at start")
+    pending_hold_s: float = Field(30.0, ge=0, description="Hold data sets that arrive before their template this long")
+    sampling_overrides: dict[str, int] = Field(
+        default_factory=dict, description="Sampling rate per exporter address for records that carry none (or 0)"
+    )
+    metrics_bind: str = Field("127.0.0.1", description="Address for the /metrics and /healthz HTTP server")
+    metrics_port: int = Field(9180, ge=0, le=65535, description="Port for /metrics and /healthz (0 = disabled)")
+    producer: ProducerSettings = Field(default_factory=ProducerSettings)
+
+
+class ProcessorSettings(_Section):
+    app_id: str = Field("fabricflow-processors", description="Faust app id = consumer group")
+    inventory: str | None = Field(None, description="Inventory file (YAML or CSV); none = every address is 'unknown'")
+    inventory_reload_s: float = Field(10.0, ge=0, description="Check the inventory file for changes this often")
+    window_s: float = Field(10.0, gt=0, description="Traffic-matrix / straggler window length")
+    allowed_lateness_s: float = Field(5.0, ge=0, description="Late data within this lateness still updates its window")
+    idle_close_s: float = Field(15.0, gt=0, description="Close windows on a wall-clock timer after this much idle time")
+    default_capacity_bps: float = Field(100e9, gt=0, description="Link capacity for nodes without one in the inventory")
+    datadir: str = Field("./var/faust", description="Faust data directory (table stores)")
+    web_bind: str = Field("127.0.0.1", description="Faust web server bind address")
+    web_port: int = Field(6066, ge=0, le=65535, description="Faust web server port")
+    metrics_port: int = Field(9181, ge=0, le=65535, description="Prometheus /metrics port for processors (0 = disabled)")
+    detectors: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Detector parameter overrides by detector name (incast, straggler, link, matrix, pattern); see docs/detectors.md",
+    )
+    policy: str | None = Field(None, description="Segmentation / security policy file (YAML); see docs/alerts.md")
+
+
+class ArchiveSettings(_Section):
+    url: str = Field("file://./var/archive", description="Archive root: file://DIR or s3://BUCKET/PREFIX")
+    s3_endpoint: str | None = Field(None, description="S3 endpoint URL (SeaweedFS/MinIO); none = AWS")
+    s3_access_key: str | None = Field(None, description="S3 access key id")
+    s3_secret_key: SecretStr | None = Field(None, description="S3 secret key (never logged)")
+    s3_region: str = Field("us-east-1", description="S3 region")
+    grace_s: float = Field(300.0, ge=0, description="Close an hour this long after event time passes its end")
+    idle_flush_s: float = Field(60.0, gt=0, description="Flush buffered rows of idle partitions after this long")
+    retention_days: dict[str, int] = Field(
+        default_factory=lambda: {"flows_raw": 7, "counters_raw": 7, "flows_enriched": 14, "default": 90},
+        description="Days to keep per dataset ('default' for the rest); enforced by `fabricflow sink retention`",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url_scheme(cls, v: str) -> str:
+        if not (v.startswith("file://") or v.startswith("s3://") or v.startswith("memory://")):
+            raise ValueError("must start with file://, s3:// or memory://")
+        return v
+
+
+class StackSettings(_Section):
+    state_dir: str = Field("./.fabricflow", description="Pid files, logs and data of the embedded stack")
+    kafka_port: int = Field(9092, ge=1, le=65535, description="Embedded broker (Tansu) port on 127.0.0.1")
+    storage_engine: Literal["memory", "s3"] = Field(
+        "memory", description="Tansu storage: memory (fast, lost on restart) or s3 (on the embedded SeaweedFS, persistent)"
+    )
+    s3_port: int = Field(8333, ge=1, le=65535, description="Embedded SeaweedFS S3 port on 127.0.0.1")
+    s3_base_port: int = Field(19330, ge=1024, le=65000, description="First of the 9 internal SeaweedFS ports")
+    bucket: str = Field("fabricflow", description="Bucket created in the embedded object store")
+    broker_bucket: str = Field("tansu", description="Bucket for Tansu's s3 storage engine")
+    access_key: str = Field("fabricflow", description="Embedded object store access key")
+    secret_key: SecretStr = Field(SecretStr("fabricflow-secret"), description="Embedded object store secret key")
+    start_timeout_s: float = Field(30.0, gt=0, description="Wait this long for each service to become ready")
+
+
+class Settings(BaseSettings):
+    """All settings. Nested sections map to ``FABRICFLOW_<SECTION>__<KEY>``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level")
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    processors: ProcessorSettings = Field(default_factory=ProcessorSettings)
+    archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
+    stack: StackSettings = Field(default_factory=StackSettings)
+
+    # Set by load_settings(); the YAML file is a source below env vars.
+    _yaml_file: str | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ):
+        sources = [init_settings, env_settings]
+        if _YAML_STATE["data"] is not None:
+            sources.append(_DictSource(settings_cls, _YAML_STATE["data"]))
+        return tuple(sources)
+
+
+_YAML_STATE: dict[str, Any] = {"data": None}
+
+
+class _DictSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls, data: dict):
+        super().__init__(settings_cls)
+        self._data = data
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - unused by __call__
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+class ConfigError(Exception):
+    """Bad configuration: the message is one line naming the setting."""
+
+
+def _format_validation_error(err: ValidationError, origin: str) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"])
+        env = ENV_PREFIX + "__".join(str(x).upper() for x in e["loc"])
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        parts.append(f"{loc}: {msg} (env {env})")
+    return f"invalid configuration ({origin}): " + "; ".join(parts)
+
+
+def read_yaml(path: str | os.PathLike) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {p}{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p}: top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def load_settings(config: str | os.PathLike | None = None, **overrides: Any) -> Settings:
+    """Build the settings from defaults, the YAML file, env vars and overrides.
+
+    Raises :class:`ConfigError` with one clear line on any problem.
+    """
+    config = config or os.environ.get(ENV_PREFIX + "CONFIG") or None
+    origin = f"{config} + environment" if config else "environment"
+    _YAML_STATE["data"] = read_yaml(config) if config else None
+    try:
+        return Settings(**overrides)
+    except ValidationError as e:
+        raise ConfigError(_format_validation_error(e, origin)) from None
+    finally:
+        _YAML_STATE["data"] = None
+
+
+def iter_fields(model: type[BaseModel] = Settings, prefix: tuple[str, ...] = ()):
+    """(dotted path, env var, default, description) for every leaf setting."""
+    for name, f in model.model_fields.items():
+        ann = f.annotation
+        path = prefix + (name,)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield from iter_fields(ann, path)
+            continue
+        default = f.get_default(call_default_factory=True)
+        if isinstance(default, SecretStr):
+            default = "**********"
+        env = ENV_PREFIX + "__".join(p.upper() for p in path)
+        yield ".".join(path), env, default, f.description or ""
+
+
+def dump_yaml(settings: Settings, show_secrets: bool = False) -> str:
+    data = settings.model_dump(mode="json")
+    if not show_secrets:
+        data["kafka"]["sasl_password"] = "**********" if settings.kafka.sasl_password else None
+        data["archive"]["s3_secret_key"] = "**********" if settings.archive.s3_secret_key else None
+        data["stack"]["secret_key"] = "**********"
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def configuration_markdown() -> str:
+    """docs/configuration.md, generated from the settings model."""
+    lines = [
+        "# Configuration",
+        "",
+        "Generated from `fabricflow/settings.py` by `fabricflow config docs`; a test fails when it drifts.",
+        "",
+        "Every setting can be given in a YAML file (`fabricflow --config FILE ...` or `FABRICFLOW_CONFIG=FILE`),",
+        "with sections as nested mappings, or as an environment variable. Precedence: command-line flags >",
+        "environment > YAML file > defaults. Unknown keys are rejected with one line naming the key.",
+        "Lists and mappings in environment variables are JSON, e.g.",
+        "`FABRICFLOW_INGEST__ALLOWLIST='[\"10.0.0.0/8\"]'`.",
+        "",
+        "| setting | env var | default | description |",
+        "|---|---|---|---|",
+    ]
+    for path, env, default, desc in iter_fields():
+        d = "`" + yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip() + "`"
+        lines.append(f"| `{path}` | `{env}` | {d} | {desc.replace('|', '/')} |")
+    lines += [
+        "",
+        "Check a file without starting anything: `fabricflow config check FILE`; print the effective",
+        "settings: `fabricflow config dump` (secrets masked).",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""UDP ingest: listener -> decode (pure) -> publish to Kafka."""

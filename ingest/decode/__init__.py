@@ -1,0 +1,61 @@
+"""Pure decoders: bytes in, columnar records out. No sockets, Kafka, clock or logging.
+
+    result = decode(datagram, exporter="10.0.0.1", received_at_ms=..., templates=cache)
+
+The version field tells the protocols apart: sFlow v5 starts with the 32-bit
+value 5, NetFlow v5/v9 and IPFIX with the 16-bit values 5, 9 and 10.
+Templates (NetFlow v9/IPFIX) are the one piece of state and live in the
+``TemplateCache`` passed in, keyed by exporter, version, domain and template id.
+"""
+
+from __future__ import annotations
+
+from .errors import REASONS, DecodeError
+from .result import DecodeResult, ExportHeader
+from .templates import TemplateCache
+
+__all__ = ["decode", "DecodeError", "DecodeResult", "ExportHeader", "TemplateCache", "REASONS", "sniff_protocol"]
+
+
+def sniff_protocol(datagram: bytes) -> str:
+    """``sflow5``, ``netflow5``, ``netflow9``, ``ipfix`` or ``unknown`` from the version field."""
+    if len(datagram) < 4:
+        return "unknown"
+    v16 = (datagram[0] << 8) | datagram[1]
+    if v16 == 0 and datagram[2] == 0 and datagram[3] == 5:
+        return "sflow5"
+    if v16 == 5:
+        return "netflow5"
+    if v16 == 9:
+        return "netflow9"
+    if v16 == 10:
+        return "ipfix"
+    return "unknown"
+
+
+def decode(datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache) -> DecodeResult:
+    """Decode one export datagram.
+
+    Returns a :class:`DecodeResult`; raises :class:`DecodeError` (and nothing
+    else) when the datagram cannot be decoded at all. Partial problems (a set
+    with an unknown template, an unknown sFlow record type) are counted in
+    ``result.problems`` and the rest of the datagram is still decoded.
+    """
+    proto = sniff_protocol(datagram)
+    if proto == "sflow5":
+        from .sflow import decode_sflow
+
+        return decode_sflow(datagram, exporter, received_at_ms, templates)
+    if proto == "netflow5":
+        from .netflow5 import decode_v5
+
+        return decode_v5(datagram, exporter, received_at_ms, templates)
+    if proto == "netflow9":
+        from .netflow9 import decode_v9
+
+        return decode_v9(datagram, exporter, received_at_ms, templates)
+    if proto == "ipfix":
+        from .ipfix import decode_ipfix
+
+        return decode_ipfix(datagram, exporter, received_at_ms, templates)
+    raise DecodeError("unknown", "bad_version" if len(datagram) >= 4 else "truncated", 0)

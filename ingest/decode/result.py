@@ -1,0 +1,46 @@
+"""What a decoder returns for one datagram."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE
+
+EMPTY_FLOWS = np.zeros(0, dtype=FLOW_DTYPE)
+EMPTY_COUNTERS = np.zeros(0, dtype=COUNTER_DTYPE)
+
+
+@dataclass(frozen=True, slots=True)
+class ExportHeader:
+    """Header facts of one export packet, for sequence and clock-skew tracking.
+
+    ``sequence`` semantics follow the protocol: NetFlow v5 counts flows,
+    NetFlow v9 counts export packets, IPFIX counts data records, sFlow counts
+    datagrams per agent + sub-agent. ``increment`` is how far the sequence
+    should advance because of this packet (v5/IPFIX: data records in it; v9
+    and sFlow: 1). ``export_time_ms`` is None where the header has no wall
+    clock (sFlow).
+    """
+
+    protocol: str  # sflow5 netflow5 netflow9 ipfix
+    exporter: str
+    domain: int  # source id / observation domain / sub-agent id / v5 engine
+    sequence: int
+    increment: int
+    export_time_ms: int | None
+    uptime_ms: int | None
+
+
+@dataclass(slots=True)
+class DecodeResult:
+    flows: np.ndarray = field(default_factory=lambda: EMPTY_FLOWS)
+    counters: np.ndarray = field(default_factory=lambda: EMPTY_COUNTERS)
+    header: ExportHeader | None = None
+    # Non-fatal problems by reason, e.g. "unknown_template", "sampling_rate_missing",
+    # "unknown_record_type", "template_expired", "pending_expired".
+    problems: Counter = field(default_factory=Counter)
+    templates_learned: int = 0
+    templates_withdrawn: int = 0

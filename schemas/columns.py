@@ -1,0 +1,144 @@
+"""Columnar record layouts derived from the Avro schemas.
+
+Hot paths never build one Python object per flow: decoders fill numpy
+structured arrays whose fields mirror the Avro record field for field, the
+codec encodes those arrays as one Avro record of arrays, and processors and
+sinks work on the same arrays (or Arrow tables made from them).
+
+Type mapping (Avro -> numpy): ``int`` -> ``int32``, ``long`` -> ``int64``,
+``boolean`` -> ``bool``, ``double`` -> ``float64``, ``string`` -> ``object``,
+``fixed(16)`` (addresses) -> ``uint8[16]``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+AVRO_DIR = Path(__file__).with_name("avro")
+
+_PRIMITIVE = {
+    "int": np.dtype(np.int32),
+    "long": np.dtype(np.int64),
+    "boolean": np.dtype(np.bool_),
+    "double": np.dtype(np.float64),
+    "float": np.dtype(np.float32),
+    "string": np.dtype(object),
+}
+
+# Export protocol codes stored in ``export_protocol``.
+PROTO_SFLOW5 = 1
+PROTO_NETFLOW5 = 2
+PROTO_NETFLOW9 = 3
+PROTO_IPFIX = 4
+PROTOCOL_NAMES = {
+    PROTO_SFLOW5: "sflow5",
+    PROTO_NETFLOW5: "netflow5",
+    PROTO_NETFLOW9: "netflow9",
+    PROTO_IPFIX: "ipfix",
+}
+
+
+@cache
+def load_avsc(name: str) -> dict:
+    """The raw JSON of ``schemas/avro/<name>.avsc``."""
+    path = AVRO_DIR / f"{name}.avsc"
+    return json.loads(path.read_text())
+
+
+def _field_dtype(ftype) -> np.dtype | tuple:
+    if isinstance(ftype, str):
+        if ftype in _PRIMITIVE:
+            return _PRIMITIVE[ftype]
+        if ftype.endswith("Address16"):
+            return (np.uint8, (16,))
+    elif isinstance(ftype, dict):
+        if ftype.get("type") == "fixed" and ftype.get("size") == 16:
+            return (np.uint8, (16,))
+        if ftype.get("type") in _PRIMITIVE:
+            return _PRIMITIVE[ftype["type"]]
+    raise TypeError(f"no columnar mapping for Avro type {ftype!r}")
+
+
+@cache
+def dtype_for(name: str) -> np.dtype:
+    """numpy structured dtype with one field per Avro field of ``name``."""
+    schema = load_avsc(name)
+    fields = []
+    for f in schema["fields"]:
+        dt = _field_dtype(f["type"])
+        if isinstance(dt, tuple):
+            fields.append((f["name"], dt[0], dt[1]))
+        else:
+            fields.append((f["name"], dt))
+    return np.dtype(fields)
+
+
+FLOW_DTYPE = dtype_for("flow_record")
+COUNTER_DTYPE = dtype_for("counter_sample")
+
+# Defaults for "absent" in flow columns (everything else defaults to 0).
+FLOW_ABSENT = {"vxlan_vni": -1, "roce_opcode": -1, "roce_dest_qp": -1}
+
+
+def empty_flows(n: int) -> np.ndarray:
+    """``n`` zeroed flow records with the "absent" markers set."""
+    arr = np.zeros(n, dtype=FLOW_DTYPE)
+    for k, v in FLOW_ABSENT.items():
+        arr[k] = v
+    return arr
+
+
+def empty_counters(n: int) -> np.ndarray:
+    return np.zeros(n, dtype=COUNTER_DTYPE)
+
+
+_V4_PREFIX = b"\x00" * 10 + b"\xff\xff"
+
+
+def addr16(addr: str | bytes | ipaddress.IPv4Address | ipaddress.IPv6Address) -> bytes:
+    """16-byte form of an address: IPv6 as is, IPv4 as IPv4-mapped IPv6."""
+    if isinstance(addr, bytes):
+        if len(addr) == 4:
+            return _V4_PREFIX + addr
+        if len(addr) == 16:
+            return addr
+        raise ValueError(f"address must be 4 or 16 bytes, got {len(addr)}")
+    ip = ipaddress.ip_address(addr) if isinstance(addr, str) else addr
+    if ip.version == 4:
+        return _V4_PREFIX + ip.packed
+    return ip.packed
+
+
+def addr16_column(addrs) -> np.ndarray:
+    """(n, 16) uint8 array from an iterable of addresses (tests and tools only)."""
+    return np.frombuffer(b"".join(addr16(a) for a in addrs), dtype=np.uint8).reshape(-1, 16)
+
+
+def v4_column_to_addr16(v4: np.ndarray) -> np.ndarray:
+    """Vectorised: big-endian IPv4 as uint32 (host order values) -> (n, 16) IPv4-mapped."""
+    n = len(v4)
+    out = np.zeros((n, 16), dtype=np.uint8)
+    out[:, 10] = 0xFF
+    out[:, 11] = 0xFF
+    be = np.asarray(v4, dtype=">u4").view(np.uint8).reshape(n, 4)
+    out[:, 12:16] = be
+    return out
+
+
+def addr_str(a16) -> str:
+    """Text form of a 16-byte address; IPv4-mapped ones print as IPv4."""
+    b = bytes(bytearray(a16))
+    if b[:12] == _V4_PREFIX:
+        return str(ipaddress.IPv4Address(b[12:]))
+    return str(ipaddress.IPv6Address(b))
+
+
+def is_v4_mapped(a16: np.ndarray) -> np.ndarray:
+    """Vectorised: which rows of an (n, 16) address column are IPv4-mapped."""
+    a = np.asarray(a16).reshape(-1, 16)
+    return (a[:, :10] == 0).all(axis=1) & (a[:, 10] == 0xFF) & (a[:, 11] == 0xFF)

@@ -1,0 +1,102 @@
+"""Settings: env prefix, nesting, YAML, unknown keys, frozen, generated docs in sync."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fabricflow.cli import app
+from fabricflow.commands import register
+from fabricflow.settings import ConfigError, configuration_markdown, iter_fields, load_settings
+
+REPO = Path(__file__).resolve().parents[3]
+register(app)
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    import os
+
+    for k in list(os.environ):
+        if k.startswith("FABRICFLOW_"):
+            monkeypatch.delenv(k)
+
+
+def test_defaults_run_locally():
+    s = load_settings()
+    assert s.kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert s.archive.url.startswith("file://")
+    assert s.processors.inventory is None
+    assert s.kafka.topics.flows_raw == "flows.raw.v1"
+
+
+def test_env_nested_and_precedence(tmp_path, monkeypatch):
+    f = tmp_path / "c.yaml"
+    f.write_text("kafka:\n  bootstrap_servers: filehost:1\n  partitions: 8\n")
+    monkeypatch.setenv("FABRICFLOW_KAFKA__BOOTSTRAP_SERVERS", "envhost:2")
+    s = load_settings(str(f))
+    assert s.kafka.bootstrap_servers == "envhost:2"  # env beats file
+    assert s.kafka.partitions == 8  # file beats default
+    monkeypatch.setenv("FABRICFLOW_INGEST__ALLOWLIST", '["10.0.0.0/8"]')
+    assert load_settings().ingest.allowlist == ["10.0.0.0/8"]
+
+
+def test_frozen():
+    s = load_settings()
+    with pytest.raises(Exception):
+        s.kafka.partitions = 2
+
+
+@pytest.mark.parametrize(
+    "yaml_text,needle",
+    [
+        ("kafka:\n  partitionz: 3\n", "kafka.partitionz: unknown setting (env FABRICFLOW_KAFKA__PARTITIONZ)"),
+        ("kafka:\n  partitions: many\n", "kafka.partitions: Input should be a valid integer"),
+        ("archive:\n  url: ftp://x\n", "archive.url: Value error, must start with file://, s3:// or memory://"),
+        ("nonsense: 1\n", "nonsense: unknown setting"),
+        ("- a\n- b\n", "top level must be a mapping"),
+        ("kafka: [\n", "not valid YAML"),
+    ],
+)
+def test_bad_config_one_clear_line(tmp_path, yaml_text, needle):
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml_text)
+    with pytest.raises(ConfigError) as ei:
+        load_settings(str(f))
+    assert needle in str(ei.value)
+    assert "\n" not in str(ei.value)
+    r = runner.invoke(app, ["config", "check", str(f)])
+    assert r.exit_code == 2
+    assert needle in r.output
+    assert "Traceback" not in r.output
+
+
+def test_unknown_env_var_rejected(monkeypatch):
+    monkeypatch.setenv("FABRICFLOW_KAFKA__BOGUS", "1")
+    r = runner.invoke(app, ["config", "dump"])
+    assert r.exit_code == 2
+    assert "kafka.bogus: unknown setting" in r.output
+
+
+def test_config_check_ok_and_missing(tmp_path):
+    f = tmp_path / "ok.yaml"
+    f.write_text("ingest:\n  workers: 2\n")
+    r = runner.invoke(app, ["config", "check", str(f)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["config", "check", str(tmp_path / "nope.yaml")])
+    assert r.exit_code == 2 and "config file not found" in r.output
+
+
+def test_config_dump_masks_secrets(monkeypatch):
+    monkeypatch.setenv("FABRICFLOW_KAFKA__SASL_PASSWORD", "hunter2")
+    r = runner.invoke(app, ["config", "dump"])
+    assert r.exit_code == 0
+    assert "hunter2" not in r.output and "**********" in r.output
+
+
+def test_configuration_doc_in_sync():
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    assert doc == configuration_markdown(), "docs/configuration.md is stale: run `fabricflow config docs -o docs/configuration.md`"
+    for path, env, _default, desc in iter_fields():
+        assert env in doc and desc, f"{path} undocumented"
