@@ -25,3 +25,30 @@ def register(app: typer.Typer) -> None:
         from ingest.offline import run_decode
 
         raise typer.Exit(run_decode(file, fmt=fmt, port_map=port_map))
+
+    @app.command("ingest")
+    def ingest_cmd(
+        ctx: typer.Context,
+        listen: Optional[list[str]] = typer.Option(
+            None, "--listen", "-l", help="Listener URL, repeatable: sflow://0.0.0.0:6343, netflow://[::]:2055, ipfix://0.0.0.0:4739. "
+            "Default: ingest.listen from the settings."
+        ),
+        stdout: bool = typer.Option(False, "--stdout", help="Print decoded records as JSON lines instead of publishing to Kafka."),
+        workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Worker processes per port (SO_REUSEPORT)."),
+    ):
+        """Receive sFlow/NetFlow/IPFIX on UDP, decode, publish batches to Kafka (flows.raw.v1, counters.raw.v1, ingest.dlq.v1)."""
+        from fabricflow.cli import fail, settings_of
+        from fabricflow.logs import setup_logging
+        from ingest.listener import ListenError
+        from ingest.service import run_ingest
+
+        s = settings_of(ctx)
+        if workers:
+            s = settings_of(ctx, ingest={**s.ingest.model_dump(), "workers": workers})
+        setup_logging(s.log_level)
+        try:
+            raise typer.Exit(run_ingest(s, listen=listen, stdout=stdout))
+        except ListenError as e:
+            fail(str(e))
+        except ValueError as e:
+            fail(str(e))

@@ -198,6 +198,17 @@ class EmbeddedStack:
             stopped.append(svc.name)
         return stopped
 
+    def stop_broker(self, timeout_s: float = 15.0) -> None:
+        """Stop only the broker (outage tests; with the s3 engine its data survives)."""
+        pid = self.broker.pid()
+        if pid is not None:
+            _terminate(pid, timeout_s)
+        self.broker.pid_file.unlink(missing_ok=True)
+
+    def start_broker(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._start_tansu()
+
     def status(self) -> list[dict]:
         out = [self.broker.status()]
         out[0]["storage_engine"] = self.cfg.storage_engine

@@ -1,0 +1,357 @@
+"""Shared NetFlow v9 / IPFIX machinery: data sets -> flow rows, options records -> sampling state.
+
+Given a :class:`~ingest.decode.templates.Template` and a set body, produce
+``FLOW_DTYPE`` rows (one numpy gather for fixed-length templates; a per-record
+walk only to strip variable-length fields), then apply timestamps, ICMP,
+dual-stack and sampling fix-ups column-wise. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+
+import numpy as np
+
+from schemas.columns import FLOW_DTYPE
+
+from . import _nf_plan as P
+from .result import EMPTY_FLOWS
+from .templates import VAR_LEN, Pending, SamplingState, Template, TemplateCache
+
+_U16 = struct.Struct("!H")
+_UPTIME_MOD = 0xFFFFFFFF
+
+
+class Ctx:
+    """Per-datagram facts the record decoding needs."""
+
+    __slots__ = (
+        "protocol", "proto_code", "version", "exporter", "exporter16", "domain", "recv_ms",
+        "export_ms", "uptime_ms", "cache", "problems", "state",
+    )
+
+    def __init__(self, protocol, proto_code, version, exporter, domain, recv_ms, export_ms, uptime_ms, cache: TemplateCache, problems: Counter):
+        self.protocol = protocol
+        self.proto_code = proto_code
+        self.version = version
+        self.exporter = exporter
+        self.exporter16 = cache.exporter16(exporter)
+        self.domain = domain
+        self.recv_ms = recv_ms
+        self.export_ms = export_ms
+        self.uptime_ms = uptime_ms
+        self.cache = cache
+        self.problems = problems
+        self.state: SamplingState | None = cache.sampling_state(exporter, version, domain)
+
+
+def fixed_body(t: Template, body) -> tuple[bytes, int, bool]:
+    """Strip variable-length fields record by record: ``(packed fixed-field bytes, n, ok)``.
+
+    ``ok`` is False when a record ran past the end of the set (the records
+    before it are still returned).
+    """
+    mv = memoryview(body)
+    end = len(mv)
+    pos = 0
+    parts = []
+    n = 0
+    fields = t.fields
+    min_len = t.min_len
+    while end - pos >= min_len and min_len > 0:
+        rec = []
+        p = pos
+        ok = True
+        for _ie, _pen, ln in fields:
+            if ln == VAR_LEN:
+                if p >= end:
+                    ok = False
+                    break
+                vl = mv[p]
+                p += 1
+                if vl == 255:
+                    if p + 2 > end:
+                        ok = False
+                        break
+                    vl = _U16.unpack_from(mv, p)[0]
+                    p += 2
+                p += vl
+                if p > end:
+                    ok = False
+                    break
+            else:
+                if p + ln > end:
+                    ok = False
+                    break
+                rec.append(mv[p : p + ln])
+                p += ln
+        if not ok:
+            return b"".join(parts), n, False
+        parts.extend(rec)
+        n += 1
+        pos = p
+    return b"".join(parts), n, True
+
+
+def _fallback_rate(ctx: Ctx) -> int:
+    ctx.problems["sampling_rate_missing"] += 1
+    r = ctx.cache.sampling_override(ctx.exporter)
+    return int(r) if r and r > 0 else 1
+
+
+def _domain_rate(state: SamplingState | None) -> int:
+    if state is None:
+        return 0
+    if state.default_rate > 0:
+        return state.default_rate
+    if len(state.samplers) == 1:
+        (r,) = state.samplers.values()
+        return r
+    return 0
+
+
+def _rates_from_fields(plan: P.Plan, body, n: int) -> np.ndarray:
+    """Per-record 1-in-N rate from sampling fields inside data records (0 = unknown)."""
+    rl = plan.rec_len
+    f = plan.rate_fields
+    rate = np.zeros(n, dtype=np.int64)
+    if P.IE_SAMPLING_PACKET_INTERVAL in f:
+        iv = P.uint_column(body, n, rl, *f[P.IE_SAMPLING_PACKET_INTERVAL]).astype(np.float64)
+        sp = (P.uint_column(body, n, rl, *f[P.IE_SAMPLING_PACKET_SPACE]).astype(np.float64)
+              if P.IE_SAMPLING_PACKET_SPACE in f else np.zeros(n))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(iv > 0, np.rint((iv + sp) / np.where(iv > 0, iv, 1)), 0)
+        rate = np.where(rate > 0, rate, r.astype(np.int64))
+    if P.IE_SAMPLING_POPULATION in f and P.IE_SAMPLING_SIZE in f:
+        pop = P.uint_column(body, n, rl, *f[P.IE_SAMPLING_POPULATION]).astype(np.float64)
+        size = P.uint_column(body, n, rl, *f[P.IE_SAMPLING_SIZE]).astype(np.float64)
+        r = np.where(size > 0, np.rint(pop / np.where(size > 0, size, 1)), 0).astype(np.int64)
+        rate = np.where(rate > 0, rate, r)
+    for ie in (P.IE_SAMPLING_INTERVAL, P.IE_FLOW_SAMPLER_RANDOM_INTERVAL):
+        if ie in f:
+            v = P.uint_column(body, n, rl, *f[ie]).astype(np.int64)
+            rate = np.where(rate > 0, rate, v)
+    return np.clip(rate, 0, 1 << 40)
+
+
+def decode_data(t: Template, body, ctx: Ctx, export_ms: int, uptime_ms: int | None, recv_ms: int) -> np.ndarray | None:
+    """Rows of one data set (``None`` if it holds no whole record)."""
+    plan = t.plan(ctx.protocol)
+    if t.variable:
+        body, n, ok = fixed_body(t, body)
+        if not ok:
+            ctx.problems["bad_record"] += 1
+    else:
+        n = len(body) // plan.rec_len
+    if n <= 0 or plan.rec_len <= 0:
+        return None
+    state = ctx.state
+    per_record = bool(plan.rate_fields) or (plan.has_sampler and state is not None and bool(state.samplers))
+    rate = 1
+    if not per_record:
+        rate = _domain_rate(state) or _fallback_rate(ctx)
+    const = P.const_block(ctx.proto_code, ctx.exporter16, ctx.domain, recv_ms, export_ms, rate)
+    out = plan.gather(body, n, const)
+    fix_times(out, plan, body, n, ctx, export_ms, uptime_ms)
+    if plan.icmp_where or plan.dual_af:
+        fix_icmp_af(out, plan, body, n)
+    if per_record:
+        rates = _rates_from_fields(plan, body, n) if plan.rate_fields else np.zeros(n, dtype=np.int64)
+        if plan.has_sampler and state is not None and state.samplers:
+            need = rates <= 0
+            if need.any():
+                sids = out["sampler_id"]
+                for sid in np.unique(sids[need]).tolist():
+                    r = state.samplers.get(int(sid), 0)
+                    if r > 0:
+                        rates[need & (sids == sid)] = r
+        missing = rates <= 0
+        if missing.any():
+            rates[missing] = _domain_rate(state) or _fallback_rate(ctx)
+        out["sampling_rate"] = rates
+        out["bytes_est"] *= rates
+        out["packets_est"] *= rates
+    elif rate != 1:
+        out["bytes_est"] *= rate
+        out["packets_est"] *= rate
+    return out
+
+
+def fix_times(out: np.ndarray, plan: P.Plan, body, n: int, ctx: Ctx, export_ms: int, uptime_ms: int | None) -> None:
+    for col, kind, src in (("time_start_ms", plan.start_kind, plan.start_src), ("time_end_ms", plan.end_kind, plan.end_src)):
+        if kind is None or kind == "ms":
+            continue
+        if kind == "uptime":
+            v = out[col]
+            if uptime_ms is not None:
+                # export time minus how long ago (in exporter uptime) the flow started; wraps at 2**32 ms.
+                v[:] = export_ms - ((uptime_ms - v) & _UPTIME_MOD)
+            elif plan.system_init_src is not None:
+                v += P.uint_column(body, n, plan.rec_len, *plan.system_init_src).astype(np.int64)
+            elif ctx.state is not None and ctx.state.system_init_ms is not None:
+                v += ctx.state.system_init_ms
+            else:
+                v[:] = export_ms
+        elif kind == "s":
+            out[col] *= 1000
+        elif kind == "delta_us":
+            v = out[col]
+            v[:] = export_ms - v // 1000
+        elif kind == "ntp":
+            if src[1] == 8:
+                out[col] = P.ntp_to_unix_ms(P.uint_column(body, n, plan.rec_len, src[0], 8))
+            else:
+                out[col] = export_ms
+
+
+def fix_icmp_af(out: np.ndarray, plan: P.Plan, body, n: int) -> None:
+    rl = plan.rec_len
+    if plan.icmp_where:
+        proto = out["ip_protocol"]
+        m = (proto == 1) | (proto == 58)
+        if m.any():
+            src = plan.icmp_src
+            if src[0] == "tc":
+                tc = P.uint_column(body, n, rl, src[1], src[2]).astype(np.int64)
+            else:
+                tc = P.uint_column(body, n, rl, src[1], 1).astype(np.int64) << 8
+                if src[2] is not None:
+                    tc |= P.uint_column(body, n, rl, src[2], 1).astype(np.int64)
+            out["dst_port"][m] = tc[m]
+            out["src_port"][m] = 0
+    if plan.dual_af:
+        if plan.has_ipver_field:
+            m6 = out["ip_version"] == 6
+        else:
+            v4zero = ~out["src_addr"][:, 12:].any(axis=1) & ~out["dst_addr"][:, 12:].any(axis=1)
+            m6 = v4zero
+            out["ip_version"] = np.where(m6, 6, 4)
+        if m6.any():
+            if plan.v6_src is not None:
+                out["src_addr"][m6] = P.bytes_column(body, n, rl, plan.v6_src, 16)[m6]
+            if plan.v6_dst is not None:
+                out["dst_addr"][m6] = P.bytes_column(body, n, rl, plan.v6_dst, 16)[m6]
+
+
+def _record_values(t: Template, body) -> list[tuple[dict, dict]]:
+    """Options records as ``(scope {ie: int}, options {ie: int})`` (IANA, <= 8 bytes)."""
+    recs = []
+    mv = memoryview(body)
+    end = len(mv)
+    pos = 0
+    min_len = t.min_len
+    while min_len > 0 and end - pos >= min_len and len(recs) < 4096:
+        scope, opts = {}, {}
+        p = pos
+        for i, (ie, pen, ln) in enumerate(t.fields):
+            if ln == VAR_LEN:
+                if p >= end:
+                    return recs
+                vl = mv[p]
+                p += 1
+                if vl == 255:
+                    if p + 2 > end:
+                        return recs
+                    vl = _U16.unpack_from(mv, p)[0]
+                    p += 2
+                p += vl
+                if p > end:
+                    return recs
+                continue
+            if p + ln > end:
+                return recs
+            if pen == 0 and 0 < ln <= 8:
+                (scope if i < t.scope_count else opts).setdefault(ie, int.from_bytes(mv[p : p + ln], "big"))
+            p += ln
+        recs.append((scope, opts))
+        pos = p
+    return recs
+
+
+def apply_options(t: Template, body, ctx: Ctx, v9_scope: bool) -> int:
+    """Learn sampling/system-init facts from options records; returns the record count.
+
+    ``v9_scope``: NetFlow v9 scope field types (1 System .. 5 Template) are not
+    information elements, so scope values are only used for IPFIX.
+    """
+    recs = _record_values(t, body)
+    for scope, opts in recs:
+        vals = dict(opts)
+        if not v9_scope:
+            for k, v in scope.items():
+                vals.setdefault(k, v)
+        rate = 0
+        iv = vals.get(P.IE_SAMPLING_PACKET_INTERVAL)
+        if iv:
+            rate = round((iv + vals.get(P.IE_SAMPLING_PACKET_SPACE, 0)) / iv)
+        if not rate and vals.get(P.IE_SAMPLING_SIZE) and vals.get(P.IE_SAMPLING_POPULATION):
+            rate = round(vals[P.IE_SAMPLING_POPULATION] / vals[P.IE_SAMPLING_SIZE])
+        if not rate:
+            rate = vals.get(P.IE_SAMPLING_INTERVAL) or vals.get(P.IE_FLOW_SAMPLER_RANDOM_INTERVAL) or 0
+        sid = vals.get(P.IE_FLOW_SAMPLER_ID, vals.get(P.IE_SELECTOR_ID))
+        init = vals.get(P.IE_SYSTEM_INIT_MS)
+        if rate or init is not None:
+            st = ctx.state or ctx.cache.sampling_state(ctx.exporter, ctx.version, ctx.domain, create=True)
+            ctx.state = st
+            if rate:
+                rate = min(int(rate), 1 << 40)
+                if sid is not None:
+                    if len(st.samplers) < 4096 or sid in st.samplers:
+                        st.samplers[int(sid)] = rate
+                else:
+                    st.default_rate = rate
+            if init is not None:
+                st.system_init_ms = int(init)
+    return len(recs)
+
+
+def handle_data_set(key, t: Template | None, expired: bool, body, ctx: Ctx, out_parts: list) -> int:
+    """Decode, or hold / count a data set; returns the decoded record count."""
+    if t is None:
+        if expired:
+            ctx.problems["template_expired"] += 1
+            return 0
+        if not ctx.cache.hold(key, Pending(ctx.recv_ms, bytes(body), ctx.export_ms, ctx.uptime_ms)):
+            ctx.problems["unknown_template"] += 1
+        return 0
+    if t.kind == "options":
+        apply_options(t, body, ctx, v9_scope=ctx.version == 9)
+        return 0
+    arr = decode_data(t, body, ctx, ctx.export_ms, ctx.uptime_ms, ctx.recv_ms)
+    if arr is None:
+        return 0
+    out_parts.append(arr)
+    return len(arr)
+
+
+def join_parts(parts: list) -> np.ndarray:
+    """One FLOW_DTYPE array from per-set arrays (byte-level concatenate: no dtype promotion)."""
+    if not parts:
+        return EMPTY_FLOWS
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([p.view(np.uint8) for p in parts]).view(FLOW_DTYPE)
+
+
+def release_pending(keys, ctx: Ctx, out_parts: list) -> None:
+    """Decode sets held for templates learned in this datagram (they join this result)."""
+    cache = ctx.cache
+    if not cache.has_pending():
+        return
+    # Options first, so held data sets see the sampling state they announce.
+    keys = sorted(keys, key=lambda k: 0 if getattr(cache.peek(k), "kind", "") == "options" else 1)
+    for key in keys:
+        items = cache.take_pending(key)
+        if not items:
+            continue
+        t = cache.peek(key)
+        if t is None:
+            continue
+        for it in items:
+            if t.kind == "options":
+                apply_options(t, it.body, ctx, v9_scope=ctx.version == 9)
+                continue
+            arr = decode_data(t, it.body, ctx, it.export_ms, it.uptime_ms, it.received_at_ms)
+            if arr is not None:
+                out_parts.append(arr)

@@ -1,0 +1,131 @@
+"""NetFlow v9 (RFC 3954) decoder: header, template / options template / data FlowSets.
+
+FlowSets are walked by their length, never by the header Count (softflowd's
+Count covers data records only, and its options sets are unpadded). Data sets
+whose template is unknown are held in the :class:`TemplateCache` and decoded
+in the result of the datagram that brings the template. Sampling comes from
+options data (SAMPLING_INTERVAL/ALGORITHM, FLOW_SAMPLER_ID/RANDOM_INTERVAL),
+applied by sampler id when data records carry one, else per source id.
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+
+from schemas.columns import PROTO_NETFLOW9
+
+from ._nf_common import Ctx, handle_data_set, join_parts, release_pending
+from .errors import DecodeError
+from .result import DecodeResult, ExportHeader
+from .templates import VAR_LEN, TemplateCache
+
+PROTOCOL = "netflow9"
+_HDR = struct.Struct("!HHIIII")
+_SET = struct.Struct("!HH")
+_OPT = struct.Struct("!HHH")
+HEADER_LEN = 20
+
+
+def _templates(body, base: int, ctx: Ctx, new_keys: list) -> int:
+    """Template FlowSet (id 0); returns the number of new/changed templates."""
+    cache, problems = ctx.cache, ctx.problems
+    learned = 0
+    p, L = 0, len(body)
+    while L - p >= 4:
+        tid, fc = _SET.unpack_from(body, p)
+        if tid == 0 and fc == 0:
+            break  # padding
+        if tid < 256 or fc == 0:
+            problems["bad_template"] += 1
+            break
+        end = p + 4 + 4 * fc
+        if end > L:
+            raise DecodeError(PROTOCOL, "bad_template", base + p, f"template {tid} runs past its FlowSet")
+        fields = [(ie, 0, ln) for ie, ln in struct.iter_unpack("!HH", body[p + 4 : end])]
+        p = end
+        if any(ln == VAR_LEN for _, _, ln in fields) or sum(ln for _, _, ln in fields) == 0:
+            problems["bad_template"] += 1
+            continue
+        learned += _learn(ctx, tid, "data", fields, 0, new_keys)
+    return learned
+
+
+def _options_templates(body, base: int, ctx: Ctx, new_keys: list) -> int:
+    """Options Template FlowSet (id 1)."""
+    problems = ctx.problems
+    learned = 0
+    p, L = 0, len(body)
+    while L - p >= 6:
+        tid, slen, olen = _OPT.unpack_from(body, p)
+        if tid == 0:
+            break  # padding
+        if tid < 256 or slen % 4 or olen % 4 or slen + olen == 0:
+            problems["bad_template"] += 1
+            break
+        end = p + 6 + slen + olen
+        if end > L:
+            raise DecodeError(PROTOCOL, "bad_template", base + p, f"options template {tid} runs past its FlowSet")
+        fields = [(ie, 0, ln) for ie, ln in struct.iter_unpack("!HH", body[p + 6 : end])]
+        p = end
+        if any(ln == VAR_LEN for _, _, ln in fields) or sum(ln for _, _, ln in fields) == 0:
+            problems["bad_template"] += 1
+            continue
+        learned += _learn(ctx, tid, "options", fields, slen // 4, new_keys)
+    return learned
+
+
+def _learn(ctx: Ctx, tid: int, kind: str, fields, scope_count: int, new_keys: list) -> int:
+    key = (ctx.exporter, 9, ctx.domain, tid)
+    res = ctx.cache.learn(key, kind, fields, scope_count, ctx.recv_ms)
+    if res == "rejected":
+        ctx.problems["template_limit"] += 1
+        return 0
+    new_keys.append(key)
+    return 1 if res in ("new", "changed") else 0
+
+
+def decode_v9(datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache) -> DecodeResult:
+    """Decode one NetFlow v9 export packet."""
+    n = len(datagram)
+    if n < HEADER_LEN:
+        raise DecodeError(PROTOCOL, "truncated", 0, "shorter than the v9 header")
+    version, _count, uptime, secs, seq, source_id = _HDR.unpack_from(datagram, 0)
+    if version != 9:
+        raise DecodeError(PROTOCOL, "bad_version", 0)
+    problems: Counter = Counter()
+    export_ms = secs * 1000
+    if templates.has_pending():
+        expired = templates.expire_pending(received_at_ms)
+        if expired:
+            problems["pending_expired"] += expired
+    ctx = Ctx(PROTOCOL, PROTO_NETFLOW9, 9, exporter, source_id, received_at_ms, export_ms, uptime, templates, problems)
+    mv = memoryview(datagram)
+    parts: list = []
+    new_keys: list = []
+    learned = 0
+    pos = HEADER_LEN
+    while n - pos >= 4:
+        set_id, length = _SET.unpack_from(datagram, pos)
+        if length < 4:
+            raise DecodeError(PROTOCOL, "bad_length", pos, f"FlowSet length {length}")
+        if pos + length > n:
+            raise DecodeError(PROTOCOL, "truncated", pos, f"FlowSet length {length} past the end")
+        body = mv[pos + 4 : pos + length]
+        if set_id >= 256:
+            key = (exporter, 9, source_id, set_id)
+            t, expired = templates.get(key, received_at_ms)
+            handle_data_set(key, t, expired, body, ctx, parts)
+        elif set_id == 0:
+            learned += _templates(body, pos + 4, ctx, new_keys)
+        elif set_id == 1:
+            learned += _options_templates(body, pos + 4, ctx, new_keys)
+        else:
+            problems["reserved_set_id"] += 1
+        pos += length
+    if new_keys:
+        release_pending(new_keys, ctx, parts)
+    flows = join_parts(parts)
+    header = ExportHeader(PROTOCOL, exporter, source_id, seq, 1, export_ms, uptime)
+    return DecodeResult(flows=flows, header=header, problems=problems, templates_learned=learned)

@@ -1,0 +1,80 @@
+"""Prometheus metrics of the ingest service and the /metrics + /healthz HTTP endpoint.
+
+Names follow ``fabricflow_<component>_<what>_<unit>``; labels come from bounded
+sets only: exporter addresses are capped (``max_exporters``; beyond it they are
+reported as ``other``), protocols and reasons are closed sets, never ports.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
+
+
+class IngestMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None, max_exporters: int = 1000):
+        r = self.registry = registry or CollectorRegistry()
+        self.max_exporters = max_exporters
+        self._exporters: set[str] = set()
+        self.datagrams = Counter("fabricflow_ingest_datagrams_total", "Datagrams received and accepted", ["exporter", "protocol"], registry=r)
+        self.records = Counter("fabricflow_ingest_records_total", "Records decoded", ["exporter", "protocol", "kind"], registry=r)
+        self.bytes = Counter("fabricflow_ingest_received_bytes_total", "UDP payload bytes received", ["listener"], registry=r)
+        self.not_allowed = Counter("fabricflow_ingest_not_allowed_datagrams_total", "Datagrams dropped: exporter not in the allowlist", ["listener"], registry=r)
+        self.decode_errors = Counter("fabricflow_ingest_decode_errors_total", "Undecodable datagrams", ["protocol", "reason"], registry=r)
+        self.problems = Counter("fabricflow_ingest_decode_problems_total", "Partial decode problems (datagram still decoded)", ["protocol", "reason"], registry=r)
+        self.rate_missing = Counter("fabricflow_ingest_sampling_rate_missing_total", "Records without a sampling rate (treated as 1 or the override)", ["exporter"], registry=r)
+        self.seq_lost = Counter("fabricflow_ingest_sequence_lost_total", "Estimated lost records/datagrams from sequence gaps (protocol units)", ["exporter", "protocol"], registry=r)
+        self.seq_dup = Counter("fabricflow_ingest_sequence_duplicates_total", "Duplicate export packets", ["exporter", "protocol"], registry=r)
+        self.seq_restarts = Counter("fabricflow_ingest_exporter_restarts_total", "Exporter restarts detected from sequence/uptime", ["exporter", "protocol"], registry=r)
+        self.skew = Gauge("fabricflow_ingest_clock_skew_seconds", "Exporter clock minus collector clock (smoothed)", ["exporter"], registry=r)
+        self.templates = Gauge("fabricflow_ingest_templates", "NetFlow v9/IPFIX templates in the cache", registry=r)
+        self.templates_learned = Counter("fabricflow_ingest_templates_learned_total", "Templates learned or refreshed with a change", registry=r)
+        self.templates_withdrawn = Counter("fabricflow_ingest_templates_withdrawn_total", "Templates withdrawn", registry=r)
+        self.dlq = Counter("fabricflow_ingest_dlq_datagrams_total", "Undecodable datagrams sampled to the DLQ topic", registry=r)
+        self.delivered = Counter("fabricflow_ingest_kafka_delivered_records_total", "Records acknowledged by Kafka", ["topic"], registry=r)
+        self.failed = Counter("fabricflow_ingest_kafka_failed_records_total", "Records Kafka did not accept (delivery error)", ["topic"], registry=r)
+        self.dropped = Counter("fabricflow_ingest_kafka_dropped_records_total", "Records dropped before Kafka: producer buffer full", ["topic"], registry=r)
+        self.queue = Gauge("fabricflow_ingest_kafka_queue_messages", "Messages buffered in the producer", registry=r)
+        self.socket_drops = Counter("fabricflow_ingest_socket_drops_total", "Datagrams dropped by the kernel (receive buffer full)", ["listener"], registry=r)
+        self.rcvbuf = Gauge("fabricflow_ingest_socket_rcvbuf_bytes", "Granted SO_RCVBUF", ["listener"], registry=r)
+        self.last_loop = time.monotonic()
+
+    def exporter_label(self, exporter: str) -> str:
+        if exporter in self._exporters:
+            return exporter
+        if len(self._exporters) < self.max_exporters:
+            self._exporters.add(exporter)
+            return exporter
+        return "other"
+
+    def healthy(self, max_age_s: float = 10.0) -> bool:
+        return time.monotonic() - self.last_loop < max_age_s
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args):  # no access log on stderr
+        pass
+
+
+def serve_metrics(metrics: IngestMetrics, host: str, port: int, health=None):
+    """Serve /metrics and /healthz in a daemon thread; returns the server (``.shutdown()`` to stop)."""
+    metrics_app = make_wsgi_app(metrics.registry)
+    health = health or metrics.healthy
+
+    def app(environ, start_response):
+        if environ.get("PATH_INFO") == "/healthz":
+            ok = health()
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"ok\n" if ok else b"unhealthy: receive loop stalled\n"]
+        if environ.get("PATH_INFO") in ("/metrics", "/"):
+            return metrics_app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found: try /metrics or /healthz\n"]
+
+    server = make_server(host, port, app, handler_class=_QuietHandler)
+    t = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+    t.start()
+    return server

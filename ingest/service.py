@@ -1,0 +1,196 @@
+"""The ingest service: sockets -> receive loop -> pipeline -> Kafka (or stdout).
+
+Process model: ``ingest.workers`` processes, each binding every listener with
+SO_REUSEPORT. The kernel hashes each datagram's (source address, source port)
+to one socket, so one exporter's datagrams always reach the same worker and its
+NetFlow v9/IPFIX templates stay on that worker. An exporter that changes its
+source port per datagram would scatter across workers and lose templates: run
+``workers: 1`` for such exporters (docs/operations.md). Worker ``i`` serves its
+metrics on ``metrics_port + i``.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import selectors
+import signal
+import sys
+import time
+
+from fabricflow.settings import Settings
+
+from .listener import ListenSpec, open_socket, parse_listen, socket_drops
+from .metrics import IngestMetrics, serve_metrics
+from .pipeline import IngestPipeline
+from .publish import KafkaSink, StdoutSink
+
+log = logging.getLogger("fabricflow.ingest")
+
+DRAIN_MAX = 512  # datagrams read from one socket before looking at the others
+
+
+class IngestWorker:
+    def __init__(self, settings: Settings, specs: list[ListenSpec], stdout: bool = False, index: int = 0, sink=None, ready=None):
+        self.settings = settings
+        self.specs = specs
+        self.index = index
+        self.metrics = IngestMetrics()
+        cfg = settings.ingest
+        self.sink = sink or (StdoutSink(self.metrics) if stdout else KafkaSink(settings.kafka, cfg.producer, self.metrics))
+        self.pipeline = IngestPipeline(cfg, self.sink, self.metrics)
+        self.stopping = False
+        self.sockets = []
+        self._ready = ready
+        self._drops: dict[str, int] = {}
+        self.http = None
+
+    def open(self) -> None:
+        cfg = self.settings.ingest
+        reuse = cfg.workers > 1
+        for spec in self.specs:
+            sock, granted = open_socket(spec, cfg.rcvbuf_bytes, reuseport=reuse)
+            self.sockets.append((sock, spec))
+            self.metrics.rcvbuf.labels(spec.url).set(granted)
+            if granted < cfg.rcvbuf_bytes:
+                log.warning(
+                    "%s: kernel granted SO_RCVBUF %d < requested %d; raise net.core.rmem_max (sysctl) to avoid drops under bursts",
+                    spec.url, granted, cfg.rcvbuf_bytes,
+                )
+            log.info("worker %d listening on %s (%s)", self.index, spec.url, sock.getsockname())
+        if cfg.metrics_port:
+            self.http = serve_metrics(self.metrics, cfg.metrics_bind, cfg.metrics_port + self.index, health=self._health)
+            log.info("metrics on http://%s:%d/metrics", cfg.metrics_bind, cfg.metrics_port + self.index)
+        if not cfg.allowlist:
+            log.warning("ingest.allowlist is empty: datagrams from any source are accepted (spoofed UDP can inject flows)")
+
+    def _health(self) -> bool:
+        fatal = getattr(self.sink, "fatal", None)
+        return self.metrics.healthy() and not fatal
+
+    def _update_socket_drops(self) -> None:
+        for sock, spec in self.sockets:
+            d = socket_drops(sock)
+            if d is None:
+                continue
+            prev = self._drops.get(spec.url, 0)
+            if d > prev:
+                self.metrics.socket_drops.labels(spec.url).inc(d - prev)
+            self._drops[spec.url] = d
+
+    def run(self, max_seconds: float | None = None) -> dict:
+        if not self.sockets:
+            self.open()
+        if self._ready is not None:
+            self._ready.set()
+        sel = selectors.DefaultSelector()
+        for sock, spec in self.sockets:
+            sel.register(sock, selectors.EVENT_READ, spec)
+        buf = bytearray(65536)
+        mv = memoryview(buf)
+        handle = self.pipeline.handle
+        deadline = time.monotonic() + max_seconds if max_seconds else None
+        last_housekeeping = 0.0
+        try:
+            while not self.stopping:
+                events = sel.select(timeout=0.05)
+                now_ms = int(time.time() * 1000)
+                for key, _ in events:
+                    sock = key.fileobj
+                    for _ in range(DRAIN_MAX):
+                        try:
+                            n, addr = sock.recvfrom_into(buf)
+                        except BlockingIOError:
+                            break
+                        except OSError as e:  # e.g. ICMP-induced errors: count and go on
+                            log.debug("recv error: %s", e)
+                            break
+                        handle(bytes(mv[:n]), addr[0], now_ms)
+                self.pipeline.maybe_flush()
+                self.sink.poll()
+                mono = time.monotonic()
+                self.metrics.last_loop = mono
+                if mono - last_housekeeping > 1.0:
+                    self._update_socket_drops()
+                    last_housekeeping = mono
+                if deadline and mono > deadline:
+                    break
+        finally:
+            sel.close()
+        return self.close()
+
+    def close(self) -> dict:
+        self.pipeline.close()
+        report = self.sink.close()
+        for sock, _ in self.sockets:
+            sock.close()
+        self.sockets = []
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+        return report
+
+
+def _install_signals(worker: IngestWorker) -> None:
+    def stop(signum, _frame):
+        worker.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
+def _report(report: dict, index: int) -> None:
+    undelivered = report.get("undelivered_records", 0)
+    msg = f"worker {index} stopped: " + ", ".join(f"{k}={v}" for k, v in report.items())
+    (log.warning if undelivered else log.info)(msg)
+    if undelivered:
+        log.warning("worker %d: %d records were NOT delivered to Kafka before the flush deadline", index, undelivered)
+
+
+def _worker_main(settings: Settings, urls: list[str], stdout: bool, index: int) -> None:
+    from fabricflow.logs import setup_logging
+
+    setup_logging(settings.log_level)
+    w = IngestWorker(settings, [parse_listen(u) for u in urls], stdout=stdout, index=index)
+    _install_signals(w)
+    w.open()
+    _report(w.run(), index)
+
+
+def run_ingest(settings: Settings, listen: list[str] | None = None, stdout: bool = False) -> int:
+    urls = listen or settings.ingest.listen
+    specs = [parse_listen(u) for u in urls]  # validate before forking
+    if stdout and settings.ingest.workers > 1:
+        log.warning("--stdout uses one worker")
+    n = 1 if stdout else settings.ingest.workers
+    if not stdout:
+        from fabricflow.topics import ensure_topics
+
+        ensure_topics(settings.kafka)
+    if n == 1:
+        w = IngestWorker(settings, specs, stdout=stdout)
+        _install_signals(w)
+        w.open()
+        _report(w.run(), 0)
+        return 0
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_worker_main, args=(settings, urls, stdout, i), name=f"ingest-{i}") for i in range(n)]
+    for p in procs:
+        p.start()
+
+    def forward(signum, _frame):
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    rc = 0
+    for p in procs:
+        p.join()
+        rc = rc or (p.exitcode or 0)
+    return rc
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run_ingest(Settings()))

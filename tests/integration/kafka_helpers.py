@@ -1,0 +1,67 @@
+"""Helpers for integration tests: per-test topics, consuming everything with a deadline."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+from confluent_kafka import Consumer
+
+from fabricflow.settings import load_settings
+from fabricflow.topics import ensure_topics
+from schemas import codec
+
+
+def settings_for(bootstrap: str, prefix: str, **sections):
+    topics = {
+        k: prefix + v
+        for k, v in load_settings().kafka.topics.model_dump().items()
+        if k != "replay_prefix"
+    }
+    kafka = {"bootstrap_servers": bootstrap, "partitions": 2, "topics": topics}
+    return load_settings(None, kafka=kafka, **sections)
+
+
+def create_topics(settings):
+    return ensure_topics(settings.kafka)
+
+
+def consume(bootstrap: str, topic: str, until=None, timeout_s: float = 30.0, idle_s: float = 3.0):
+    """Read a topic from the beginning until ``until(messages)`` is true, or no message for ``idle_s``."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "itest-" + uuid.uuid4().hex[:8],
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+        }
+    )
+    c.subscribe([topic])
+    out = []
+    deadline = time.monotonic() + timeout_s
+    last = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.3)
+            if m is None or m.error():
+                if out and time.monotonic() - last > idle_s and until is None:
+                    break
+                continue
+            out.append(m)
+            last = time.monotonic()
+            if until is not None and until(out):
+                break
+    finally:
+        c.close()
+    return out
+
+
+def batch_rows(messages) -> np.ndarray:
+    arrs = [codec.decode_batch(m.value()) for m in messages]
+    return np.concatenate(arrs) if arrs else np.zeros(0)
+
+
+def count_records(messages) -> int:
+    return sum(len(codec.decode_batch(m.value())) for m in messages)

@@ -1,0 +1,152 @@
+"""Ingest without Kafka or UDP: listen URLs, allowlist, batching, DLQ sampling, metric values."""
+
+import pytest
+from prometheus_client import generate_latest
+
+from fabricflow.settings import load_settings
+from ingest.listener import ListenError, parse_listen
+from ingest.metrics import IngestMetrics
+from ingest.pcapread import read_udp
+from ingest.pipeline import Allowlist, IngestPipeline
+from tests.fixtures_path import SHARED_FIXTURES
+
+
+class FakeSink:
+    def __init__(self):
+        self.flows, self.counters, self.dlq = [], [], []
+        self.produced_records = 0
+
+    def publish_flows(self, exporter, arr):
+        self.flows.append((exporter, arr))
+        return True
+
+    def publish_counters(self, exporter, arr):
+        self.counters.append((exporter, arr))
+        return True
+
+    def publish_dlq(self, exporter, protocol, reason, datagram, detail=""):
+        self.dlq.append((exporter, protocol, reason, datagram))
+        return True
+
+    def poll(self):
+        pass
+
+    def close(self):
+        return {}
+
+
+def _payloads(name):
+    return [pkt.payload for pkt in read_udp(str(SHARED_FIXTURES / "exports" / name))]
+
+
+def _metric(m: IngestMetrics, name: str, **labels) -> float:
+    v = m.registry.get_sample_value(name, labels)
+    return v or 0.0
+
+
+@pytest.mark.parametrize(
+    "url,scheme,host,port",
+    [
+        ("sflow://0.0.0.0:6343", "sflow", "0.0.0.0", 6343),
+        ("netflow://[::]:2055", "netflow", "::", 2055),
+        ("ipfix://127.0.0.1", "ipfix", "127.0.0.1", 4739),
+        ("netflow://127.0.0.1:0", "netflow", "127.0.0.1", 0),
+    ],
+)
+def test_parse_listen(url, scheme, host, port):
+    s = parse_listen(url)
+    assert (s.scheme, s.host, s.port) == (scheme, host, port)
+
+
+@pytest.mark.parametrize("url", ["http://0.0.0.0:1", "sflow://h:notaport", "netflow://h:1/path"])
+def test_parse_listen_rejects(url):
+    with pytest.raises(ListenError, match="listen URL"):
+        parse_listen(url)
+
+
+def test_allowlist():
+    a = Allowlist(["10.0.0.0/8", "2001:db8::/32"])
+    assert a.allows("10.1.2.3") and a.allows("::ffff:10.1.2.3") and a.allows("2001:db8::1")
+    assert not a.allows("192.0.2.1") and not a.allows("2001:db9::1")
+    assert Allowlist([]).allows("192.0.2.1")
+    with pytest.raises(ValueError, match="ingest.allowlist"):
+        Allowlist(["10.0.0.0/33"])
+
+
+def _pipeline(**ingest):
+    s = load_settings(None, ingest=ingest)
+    sink, m = FakeSink(), IngestMetrics()
+    return IngestPipeline(s.ingest, sink, m), sink, m
+
+
+def test_netflow_v9_capture_batched_per_exporter():
+    p, sink, m = _pipeline(batch_max_records=100)
+    for d in _payloads("softflowd_v9.pcap"):
+        p.handle(d, "192.0.2.7", 1_700_000_000_000)
+    p.flush()
+    sizes = [len(a) for _e, a in sink.flows]
+    assert sum(sizes) == 230 and max(sizes) <= 100
+    assert {e for e, _a in sink.flows} == {"192.0.2.7"}
+    assert _metric(m, "fabricflow_ingest_records_total", exporter="192.0.2.7", protocol="netflow9", kind="flow") == 230
+    assert _metric(m, "fabricflow_ingest_datagrams_total", exporter="192.0.2.7", protocol="netflow9") == 10
+    assert _metric(m, "fabricflow_ingest_templates") == 5
+    assert _metric(m, "fabricflow_ingest_sequence_lost_total", exporter="192.0.2.7", protocol="netflow9") == 0
+
+
+def test_sflow_counters_and_sequence_loss():
+    p, sink, m = _pipeline()
+    data = _payloads("pmacct_sfprobe_rate8.pcap")
+    for i, d in enumerate(data):
+        if i in (10, 11, 12):  # three datagrams lost in transit
+            continue
+        p.handle(d, "127.0.0.1", 1_700_000_000_000 + i)
+    p.flush()
+    assert sum(len(a) for _e, a in sink.counters) == 3
+    assert _metric(m, "fabricflow_ingest_sequence_lost_total", exporter="127.0.0.1", protocol="sflow5") == 3
+
+
+def test_garbage_counted_and_sampled_to_dlq():
+    p, sink, m = _pipeline(dlq_max_per_s=2.0)
+    good = _payloads("softflowd_ipfix.pcap")
+    for i in range(50):
+        p.handle(b"\x00\x0a\x00\x05garbage" + bytes([i]), "192.0.2.9", 1)
+        p.handle(b"\xff" * 30, "192.0.2.9", 1)
+    for d in good:
+        p.handle(d, "192.0.2.9", 1)
+    p.flush()
+    assert sum(len(a) for _e, a in sink.flows) == 230  # good data unaffected
+    errors = sum(
+        s.value for s in m.registry.collect() if s.name == "fabricflow_ingest_decode_errors" for s in s.samples if s.name.endswith("_total")
+    )
+    assert errors == 100
+    assert 1 <= len(sink.dlq) <= 3  # token bucket: capped sample, not all 100
+    assert {r for _e, _p, r, _d in sink.dlq} <= {"bad_version", "truncated", "bad_length"}
+
+
+def test_allowlist_drops_and_counts():
+    p, sink, m = _pipeline(allowlist=["10.0.0.0/8"])
+    for d in _payloads("softflowd_v9.pcap"):
+        p.handle(d, "192.0.2.66", 1)
+    p.flush()
+    assert sink.flows == []
+    assert _metric(m, "fabricflow_ingest_not_allowed_datagrams_total", listener="udp") == 10
+
+
+def test_metrics_exposition_names_follow_style():
+    p, sink, m = _pipeline()
+    for d in _payloads("softflowd_v9.pcap")[:2]:
+        p.handle(d, "127.0.0.1", 1)
+    for fam in m.registry.collect():
+        assert fam.name.startswith("fabricflow_ingest_"), fam.name
+        for sample in fam.samples:
+            assert "port" not in sample.labels, (fam.name, sample.labels)
+            if fam.type == "counter" and not sample.name.endswith("_created"):
+                assert sample.name.endswith("_total"), sample.name
+    text = generate_latest(m.registry).decode()
+    assert 'fabricflow_ingest_datagrams_total{exporter="127.0.0.1",protocol="netflow9"} 2.0' in text
+
+
+def test_exporter_label_cardinality_is_bounded():
+    m = IngestMetrics(max_exporters=3)
+    labels = {m.exporter_label(f"10.0.0.{i}") for i in range(10)}
+    assert labels == {"10.0.0.0", "10.0.0.1", "10.0.0.2", "other"}
