@@ -1,0 +1,1 @@
+"""Stream processors: pure logic in ``processors.logic``, thin Faust agents around it."""

@@ -1,0 +1,218 @@
+"""Detector engine: enriched flow batches and counter samples in, detector outputs out.
+
+Combines the event-time windows with the detectors:
+- main windows (default 10 s): traffic matrix, straggler scores, pattern;
+- short windows (default 1 s, small lateness): incast;
+- counter samples: link health (no windows, per-port state).
+
+Every output is an ``Output(kind, key, value)``: kind is one of "matrix",
+"incast", "straggler", "link", "pattern"; key is the suggested Kafka message
+key; value is a dict matching the kind's Avro schema (pattern: see
+processors/logic/pattern.py). Deterministic: the same inputs, in the same
+order, with the same ``tick`` times, give the same outputs; ``snapshot()`` /
+``restore()`` carry all state as plain JSON-compatible values.
+Pure logic: no clock, no Kafka, no Faust.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from .incast import IncastAggregator, IncastConfig, IncastDetector, endpoint_codes
+from .linkhealth import LinkHealthConfig, LinkHealthDetector
+from .matrix import CellAggregator, MatrixConfig, matrix_cells
+from .pattern import PatternConfig, PatternDetector
+from .straggler import StragglerConfig, StragglerDetector
+from .windows import Interner, WindowConfig, WindowManager, from_bytes, to_bytes
+
+__all__ = ["EngineConfig", "Engine", "Output", "KINDS"]
+
+KINDS = ("matrix", "incast", "straggler", "link", "pattern")
+SNAPSHOT_VERSION = 1
+
+
+class Output(NamedTuple):
+    kind: str
+    key: str
+    value: dict
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """All detector settings; ``time_field`` is the flow column used as event time."""
+
+    window: WindowConfig = field(default_factory=WindowConfig)
+    matrix: MatrixConfig = field(default_factory=MatrixConfig)
+    incast: IncastConfig = field(default_factory=IncastConfig)
+    straggler: StragglerConfig = field(default_factory=StragglerConfig)
+    pattern: PatternConfig = field(default_factory=PatternConfig)
+    link: LinkHealthConfig = field(default_factory=LinkHealthConfig)
+    time_field: str = "time_end_ms"
+    enabled: tuple[str, ...] = KINDS
+
+
+class Engine:
+    """Stateful, deterministic detector pipeline (see module docstring)."""
+
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        capacity_bps: Callable[[str], float] | Mapping[str, float] | None = None,
+        switch_name: Callable[[str], str] | None = None,
+    ):
+        self.config = cfg = config or EngineConfig()
+        self.interner = Interner([""])
+        self.main = WindowManager(cfg.window, CellAggregator(cfg.matrix.compact_rows))
+        short = WindowConfig(size_ms=cfg.incast.window_ms, lateness_ms=cfg.incast.lateness_ms,
+                             idle_close_s=cfg.window.idle_close_s)
+        self.short = WindowManager(short, IncastAggregator())
+        self.incast = IncastDetector(cfg.incast, capacity_bps)
+        self.straggler = StragglerDetector(cfg.straggler)
+        self.pattern = PatternDetector(cfg.pattern)
+        self.link = LinkHealthDetector(cfg.link, switch_name)
+        self.records_in = 0
+
+    # -- flows -------------------------------------------------------------------
+    def process_flows(self, batch: np.ndarray) -> list[Output]:
+        """One enriched flow batch (``dtype_for("flow_enriched")``) -> outputs of windows it closed."""
+        n = len(batch)
+        if n == 0:
+            return []
+        self.records_in += n
+        cfg = self.config
+        sn, dn, sg, dg, sj, dj, cat = self.interner.codes(
+            batch["src_node"], batch["dst_node"], batch["src_group"], batch["dst_group"],
+            batch["src_job"], batch["dst_job"], batch["category"],
+        )
+        times = batch[cfg.time_field].astype(np.int64)
+        packets = batch["packets"].astype(np.int64)
+        bytes_est = batch["bytes_est"].astype(np.int64)
+        out: list[Output] = []
+        if {"matrix", "straggler", "pattern"} & set(cfg.enabled):
+            rows = {"sn": sn, "dn": dn, "sg": sg, "dg": dg, "sj": sj, "dj": dj, "cat": cat,
+                    "bytes_est": bytes_est, "packets_est": batch["packets_est"].astype(np.int64),
+                    "flow_records": np.ones(n, dtype=np.int64), "samples": packets}
+            for ws, we, cells in self.main.process(times, rows):
+                out.extend(self._main_window(ws, we, cells))
+        if "incast" in cfg.enabled:
+            cats = [self.interner.code(c) for c in cfg.incast.categories]
+            m = np.isin(cat, cats)
+            rows = self._incast_rows(batch, m, sn[m], dn[m], dg[m], bytes_est[m], packets[m])
+            for ws, _we, res in self.short.process(times[m], rows, observed_max_ms=int(times.max())):
+                out.extend(self._incast_window(ws, res))
+        return out
+
+    def _incast_rows(self, batch, m, sn, dn, dg, bytes_est, packets) -> dict[str, np.ndarray]:
+        w = self.config.incast.window_ms
+        if not m.any():
+            z = np.zeros(0, dtype=np.int64)
+            return {"dst": z.astype(np.int32), "src": z.astype(np.int32), "dgrp": z.astype(np.int32),
+                    "rate_bps": z, "rate_sampled_bps": z, "samples": z, "samples_sampled": z, "max_rate": z}
+        sub = batch[m]
+        dur = np.maximum(sub["time_end_ms"].astype(np.int64) - sub["time_start_ms"].astype(np.int64), w)
+        rate = bytes_est * 8000 // dur
+        sr = np.maximum(sub["sampling_rate"].astype(np.int64), 1)
+        sampled = sr > 1
+        return {
+            "dst": endpoint_codes(dn, sub["dst_addr"], self.interner),
+            "src": endpoint_codes(sn, sub["src_addr"], self.interner),
+            "dgrp": dg,
+            "rate_bps": rate,
+            "rate_sampled_bps": np.where(sampled, rate, 0),
+            "samples": packets,
+            "samples_sampled": np.where(sampled, packets, 0),
+            "max_rate": sr,
+        }
+
+    def _main_window(self, ws: int, we: int, cells: dict) -> list[Output]:
+        en = self.config.enabled
+        out: list[Output] = []
+        if "matrix" in en:
+            for c in matrix_cells(cells, self.interner, ws, we, self.config.matrix):
+                out.append(Output("matrix", f"{c['level']}|{c['src']}|{c['dst']}|{c['category']}", c))
+        if "straggler" in en:
+            for s in self.straggler.on_window(ws, we, cells, self.interner):
+                out.append(Output("straggler", s["job"], s))
+        if "pattern" in en:
+            for p in self.pattern.on_window(ws, we, cells, self.interner):
+                out.append(Output("pattern", p["job"], p))
+        return out
+
+    def _incast_window(self, ws: int, res) -> list[Output]:
+        return [Output("incast", e["destination"], e) for e in self.incast.on_window(ws, res, self.interner)]
+
+    # -- counters ----------------------------------------------------------------
+    def process_counters(self, batch: np.ndarray) -> list[Output]:
+        """Counter samples (COUNTER_DTYPE) -> link health outputs."""
+        if "link" not in self.config.enabled or len(batch) == 0:
+            return []
+        return [Output("link", f"{d['exporter']}|{d['if_index']}", d) for d in self.link.process(batch)]
+
+    # -- timer -------------------------------------------------------------------
+    def tick(self, now_ms: int) -> list[Output]:
+        """Timer: close the windows of an idle stream (see WindowManager.tick)."""
+        out: list[Output] = []
+        for ws, we, cells in self.main.tick(now_ms):
+            out.extend(self._main_window(ws, we, cells))
+        for ws, _we, res in self.short.tick(now_ms):
+            out.extend(self._incast_window(ws, res))
+        if self.short.is_idle(now_ms) and self.incast.open_events:
+            out.extend(Output("incast", e["destination"], e) for e in self.incast.close_idle())
+        return out
+
+    def flush(self) -> list[Output]:
+        """Close every open window (end of a bounded replay)."""
+        out: list[Output] = []
+        for ws, we, cells in self.main.flush():
+            out.extend(self._main_window(ws, we, cells))
+        for ws, _we, res in self.short.flush():
+            out.extend(self._incast_window(ws, res))
+        out.extend(Output("incast", e["destination"], e) for e in self.incast.close_idle())
+        return out
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters for metrics: records in, too-late records per window kind, stale counter samples."""
+        return {
+            "records_in": self.records_in,
+            "too_late_main": self.main.too_late,
+            "too_late_incast": self.short.too_late,
+            "stale_counter_samples": self.link.stale,
+        }
+
+    # -- state -------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """All state as plain JSON-compatible values."""
+        return {
+            "version": SNAPSHOT_VERSION,
+            "interner": list(self.interner.strings),
+            "records_in": self.records_in,
+            "main": self.main.snapshot(),
+            "short": self.short.snapshot(),
+            "incast": self.incast.snapshot(),
+            "straggler": self.straggler.snapshot(),
+            "pattern": self.pattern.snapshot(),
+            "link": self.link.snapshot(),
+        }
+
+    def restore(self, snap: dict) -> None:
+        if snap.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"unsupported engine snapshot version {snap.get('version')!r}")
+        self.interner = Interner(snap["interner"])
+        self.records_in = int(snap["records_in"])
+        self.main.restore(snap["main"])
+        self.short.restore(snap["short"])
+        self.incast.restore(snap["incast"])
+        self.straggler.restore(snap["straggler"])
+        self.pattern.restore(snap["pattern"])
+        self.link.restore(snap["link"])
+
+    def snapshot_bytes(self) -> bytes:
+        return to_bytes(self.snapshot())
+
+    def restore_bytes(self, data: bytes) -> None:
+        self.restore(from_bytes(data))

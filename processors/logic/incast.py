@@ -1,0 +1,269 @@
+"""Incast detection: many sources bursting to one destination in a short window.
+
+Input: per short window (default 1 s), per (destination, source) the estimated
+rate (``IncastAggregator``, fed with interned codes by the engine). Output:
+IncastEvent dicts (incast_event.avsc) with hysteresis, so one burst is one
+event: ``open`` when a destination receives from >= ``min_sources`` sources at
+>= ``open_fraction`` of its link capacity, ``update`` for every later window
+still at >= ``close_fraction``, ``close`` after ``close_after_windows``
+consecutive windows below ``close_fraction`` (windows without any traffic count
+as below).
+
+Rate of one record: ``bytes_est * 8 / max(duration, window)``; sFlow samples
+have no duration, so their bytes count fully in their window. A long NetFlow
+record contributes its average rate to the window where it ended.
+
+Uncertainty: with ``c`` sampled packets behind the sampled part of the estimate
+the relative standard error is about ``sqrt(1/c)`` (sFlow packet-sampling
+theory); ``fraction_low/high`` are ``fraction -/+ z * share_sampled * sqrt(1/c)``
+(``z`` = 1.96, ~95 %). Unsampled records (rate 1) add no sampling error.
+Pure logic: no clock, no Kafka.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from schemas.columns import addr_str
+
+from .windows import Interner, dump_columns, group_reduce, load_columns
+
+__all__ = ["IncastConfig", "IncastAggregator", "IncastDetector", "endpoint_codes", "as_capacity"]
+
+
+@dataclass(frozen=True)
+class IncastConfig:
+    """Incast settings.
+
+    window_ms: short window length (default 1 s).
+    lateness_ms: allowed lateness of the short windows (kept small so events are
+      timely; NetFlow/IPFIX records older than this count as too late here).
+    min_sources: distinct sources needed to open an event.
+    open_fraction / close_fraction: hysteresis thresholds on aggregate/capacity.
+    close_after_windows: consecutive windows below close_fraction that close it.
+    categories: only these app categories count. Default: compute-fabric
+      traffic; storage checkpoint bursts are excluded unless added here.
+    default_capacity_bps: capacity when the capacity function knows no value.
+    z: normal quantile for the fraction bounds (1.96 ~ 95 %).
+    """
+
+    window_ms: int = 1_000
+    lateness_ms: int = 2_000
+    min_sources: int = 4
+    open_fraction: float = 0.8
+    close_fraction: float = 0.5
+    close_after_windows: int = 3
+    categories: tuple[str, ...] = ("collective", "rocev2", "other")
+    default_capacity_bps: float = 100e9
+    z: float = 1.96
+
+
+KEYS = ("dst", "src", "dgrp")
+SUMS = ("rate_bps", "rate_sampled_bps", "samples", "samples_sampled")
+MAXES = ("max_rate",)
+
+
+def as_capacity(capacity, default: float) -> Callable[[str], float]:
+    """Callable node -> capacity (bps) from a callable, a mapping or None."""
+    if capacity is None:
+        return lambda node: default
+    if isinstance(capacity, Mapping):
+        return lambda node: float(capacity.get(node, default))
+    return lambda node: float(capacity(node) or default)
+
+
+def endpoint_codes(node_codes: np.ndarray, addrs: np.ndarray, interner: Interner) -> np.ndarray:
+    """Node code, or the code of the address text where the node is unknown ("")."""
+    empty = interner.code("")
+    unknown = node_codes == empty
+    if not unknown.any():
+        return node_codes
+    out = node_codes.copy()
+    rows = np.ascontiguousarray(addrs[unknown], dtype=np.uint8)
+    view = rows.view(np.dtype((np.void, 16))).ravel()
+    uniq, inv = np.unique(view, return_inverse=True)
+    lut = np.fromiter(
+        (interner.code(addr_str(np.frombuffer(u.tobytes(), np.uint8))) for u in uniq), dtype=np.int32, count=len(uniq)
+    )
+    out[unknown] = lut[inv.ravel()]
+    return out
+
+
+class IncastAggregator:
+    """Short-window aggregator: integer rate sums per (dst, src, dst group)."""
+
+    def initialize(self) -> list:
+        return []
+
+    @staticmethod
+    def _reduce(chunks: list[dict]) -> dict:
+        cat = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+        keys, sums, maxes = group_reduce([cat[k] for k in KEYS], [cat[s] for s in SUMS], [cat[m] for m in MAXES])
+        out = dict(zip(KEYS, keys))
+        out.update(zip(SUMS, sums))
+        out.update(zip(MAXES, maxes))
+        return out
+
+    def agg(self, state: list, rows: dict, window_start: int) -> list:
+        state = state + [self._reduce([rows])]
+        if len(state) > 16:
+            state = [self._reduce(state)]
+        return state
+
+    def result(self, state: list, window_start: int, window_end: int) -> dict | None:
+        return self._reduce(state) if state else None
+
+    def dump(self, state: list):
+        return dump_columns(self._reduce(state)) if state else None
+
+    def load(self, obj) -> list:
+        return [load_columns(obj)] if obj else []
+
+
+class IncastDetector:
+    """Hysteresis over closed short windows, per destination."""
+
+    def __init__(self, config: IncastConfig = IncastConfig(), capacity_bps=None):
+        self.config = config
+        self.capacity = as_capacity(capacity_bps, config.default_capacity_bps)
+        # destination -> {"event_id", "start", "below", "last_ws"}
+        self.open_events: dict[str, dict] = {}
+
+    def _event(self, state: str, ev: dict, ws: int, dst: str, dgroup: str, d: dict | None) -> dict:
+        size = self.config.window_ms
+        if d is None:
+            d = {"sources": [], "rates": [], "agg": 0.0, "cap": self.capacity(dst), "frac": 0.0,
+                 "low": 0.0, "high": 0.0, "samples": 0, "max_rate": 0}
+        return {
+            "event_id": ev["event_id"],
+            "state": state,
+            "window_start_ms": int(ws),
+            "window_end_ms": int(ws + size),
+            "destination": dst,
+            "destination_group": dgroup,
+            "sources": list(d["sources"]),
+            "source_rates_bps": [float(r) for r in d["rates"]],
+            "aggregate_bps": float(d["agg"]),
+            "capacity_bps": float(d["cap"]),
+            "fraction": float(d["frac"]),
+            "fraction_low": float(d["low"]),
+            "fraction_high": float(d["high"]),
+            "samples": int(d["samples"]),
+            "sampling_rate": int(d["max_rate"]),
+        }
+
+    def _destinations(self, res: dict | None, interner: Interner) -> dict[str, tuple[str, dict]]:
+        """destination name -> (group, stats) for one closed window.
+
+        Vectorised over destinations; the per-source detail is only built for
+        destinations that can open an event or have one open.
+        """
+        out: dict[str, tuple[str, dict]] = {}
+        if res is None or len(res["dst"]) == 0:
+            return out
+        cfg = self.config
+        # one row per (dst, src), dropping the dst group (a destination has one group)
+        keys, sums, maxes = group_reduce(
+            [res["dst"], res["src"]],
+            [res["rate_bps"], res["rate_sampled_bps"], res["samples"], res["samples_sampled"]],
+            [res["max_rate"]],
+        )
+        dst, src = keys
+        rate, rate_s, smp, smp_s = sums
+        starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
+        agg = np.add.reduceat(rate, starts)
+        n_src = np.add.reduceat((rate > 0).astype(np.int64), starts)
+        names = interner.lookup(dst[starts]).tolist()
+        caps = np.array([self.capacity(n) for n in names], dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(caps > 0, agg / caps, 0.0)
+        want = (n_src >= cfg.min_sources) & (frac >= cfg.open_fraction)
+        want |= np.array([n in self.open_events for n in names], dtype=bool)
+        if not want.any():
+            return out
+        first_row = np.searchsorted(res["dst"], dst[starts])  # res is sorted by dst first
+        groups = interner.lookup(res["dgrp"][first_row]).tolist()
+        bounds = np.r_[starts, len(dst)]
+        z = cfg.z
+        for i in np.flatnonzero(want).tolist():
+            lo, hi = bounds[i], bounds[i + 1]
+            r = rate[lo:hi]
+            keep = r > 0
+            srcs = interner.lookup(src[lo:hi][keep]).tolist()
+            order = sorted(zip((-r[keep]).tolist(), srcs))
+            a = float(agg[i])
+            f = float(frac[i])
+            c = int(smp_s[lo:hi].sum())
+            share = float(rate_s[lo:hi].sum()) / a if a > 0 else 0.0
+            se = f * share * math.sqrt(1.0 / c) if c > 0 else 0.0
+            out[names[i]] = (
+                groups[i],
+                {
+                    "sources": [s for _, s in order],
+                    "rates": [float(-nr) for nr, _ in order],
+                    "agg": a,
+                    "cap": float(caps[i]),
+                    "frac": f,
+                    "low": max(0.0, f - z * se),
+                    "high": f + z * se,
+                    "samples": int(smp[lo:hi].sum()),
+                    "max_rate": int(maxes[0][lo:hi].max()),
+                },
+            )
+        return out
+
+    def on_window(self, ws: int, res: dict | None, interner: Interner) -> list[dict]:
+        """Evaluate one closed short window (call in window order)."""
+        cfg = self.config
+        size = cfg.window_ms
+        out: list[dict] = []
+        dests = self._destinations(res, interner)
+        # windows skipped since the last evaluation of an open event count as below
+        for dname in sorted(self.open_events):
+            ev = self.open_events[dname]
+            gap = (ws - ev["last_ws"]) // size - 1
+            if gap > 0 and ev["below"] + gap >= cfg.close_after_windows:
+                close_ws = ev["last_ws"] + (cfg.close_after_windows - ev["below"]) * size
+                out.append(self._event("close", ev, close_ws, dname, ev["group"], None))
+                del self.open_events[dname]
+            elif gap > 0:
+                ev["below"] += gap
+        for dname in sorted(set(dests) | set(self.open_events)):
+            group, d = dests.get(dname, ("", None))
+            ev = self.open_events.get(dname)
+            if ev is None:
+                if d is not None and len(d["sources"]) >= cfg.min_sources and d["frac"] >= cfg.open_fraction:
+                    ev = {"event_id": f"{dname}@{ws}", "start": ws, "below": 0, "last_ws": ws, "group": group}
+                    self.open_events[dname] = ev
+                    out.append(self._event("open", ev, ws, dname, group, d))
+                continue
+            ev["last_ws"] = ws
+            if d is not None and d["frac"] >= cfg.close_fraction:
+                ev["below"] = 0
+                out.append(self._event("update", ev, ws, dname, ev["group"], d))
+            else:
+                ev["below"] += 1
+                if ev["below"] >= cfg.close_after_windows:
+                    out.append(self._event("close", ev, ws, dname, ev["group"], d))
+                    del self.open_events[dname]
+        return out
+
+    def close_idle(self) -> list[dict]:
+        """Stream idle: close every open event as if its remaining windows were empty."""
+        cfg = self.config
+        out = []
+        for dname in sorted(self.open_events):
+            ev = self.open_events.pop(dname)
+            close_ws = ev["last_ws"] + (cfg.close_after_windows - ev["below"]) * cfg.window_ms
+            out.append(self._event("close", ev, close_ws, dname, ev["group"], None))
+        return out
+
+    def snapshot(self) -> dict:
+        return {"open_events": {k: dict(v) for k, v in sorted(self.open_events.items())}}
+
+    def restore(self, snap: dict) -> None:
+        self.open_events = {k: dict(v) for k, v in snap["open_events"].items()}

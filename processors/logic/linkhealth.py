@@ -1,0 +1,270 @@
+"""Link health from sFlow interface counter samples -> LinkHealth dicts (link_health.avsc).
+
+Per (exporter, if_index) the previous sample is kept; each new sample gives
+counter deltas over the interval (agent uptime delta when usable, else receive
+time delta) and from them:
+- kind ``sample``: utilisation in/out vs ifSpeed, error and discard rates;
+- ``counter_reset``: agent uptime went backwards, or a counter moved by more
+  than the link could carry (backwards without a plausible wrap, or forwards
+  too far); no rates are derived from that interval (no bogus spike);
+- ``speed_change`` (ifSpeed went up) / ``link_downgrade`` (went down, e.g. 25G -> 1G);
+- ``oper_down`` / ``oper_up`` on oper-status changes;
+- ``error_burst``: in+out errors/s >= threshold, once per burst;
+- ``sustained_utilisation``: max(util in, out) >= threshold continuously for
+  >= duration, once per episode.
+
+Counters are unsigned 64-bit stored in int64 (masked back to uint64 here).
+Wrap: a backwards step is a 32-bit wrap when both values fit in 32 bits and
+the wrapped delta is plausible, else a 64-bit wrap when plausible, else a reset.
+"Plausible" = at most ``plausibility`` x what ifSpeed allows in the interval
+(packets counted at 64-byte frames), so a reset that looks like a small
+32-bit wrap can be taken for a wrap: the delta then stays within line rate.
+
+Vectorised: samples are sorted by (port, time); the k-th sample of every port
+in a batch is processed in one numpy step (k is 1 in steady state).
+Pure logic: no clock, no Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from schemas.columns import addr_str
+
+__all__ = ["LinkHealthConfig", "LinkHealthDetector"]
+
+COUNTERS = ("in_octets", "out_octets", "in_errors", "out_errors", "in_discards", "out_discards")
+_OCTETS = {"in_octets", "out_octets"}
+_U32 = np.uint64(2**32)
+_KIND_ORDER = {k: i for i, k in enumerate(
+    ["counter_reset", "sample", "speed_change", "link_downgrade", "oper_down", "oper_up", "error_burst",
+     "sustained_utilisation"])}
+
+
+@dataclass(frozen=True)
+class LinkHealthConfig:
+    """Link health settings.
+
+    emit_samples: emit one kind=sample record per counter sample (after the first).
+    error_burst_per_s: in+out errors per second that start an error burst.
+    util_threshold / sustained_s: sustained utilisation episode definition.
+    plausibility: allowed factor over line rate before a delta counts as a reset.
+    unknown_speed_bps: line rate assumed for plausibility when ifSpeed is 0.
+    """
+
+    emit_samples: bool = True
+    error_burst_per_s: float = 10.0
+    util_threshold: float = 0.7
+    sustained_s: float = 600.0
+    plausibility: float = 1.5
+    unknown_speed_bps: float = 400e9
+
+
+_STATE_FIELDS = {
+    "t": np.int64, "uptime": np.int64, "seq": np.int64, "speed": np.int64, "oper": np.bool_,
+    "above_since": np.int64, "sustained_sent": np.bool_, "burst_open": np.bool_,
+    **{c: np.uint64 for c in COUNTERS},
+}
+
+
+class LinkHealthDetector:
+    def __init__(self, config: LinkHealthConfig = LinkHealthConfig(), switch_name: Callable[[str], str] | None = None):
+        self.config = config
+        self.switch_name = switch_name or (lambda exporter: exporter)
+        self.keys: list[tuple[str, int]] = []
+        self.slot: dict[tuple[str, int], int] = {}
+        self.st = {k: np.zeros(0, dtype=t) for k, t in _STATE_FIELDS.items()}
+        self.stale = 0
+
+    def _slots(self, batch: np.ndarray) -> np.ndarray:
+        addrs = np.ascontiguousarray(batch["exporter_addr"], dtype=np.uint8)
+        view = addrs.view(np.dtype((np.void, 16))).ravel()
+        uaddr, ainv = np.unique(view, return_inverse=True)
+        texts = [addr_str(np.frombuffer(u.tobytes(), np.uint8)) for u in uaddr]
+        comb = ainv.ravel().astype(np.int64) * (2**32) + (batch["if_index"].astype(np.int64) & 0xFFFFFFFF)
+        ukey, kinv = np.unique(comb, return_inverse=True)
+        lut = np.empty(len(ukey), dtype=np.int64)
+        for i, k in enumerate(ukey.tolist()):
+            key = (texts[k >> 32], k & 0xFFFFFFFF)
+            s = self.slot.get(key)
+            if s is None:
+                s = self.slot[key] = len(self.keys)
+                self.keys.append(key)
+            lut[i] = s
+        n = len(self.keys)
+        if n > len(self.st["t"]):
+            grow = max(n, 2 * len(self.st["t"]))
+            for k, arr in self.st.items():
+                new = np.zeros(grow, dtype=arr.dtype)
+                new[: len(arr)] = arr
+                if k in ("t",):
+                    new[len(arr):] = np.iinfo(np.int64).min  # no previous sample
+                if k == "above_since":
+                    new[len(arr):] = -1
+                self.st[k] = new
+        return lut[kinv.ravel()]
+
+    def process(self, batch: np.ndarray) -> list[dict]:
+        """Counter samples (COUNTER_DTYPE array) -> LinkHealth dicts, sorted by (time, exporter, if_index, kind)."""
+        if len(batch) == 0:
+            return []
+        slots = self._slots(batch)
+        order = np.lexsort((batch["sample_sequence"], batch["time_received_ms"], slots))
+        s_sorted = slots[order]
+        first = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
+        start_idx = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+        rank = np.arange(len(order)) - start_idx
+        out: list[dict] = []
+        for r in range(int(rank.max()) + 1):
+            rows = order[rank == r]
+            out.extend(self._step(batch[rows], slots[rows]))
+        out.sort(key=lambda d: (d["time_ms"], d["exporter"], d["if_index"], _KIND_ORDER.get(d["kind"], 99)))
+        return out
+
+    def _delta(self, cur: np.ndarray, prev: np.ndarray, limit: np.ndarray):
+        """(delta, bad) with 32/64-bit wrap handling; bad marks implausible steps."""
+        fwd = cur >= prev
+        d_fwd = cur - np.where(fwd, prev, cur)
+        small = (cur < _U32) & (prev < _U32)
+        d32 = np.where(small & ~fwd, cur + _U32 - np.where(small & ~fwd, prev, 0), 0).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            d64 = cur - prev  # modular uint64 arithmetic = 64-bit wrap
+        lim = limit.astype(np.float64)
+        use32 = ~fwd & small & (d32.astype(np.float64) <= lim)
+        use64 = ~fwd & ~use32 & (d64.astype(np.float64) <= lim)
+        delta = np.where(fwd, d_fwd, np.where(use32, d32, np.where(use64, d64, 0))).astype(np.uint64)
+        bad = (fwd & (d_fwd.astype(np.float64) > lim)) | (~fwd & ~use32 & ~use64)
+        return delta, bad
+
+    def _step(self, b: np.ndarray, slots: np.ndarray) -> list[dict]:
+        cfg = self.config
+        st = self.st
+        t = b["time_received_ms"].astype(np.int64)
+        uptime = b["agent_uptime_ms"].astype(np.int64)
+        seq = b["sample_sequence"].astype(np.int64)
+        speed = b["if_speed"].astype(np.int64)
+        oper = b["if_oper_up"].astype(bool)
+        cur = {c: b[c].astype(np.uint64) for c in COUNTERS}  # int64 -> same 64 bits as uint64
+
+        p_t = st["t"][slots]
+        has_prev = p_t != np.iinfo(np.int64).min
+        stale = has_prev & ((t < p_t) | ((t == p_t) & (seq <= st["seq"][slots])))
+        self.stale += int(stale.sum())
+        live = ~stale
+        cmp_ = has_prev & live  # rows compared with a previous sample
+
+        p_up = st["uptime"][slots]
+        uptime_reset = cmp_ & (uptime < p_up)
+        use_up = (uptime > p_up) & (p_up > 0)
+        interval = np.where(use_up, uptime - p_up, t - p_t)
+        interval = np.where(cmp_, np.maximum(interval, 1), 0)
+        secs = interval / 1000.0
+        line = np.where(speed > 0, speed, cfg.unknown_speed_bps).astype(np.float64)
+        lim_oct = line / 8.0 * secs * cfg.plausibility + 1.0
+        lim_pkt = line / (8.0 * 64) * secs * cfg.plausibility + 1.0
+        deltas = {}
+        bad = np.zeros(len(b), dtype=bool)
+        for c in COUNTERS:
+            d, bd = self._delta(cur[c], st[c][slots], lim_oct if c in _OCTETS else lim_pkt)
+            deltas[c] = d.astype(np.float64)
+            bad |= bd
+        reset = cmp_ & (uptime_reset | bad)
+        ok = cmp_ & ~reset
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bits_cap = secs * speed
+            util_in = np.where(ok & (speed > 0), deltas["in_octets"] * 8.0 / bits_cap, 0.0)
+            util_out = np.where(ok & (speed > 0), deltas["out_octets"] * 8.0 / bits_cap, 0.0)
+            rate = {c: np.where(ok, deltas[c] / secs, 0.0) for c in COUNTERS[2:]}
+
+        p_speed = st["speed"][slots]
+        speed_chg = cmp_ & (speed != p_speed)
+        p_oper = st["oper"][slots]
+        oper_chg = cmp_ & (oper != p_oper)
+
+        # error bursts (episode: open while above threshold)
+        err_ps = rate["in_errors"] + rate["out_errors"]
+        burst_now = ok & (err_ps >= cfg.error_burst_per_s)
+        burst_was = st["burst_open"][slots]
+        burst_start = burst_now & ~burst_was
+        new_burst = np.where(ok, burst_now, burst_was)
+
+        # sustained utilisation
+        util = np.maximum(util_in, util_out)
+        above = ok & (util >= cfg.util_threshold)
+        since = st["above_since"][slots]
+        since = np.where(above & (since < 0), p_t, since)
+        since = np.where(ok & ~above, -1, since)
+        sent = st["sustained_sent"][slots] & ~(ok & ~above)
+        sustained = above & ~sent & (t - since >= cfg.sustained_s * 1000.0)
+        sent = sent | sustained
+
+        # state update for live rows
+        ls = slots[live]
+        st["t"][ls] = t[live]
+        st["uptime"][ls] = uptime[live]
+        st["seq"][ls] = seq[live]
+        st["speed"][ls] = speed[live]
+        st["oper"][ls] = oper[live]
+        st["above_since"][ls] = np.where(cmp_, since, -1)[live]
+        st["sustained_sent"][ls] = np.where(cmp_, sent, False)[live]
+        st["burst_open"][ls] = np.where(cmp_, new_burst, False)[live]
+        for c in COUNTERS:
+            st[c][ls] = cur[c][live]
+
+        # outputs (one dict per emitted record)
+        out: list[dict] = []
+        emit_rows = np.flatnonzero(cmp_ & (reset | speed_chg | oper_chg | burst_start | sustained | (ok & cfg.emit_samples)))
+        for i in emit_rows.tolist():
+            exporter, if_index = self.keys[int(slots[i])]
+            base = {
+                "time_ms": int(t[i]),
+                "interval_ms": int(interval[i]),
+                "kind": "sample",
+                "exporter": exporter,
+                "switch": str(self.switch_name(exporter)),
+                "if_index": int(if_index),
+                "if_speed": int(speed[i]),
+                "previous_if_speed": int(p_speed[i]),
+                "util_in": float(util_in[i]),
+                "util_out": float(util_out[i]),
+                "in_errors_per_s": float(rate["in_errors"][i]),
+                "out_errors_per_s": float(rate["out_errors"][i]),
+                "in_discards_per_s": float(rate["in_discards"][i]),
+                "out_discards_per_s": float(rate["out_discards"][i]),
+                "oper_up": bool(oper[i]),
+                "detail": "",
+            }
+            if reset[i]:
+                why = "agent uptime went backwards" if uptime_reset[i] else "counter step not explainable by a wrap"
+                out.append(base | {"kind": "counter_reset", "detail": why})
+            elif cfg.emit_samples:
+                out.append(dict(base))
+            if speed_chg[i]:
+                kind = "link_downgrade" if speed[i] < p_speed[i] else "speed_change"
+                out.append(base | {"kind": kind, "detail": f"if_speed {int(p_speed[i])} -> {int(speed[i])} bps"})
+            if oper_chg[i]:
+                out.append(base | {"kind": "oper_up" if oper[i] else "oper_down", "detail": "oper status changed"})
+            if burst_start[i]:
+                out.append(base | {"kind": "error_burst", "detail": f"{err_ps[i]:.1f} errors/s"})
+            if sustained[i]:
+                out.append(base | {"kind": "sustained_utilisation",
+                                   "detail": f"utilisation >= {cfg.util_threshold:g} since {int(since[i])} ms"})
+        return out
+
+    def snapshot(self) -> dict:
+        n = len(self.keys)
+        return {
+            "keys": [[e, i] for e, i in self.keys],
+            "state": {k: [int(x) if v.dtype.kind in "iu" else bool(x) for x in v[:n].tolist()] for k, v in self.st.items()},
+            "stale": self.stale,
+        }
+
+    def restore(self, snap: dict) -> None:
+        self.keys = [(e, int(i)) for e, i in snap["keys"]]
+        self.slot = {k: s for s, k in enumerate(self.keys)}
+        self.st = {k: np.asarray(snap["state"][k], dtype=t) if snap["state"][k] else np.zeros(0, t)
+                   for k, t in _STATE_FIELDS.items()}
+        self.stale = int(snap["stale"])

@@ -1,0 +1,169 @@
+"""Vectorised longest-prefix match over 16-byte address columns.
+
+Addresses are the (n, 16) uint8 columns of :mod:`schemas.columns` (IPv6, or
+IPv4-mapped IPv6). Prefixes live in the same 128-bit space: an IPv4 ``/L``
+becomes ``::ffff:a.b.c.d/(96+L)``, so IPv4 prefixes only ever match
+IPv4-mapped addresses, while an IPv6 ``::/0`` matches everything.
+
+Lookup works one prefix length at a time, longest first. For one length the
+masked (hi, lo) 64-bit halves of each address are turned into ranks among the
+distinct halves of that length's prefixes (``np.searchsorted``), the two ranks
+form one int64 key, and a last ``searchsorted`` finds the prefix. Addresses
+matched at a longer length are not looked at again. No per-address Python.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["PrefixTable", "parse_prefix", "addr_halves", "prefix_str"]
+
+_ALL64 = (1 << 64) - 1
+
+
+def _mask64(bits: int) -> int:
+    """Top ``bits`` (0..64) of a 64-bit word set."""
+    return (_ALL64 << (64 - bits)) & _ALL64 if bits > 0 else 0
+
+
+def parse_prefix(text: str | ipaddress.IPv4Network | ipaddress.IPv6Network) -> tuple[int, int]:
+    """``(value128, length128)`` of an IP address or CIDR in the IPv4-mapped 128-bit space.
+
+    A bare address is a host prefix (/32 or /128). Raises ``ValueError`` for
+    bad text or a CIDR with host bits set.
+    """
+    net = text if isinstance(text, ipaddress.IPv4Network | ipaddress.IPv6Network) else ipaddress.ip_network(
+        str(text).strip(), strict=True
+    )
+    if net.version == 4:
+        value = (0xFFFF << 32) | int(net.network_address)
+        return value, 96 + net.prefixlen
+    return int(net.network_address), net.prefixlen
+
+
+def prefix_str(value: int, length: int) -> str:
+    """Text form of a 128-bit prefix; IPv4-mapped ones (length >= 96) print as IPv4 CIDRs."""
+    if length >= 96 and (value >> 32) == 0xFFFF:
+        return f"{ipaddress.IPv4Address(value & 0xFFFFFFFF)}/{length - 96}"
+    return f"{ipaddress.IPv6Address(value)}/{length}"
+
+
+def addr_halves(addrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(hi, lo) uint64 halves (big-endian order) of an (n, 16) uint8 address column."""
+    a = np.ascontiguousarray(np.asarray(addrs, dtype=np.uint8).reshape(-1, 16))
+    w = a.view(">u8").reshape(-1, 2)
+    return w[:, 0].astype(np.uint64), w[:, 1].astype(np.uint64)
+
+
+class _Level:
+    """All prefixes of one length: sorted distinct halves and combined keys."""
+
+    __slots__ = ("length", "hmask", "lmask", "uhi", "ulo", "keys", "index")
+
+    def __init__(self, length: int, values: list[int], index: list[int]):
+        self.length = length
+        self.hmask = np.uint64(_mask64(min(length, 64)))
+        self.lmask = np.uint64(_mask64(max(length - 64, 0)))
+        his = np.array([v >> 64 for v in values], dtype=np.uint64)
+        los = np.array([v & _ALL64 for v in values], dtype=np.uint64)
+        self.uhi = np.unique(his)
+        self.ulo = np.unique(los)
+        r = np.searchsorted(self.uhi, his).astype(np.int64)
+        s = np.searchsorted(self.ulo, los).astype(np.int64)
+        keys = r * len(self.ulo) + s
+        order = np.argsort(keys, kind="stable")
+        self.keys = keys[order]
+        self.index = np.asarray(index, dtype=np.int32)[order]
+        if len(self.keys) > 1 and (np.diff(self.keys) == 0).any():
+            j = int(self.index[np.flatnonzero(np.diff(self.keys) == 0)[0]])
+            dup = values[index.index(j)]
+            raise ValueError(f"duplicate prefix {prefix_str(dup, length)}")
+
+    @staticmethod
+    def _rank(table: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if len(table) == 1:
+            return np.zeros(len(q), dtype=np.int64), q == table[0]
+        r = np.searchsorted(table, q)
+        rc = np.minimum(r, len(table) - 1)
+        return rc.astype(np.int64), table[rc] == q
+
+    def match(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions of the matching addresses, their entry indexes)."""
+        r, ok = self._rank(self.uhi, hi & self.hmask)
+        sel = np.flatnonzero(ok)
+        s, okl = self._rank(self.ulo, lo[sel] & self.lmask)
+        sel = sel[okl]
+        r = r[sel]
+        s = s[okl]
+        if len(self.uhi) == 1:  # keys are exactly 0..len(ulo)-1
+            return sel, self.index[s]
+        if len(self.ulo) == 1:  # keys are exactly 0..len(uhi)-1
+            return sel, self.index[r]
+        key = r * len(self.ulo) + s
+        k = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
+        found = self.keys[k] == key
+        return sel[found], self.index[k[found]]
+
+
+class PrefixTable:
+    """Longest-prefix-match table; entry ``i`` is the ``i``-th prefix given.
+
+    ``lookup`` returns an int32 column of entry indexes, -1 where no prefix
+    matches. Duplicate prefixes are rejected (``ValueError``).
+    """
+
+    def __init__(self, prefixes: Iterable[tuple[int, int]]):
+        by_len: dict[int, tuple[list[int], list[int]]] = {}
+        n = 0
+        for i, (value, length) in enumerate(prefixes):
+            if not 0 <= length <= 128:
+                raise ValueError(f"prefix length {length} out of range 0..128")
+            full = (1 << 128) - 1
+            mask = (full << (128 - length)) & full if length else 0
+            if value & ~mask & full:
+                raise ValueError(f"prefix {prefix_str(value, length)} has host bits set")
+            vals, idx = by_len.setdefault(length, ([], []))
+            vals.append(value)
+            idx.append(i)
+            n = i + 1
+        self.size = n
+        self._levels = [_Level(L, *by_len[L]) for L in sorted(by_len, reverse=True)]
+
+    @classmethod
+    def from_cidrs(cls, cidrs: Sequence[str]) -> PrefixTable:
+        """Table from address / CIDR strings (entry ``i`` = ``cidrs[i]``)."""
+        return cls(parse_prefix(c) for c in cidrs)
+
+    @property
+    def lengths(self) -> list[int]:
+        """Distinct prefix lengths present (128-bit space), longest first."""
+        return [lv.length for lv in self._levels]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def lookup(self, addrs: np.ndarray) -> np.ndarray:
+        """int32 entry index of the longest matching prefix per address, -1 when none."""
+        hi, lo = addr_halves(addrs)
+        n = len(hi)
+        out = np.full(n, -1, dtype=np.int32)
+        if not self._levels or n == 0:
+            return out
+        rows = None  # None = all rows still unmatched
+        for level in self._levels:
+            if rows is None:
+                pos, idx = level.match(hi, lo)
+                out[pos] = idx
+                rows = np.flatnonzero(out < 0)
+            else:
+                if rows.size == 0:
+                    break
+                pos, idx = level.match(hi[rows], lo[rows])
+                out[rows[pos]] = idx
+                keep = np.ones(rows.size, dtype=bool)
+                keep[pos] = False
+                rows = rows[keep]
+        return out

@@ -1,0 +1,211 @@
+"""Per-job communication pattern: cycle period and collective peer structure.
+
+From the closed windows of the traffic matrix, per job:
+- a series of collective bytes per window (src and dst in the job, categories
+  collective/rocev2); windows without any such traffic count as 0;
+- the period of the compute/communication cycle: the lag with the highest
+  autocorrelation of the mean-removed series (biased estimator, lags 2 ..
+  n/2 windows), accepted when that autocorrelation >= ``min_acf``. Resolution is
+  one window; the period must span >= 2 windows and the series must hold >= 2
+  periods, so with 10 s windows periods from 20 s to half the history show up;
+- the structure: the set of (src, dst) node pairs carrying the collective,
+  a pair counted when it holds >= ``min_pair_share`` of the job's window bytes
+  in >= ``presence`` of the last ``recent_windows`` windows that carried
+  collective traffic for the job (sampling may miss a pair in one window).
+
+After ``baseline_windows`` windows the first estimate becomes the job's
+baseline (output kind ``pattern_baseline``). Every later window compares the
+most recent estimate with it and reports ``pattern_deviation`` (state
+``open``) when the pair set changes or the measured period moves by more than
+``period_tolerance`` (a window with no measurable period opens nothing: mixed
+cycles during a change often look aperiodic); when the job returns to its
+baseline, state ``close``.
+Output dicts (no avsc yet):
+``{kind, state, job, deviation, window_start_ms, window_end_ms, detail,
+baseline_period_ms, current_period_ms, added_pairs, removed_pairs, peers}``
+(``*_period_ms`` = -1 when not periodic; pairs as [src, dst]; peers maps each
+node to its sorted collective peers).
+Pure logic: no clock, no Kafka.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .windows import Interner, group_reduce
+
+__all__ = ["PatternConfig", "PatternDetector", "estimate_period"]
+
+
+@dataclass(frozen=True)
+class PatternConfig:
+    categories: tuple[str, ...] = ("collective", "rocev2")
+    baseline_windows: int = 30
+    recent_windows: int = 6
+    presence: float = 0.5
+    min_pair_share: float = 0.01
+    min_acf: float = 0.3
+    period_tolerance: float = 0.2
+    max_history: int = 120
+
+
+def estimate_period(series: np.ndarray, min_acf: float = 0.3) -> int | None:
+    """Period in windows (lag of max autocorrelation), or None when not periodic."""
+    x = np.asarray(series, dtype=np.float64)
+    n = len(x)
+    if n < 4:
+        return None
+    x = x - x.mean()
+    denom = float(np.dot(x, x))
+    if denom <= 0:
+        return None
+    best_k, best = None, -np.inf
+    for k in range(2, n // 2 + 1):
+        r = float(np.dot(x[:-k], x[k:])) / denom
+        if r > best + 1e-12:
+            best_k, best = k, r
+    if best_k is None or best < min_acf:
+        return None
+    return best_k
+
+
+def _pairs_present(history: list[list[str]], presence: float) -> set[str]:
+    if not history:
+        return set()
+    counts: dict[str, int] = {}
+    for pairs in history:
+        for p in pairs:
+            counts[p] = counts.get(p, 0) + 1
+    need = presence * len(history)
+    return {p for p, c in counts.items() if c >= need}
+
+
+def _split(p: str) -> list[str]:
+    return p.split("\x00", 1)
+
+
+def _peers(pairs: set[str]) -> dict[str, list[str]]:
+    peers: dict[str, set[str]] = {}
+    for p in pairs:
+        a, b = _split(p)
+        peers.setdefault(a, set()).add(b)
+        peers.setdefault(b, set()).add(a)
+    return {k: sorted(v) for k, v in sorted(peers.items())}
+
+
+class PatternDetector:
+    def __init__(self, config: PatternConfig = PatternConfig()):
+        self.config = config
+        # job -> {"last_ws", "series": [bytes...], "pairs": [[pair...]...], "baseline": {...} | None,
+        #         "open": {deviation: True}}
+        self.jobs: dict[str, dict] = {}
+
+    def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
+        cfg = self.config
+        size = we - ws
+        empty = interner.code("")
+        cats = [interner.index[c] for c in cfg.categories if c in interner.index]
+        m = np.isin(cells["cat"], cats) if len(cells["cat"]) else np.zeros(0, bool)
+        m &= (cells["sj"] == cells["dj"]) & (cells["sj"] != empty) & (cells["sn"] != empty) & (cells["dn"] != empty)
+        keys, sums, _ = group_reduce(
+            [cells["sj"][m], cells["sn"][m], cells["dn"][m]], [cells["bytes_est"][m]]
+        )
+        jobs = interner.lookup(keys[0]).tolist()
+        src = interner.lookup(keys[1]).tolist()
+        dst = interner.lookup(keys[2]).tolist()
+        byts = sums[0].tolist()
+        totals: dict[str, int] = {}
+        for j, b in zip(jobs, byts):
+            totals[j] = totals.get(j, 0) + b
+        pairs: dict[str, list[str]] = {}
+        for j, s, d, b in zip(jobs, src, dst, byts):
+            if b >= cfg.min_pair_share * totals[j]:
+                pairs.setdefault(j, []).append(f"{s}\x00{d}")
+        out: list[dict] = []
+        for job in sorted(set(totals) | set(self.jobs)):
+            st = self.jobs.get(job)
+            if st is None:
+                st = self.jobs[job] = {"last_ws": ws - size, "series": [], "pairs": [], "baseline": None, "open": {}}
+            gap = max(0, (ws - st["last_ws"]) // size - 1)
+            gap = min(gap, cfg.max_history)
+            st["series"] = (st["series"] + [0] * gap + [totals.get(job, 0)])[-cfg.max_history :]
+            st["pairs"] = (st["pairs"] + [[] for _ in range(gap)] + [sorted(pairs.get(job, []))])[-cfg.max_history :]
+            st["last_ws"] = ws
+            if sum(st["series"][-cfg.max_history :]) == 0:
+                del self.jobs[job]  # job gone
+                continue
+            out.extend(self._evaluate(job, st, ws, we, size))
+        return out
+
+    def _current(self, st: dict, size: int) -> tuple[int, set[str]]:
+        cfg = self.config
+        period = estimate_period(np.array(st["series"][-cfg.baseline_windows :]), cfg.min_acf)
+        # pair presence over the last recent_windows windows that carried collective traffic
+        active = [p for p in st["pairs"][-cfg.baseline_windows :] if p][-cfg.recent_windows :]
+        return (-1 if period is None else period * size), _pairs_present(active, cfg.presence)
+
+    def _evaluate(self, job: str, st: dict, ws: int, we: int, size: int) -> list[dict]:
+        cfg = self.config
+        if len(st["series"]) < cfg.baseline_windows:
+            return []
+        period_ms, pairs = self._current(st, size)
+        base = st["baseline"]
+        if base is None:
+            st["baseline"] = {"period_ms": period_ms, "pairs": sorted(pairs)}
+            return [self._record("pattern_baseline", "open", job, "baseline", ws, we, "baseline established",
+                                 period_ms, period_ms, set(), set(), pairs)]
+        out = []
+        bpairs = set(base["pairs"])
+        added, removed = pairs - bpairs, bpairs - pairs
+        devs = {}
+        if added or removed:
+            devs["pairs_changed"] = f"{len(added)} pairs added, {len(removed)} removed"
+        bp = base["period_ms"]
+        if bp > 0 and period_ms > 0 and abs(period_ms - bp) > cfg.period_tolerance * bp:
+            devs["period_shift"] = f"period {bp} ms -> {period_ms} ms"
+        elif period_ms < 0 and st["open"].get("period_shift"):
+            devs["period_shift"] = "period not measurable"  # keep an open shift open while unclear
+        for dev in ("pairs_changed", "period_shift"):
+            was = st["open"].get(dev, False)
+            if dev in devs and not was:
+                st["open"][dev] = True
+                out.append(self._record("pattern_deviation", "open", job, dev, ws, we, devs[dev], bp, period_ms,
+                                        added, removed, pairs))
+            elif dev not in devs and was:
+                del st["open"][dev]
+                out.append(self._record("pattern_deviation", "close", job, dev, ws, we, "back to baseline", bp,
+                                        period_ms, added, removed, pairs))
+        return out
+
+    @staticmethod
+    def _record(kind, state, job, dev, ws, we, detail, bp, cp, added, removed, pairs) -> dict:
+        return {
+            "kind": kind,
+            "state": state,
+            "job": job,
+            "deviation": dev,
+            "window_start_ms": int(ws),
+            "window_end_ms": int(we),
+            "detail": detail,
+            "baseline_period_ms": int(bp),
+            "current_period_ms": int(cp),
+            "added_pairs": [_split(p) for p in sorted(added)],
+            "removed_pairs": [_split(p) for p in sorted(removed)],
+            "peers": _peers(pairs),
+        }
+
+    def snapshot(self) -> dict:
+        return {"jobs": {j: {"last_ws": s["last_ws"], "series": list(s["series"]),
+                             "pairs": [list(p) for p in s["pairs"]],
+                             "baseline": None if s["baseline"] is None else dict(s["baseline"]),
+                             "open": dict(s["open"])}
+                         for j, s in sorted(self.jobs.items())}}
+
+    def restore(self, snap: dict) -> None:
+        self.jobs = {j: {"last_ws": int(s["last_ws"]), "series": [int(x) for x in s["series"]],
+                         "pairs": [list(p) for p in s["pairs"]],
+                         "baseline": None if s["baseline"] is None else
+                         {"period_ms": int(s["baseline"]["period_ms"]), "pairs": list(s["baseline"]["pairs"])},
+                         "open": dict(s["open"])} for j, s in snap["jobs"].items()}

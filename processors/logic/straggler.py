@@ -1,0 +1,156 @@
+"""Straggler scoring: per job and window, each node's collective bytes vs its peers.
+
+For every closed window and job, each member node gets a StragglerScore dict
+(straggler_score.avsc):
+- sent / received estimated bytes in the configured categories (collective,
+  rocev2) where the node is the source / destination and belongs to the job;
+- peer median (median of the *other* nodes of the job) and ratio = sent / peer median;
+- raw robust z = (sent - peer median) / (1.4826 * MAD), MAD over the job's
+  nodes, floored at ``mad_floor_fraction`` * peer median so identical peers
+  don't make any deviation infinite; clipped to +-``z_clip``;
+- score = rolling median of the last ``smoothing_windows`` raw z values;
+- evidence_windows = consecutive windows with raw ratio < ``ratio_threshold``
+  AND raw z < ``z_threshold``; straggler = evidence >= ``persist_windows`` and
+  score < ``z_threshold``. One low window is never enough, and a job whose
+  nodes all slow down together keeps ratios near 1.
+
+Members are the nodes seen in the job within the last ``membership_windows``
+windows, so a node that stops sending entirely scores 0 instead of vanishing.
+Jobs with fewer than ``min_peers`` peers per node are not scored.
+Pure logic: no clock, no Kafka.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .windows import Interner, group_reduce
+
+__all__ = ["StragglerConfig", "StragglerDetector", "leave_one_out_median"]
+
+
+@dataclass(frozen=True)
+class StragglerConfig:
+    """Straggler settings (defaults documented in docs/detectors.md)."""
+
+    categories: tuple[str, ...] = ("collective", "rocev2")
+    min_peers: int = 3
+    ratio_threshold: float = 0.7
+    z_threshold: float = -3.0
+    persist_windows: int = 3
+    smoothing_windows: int = 3
+    membership_windows: int = 6
+    mad_floor_fraction: float = 0.05
+    z_clip: float = 10.0
+
+
+def leave_one_out_median(values: np.ndarray) -> np.ndarray:
+    """For each element, the median of all the other elements (vectorised)."""
+    v = np.asarray(values, dtype=np.float64)
+    n = len(v)
+    if n < 2:
+        return np.zeros(n)
+    order = np.argsort(v, kind="stable")
+    s = v[order]
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    m = n - 1
+    a, b = (m - 1) // 2, m // 2
+    ia = np.where(a < rank, a, a + 1)
+    ib = np.where(b < rank, b, b + 1)
+    return (s[ia] + s[ib]) / 2.0
+
+
+class StragglerDetector:
+    def __init__(self, config: StragglerConfig = StragglerConfig()):
+        self.config = config
+        # job -> node -> last window start seen
+        self.members: dict[str, dict[str, int]] = {}
+        # "job\x00node" -> {"z": [..], "evidence": int}
+        self.nodes: dict[str, dict] = {}
+
+    def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
+        cfg = self.config
+        size = we - ws
+        empty = interner.code("")
+        cats = [interner.index[c] for c in cfg.categories if c in interner.index]
+        mask = np.isin(cells["cat"], cats) if len(cells["cat"]) else np.zeros(0, bool)
+        sel = {k: v[mask] for k, v in cells.items()}
+        per_job: dict[str, dict[str, list[int]]] = {}
+        for side, (kj, kn) in enumerate((("sj", "sn"), ("dj", "dn"))):
+            ok = (sel[kj] != empty) & (sel[kn] != empty)
+            keys, sums, _ = group_reduce([sel[kj][ok], sel[kn][ok]], [sel["bytes_est"][ok]])
+            for j, n, b in zip(interner.lookup(keys[0]).tolist(), interner.lookup(keys[1]).tolist(), sums[0].tolist()):
+                per_job.setdefault(j, {}).setdefault(n, [0, 0])[side] += b
+        out: list[dict] = []
+        for job in sorted(set(per_job) | set(self.members)):
+            mem = self.members.setdefault(job, {})
+            active = per_job.get(job, {})
+            for n in active:
+                mem[n] = ws
+            for n in [n for n, last in mem.items() if ws - last >= cfg.membership_windows * size]:
+                del mem[n]
+                self.nodes.pop(f"{job}\x00{n}", None)
+            if not mem:
+                del self.members[job]
+                continue
+            if not active:
+                continue  # job silent this window: no scores, evidence kept
+            names = sorted(mem)
+            if len(names) - 1 < cfg.min_peers:
+                continue
+            sent = np.array([active.get(n, [0, 0])[0] for n in names], dtype=np.int64)
+            recv = np.array([active.get(n, [0, 0])[1] for n in names], dtype=np.int64)
+            out.extend(self._score(ws, we, job, names, sent, recv))
+        return out
+
+    def _score(self, ws, we, job, names, sent, recv) -> list[dict]:
+        cfg = self.config
+        s = sent.astype(np.float64)
+        med_s = leave_one_out_median(s)
+        med_r = leave_one_out_median(recv.astype(np.float64))
+        mad = float(np.median(np.abs(s - np.median(s))))
+        scale = 1.4826 * np.maximum(mad, cfg.mad_floor_fraction * med_s)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(scale > 0, (s - med_s) / scale, 0.0)
+            ratio = np.where(med_s > 0, s / med_s, 1.0)
+        z = np.clip(z, -cfg.z_clip, cfg.z_clip)
+        out = []
+        peers = len(names) - 1
+        for i, node in enumerate(names):
+            key = f"{job}\x00{node}"
+            st = self.nodes.setdefault(key, {"z": [], "evidence": 0})
+            st["z"] = (st["z"] + [float(z[i])])[-cfg.smoothing_windows :]
+            low = ratio[i] < cfg.ratio_threshold and z[i] < cfg.z_threshold
+            st["evidence"] = st["evidence"] + 1 if low else 0
+            score = float(np.median(st["z"]))
+            out.append(
+                {
+                    "window_start_ms": int(ws),
+                    "window_end_ms": int(we),
+                    "job": job,
+                    "node": node,
+                    "sent_bytes": int(sent[i]),
+                    "recv_bytes": int(recv[i]),
+                    "peer_median_sent": float(med_s[i]),
+                    "peer_median_recv": float(med_r[i]),
+                    "ratio_sent": float(ratio[i]),
+                    "score": score,
+                    "evidence_windows": int(st["evidence"]),
+                    "straggler": bool(st["evidence"] >= cfg.persist_windows and score < cfg.z_threshold),
+                    "peers": int(peers),
+                }
+            )
+        return out
+
+    def snapshot(self) -> dict:
+        return {
+            "members": {j: dict(sorted(m.items())) for j, m in sorted(self.members.items())},
+            "nodes": {k: {"z": list(v["z"]), "evidence": v["evidence"]} for k, v in sorted(self.nodes.items())},
+        }
+
+    def restore(self, snap: dict) -> None:
+        self.members = {j: {n: int(t) for n, t in m.items()} for j, m in snap["members"].items()}
+        self.nodes = {k: {"z": [float(x) for x in v["z"]], "evidence": int(v["evidence"])} for k, v in snap["nodes"].items()}

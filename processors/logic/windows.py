@@ -1,0 +1,291 @@
+"""Event-time tumbling windows with allowed lateness, plus columnar group-by helpers.
+
+Pure logic: no clock, no Kafka, no Faust. Time comes in as arguments (event times
+of records, ``now_ms`` of a timer tick). Output depends only on input order and
+those explicit times, so a replay gives identical results.
+
+Window rules
+- A record with event time ``t`` belongs to window ``[s, s + size)`` with
+  ``s = t - t % size``.
+- Watermark = max event time seen - lateness. A window closes (its result is
+  emitted) once the watermark reaches its end.
+- A record whose window is already closed is counted in ``too_late`` and dropped;
+  it never reopens a window.
+- ``tick(now_ms)``: if the max event time has not moved for ``idle_close_s`` of
+  timer time, every open window is closed, so an idle stream still emits its
+  last window (Faust's ``on_window_close`` would wait for a later event).
+
+Aggregators follow the Quix shape: ``initialize() -> state``,
+``agg(state, rows, window_start) -> state``, ``result(state, start, end)``.
+States must be snapshot-able with ``dump(state)`` / ``load(obj)`` into plain
+JSON-compatible values so the Faust layer can keep them in a changelog.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "WindowConfig",
+    "Aggregator",
+    "WindowManager",
+    "Interner",
+    "group_reduce",
+    "dump_columns",
+    "load_columns",
+]
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """Tumbling window settings.
+
+    size_ms: window length (default 10 s).
+    lateness_ms: how far behind the max event time a record may be and still
+      update its (open) window. Set it above the NetFlow/IPFIX inactive timeout
+      plus export delay of your exporters, or their records arrive too late.
+    idle_close_s: timer time without any watermark progress after which all open
+      windows are closed by ``tick``.
+    """
+
+    size_ms: int = 10_000
+    lateness_ms: int = 30_000
+    idle_close_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.size_ms <= 0 or self.lateness_ms < 0 or self.idle_close_s < 0:
+            raise ValueError("size_ms must be > 0, lateness_ms and idle_close_s >= 0")
+
+
+class Aggregator(Protocol):
+    def initialize(self) -> Any: ...
+
+    def agg(self, state: Any, rows: dict[str, np.ndarray], window_start: int) -> Any: ...
+
+    def result(self, state: Any, window_start: int, window_end: int) -> Any: ...
+
+    def dump(self, state: Any) -> Any: ...
+
+    def load(self, obj: Any) -> Any: ...
+
+
+_NO_TIME = -(2**62)
+
+
+class WindowManager:
+    """Open tumbling windows of one aggregator, keyed by window start (ms)."""
+
+    def __init__(self, config: WindowConfig, aggregator: Aggregator):
+        self.config = config
+        self.aggregator = aggregator
+        self.open: dict[int, Any] = {}
+        self.max_event_ms = _NO_TIME
+        self.closed_upto_ms = _NO_TIME  # windows with end <= this are closed
+        self.too_late = 0
+        self.accepted = 0
+        self._idle_seen_max = _NO_TIME
+        self._idle_since_ms: int | None = None
+
+    @property
+    def watermark_ms(self) -> int:
+        if self.max_event_ms == _NO_TIME:
+            return _NO_TIME
+        return self.max_event_ms - self.config.lateness_ms
+
+    def process(
+        self, times_ms: np.ndarray, rows: dict[str, np.ndarray], observed_max_ms: int | None = None
+    ) -> list[tuple[int, int, Any]]:
+        """Add a batch (columns aligned with ``times_ms``); return windows closed by it.
+
+        ``observed_max_ms``: max event time of the whole input batch when ``rows``
+        is a filtered subset, so the watermark still advances with the stream.
+        Returns ``[(window_start_ms, window_end_ms, result), ...]`` oldest first.
+        """
+        times = np.asarray(times_ms, dtype=np.int64)
+        wm_before = self.watermark_ms
+        if observed_max_ms is not None:
+            self.max_event_ms = max(self.max_event_ms, int(observed_max_ms))
+        size = self.config.size_ms
+        if len(times):
+            starts = times - np.mod(times, size)
+            ok = (starts + size) > self.closed_upto_ms
+            # records are judged against the watermark before the batch: a batch is one arrival step
+            ok &= (starts + size) > wm_before
+            n_late = int(len(times) - np.count_nonzero(ok))
+            self.too_late += n_late
+            if n_late:
+                starts = starts[ok]
+                rows = {k: v[ok] for k, v in rows.items()}
+            self.accepted += len(starts)
+            if len(starts):
+                self.max_event_ms = max(self.max_event_ms, int(times.max()))
+                uniq = np.unique(starts)
+                if len(uniq) == 1:
+                    self._agg(int(uniq[0]), rows)
+                else:
+                    order = np.argsort(starts, kind="stable")
+                    s_sorted = starts[order]
+                    bounds = np.searchsorted(s_sorted, uniq, side="left").tolist() + [len(order)]
+                    for i, ws in enumerate(uniq.tolist()):
+                        idx = order[bounds[i] : bounds[i + 1]]
+                        self._agg(ws, {k: v[idx] for k, v in rows.items()})
+        return self._close_upto(self.watermark_ms)
+
+    def _agg(self, ws: int, rows: dict[str, np.ndarray]) -> None:
+        state = self.open.get(ws)
+        if state is None:
+            state = self.aggregator.initialize()
+        self.open[ws] = self.aggregator.agg(state, rows, ws)
+
+    def _close_upto(self, limit_ms: int) -> list[tuple[int, int, Any]]:
+        size = self.config.size_ms
+        due = sorted(ws for ws in self.open if ws + size <= limit_ms)
+        out = []
+        for ws in due:
+            state = self.open.pop(ws)
+            out.append((ws, ws + size, self.aggregator.result(state, ws, ws + size)))
+            self.closed_upto_ms = max(self.closed_upto_ms, ws + size)
+        return out
+
+    def is_idle(self, now_ms: int) -> bool:
+        """True once the max event time has not moved for idle_close_s of tick time."""
+        return (
+            self._idle_since_ms is not None
+            and self.max_event_ms == self._idle_seen_max
+            and int(now_ms) - self._idle_since_ms >= self.config.idle_close_s * 1000.0
+        )
+
+    def tick(self, now_ms: int) -> list[tuple[int, int, Any]]:
+        """Timer: close all open windows once the watermark has not moved for idle_close_s."""
+        if self.max_event_ms != self._idle_seen_max or self._idle_since_ms is None:
+            self._idle_seen_max = self.max_event_ms
+            self._idle_since_ms = int(now_ms)
+            return []
+        if self.open and self.is_idle(now_ms):
+            return self._close_upto(2**62)
+        return []
+
+    def flush(self) -> list[tuple[int, int, Any]]:
+        """Close every open window now (end of a replay)."""
+        return self._close_upto(2**62)
+
+    # -- state -------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        return {
+            "open": [[ws, self.aggregator.dump(st)] for ws, st in sorted(self.open.items())],
+            "max_event_ms": self.max_event_ms,
+            "closed_upto_ms": self.closed_upto_ms,
+            "too_late": self.too_late,
+            "accepted": self.accepted,
+            "idle_seen_max": self._idle_seen_max,
+            "idle_since_ms": self._idle_since_ms,
+        }
+
+    def restore(self, snap: dict) -> None:
+        self.open = {int(ws): self.aggregator.load(st) for ws, st in snap["open"]}
+        self.max_event_ms = int(snap["max_event_ms"])
+        self.closed_upto_ms = int(snap["closed_upto_ms"])
+        self.too_late = int(snap["too_late"])
+        self.accepted = int(snap["accepted"])
+        self._idle_seen_max = int(snap["idle_seen_max"])
+        self._idle_since_ms = None if snap["idle_since_ms"] is None else int(snap["idle_since_ms"])
+
+
+class Interner:
+    """Stable string <-> int32 code table (labels are low-cardinality by design).
+
+    Codes never change once given, so window states can hold codes and the table
+    is part of the snapshot.
+    """
+
+    def __init__(self, strings: list[str] | None = None):
+        self.strings: list[str] = []
+        self.index: dict[str, int] = {}
+        for s in strings or ():
+            self.code(s)
+
+    def code(self, s: str) -> int:
+        c = self.index.get(s)
+        if c is None:
+            c = len(self.strings)
+            self.strings.append(s)
+            self.index[s] = c
+        return c
+
+    def codes(self, *columns: np.ndarray) -> list[np.ndarray]:
+        """Vectorised: code arrays (int32) for object string columns (one hash pass)."""
+        if not columns:
+            return []
+        n = len(columns[0])
+        if n == 0:
+            return [np.zeros(0, dtype=np.int32) for _ in columns]
+        allc = np.concatenate([np.asarray(c, dtype=object) for c in columns])
+        arr = pa.array(allc, type=pa.string(), from_pandas=True)
+        if arr.null_count:
+            arr = pc.fill_null(arr, "")
+        enc = arr.dictionary_encode()
+        idx = enc.indices.to_numpy(zero_copy_only=False)
+        lut = np.fromiter((self.code(s) for s in enc.dictionary.to_pylist()), dtype=np.int32)
+        glob = lut[idx]
+        return [glob[i * n : (i + 1) * n] for i in range(len(columns))]
+
+    def lookup(self, codes: np.ndarray) -> np.ndarray:
+        """Object array of strings for a code array."""
+        table = np.array(self.strings, dtype=object)
+        return table[np.asarray(codes, dtype=np.int64)]
+
+
+def group_reduce(
+    keys: list[np.ndarray],
+    sums: list[np.ndarray] = (),
+    maxes: list[np.ndarray] = (),
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Group rows by integer key columns; sum / max value columns per group.
+
+    Output groups are sorted by the key columns (first column most significant),
+    which makes every result deterministic.
+    """
+    n = len(keys[0]) if keys else 0
+    if n == 0:
+        return (
+            [np.zeros(0, dtype=k.dtype) for k in keys],
+            [np.zeros(0, dtype=v.dtype) for v in sums],
+            [np.zeros(0, dtype=v.dtype) for v in maxes],
+        )
+    order = np.lexsort(tuple(keys[::-1]))
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    sk = []
+    for k in keys:
+        ks = k[order]
+        change[1:] |= ks[1:] != ks[:-1]
+        sk.append(ks)
+    starts = np.flatnonzero(change)
+    ukeys = [ks[starts] for ks in sk]
+    usums = [np.add.reduceat(v[order], starts) for v in sums]
+    umax = [np.maximum.reduceat(v[order], starts) for v in maxes]
+    return ukeys, usums, umax
+
+
+def dump_columns(cols: dict[str, np.ndarray]) -> dict:
+    """Plain JSON-compatible form of a dict of 1-D numeric arrays."""
+    return {k: [str(v.dtype), v.tolist()] for k, v in cols.items()}
+
+
+def load_columns(obj: dict) -> dict[str, np.ndarray]:
+    return {k: np.asarray(vals, dtype=np.dtype(dt)) for k, (dt, vals) in obj.items()}
+
+
+def to_bytes(snapshot: dict) -> bytes:
+    """Canonical bytes of a snapshot (sorted-key JSON)."""
+    return json.dumps(snapshot, sort_keys=True, separators=(",", ":")).encode()
+
+
+def from_bytes(data: bytes) -> dict:
+    return json.loads(data)

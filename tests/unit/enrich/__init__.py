@@ -1,0 +1,1 @@
+"""Tests for inventory, longest-prefix match, app categories and flow enrichment."""
