@@ -1,0 +1,279 @@
+"""Arrow schemas derived from the Avro schemas, and Arrow tables built from our columns.
+
+The ``.avsc`` files stay the one source of truth: every Avro field becomes one
+Arrow field of the same name, in the same order, non-nullable (our Avro
+records have no optional fields; an ``["null", T]`` union maps to a nullable
+``T``). Mapping:
+
+    int -> int32, long -> int64, boolean -> bool_, double -> float64,
+    float -> float32, string -> string, enum -> string,
+    fixed(16) (addresses) -> binary(16), array<T> -> list<T>,
+    map<string,string> -> map<string,string>, record -> struct.
+
+Derived text columns: a schema with 16-byte address fields gets one extra
+text column per address, appended after the Avro fields, so analysts can
+filter on ``dst_ip = '10.0.0.7'`` without decoding bytes:
+``exporter_addr -> exporter``, ``src_addr -> src_ip``, ``dst_addr -> dst_ip``
+(any other ``X`` -> ``X_text``). IPv4-mapped addresses print as dotted quads.
+They are dictionary-encoded strings (built from the distinct addresses of a
+batch, never one Python call per row).
+
+No I/O here beyond reading the ``.avsc`` files through :mod:`schemas.columns`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from functools import cache
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.columns import load_avsc
+
+_PRIMITIVE = {
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "boolean": pa.bool_(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "string": pa.string(),
+    "bytes": pa.binary(),
+}
+
+#: Derived text column name for each address field.
+ADDRESS_TEXT_NAMES = {"exporter_addr": "exporter", "src_addr": "src_ip", "dst_addr": "dst_ip"}
+#: Arrow type of the derived text columns.
+TEXT_ADDR_TYPE = pa.dictionary(pa.int32(), pa.string())
+ADDR_TYPE = pa.binary(16)
+
+
+def text_name(address_field: str) -> str:
+    """Name of the derived text column for an address field."""
+    return ADDRESS_TEXT_NAMES.get(address_field, f"{address_field}_text")
+
+
+def _qualify(name: str, namespace: str | None) -> str:
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+def _arrow_type(t, named: dict, namespace: str | None) -> tuple[pa.DataType, bool]:
+    """(arrow type, nullable) for one Avro type; registers named types in ``named``."""
+    if isinstance(t, list):
+        non_null = [x for x in t if x != "null"]
+        if len(non_null) != 1:
+            raise TypeError(f"only [null, T] unions are supported, got {t!r}")
+        at, _ = _arrow_type(non_null[0], named, namespace)
+        return at, "null" in t
+    if isinstance(t, str):
+        if t in _PRIMITIVE:
+            return _PRIMITIVE[t], False
+        for key in (_qualify(t, namespace), t):
+            if key in named:
+                return named[key], False
+        raise TypeError(f"unknown Avro type reference {t!r}")
+    if not isinstance(t, dict):
+        raise TypeError(f"bad Avro type {t!r}")
+    kind = t.get("type")
+    ns = t.get("namespace", namespace)
+    if kind in _PRIMITIVE:
+        return _PRIMITIVE[kind], False
+    if kind == "fixed":
+        at = pa.binary(int(t["size"]))
+    elif kind == "enum":
+        at = pa.string()
+    elif kind == "array":
+        item, item_null = _arrow_type(t["items"], named, ns)
+        at = pa.list_(pa.field("item", item, nullable=item_null))
+    elif kind == "map":
+        val, _ = _arrow_type(t["values"], named, ns)
+        at = pa.map_(pa.string(), val)
+    elif kind == "record":
+        fields = []
+        for f in t["fields"]:
+            ft, fnull = _arrow_type(f["type"], named, ns)
+            fields.append(pa.field(f["name"], ft, nullable=fnull))
+        at = pa.struct(fields)
+    else:
+        raise TypeError(f"no Arrow mapping for Avro type {t!r}")
+    if "name" in t:
+        named[_qualify(t["name"], ns)] = at
+        named[t["name"]] = at
+    return at, False
+
+
+def _avsc(avsc: str | Mapping) -> dict:
+    if isinstance(avsc, Mapping):
+        return dict(avsc)
+    if avsc == "summary_hourly":
+        from sinks.summaries import summary_avsc
+
+        return summary_avsc()
+    return load_avsc(avsc)
+
+
+def address_fields(avsc: str | Mapping) -> list[str]:
+    """Names of the 16-byte address fields of a schema."""
+    schema = arrow_schema(avsc, text_addresses=False)
+    return [f.name for f in schema if f.type == ADDR_TYPE]
+
+
+def _build_schema(avsc: Mapping, text_addresses: bool) -> pa.Schema:
+    named: dict = {}
+    ns = avsc.get("namespace")
+    fields = []
+    for f in avsc["fields"]:
+        at, nullable = _arrow_type(f["type"], named, ns)
+        meta = {"doc": f["doc"]} if f.get("doc") else None
+        fields.append(pa.field(f["name"], at, nullable=nullable, metadata=meta))
+    if text_addresses:
+        for f in list(fields):
+            if f.type == ADDR_TYPE:
+                fields.append(
+                    pa.field(text_name(f.name), TEXT_ADDR_TYPE, nullable=False,
+                             metadata={"doc": f"text form of {f.name} (derived)"})
+                )
+    meta = {"avro_record": f"{ns}.{avsc['name']}" if ns else avsc["name"]}
+    return pa.schema(fields, metadata=meta)
+
+
+@cache
+def _cached_schema(name: str, text_addresses: bool) -> pa.Schema:
+    return _build_schema(_avsc(name), text_addresses)
+
+
+def arrow_schema(avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Schema:
+    """Arrow schema for ``schemas/avro/<avsc>.avsc`` (or a parsed schema dict).
+
+    With ``text_addresses`` (default) the derived address text columns are appended.
+    """
+    if isinstance(avsc, Mapping):
+        return _build_schema(avsc, text_addresses)
+    return _cached_schema(avsc, text_addresses)
+
+
+# ----------------------------------------------------------------------------- addresses
+
+
+_TEXT_CACHE: dict[bytes, str] = {}
+_TEXT_CACHE_MAX = 1 << 20
+
+
+def _format_addr(b: bytes) -> str:
+    s = _TEXT_CACHE.get(b)
+    if s is None:
+        if b[:12] == b"\x00" * 10 + b"\xff\xff":
+            s = str(ipaddress.IPv4Address(b[12:]))
+        else:
+            s = str(ipaddress.IPv6Address(b))
+        if len(_TEXT_CACHE) >= _TEXT_CACHE_MAX:
+            _TEXT_CACHE.clear()
+        _TEXT_CACHE[b] = s
+    return s
+
+
+def addr_text_array(addrs: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
+    """Text form of a binary(16) address column, dictionary-encoded.
+
+    Hashes the column once (C++), formats only the distinct addresses in Python.
+    """
+    if isinstance(addrs, pa.ChunkedArray):
+        addrs = addrs.combine_chunks() if addrs.num_chunks != 1 else addrs.chunk(0)
+    enc = pc.dictionary_encode(addrs)
+    texts = pa.array([_format_addr(b) for b in enc.dictionary.to_pylist()], type=pa.string())
+    return pa.DictionaryArray.from_arrays(enc.indices, texts)
+
+
+def addr_array(col: np.ndarray) -> pa.FixedSizeBinaryArray:
+    """binary(16) Arrow array over an (n, 16) uint8 column (one copy at most)."""
+    c = np.ascontiguousarray(col, dtype=np.uint8)
+    if c.ndim != 2 or c.shape[1] != 16:
+        raise ValueError(f"address column must have shape (n, 16), got {c.shape}")
+    return pa.FixedSizeBinaryArray.from_buffers(ADDR_TYPE, c.shape[0], [None, pa.py_buffer(c)])
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def _add_text_columns(arrays: dict, schema: pa.Schema) -> None:
+    for f in schema:
+        if f.type == ADDR_TYPE:
+            tn = text_name(f.name)
+            if schema.get_field_index(tn) >= 0:
+                arrays[tn] = addr_text_array(arrays[f.name])
+
+
+def table_from_columns(columns, avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:
+    """Arrow table from a numpy structured array (``schemas.columns.dtype_for(avsc)``)
+    or a mapping of column name -> 1-D array ((n, 16) uint8 for addresses).
+
+    Numeric columns are wrapped with at most one contiguous copy; ``object``
+    string columns are converted by Arrow in C. Missing fields raise KeyError.
+    """
+    schema = arrow_schema(avsc, text_addresses=text_addresses)
+    names = columns.dtype.names if isinstance(columns, np.ndarray) else list(columns)
+    arrays: dict = {}
+    for f in schema:
+        if f.type == TEXT_ADDR_TYPE and f.name not in names:
+            continue  # derived below
+        if f.name not in names:
+            raise KeyError(f"column {f.name!r} of {schema.metadata[b'avro_record'].decode()} is missing")
+        col = columns[f.name]
+        if isinstance(col, (pa.Array, pa.ChunkedArray)):
+            arrays[f.name] = col if col.type == f.type else col.cast(f.type)
+        elif f.type == ADDR_TYPE:
+            arrays[f.name] = addr_array(col)
+        elif pa.types.is_string(f.type):
+            arrays[f.name] = pa.array(np.asarray(col, dtype=object), type=pa.string(), from_pandas=False)
+        elif pa.types.is_primitive(f.type):
+            c = np.ascontiguousarray(col, dtype=f.type.to_pandas_dtype())
+            arrays[f.name] = pa.array(c, type=f.type)
+        else:
+            arrays[f.name] = pa.array(list(col), type=f.type)
+    if text_addresses:
+        _add_text_columns(arrays, schema)
+    return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
+
+
+def table_from_dicts(rows: Iterable[Mapping], avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:
+    """Arrow table from Avro-shaped dicts (detector outputs: low volume).
+
+    Every Avro field must be present in every row (KeyError otherwise); addresses
+    as 16-byte ``bytes``; enums as their symbol string; maps as dicts.
+    """
+    schema = arrow_schema(avsc, text_addresses=text_addresses)
+    rows = list(rows)
+    base = [f for f in schema if not (f.type == TEXT_ADDR_TYPE and text_addresses)]
+    for i, r in enumerate(rows):
+        missing = [f.name for f in base if f.name not in r]
+        if missing:
+            raise KeyError(f"row {i} lacks field(s) {missing}")
+    arrays: dict = {}
+    for f in base:
+        values = [r[f.name] for r in rows]
+        if not f.nullable and any(v is None for v in values):
+            raise ValueError(f"field {f.name!r} is not nullable")
+        if pa.types.is_map(f.type):
+            values = [list(v.items()) if isinstance(v, Mapping) else v for v in values]
+        arrays[f.name] = pa.array(values, type=f.type)
+    if text_addresses:
+        _add_text_columns(arrays, schema)
+    return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
+
+
+def conform(table: pa.Table, avsc: str | Mapping) -> pa.Table:
+    """``table`` with exactly the columns of ``arrow_schema(avsc)`` (derived text columns added if missing)."""
+    schema = arrow_schema(avsc)
+    if table.schema.equals(schema, check_metadata=False):
+        return table.replace_schema_metadata(schema.metadata)
+    arrays = {n: table.column(n) for n in table.column_names}
+    _add_text_columns(arrays, schema)
+    out = []
+    for f in schema:
+        if f.name not in arrays:
+            raise KeyError(f"column {f.name!r} is missing")
+        c = arrays[f.name]
+        out.append(c if c.type == f.type else c.cast(f.type))
+    return pa.Table.from_arrays(out, schema=schema)

@@ -1,0 +1,361 @@
+"""Analyst queries over the Parquet archive: DuckDB on pyarrow datasets.
+
+:class:`ArchiveQuery` turns each dataset directory under the archive root
+into a DuckDB view (``flows_enriched``, ``matrix_windows``, ...) backed by a
+``pyarrow.dataset`` with Hive partitioning (``dt`` string, ``hour`` int32).
+No DuckDB extension is loaded: files are read through the fsspec filesystem
+(local, s3fs, ...) by Arrow.
+
+Time pruning: given ``frm``/``to``, only the ``dt=`` directories of the days in
+range are listed and only the files of the hours in range are read; the views
+then also filter rows on the dataset's event-time column to [frm, to).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+import re
+from datetime import UTC, datetime
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from sinks import layout
+from sinks.arrow_schema import arrow_schema
+
+PARTITION_SCHEMA = pa.schema([("dt", pa.string()), ("hour", pa.int32())])
+FORMATS = ("table", "csv", "json", "parquet")
+
+
+class ArchiveError(Exception):
+    """A query cannot be answered (message says why)."""
+
+
+class DatasetMissing(ArchiveError):
+    pass
+
+
+class EmptyRange(ArchiveError):
+    pass
+
+
+def parse_time(value) -> int:
+    """Unix ms from an int/float (ms), an aware or naive (= UTC) datetime, or an ISO-8601 string."""
+    if isinstance(value, bool):
+        raise TypeError("a time cannot be a bool")
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str):
+        s = value.strip()
+        if re.fullmatch(r"-?\d+", s):
+            return int(s)
+        try:
+            value = datetime.fromisoformat(s)
+        except ValueError:
+            raise ValueError(f"cannot read {value!r} as a time (ISO-8601 or unix ms)") from None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return int(value.timestamp() * 1000)
+    raise TypeError(f"cannot read {value!r} as a time")
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ArchiveQuery:
+    """Read-only query access to the archive at ``root`` on fsspec filesystem ``fs``."""
+
+    def __init__(self, fs, root: str, con: duckdb.DuckDBPyConnection | None = None) -> None:
+        from sinks.archive import _fs, _root
+
+        self.fs = _fs(fs)
+        self.root = _root(self.fs, root)
+        self.con = con or duckdb.connect()
+        self.listed: list[str] = []  # directories listed (for pruning checks)
+        self.files_used: dict[str, list[str]] = {}  # dataset -> files behind its current view
+        self._present = self._discover()
+        self._views: dict[str, tuple] = {}  # dataset -> (frm, to) of its current view
+
+    # -- discovery
+
+    def _discover(self) -> list[str]:
+        try:
+            self.fs.invalidate_cache(self.root)
+            entries = self.fs.ls(self.root, detail=True)
+        except FileNotFoundError:
+            raise ArchiveError(f"no archive at {self.root!r}") from None
+        names = {posixpath.basename(e["name"].rstrip("/")) for e in entries if e.get("type") == "directory"}
+        return sorted(n for n in names if n in layout.DATASETS)
+
+    @property
+    def datasets(self) -> list[str]:
+        """Datasets present in the archive."""
+        return list(self._present)
+
+    def _need(self, dataset: str) -> layout.DatasetSpec:
+        spec = layout.spec(dataset)
+        if dataset not in self._present:
+            raise DatasetMissing(
+                f"dataset {dataset!r} is not in the archive at {self.root!r} "
+                f"(present: {', '.join(self._present) or 'none'})"
+            )
+        return spec
+
+    def _days(self, dataset: str) -> list[int]:
+        d = f"{self.root}/{dataset}"
+        self.listed.append(d)
+        try:
+            entries = self.fs.ls(d, detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted(x for x in (layout.parse_day_dir(e.rstrip("/")) for e in entries) if x is not None)
+
+    def _find(self, path: str) -> list[str]:
+        self.listed.append(path)
+        try:
+            self.fs.invalidate_cache(path)
+            found = self.fs.find(path)
+        except FileNotFoundError:
+            return []
+        return [f for f in found if not posixpath.basename(f).startswith((".", "_"))]
+
+    def files(self, dataset: str, frm=None, to=None) -> list[str]:
+        """Data files of ``dataset`` whose hour overlaps [frm, to) (all files without a range).
+
+        With a range, only the ``dt=`` directories of the days in range are listed.
+        """
+        self._need(dataset)
+        if frm is None and to is None:
+            found = self._find(f"{self.root}/{dataset}")
+            return sorted(f for f in found if layout.parse_key(f) is not None)
+        lo, hi = self._range(dataset, frm, to)
+        hours = layout.hours_in_range(lo, hi)
+        if not hours:
+            return []
+        out = []
+        for day in range(hours[0] // 24, hours[-1] // 24 + 1):
+            for f in self._find(f"{self.root}/{dataset}/{layout.day_dir(day)}"):
+                k = layout.parse_key(f)
+                if k is not None and k.hour in hours:
+                    out.append(f)
+        return sorted(out)
+
+    def _range(self, dataset: str, frm, to) -> tuple[int, int]:
+        if frm is None or to is None:
+            days = self._days(dataset)
+            if not days:
+                raise EmptyRange(f"dataset {dataset!r} has no data")
+            lo = parse_time(frm) if frm is not None else days[0] * layout.DAY_MS
+            hi = parse_time(to) if to is not None else (days[-1] + 1) * layout.DAY_MS
+        else:
+            lo, hi = parse_time(frm), parse_time(to)
+        if hi <= lo:
+            raise ArchiveError(f"empty time range: from {_iso(lo)} is not before to {_iso(hi)}")
+        return lo, hi
+
+    def available(self, dataset: str) -> tuple[str, str] | None:
+        """First and last day (``YYYY-MM-DD``) present for ``dataset``, or None."""
+        days = self._days(dataset)
+        if not days:
+            return None
+        return layout.day_dir(days[0])[3:], layout.day_dir(days[-1])[3:]
+
+    def dataset(self, dataset: str, frm=None, to=None) -> ds.Dataset:
+        """``pyarrow.dataset`` over the files of ``dataset`` in range (raises :class:`EmptyRange` when none)."""
+        files = self.files(dataset, frm, to)
+        if not files:
+            have = self.available(dataset)
+            span = f"{have[0]} .. {have[1]}" if have else "nothing"
+            rng = "" if frm is None and to is None else (
+                f" between {_iso(parse_time(frm)) if frm is not None else 'start'} and "
+                f"{_iso(parse_time(to)) if to is not None else 'end'}")
+            raise EmptyRange(f"no {dataset} data{rng} (the archive has {span})")
+        schema = arrow_schema(layout.spec(dataset).avsc)
+        for f in PARTITION_SCHEMA:
+            schema = schema.append(f)
+        self.files_used[dataset] = files
+        return ds.dataset(
+            files, schema=schema, format="parquet", filesystem=self.fs,
+            partitioning=ds.partitioning(PARTITION_SCHEMA, flavor="hive"),
+            partition_base_dir=f"{self.root}/{dataset}",
+        )
+
+    # -- views
+
+    def register(self, dataset: str, frm=None, to=None) -> None:
+        """(Re)define view ``dataset`` over [frm, to) (everything when both are None)."""
+        spec = self._need(dataset)
+        if self._views.get(dataset, ()) == (frm, to):
+            return
+        pyds = self.dataset(dataset, frm, to)
+        self.con.register(f"_arrow_{dataset}", pyds)
+        where = ""
+        if frm is not None or to is not None:
+            lo, hi = self._range(dataset, frm, to)
+            where = f" WHERE {spec.time_column} >= {lo} AND {spec.time_column} < {hi}"
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {dataset} AS SELECT * FROM _arrow_{dataset}{where}")
+        self._views[dataset] = (frm, to)
+
+    def register_all(self, frm=None, to=None) -> list[str]:
+        """Register every dataset present that has data in range; returns their names.
+
+        Views are otherwise registered on demand by :meth:`sql` (only the datasets a query names).
+        """
+        done = []
+        for name in self._present:
+            try:
+                self.register(name, frm, to)
+                done.append(name)
+            except EmptyRange:
+                self._views.pop(name, None)
+                self.con.execute(f"DROP VIEW IF EXISTS {name}")
+        return done
+
+    def sql(self, query: str, frm=None, to=None, params=None) -> pa.Table:
+        """Run SQL over the dataset views; with a range, the views only cover [frm, to).
+
+        Every dataset the query names gets a view over that range first.
+        """
+        for n in self._present:
+            if re.search(rf"\b{n}\b", query):
+                self.register(n, frm, to)
+        try:
+            return self.con.sql(query, params=params).to_arrow_table()
+        except duckdb.CatalogException as e:
+            raise ArchiveError(f"{e} (datasets present: {', '.join(self._present) or 'none'})") from None
+
+    # -- named reports
+
+    def _flows(self) -> str:
+        self._need("flows_enriched")
+        return "flows_enriched"
+
+    def top_talkers(self, frm, to, n: int = 10) -> pa.Table:
+        """Largest src -> dst pairs by estimated bytes (node name, else IP)."""
+        f = self._flows()
+        return self.sql(f"""
+            SELECT CASE WHEN src_node <> '' THEN src_node ELSE src_ip END AS src,
+                   CASE WHEN dst_node <> '' THEN dst_node ELSE dst_ip END AS dst,
+                   sum(bytes_est)::BIGINT AS bytes_est, sum(packets_est)::BIGINT AS packets_est,
+                   count(*)::BIGINT AS flow_records
+            FROM {f} GROUP BY 1, 2 ORDER BY bytes_est DESC, src, dst LIMIT {int(n)}""", frm, to)
+
+    def matrix(self, frm, to, level: str = "node", source: str = "auto") -> pa.Table:
+        """Traffic matrix (src, dst, category) summed over [frm, to).
+
+        ``source``: ``matrix`` (matrix_windows cells), ``flows`` (flows_enriched) or
+        ``auto`` (matrix_windows when it has data in range, else flows_enriched).
+        """
+        if level not in ("node", "group"):
+            raise ValueError("level must be 'node' or 'group'")
+        if source not in ("auto", "matrix", "flows"):
+            raise ValueError("source must be auto, matrix or flows")
+        if source == "matrix":
+            self._need("matrix_windows")
+        if source == "matrix" or (source == "auto" and "matrix_windows" in self._present
+                                  and self.files("matrix_windows", frm, to)):
+            return self.sql("""
+                SELECT src, dst, category, sum(bytes_est)::BIGINT AS bytes_est,
+                       sum(packets_est)::BIGINT AS packets_est, sum(flow_records)::BIGINT AS flow_records
+                FROM matrix_windows WHERE level = ? GROUP BY 1, 2, 3
+                ORDER BY bytes_est DESC, src, dst, category""", frm, to, params=[level])
+        f = self._flows()
+        col = "node" if level == "node" else "group"
+        return self.sql(f"""
+            SELECT CASE WHEN src_{col} <> '' THEN src_{col} ELSE 'unknown' END AS src,
+                   CASE WHEN dst_{col} <> '' THEN dst_{col} ELSE 'unknown' END AS dst,
+                   category, sum(bytes_est)::BIGINT AS bytes_est, sum(packets_est)::BIGINT AS packets_est,
+                   count(*)::BIGINT AS flow_records
+            FROM {f} GROUP BY 1, 2, 3 ORDER BY bytes_est DESC, src, dst, category""", frm, to)
+
+    def node(self, name: str, frm, to) -> pa.Table:
+        """One node's (or IP's) traffic: direction, peer, category, bytes/packets/records."""
+        f = self._flows()
+        return self.sql(f"""
+            SELECT direction, peer, category, sum(bytes_est)::BIGINT AS bytes_est,
+                   sum(packets_est)::BIGINT AS packets_est, count(*)::BIGINT AS flow_records FROM (
+              SELECT 'sent' AS direction, CASE WHEN dst_node <> '' THEN dst_node ELSE dst_ip END AS peer,
+                     category, bytes_est, packets_est
+              FROM {f} WHERE src_node = $name OR src_ip = $name
+              UNION ALL
+              SELECT 'recv', CASE WHEN src_node <> '' THEN src_node ELSE src_ip END, category, bytes_est, packets_est
+              FROM {f} WHERE dst_node = $name OR dst_ip = $name)
+            GROUP BY 1, 2, 3 ORDER BY direction DESC, bytes_est DESC, peer, category""", frm, to, params={"name": name})
+
+    def job(self, name: str, frm, to) -> pa.Table:
+        """A job's nodes: bytes sent and received per node and category."""
+        f = self._flows()
+        return self.sql(f"""
+            WITH tx AS (SELECT src_node AS node, category, sum(bytes_est) AS b, count(*) AS n
+                        FROM {f} WHERE src_job = $job GROUP BY 1, 2),
+                 rx AS (SELECT dst_node AS node, category, sum(bytes_est) AS b, count(*) AS n
+                        FROM {f} WHERE dst_job = $job GROUP BY 1, 2)
+            SELECT node, category,
+                   coalesce(tx.b, 0)::BIGINT AS sent_bytes_est, coalesce(rx.b, 0)::BIGINT AS recv_bytes_est,
+                   coalesce(tx.n, 0)::BIGINT AS sent_flow_records, coalesce(rx.n, 0)::BIGINT AS recv_flow_records
+            FROM tx FULL OUTER JOIN rx USING (node, category) ORDER BY node, category""", frm, to, params={"job": name})
+
+    def segmentation(self, frm, to) -> pa.Table:
+        """Group x group traffic by category (the input to a segmentation review)."""
+        f = self._flows()
+        return self.sql(f"""
+            SELECT src_group, dst_group, category, sum(bytes_est)::BIGINT AS bytes_est,
+                   sum(packets_est)::BIGINT AS packets_est, count(*)::BIGINT AS flow_records
+            FROM {f} GROUP BY 1, 2, 3 ORDER BY src_group, dst_group, category""", frm, to)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _jsonable(v):
+    if isinstance(v, bytes):
+        if len(v) == 16:
+            from sinks.arrow_schema import _format_addr
+
+            return _format_addr(v)
+        return v.hex()
+    return str(v)
+
+
+def render(table: pa.Table, fmt: str = "table", path: str | None = None, title: str | None = None) -> str:
+    """Render a result: ``table`` (rich text), ``csv``, ``json`` (array of objects) as a string;
+    ``parquet`` writes ``path`` and returns it."""
+    if fmt == "parquet":
+        if not path:
+            raise ValueError("parquet output needs a path")
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path, compression="zstd")
+        return path
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        buf = io.BytesIO()
+        plain = table.select([i for i, f in enumerate(table.schema) if not pa.types.is_nested(f.type)])
+        pacsv.write_csv(plain, buf)
+        return buf.getvalue().decode()
+    if fmt == "json":
+        return json.dumps(table.to_pylist(), default=_jsonable, indent=1)
+    if fmt == "table":
+        from rich.console import Console
+        from rich.table import Table
+
+        rt = Table(title=title)
+        for name in table.column_names:
+            rt.add_column(name, justify="right" if pa.types.is_integer(table.schema.field(name).type)
+                          or pa.types.is_floating(table.schema.field(name).type) else "left")
+        for row in table.to_pylist():
+            rt.add_row(*["" if v is None else (_jsonable(v) if isinstance(v, bytes) else
+                                                (f"{v:,}" if isinstance(v, int) and not isinstance(v, bool)
+                                                 else str(v))) for v in row.values()])
+        out = io.StringIO()
+        Console(file=out, width=200, force_terminal=False, color_system=None).print(rt)
+        if table.num_rows == 0:
+            out.write("(no rows)\n")
+        return out.getvalue()
+    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")

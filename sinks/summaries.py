@@ -1,0 +1,309 @@
+"""Hourly summaries: per node / per job traffic by category, top talkers and
+destinations, event counts and data-quality figures for one UTC hour.
+
+Pure: flows come in as Arrow tables (or numpy structured arrays) of
+``flow_enriched``, events as the detector dicts, quality figures as a dict;
+:meth:`HourlySummary.result` returns a dict matching ``summary_hourly.avsc``
+(:data:`SUMMARY_HOURLY_AVSC` until that file exists in ``schemas/avro``).
+Flow aggregation is done by Arrow group-by per batch, never per record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.columns import AVRO_DIR
+from sinks import layout
+
+_ENTITY = {
+    "type": "record", "name": "EntityTraffic",
+    "fields": [
+        {"name": "name", "type": "string", "doc": "node or job name; 'unknown' for addresses outside the inventory"},
+        {"name": "category", "type": "string"},
+        {"name": "sent_bytes_est", "type": "long"},
+        {"name": "recv_bytes_est", "type": "long"},
+        {"name": "sent_packets_est", "type": "long"},
+        {"name": "recv_packets_est", "type": "long"},
+        {"name": "sent_flow_records", "type": "long"},
+        {"name": "recv_flow_records", "type": "long"},
+    ],
+}
+
+#: Proposed ``schemas/avro/summary_hourly.avsc`` (used while that file does not exist).
+SUMMARY_HOURLY_AVSC: dict = {
+    "type": "record", "name": "SummaryHourly", "namespace": "fabricflow.v1",
+    "doc": "One UTC hour of enriched flows and detector events, summarised. Flow record counts are NOT "
+           "connection counts (active/inactive timeouts split long flows).",
+    "fields": [
+        {"name": "hour_start_ms", "type": "long"},
+        {"name": "hour_end_ms", "type": "long"},
+        {"name": "flow_records", "type": "long"},
+        {"name": "bytes_est", "type": "long"},
+        {"name": "packets_est", "type": "long"},
+        {"name": "nodes", "type": {"type": "array", "items": _ENTITY},
+         "doc": "per node and category; bytes sent and received"},
+        {"name": "jobs", "type": {"type": "array", "items": "fabricflow.v1.EntityTraffic"},
+         "doc": "per job and category (flows whose endpoint has no job are not counted)"},
+        {"name": "top_talkers", "type": {"type": "array", "items": {
+            "type": "record", "name": "PairTraffic",
+            "fields": [
+                {"name": "src", "type": "string", "doc": "node name, else the source IP"},
+                {"name": "dst", "type": "string", "doc": "node name, else the destination IP"},
+                {"name": "bytes_est", "type": "long"},
+                {"name": "packets_est", "type": "long"},
+                {"name": "flow_records", "type": "long"},
+            ]}}, "doc": "largest src -> dst pairs by bytes_est"},
+        {"name": "top_destinations", "type": {"type": "array", "items": {
+            "type": "record", "name": "DestinationTraffic",
+            "fields": [
+                {"name": "dst", "type": "string", "doc": "node name, else the destination IP"},
+                {"name": "bytes_est", "type": "long"},
+                {"name": "packets_est", "type": "long"},
+                {"name": "flow_records", "type": "long"},
+                {"name": "sources", "type": "long", "doc": "distinct sources"},
+            ]}}, "doc": "largest destinations by bytes_est"},
+        {"name": "events", "type": {"type": "array", "items": {
+            "type": "record", "name": "EventCount",
+            "fields": [
+                {"name": "kind", "type": "string", "doc": "incast, straggler, link, alert"},
+                {"name": "detail", "type": "string",
+                 "doc": "incast: destination group; straggler: job; link: kind; alert: rule"},
+                {"name": "count", "type": "long",
+                 "doc": "distinct incast event_id / straggler node / alert dedup_key; link: non-sample records"},
+            ]}}},
+        {"name": "quality", "type": {"type": "array", "items": {
+            "type": "record", "name": "QualityFigure",
+            "fields": [
+                {"name": "metric", "type": "string",
+                 "doc": "e.g. sampling_rate_missing, records_lost_est, loss_ratio, clock_skew_ms"},
+                {"name": "exporter", "type": "string", "doc": "exporter address; empty for a total"},
+                {"name": "value", "type": "double"},
+            ]}}},
+    ],
+}
+
+EVENT_KINDS = ("incast", "straggler", "link", "alert")
+_KIND_ALIASES = {
+    "incast_events": "incast", "incast_event": "incast",
+    "straggler_scores": "straggler", "straggler_score": "straggler",
+    "link_health": "link", "alerts": "alert",
+}
+_EVENT_TIME = {
+    "incast": "window_start_ms", "straggler": "window_start_ms", "link": "time_ms", "alert": "window_start_ms",
+}
+
+
+def summary_avsc() -> dict:
+    """``schemas/avro/summary_hourly.avsc`` if present, else :data:`SUMMARY_HOURLY_AVSC`."""
+    path = AVRO_DIR / "summary_hourly.avsc"
+    if path.exists():
+        return json.loads(path.read_text())
+    return SUMMARY_HOURLY_AVSC
+
+
+def _as_table(batch) -> pa.Table:
+    from sinks.arrow_schema import conform, table_from_columns
+
+    if isinstance(batch, pa.Table):
+        return conform(batch, "flow_enriched")
+    return table_from_columns(batch, "flow_enriched")
+
+
+def _str(col) -> pa.ChunkedArray | pa.Array:
+    return col.cast(pa.string()) if pa.types.is_dictionary(col.type) else col
+
+
+def _or(col, fallback):
+    """``col`` where non-empty, else ``fallback`` (a column or a scalar string)."""
+    col = _str(col)
+    return pc.if_else(pc.equal(col, ""), fallback if isinstance(fallback, str) else _str(fallback), col)
+
+
+_SUMS = [("bytes_est", "sum"), ("packets_est", "sum"), ("n", "sum")]
+
+
+def _group(table: pa.Table, keys: list[str]) -> pa.Table:
+    g = table.group_by(keys, use_threads=False).aggregate(_SUMS)
+    return g.rename_columns([c.removesuffix("_sum") for c in g.column_names])
+
+
+class HourlySummary:
+    """Accumulates one hour of enriched flows and events; :meth:`result` gives the summary dict."""
+
+    def __init__(self, top_n: int = 20, compact_every: int = 32) -> None:
+        self.top_n = top_n
+        self.compact_every = compact_every
+        self._parts: dict[str, list[pa.Table]] = {k: [] for k in ("node_tx", "node_rx", "job_tx", "job_rx", "pair")}
+        self._keys = {
+            "node_tx": ["e", "category"], "node_rx": ["e", "category"],
+            "job_tx": ["e", "category"], "job_rx": ["e", "category"], "pair": ["s", "d"],
+        }
+        self._distinct: dict[tuple[str, str], set] = {}
+        self._link: dict[str, int] = {}
+        self._quality: dict = {}
+
+    # -- flows
+
+    def add_flows(self, enriched_batch) -> None:
+        """Add a ``flow_enriched`` batch (Arrow table or numpy structured array)."""
+        t = _as_table(enriched_batch)
+        if t.num_rows == 0:
+            return
+        n = pa.array(np.ones(t.num_rows, dtype=np.int64))
+        base = {"bytes_est": t["bytes_est"], "packets_est": t["packets_est"], "n": n,
+                "category": _str(t["category"])}
+        src_node, dst_node = _or(t["src_node"], "unknown"), _or(t["dst_node"], "unknown")
+        views = {
+            "node_tx": src_node, "node_rx": dst_node,
+            "job_tx": _str(t["src_job"]), "job_rx": _str(t["dst_job"]),
+        }
+        for part, ent in views.items():
+            tbl = pa.table({"e": ent, **base})
+            if part.startswith("job"):
+                tbl = tbl.filter(pc.not_equal(tbl["e"], ""))
+            self._push(part, _group(tbl, ["e", "category"]))
+        s = _or(t["src_node"], t["src_ip"])
+        d = _or(t["dst_node"], t["dst_ip"])
+        self._push("pair", _group(pa.table({"s": s, "d": d, **{k: base[k] for k in ("bytes_est", "packets_est", "n")}}),
+                                  ["s", "d"]))
+
+    def _push(self, part: str, tbl: pa.Table) -> None:
+        lst = self._parts[part]
+        lst.append(tbl)
+        if len(lst) >= self.compact_every:
+            self._parts[part] = [_group(pa.concat_tables(lst), self._keys[part])]
+
+    def _final(self, part: str) -> pa.Table | None:
+        lst = self._parts[part]
+        if not lst:
+            return None
+        return _group(pa.concat_tables(lst), self._keys[part])
+
+    # -- events and quality
+
+    def add_event(self, kind: str, event: Mapping) -> None:
+        """Count one detector output: ``kind`` in incast, straggler, link, alert (or their dataset names)."""
+        kind = _KIND_ALIASES.get(kind, kind)
+        if kind == "incast":
+            self._distinct.setdefault(("incast", event["destination_group"]), set()).add(event["event_id"])
+        elif kind == "straggler":
+            if event["straggler"]:
+                self._distinct.setdefault(("straggler", event["job"]), set()).add(event["node"])
+        elif kind == "link":
+            if event["kind"] != "sample":
+                self._link[event["kind"]] = self._link.get(event["kind"], 0) + 1
+        elif kind == "alert":
+            self._distinct.setdefault(("alert", event["rule"]), set()).add(event["dedup_key"])
+        else:
+            raise ValueError(f"unknown event kind {kind!r}; expected one of {EVENT_KINDS}")
+
+    def set_quality(self, quality: Mapping) -> None:
+        """Data-quality figures: ``{metric: {exporter: value}}`` or ``{metric: value}`` (a total)."""
+        self._quality = dict(quality)
+
+    # -- result
+
+    def _entities(self, tx: pa.Table | None, rx: pa.Table | None) -> list[dict]:
+        acc: dict[tuple[str, str], dict] = {}
+
+        def row(name, cat):
+            return acc.setdefault((name, cat), {
+                "name": name, "category": cat, "sent_bytes_est": 0, "recv_bytes_est": 0, "sent_packets_est": 0,
+                "recv_packets_est": 0, "sent_flow_records": 0, "recv_flow_records": 0})
+
+        for tbl, side in ((tx, "sent"), (rx, "recv")):
+            if tbl is None:
+                continue
+            for r in tbl.to_pylist():  # one row per (entity, category): small
+                x = row(r["e"], r["category"])
+                x[f"{side}_bytes_est"] += r["bytes_est"]
+                x[f"{side}_packets_est"] += r["packets_est"]
+                x[f"{side}_flow_records"] += r["n"]
+        return sorted(acc.values(), key=lambda x: (x["name"], x["category"]))
+
+    def result(self, hour_start_ms: int) -> dict:
+        """The summary dict for the hour starting at ``hour_start_ms`` (matches ``summary_hourly.avsc``)."""
+        pairs = self._final("pair")
+        out = {
+            "hour_start_ms": int(hour_start_ms), "hour_end_ms": int(hour_start_ms) + layout.HOUR_MS,
+            "flow_records": 0, "bytes_est": 0, "packets_est": 0,
+            "nodes": self._entities(self._final("node_tx"), self._final("node_rx")),
+            "jobs": self._entities(self._final("job_tx"), self._final("job_rx")),
+            "top_talkers": [], "top_destinations": [], "events": [], "quality": [],
+        }
+        if pairs is not None and pairs.num_rows:
+            out["flow_records"] = int(pc.sum(pairs["n"]).as_py())
+            out["bytes_est"] = int(pc.sum(pairs["bytes_est"]).as_py())
+            out["packets_est"] = int(pc.sum(pairs["packets_est"]).as_py())
+            top = pairs.sort_by([("bytes_est", "descending"), ("s", "ascending"), ("d", "ascending")])
+            out["top_talkers"] = [
+                {"src": r["s"], "dst": r["d"], "bytes_est": r["bytes_est"], "packets_est": r["packets_est"],
+                 "flow_records": r["n"]}
+                for r in top.slice(0, self.top_n).to_pylist()
+            ]
+            dst = pairs.group_by(["d"], use_threads=False).aggregate(
+                [("bytes_est", "sum"), ("packets_est", "sum"), ("n", "sum"), ("s", "count")])
+            dst = dst.sort_by([("bytes_est_sum", "descending"), ("d", "ascending")]).slice(0, self.top_n)
+            out["top_destinations"] = [
+                {"dst": r["d"], "bytes_est": r["bytes_est_sum"], "packets_est": r["packets_est_sum"],
+                 "flow_records": r["n_sum"], "sources": r["s_count"]}
+                for r in dst.to_pylist()
+            ]
+        events = [{"kind": k, "detail": d, "count": len(v)} for (k, d), v in self._distinct.items()]
+        events += [{"kind": "link", "detail": k, "count": v} for k, v in self._link.items()]
+        out["events"] = sorted(events, key=lambda e: (e["kind"], e["detail"]))
+        q = []
+        for metric, v in self._quality.items():
+            if isinstance(v, Mapping):
+                q += [{"metric": str(metric), "exporter": str(e), "value": float(x)} for e, x in v.items()]
+            else:
+                q.append({"metric": str(metric), "exporter": "", "value": float(v)})
+        out["quality"] = sorted(q, key=lambda e: (e["metric"], e["exporter"]))
+        return out
+
+
+class SummaryBook:
+    """One :class:`HourlySummary` per event hour; hours are emitted once the watermark passes end + grace."""
+
+    def __init__(self, grace_ms: int = 5 * 60_000, top_n: int = 20) -> None:
+        self.grace_ms = grace_ms
+        self.top_n = top_n
+        self.hours: dict[int, HourlySummary] = {}
+        self.watermark: int | None = None
+
+    def _hour(self, h: int) -> HourlySummary:
+        if h not in self.hours:
+            self.hours[h] = HourlySummary(self.top_n)
+        return self.hours[h]
+
+    def add_flows(self, enriched_batch) -> None:
+        t = _as_table(enriched_batch)
+        if t.num_rows == 0:
+            return
+        ts = t["time_end_ms"].to_numpy()
+        hours = layout.hour_index(ts)
+        self.watermark = max(self.watermark or int(ts.max()), int(ts.max()))
+        for h in np.unique(hours):
+            self._hour(int(h)).add_flows(t.filter(pa.array(hours == h)))
+
+    def add_event(self, kind: str, event: Mapping) -> None:
+        k = _KIND_ALIASES.get(kind, kind)
+        self._hour(layout.hour_index(int(event[_EVENT_TIME.get(k, "window_start_ms")]))).add_event(k, event)
+
+    def close(self, watermark_ms: int | None = None, quality_by_hour: Mapping | None = None,
+              *, force: bool = False) -> list[dict]:
+        """Summaries of every hour whose end + grace <= watermark (all with ``force``), oldest first."""
+        wm = watermark_ms if watermark_ms is not None else self.watermark
+        out = []
+        for h in sorted(self.hours):
+            if force or (wm is not None and (h + 1) * layout.HOUR_MS + self.grace_ms <= wm):
+                s = self.hours.pop(h)
+                if quality_by_hour and h * layout.HOUR_MS in quality_by_hour:
+                    s.set_quality(quality_by_hour[h * layout.HOUR_MS])
+                out.append(s.result(h * layout.HOUR_MS))
+        return out
