@@ -26,6 +26,33 @@ def register(app: typer.Typer) -> None:
 
         raise typer.Exit(run_decode(file, fmt=fmt, port_map=port_map))
 
+    @app.command("process")
+    def process_cmd(
+        ctx: typer.Context,
+        inventory: Optional[str] = typer.Option(None, "--inventory", "-i", help="Inventory file (YAML/CSV); default processors.inventory."),
+        policy: Optional[str] = typer.Option(None, "--policy", help="Policy file (YAML); default processors.policy."),
+    ):
+        """Run a processor worker (Faust): enrich flows, traffic matrices, incast, stragglers, link health, patterns, alerts.
+
+        Several workers with the same processors.app_id share the partitions.
+        """
+        from fabricflow.cli import fail, settings_of
+        from fabricflow.logs import setup_logging
+        from processors.logic.core import CoreConfigError
+        from processors.logic.inventory import InventoryError
+
+        s = settings_of(ctx)
+        upd = {k: v for k, v in {"inventory": inventory, "policy": policy}.items() if v}
+        if upd:
+            s = settings_of(ctx, processors={**s.processors.model_dump(), **upd})
+        setup_logging(s.log_level)
+        try:
+            from processors.app import run_processors
+
+            raise typer.Exit(run_processors(s))
+        except (CoreConfigError, InventoryError) as e:
+            fail(str(e))
+
     @app.command("ingest")
     def ingest_cmd(
         ctx: typer.Context,
@@ -52,3 +79,13 @@ def register(app: typer.Typer) -> None:
             fail(str(e))
         except ValueError as e:
             fail(str(e))
+
+    try:  # the archive sink and query commands (sinks/commands.py)
+        from sinks.commands import register as register_sinks
+    except ImportError as e:  # pragma: no cover - keeps the other commands usable
+        import logging
+
+        logging.getLogger("fabricflow").warning("sink/query commands unavailable: %s", e)
+    else:
+        register_sinks(app)
+    with __import__("contextlib").suppress(ModuleNotFoundError): __import__("processors.replay_commands", fromlist=["register"]).register(app)  # fabricflow replay

@@ -39,6 +39,7 @@ class TopicNames(_Section):
     alerts: str = Field("alerts.v1", description="Policy and security alerts")
     patterns: str = Field("patterns.v1", description="Job phase/pattern deviations")
     summaries: str = Field("summaries.hourly.v1", description="Hourly summaries")
+    shuffle: str = Field("processors.shuffle.v1", description="Internal: enriched flows and counters re-partitioned to detector shards")
     replay_prefix: str = Field("replay.", description="Prefix for replay output topics (replay.<topic>)")
 
 
@@ -111,8 +112,8 @@ class ProcessorSettings(_Section):
     inventory: str | None = Field(None, description="Inventory file (YAML or CSV); none = every address is 'unknown'")
     inventory_reload_s: float = Field(10.0, ge=0, description="Check the inventory file for changes this often")
     window_s: float = Field(10.0, gt=0, description="Traffic-matrix / straggler window length")
-    allowed_lateness_s: float = Field(5.0, ge=0, description="Late data within this lateness still updates its window")
-    idle_close_s: float = Field(15.0, gt=0, description="Close windows on a wall-clock timer after this much idle time")
+    allowed_lateness_s: float = Field(30.0, ge=0, description="Late data within this lateness still updates its window (NetFlow exports flows after they end)")
+    idle_close_s: float = Field(30.0, gt=0, description="Close windows on a wall-clock timer after this much idle time")
     default_capacity_bps: float = Field(100e9, gt=0, description="Link capacity for nodes without one in the inventory")
     datadir: str = Field("./var/faust", description="Faust data directory (table stores)")
     web_bind: str = Field("127.0.0.1", description="Faust web server bind address")
@@ -123,6 +124,9 @@ class ProcessorSettings(_Section):
         description="Detector parameter overrides by detector name (incast, straggler, link, matrix, pattern); see docs/detectors.md",
     )
     policy: str | None = Field(None, description="Segmentation / security policy file (YAML); see docs/alerts.md")
+    tick_s: float = Field(1.0, gt=0, description="Wall-clock timer that closes idle windows and flushes outputs")
+    enriched_max_records: int = Field(2000, ge=1, description="Max flow records per flows.enriched.v1 / shuffle message")
+    table_store: str = Field("memory://", description="Faust table store: memory:// (state rebuilt from changelog topics) or rocksdb://")
 
 
 class ArchiveSettings(_Section):

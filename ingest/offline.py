@@ -209,14 +209,17 @@ def run_decode(
     path: str,
     fmt: str = "jsonl",
     port_map: str | None = None,
-    out: TextIO = sys.stdout,
-    err: TextIO = sys.stderr,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
     """``fabricflow decode FILE [--format jsonl|table] [--port-map 2055=netflow,...]``; returns the exit code.
 
     0 when at least one export datagram was decoded, 1 otherwise (or when
     the file or arguments are unusable, with a message on ``err``).
+    ``out``/``err`` default to the current ``sys.stdout``/``sys.stderr``.
     """
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
     if fmt not in ("jsonl", "table"):
         print(f"error: unknown format {fmt!r} (jsonl or table)", file=err)
         return 1
@@ -242,6 +245,8 @@ def run_decode(
                     flow_rows.append(res.flows)
                 if len(res.counters):
                     counter_rows.append(res.counters)
+    except BrokenPipeError:  # e.g. piped into `head`
+        return 0
     except (PcapError, OSError) as e:
         print(f"error: cannot read {path}: {e}", file=err)
         return 1

@@ -59,7 +59,10 @@ class SequenceStats:
 
 
 class _Stream:
-    __slots__ = ("floor", "pre", "expected", "last_seq", "last_inc", "max_uptime", "gaps", "incl", "votes_rfc", "votes_incl", "stats")
+    __slots__ = (
+        "floor", "pre", "expected", "last_seq", "last_inc", "max_uptime", "gaps", "incl", "votes_rfc", "votes_incl",
+        "stats",
+    )
 
     def __init__(self) -> None:
         self.floor = 0  # unwrapped start of the first packet after the last (re)start

@@ -57,7 +57,8 @@ _ZERO16 = b"\x00" * 16
 _II = Struct(">II").unpack_from
 _HDR = Struct(">IIII").unpack_from  # sub-agent, sequence, uptime, samples
 _FS = Struct(">IIIIIIII").unpack_from  # seq, source, rate, pool, drops, in, out, records
-_FSX = Struct(">IIIIIIIIIII").unpack_from  # seq, src type, src index, rate, pool, drops, in fmt/val, out fmt/val, records
+# seq, src type, src index, rate, pool, drops, in fmt, in value, out fmt, out value, records
+_FSX = Struct(">IIIIIIIIIII").unpack_from
 _CS = Struct(">III").unpack_from  # seq, source, records
 _CSX = Struct(">IIII").unpack_from  # seq, src type, src index, records
 _RAW = Struct(">IIII").unpack_from  # header protocol, frame length, stripped, header length

@@ -173,3 +173,9 @@ def test_pmacct_fabric_capture_matches_input_truth():
     assert sum(1 for r in rows if r["vni"] >= 0) == 40
     assert sum(1 for r in rows if r["roce_opcode"] >= 0) == 30
     assert sum(1 for r in rows if r["ip_version"] == 6) == 90
+    # counter samples as tshark 4.0.17 decodes them (3 generic records, flushed at shutdown)
+    ctr = np.concatenate([r.counters for r in results])
+    assert list(ctr["agent_uptime_ms"]) == [3000, 23000, 43000] and list(ctr["sample_sequence"]) == [1, 2, 3]
+    assert set(ctr["if_index"]) == {7} and set(ctr["if_speed"]) == {400_000_000_000}
+    assert set(ctr["in_octets"]) == {343300} and set(ctr["in_ucast_pkts"]) == {140}
+    assert set(ctr["in_bcast_pkts"]) == {90} and ctr["if_oper_up"].all()

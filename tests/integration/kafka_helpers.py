@@ -65,3 +65,41 @@ def batch_rows(messages) -> np.ndarray:
 
 def count_records(messages) -> int:
     return sum(len(codec.decode_batch(m.value())) for m in messages)
+
+
+def write_config(path, settings) -> str:
+    """YAML config file reproducing ``settings`` (for services started as subprocesses)."""
+    import yaml
+
+    data = settings.model_dump(mode="json", exclude={"stack"}, exclude_none=True)
+    with open(path, "w") as f:
+        yaml.safe_dump(data, f)
+    return str(path)
+
+
+def produce_batches(bootstrap: str, topic: str, batches, schema: str = "flow_batch") -> int:
+    """Produce (key, structured array) pairs as batch messages with Faust-compatible key placement."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 5})
+    n = 0
+    for key, arr in batches:
+        p.produce(topic, key=key.encode(), value=codec.encode_batch(schema, arr))
+        n += len(arr)
+    assert p.flush(30) == 0
+    return n
+
+
+def decode_outputs(messages) -> list[tuple]:
+    """(topic-kind, key, canonical value) for output messages (Avro records or JSON)."""
+    import json
+
+    out = []
+    for m in messages:
+        v = m.value()
+        try:
+            val = codec.decode_record(v)
+        except codec.CodecError:
+            val = json.loads(v)
+        out.append((m.topic(), m.key().decode(), json.dumps(val, sort_keys=True, default=str)))
+    return out

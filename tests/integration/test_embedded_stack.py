@@ -137,7 +137,7 @@ def test_stack_cli_up_status_down(tmp_path):
     try:
         up = subprocess.run([*exe, "stack", "up", "--no-s3"], env=env, capture_output=True, text=True, timeout=60)
         assert up.returncode == 0, up.stderr
-        assert "tansu" in up.stdout and "running" in up.stdout and "topics: 11 created" in up.stdout
+        assert "tansu" in up.stdout and "running" in up.stdout and "topics: 12 created" in up.stdout
         st = subprocess.run([*exe, "stack", "status"], env=env, capture_output=True, text=True, timeout=30)
         assert st.returncode == 0 and "reachable" in st.stdout
     finally:

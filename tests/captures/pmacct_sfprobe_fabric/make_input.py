@@ -50,7 +50,7 @@ for i in range(20):  # double 802.1Q (0x8100 outer, 0x8100 inner)
 for i in range(30):  # 802.1Q jumbo TCP
     p = Ether() / Dot1Q(vlan=110) / IP(src="10.3.0.%d" % (1 + i % 8), dst="10.3.0.100", tos=0x68) / TCP(sport=50000 + i, dport=29400, flags="A") / Raw(b"\x00" * 8940)
     add(p, ip_version=4, src="10.3.0.%d" % (1 + i % 8), dst="10.3.0.100", proto=6, sport=50000 + i, dport=29400,
-        ip_len=9000, vlan=110, tcp_flags=0x10, tos=0x68)
+        ip_len=len(p[IP]), vlan=110, tcp_flags=0x10, tos=0x68)
 for i in range(30):  # IPv6 hop-by-hop + dest opts + TCP
     p = Ether() / IPv6(src="fd00:99::30", dst="fd00:30::%d" % (1 + i % 8), tc=0xB8) / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / TCP(sport=5000 + i, dport=9100, flags="S") / Raw(b"\x00" * 100)
     add(p, ip_version=6, src="fd00:99::30", dst="fd00:30::%d" % (1 + i % 8), proto=6, sport=5000 + i, dport=9100,

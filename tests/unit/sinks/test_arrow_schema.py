@@ -13,7 +13,8 @@ from sinks.arrow_schema import arrow_schema, table_from_columns, table_from_dict
 from sinks.summaries import SUMMARY_HOURLY_AVSC, summary_avsc
 from tests.unit.sinks.helpers import flows
 
-AVSC_NAMES = sorted(p.stem for p in AVRO_DIR.glob("*.avsc"))
+# summary_hourly has nested records: test_summary_schema_is_valid_avro_and_maps covers it.
+AVSC_NAMES = sorted(p.stem for p in AVRO_DIR.glob("*.avsc") if p.stem != "summary_hourly")
 PRIM = {"int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_(), "double": pa.float64(), "string": pa.string()}
 
 

@@ -1,0 +1,7 @@
+"""``python -m fabricflow.simulator SCENARIO ...``"""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Our own export encoders (sFlow v5, NetFlow v9, IPFIX), independent of ``ingest.decode``."""

@@ -1,0 +1,207 @@
+"""Fault injection: how each labelled fault changes traffic, counters or exports.
+
+Kinds and their effect (times are the fault's ``start_s``/``end_s``):
+
+- ``straggler`` (node, job, fraction): the node's collective sends are scaled by ``fraction``.
+- ``link_downgrade`` (node, speed, crc_errors_per_s): the node's access port reports the lower
+  ifSpeed, traffic to/from the node is capped at that speed, and the port's error counters
+  (ifInErrors, dot3 FCS/alignment errors) grow.
+- ``incast`` (destination, sources, gbps_per_source, burst_ms, period_ms, dport): synchronized
+  bursts from many sources to one destination; the destination port's ifOutDiscards grow
+  with the excess over its capacity.
+- ``lb_skew`` (job, replica, share): the inference frontend sends ``share`` of requests to one replica.
+- ``storage_slowdown`` (storage, factor): reads from and checkpoint writes to the storage node run at
+  ``factor`` of their rate (writes take longer); no network symptom (no errors, discards, speed change).
+- ``segmentation_violation`` / ``exfiltration`` / ``off_hours_transfer`` (src, dst, mbps, dport, proto):
+  extra traffic between the named endpoints.
+- ``unregistered_host`` (ip, switch, if_index, dst, mbps, dport): a host missing from the inventory
+  plugged into a switch port, talking to ``dst``.
+- ``exporter_loss`` (exporter, fraction): datagrams of that exporter are dropped (sequence numbers
+  still advance, so the gap shows).
+- ``clock_skew`` (exporter, skew_s): NetFlow/IPFIX export and flow timestamps are off by ``skew_s``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import Fault, Scenario, Workload, ip_int, parse_speed
+from .traffic import TCP, UDP, SegBuilder, eph_port
+
+
+class FaultEffects:
+    """Answers the traffic model's questions about fault multipliers for a time range."""
+
+    def __init__(self, scen: Scenario):
+        self.scen = scen
+        self.by_kind: dict[str, list[Fault]] = {}
+        for f in scen.faults:
+            self.by_kind.setdefault(f.kind, []).append(f)
+
+    def _frac(self, f: Fault, a0: int, a1: int) -> float:
+        return f.overlap_ms(a0, a1) / max(1, a1 - a0)
+
+    def send_factor(self, job: str, node: str, a0: int, a1: int) -> float:
+        """Multiplier for a node's collective sends (straggler)."""
+        factor = 1.0
+        for f in self.by_kind.get("straggler", ()):
+            if f.params["node"] == node and f.params.get("job", job) == job:
+                ov = self._frac(f, a0, a1)
+                factor *= 1 - ov + ov * float(f.params.get("fraction", 0.3))
+        return factor
+
+    def storage_factor(self, storage: str, a0: int, a1: int) -> float:
+        factor = 1.0
+        for f in self.by_kind.get("storage_slowdown", ()):
+            if f.params["storage"] == storage:
+                ov = self._frac(f, a0, a1)
+                factor *= 1 - ov + ov * float(f.params.get("factor", 0.2))
+        return factor
+
+    def replica_weights(self, w: Workload, a0: int, a1: int) -> list[float]:
+        n = len(w.nodes)
+        weights = np.full(n, 1.0 / n)
+        for f in self.by_kind.get("lb_skew", ()):
+            if f.params["job"] == w.job and f.active(a0, a1):
+                ov = self._frac(f, a0, a1)
+                share = float(f.params.get("share", 0.7))
+                skew = np.full(n, (1 - share) / max(1, n - 1))
+                skew[w.nodes.index(f.params["replica"])] = share
+                weights = (1 - ov) * weights + ov * skew
+        return list(weights)
+
+    def port_speed(self, node: str, t: int, nominal: int) -> int:
+        for f in self.by_kind.get("link_downgrade", ()):
+            if f.params["node"] == node and f.start_ms <= t < f.end_ms:
+                return parse_speed(f.params.get("speed", "1G"))
+        return nominal
+
+    def crc_errors(self, node: str, a0: int, a1: int) -> float:
+        total = 0.0
+        for f in self.by_kind.get("link_downgrade", ()):
+            if f.params["node"] == node:
+                total += float(f.params.get("crc_errors_per_s", 100)) * f.overlap_ms(a0, a1) / 1000
+        return total
+
+    # ------------------------------------------------------------ additive traffic
+
+    def add_segments(self, t0: int, t1: int, b: SegBuilder, mtu: int) -> None:
+        scen = self.scen
+        for f in scen.faults:
+            a0, a1 = max(t0, f.start_ms), min(t1, f.end_ms)
+            if a1 <= a0:
+                continue
+            p = f.params
+            if f.kind == "incast":
+                period, burst = int(p.get("period_ms", 1000)), int(p.get("burst_ms", 200))
+                rate = float(p.get("gbps_per_source", 3.0)) * 1e9 / 8
+                dst = scen.cluster.nodes[p["destination"]]
+                dport = int(p.get("dport", 50051))
+                k0 = (a0 - f.start_ms) // period
+                for k in range(k0, (a1 - f.start_ms) // period + 1):
+                    b0, b1 = max(a0, f.start_ms + k * period), min(a1, f.start_ms + k * period + burst)
+                    if b1 <= b0:
+                        continue
+                    for src in p["sources"]:
+                        s = ip_int(scen.cluster.nodes[src].ip)
+                        b.tcp_bulk(b0, b1, s, ip_int(dst.ip), eph_port("incast", src, k), dport, rate * (b1 - b0) / 1000, mtu)
+            elif f.kind in ("segmentation_violation", "exfiltration", "off_hours_transfer", "unregistered_host"):
+                src = ip_int(p["ip"]) if f.kind == "unregistered_host" else ip_int(scen.resolve_ip(p["src"]))
+                dst = ip_int(scen.resolve_ip(p["dst"]))
+                rate = float(p.get("mbps", 50)) * 1e6 / 8
+                dport = int(p.get("dport", 443))
+                proto = {"tcp": TCP, "udp": UDP}[p.get("proto", "tcp")]
+                sport = eph_port(f.kind, p.get("src", p.get("ip")), dport)
+                nbytes = rate * (a1 - a0) / 1000
+                if proto == TCP:
+                    b.tcp_bulk(a0, a1, src, dst, sport, dport, nbytes, mtu)
+                else:
+                    b.add(a0, a1, src, dst, sport, dport, UDP, nbytes, min(mtu, 512))
+
+    def cap_links(self, segs: np.ndarray, t0: int, t1: int, node_ip: dict[str, int]) -> np.ndarray:
+        """Scale traffic to/from nodes whose link is downgraded so it fits the lower speed."""
+        for f in self.by_kind.get("link_downgrade", ()):
+            if not f.active(t0, t1) or len(segs) == 0:
+                continue
+            node = f.params["node"]
+            cap_bps = parse_speed(f.params.get("speed", "1G")) / 8
+            ip = node_ip[node]
+            slots = np.arange(t0, t1, 100)
+            for col in ("src", "dst"):
+                m = (segs[col] == ip) & (segs["t0"] < f.end_ms) & (segs["t1"] > f.start_ms)
+                if not m.any():
+                    continue
+                s = segs[m]
+                rate = s["bytes"] * 1000.0 / (s["t1"] - s["t0"])
+                ov = np.clip(np.minimum(s["t1"][:, None], slots[None, :] + 100) - np.maximum(s["t0"][:, None], slots[None, :]), 0, 100)
+                peak = float((rate[:, None] * (ov > 0)).sum(axis=0).max())
+                if peak > cap_bps:
+                    segs["bytes"][m] = np.rint(s["bytes"] * (cap_bps / peak)).astype(np.int64)
+        return segs
+
+    def incast_excess_packets(self, node: str, a0: int, a1: int, segs: np.ndarray, node_ip: int, cap_bps: int, mtu: int) -> int:
+        """Packets dropped at the destination's port because incast bursts exceed its capacity."""
+        total = 0
+        for f in self.by_kind.get("incast", ()):
+            if f.params["destination"] != node or not f.active(a0, a1):
+                continue
+            m = segs["dst"] == node_ip
+            sent = int(segs["bytes"][m].sum())
+            burst_ms = int(f.params.get("burst_ms", 200))
+            period = int(f.params.get("period_ms", 1000))
+            bursts = max(1, f.overlap_ms(a0, a1) // period)
+            capacity = cap_bps / 8 * burst_ms / 1000 * bursts
+            total += max(0, int((sent - capacity) / mtu))
+        return total
+
+    def loss_fraction(self, exporter: str, t: int) -> float:
+        for f in self.by_kind.get("exporter_loss", ()):
+            if f.params["exporter"] == exporter and f.start_ms <= t < f.end_ms:
+                return float(f.params.get("fraction", 0.2))
+        return 0.0
+
+    def skew_ms(self, exporter: str, t: int) -> int:
+        for f in self.by_kind.get("clock_skew", ()):
+            if f.params["exporter"] == exporter and f.start_ms <= t < f.end_ms:
+                return int(float(f.params.get("skew_s", 30)) * 1000)
+        return 0
+
+
+def fault_labels(scen: Scenario, start_ms: int, duration_ms: int) -> list[dict]:
+    """Ground-truth label per fault: kind, absolute start/end ms, entities, parameters."""
+    out = []
+    nodes = scen.cluster.nodes
+    for f in scen.faults:
+        if f.start_ms >= duration_ms:
+            continue
+        p = dict(f.params)
+        ent: dict = {}
+        if f.kind == "straggler":
+            ent = {"node": p["node"], "job": p.get("job")}
+        elif f.kind == "link_downgrade":
+            n = nodes[p["node"]]
+            ent = {"node": n.name, "switch": n.switch, "if_index": n.if_index}
+        elif f.kind == "incast":
+            n = nodes[p["destination"]]
+            ent = {"destination": n.name, "sources": list(p["sources"]), "switch": n.switch, "if_index": n.if_index}
+        elif f.kind == "lb_skew":
+            ent = {"job": p["job"], "node": p["replica"]}
+        elif f.kind == "storage_slowdown":
+            ent = {"node": p["storage"], "network_fault": False}
+        elif f.kind in ("segmentation_violation", "exfiltration", "off_hours_transfer"):
+            ent = {"src": p["src"], "dst": p["dst"], "src_ip": scen.resolve_ip(p["src"]), "dst_ip": scen.resolve_ip(p["dst"])}
+        elif f.kind == "unregistered_host":
+            ent = {"src": p["ip"], "dst": p["dst"], "switch": p["switch"], "if_index": int(p["if_index"])}
+        elif f.kind in ("exporter_loss", "clock_skew"):
+            ent = {"exporter": p["exporter"]}
+        out.append(
+            {
+                "type": "fault",
+                "kind": f.kind,
+                "start_ms": start_ms + f.start_ms,
+                "end_ms": start_ms + min(f.end_ms, duration_ms),
+                "entities": ent,
+                "params": p,
+            }
+        )
+    return out

@@ -1,0 +1,266 @@
+"""Thin Faust wiring: move batches between topics and :class:`processors.logic.core.ProcessorCore`.
+
+Two agents in one consumer group (``processors.app_id``):
+
+1. ``prepare`` reads ``flows.raw.v1`` and ``counters.raw.v1`` (keyed by exporter),
+   enriches flow batches, publishes ``flows.enriched.v1`` (same key), and
+   re-partitions enriched flows to ``processors.shuffle.v1`` by
+   :func:`~processors.logic.core.shard_of` (destination job, else destination
+   node), counters by exporter. After this step each shuffle partition holds
+   everything one detector shard needs: all flows into a destination (incast),
+   all intra-job flows (straggler, pattern), all flows of a node pair (matrix,
+   segmentation), all counters of a switch (link health).
+2. ``detect`` reads ``processors.shuffle.v1``; one ProcessorCore per partition
+   processes each batch and its outputs go to the output topics.
+
+State: after every shuffle event the core's snapshot and the offset it covers
+are written to the ``core-state`` table (changelog topic, one record per
+changelog batch because of Tansu's high-watermark fault). After a restart or
+rebalance the snapshot is restored and re-delivered events at or below the
+stored offset are skipped, so state is exact; outputs are at-least-once with
+deterministic keys. Output and enriched topics are produced with
+confluent-kafka (throughput; platform teams read them).
+
+Timer: every ``processors.tick_s`` seconds each core's windows are closed on
+wall-clock time when its stream is idle, and the output producer is polled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import zlib
+
+import faust
+import numpy as np
+from confluent_kafka import Producer
+
+from fabricflow.settings import Settings
+from schemas import codec
+
+from .logic.core import ProcessorCore, engine_config, shard_of
+from .logic.inventory import Inventory, InventoryWatcher
+
+log = logging.getLogger("fabricflow.processors")
+
+OUTPUT_SCHEMA = {
+    "matrix": ("matrix", "matrix_cell"),
+    "incast": ("incast", "incast_event"),
+    "straggler": ("straggler", "straggler_score"),
+    "link": ("link_health", "link_health"),
+    "alert": ("alerts", "alert"),
+    "pattern": ("patterns", None),  # JSON
+}
+
+
+class OutputPublisher:
+    """confluent-kafka producer for enriched flows and detector outputs."""
+
+    def __init__(self, settings: Settings):
+        k = settings.kafka
+        self.topics = k.topics
+        self.producer = Producer(
+            {
+                **k.client_config(),
+                "enable.idempotence": True,
+                "compression.type": settings.ingest.producer.compression,
+                "linger.ms": 20,
+                "partitioner": "murmur2_random",
+                "message.max.bytes": 8_000_000,
+            }
+        )
+        self.sent = 0
+        self.failed = 0
+
+    def _cb(self, err, _msg):
+        if err is None:
+            self.sent += 1
+        else:
+            self.failed += 1
+            log.warning("output delivery failed: %s", err)
+
+    def _produce(self, topic, key: bytes, value: bytes, partition: int | None = None):
+        kw = {"partition": partition} if partition is not None else {}
+        while True:
+            try:
+                self.producer.produce(topic, key=key, value=value, on_delivery=self._cb, **kw)
+                return
+            except BufferError:  # outputs must not be dropped: wait for the buffer to drain
+                self.producer.poll(0.1)
+
+    def enriched(self, key: bytes, batch: np.ndarray, max_records: int) -> None:
+        for i in range(0, len(batch), max_records):
+            self._produce(self.topics.flows_enriched, key, codec.encode_batch("flow_enriched_batch", batch[i : i + max_records]))
+
+    def outputs(self, outputs) -> None:
+        for kind, key, value in outputs:
+            topic_attr, schema = OUTPUT_SCHEMA[kind]
+            topic = getattr(self.topics, topic_attr)
+            data = codec.encode_record(schema, value) if schema else json.dumps(value, sort_keys=True).encode()
+            self._produce(topic, key.encode(), data)
+
+    def poll(self):
+        self.producer.poll(0)
+
+    def flush(self, timeout: float = 10.0) -> int:
+        return self.producer.flush(timeout)
+
+
+class Processors:
+    """The Faust app plus the per-partition cores."""
+
+    def __init__(self, settings: Settings, inventory: Inventory | None = None):
+        self.settings = s = settings
+        p = s.processors
+        self.config = engine_config(p)
+        self.policy = p.policy
+        self.watcher = InventoryWatcher(p.inventory) if p.inventory else None
+        self.inventory = inventory or (self.watcher.inventory if self.watcher else Inventory.empty())
+        self.partitions = s.kafka.partitions
+        self.cores: dict[int, ProcessorCore] = {}
+        self.last_offset: dict[int, int] = {}
+        self.publisher = OutputPublisher(s)
+        self.prepare_core = ProcessorCore(self.inventory, self.config)  # enrichment only
+        self.app = self._make_app()
+
+    # ------------------------------------------------------------------ faust
+
+    def _make_app(self) -> faust.App:
+        s = self.settings
+        p = s.processors
+        app = faust.App(
+            p.app_id,
+            broker="kafka://" + s.kafka.bootstrap_servers.replace(",", ";kafka://"),
+            store=p.table_store,
+            datadir=p.datadir,
+            topic_partitions=self.partitions,
+            topic_replication_factor=s.kafka.replication_factor,
+            broker_session_timeout=s.kafka.session_timeout_ms / 1000.0,
+            producer_max_batch_size=1,  # one changelog record per batch: Tansu's high watermark fault
+            producer_max_request_size=8_000_000,
+            consumer_max_fetch_size=8_000_000,
+            web_enabled=p.web_port != 0,
+            web_bind=p.web_bind,
+            web_port=p.web_port or 6066,
+            web_host=p.web_bind,
+            stream_wait_empty=False,
+            key_serializer="raw",
+            value_serializer="raw",
+        )
+        t = s.kafka.topics
+        raw = app.topic(t.flows_raw, t.counters_raw, value_serializer="raw", key_serializer="raw")
+        shuffle = app.topic(t.shuffle, value_serializer="raw", key_serializer="raw", partitions=self.partitions)
+        self.state = app.Table("core-state", default=None, partitions=self.partitions, key_type=bytes, value_type=bytes)
+
+        @app.agent(raw, name="prepare")
+        async def prepare(stream):
+            async for event in stream.events():
+                self.handle_raw(event.message.topic, event.key, event.value)
+
+        @app.agent(shuffle, name="detect")
+        async def detect(stream):
+            async for event in stream.events():
+                part, off = event.message.partition, event.message.offset
+                snap = self.handle_shuffle(part, off, event.value)
+                if snap is not None:
+                    self.state[str(part).encode()] = snap
+
+        @app.timer(interval=p.tick_s)
+        async def tick():
+            self.on_tick(int(time.time() * 1000))
+
+        @app.on_partitions_revoked.connect
+        async def revoked(_app, revoked, **kw):
+            for tp in revoked:
+                if tp.topic == t.shuffle:
+                    self.cores.pop(tp.partition, None)
+                    self.last_offset.pop(tp.partition, None)
+            self.publisher.flush()
+
+        self._shuffle_topic = t.shuffle
+        return app
+
+    # ------------------------------------------------------------------ handlers (testable without Faust)
+
+    def handle_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
+        try:
+            name = codec.schema_of(value)
+            if name == "flow_batch":
+                flows = codec.decode_batch(value)
+                enriched = self.prepare_core.enrich(flows)
+                self.publisher.enriched(key or b"", enriched, self.settings.processors.enriched_max_records)
+                shards = shard_of(enriched, self.partitions)
+                for shard in np.unique(shards):
+                    part = enriched[shards == shard]
+                    for i in range(0, len(part), self.settings.processors.enriched_max_records):
+                        msg = codec.encode_batch("flow_enriched_batch", part[i : i + self.settings.processors.enriched_max_records])
+                        self.publisher._produce(self._shuffle_topic, str(int(shard)).encode(), msg, partition=int(shard))
+            elif name == "counter_batch":
+                shard = zlib.crc32(key or b"") % self.partitions
+                self.publisher._produce(self._shuffle_topic, key or b"", value, partition=shard)
+            else:
+                log.warning("ignoring %s message on %s", name, topic)
+        except codec.CodecError as e:
+            log.warning("undecodable message on %s: %s", topic, e)
+        self.publisher.poll()
+
+    def core_for(self, partition: int) -> ProcessorCore:
+        core = self.cores.get(partition)
+        if core is None:
+            core = ProcessorCore(self.inventory, self.config, self.policy)
+            data = self.state.get(str(partition).encode()) if hasattr(self, "state") else None
+            if data:
+                snap = json.loads(zlib.decompress(data))
+                core.restore(snap["core"])
+                self.last_offset[partition] = snap["offset"]
+                log.info("shard %d restored at offset %d", partition, snap["offset"])
+            self.cores[partition] = core
+        return core
+
+    def handle_shuffle(self, partition: int, offset: int, value: bytes) -> bytes | None:
+        """Process one shuffle message; returns the new state snapshot (None when the message was already applied)."""
+        core = self.core_for(partition)
+        if offset <= self.last_offset.get(partition, -1):
+            return None  # re-delivered after a restart: already in the restored state
+        try:
+            name = codec.schema_of(value)
+            if name == "flow_enriched_batch":
+                outs = core.process_enriched(codec.decode_batch(value))
+            elif name == "counter_batch":
+                outs = core.process_counters(codec.decode_batch(value))
+            else:
+                outs = []
+        except codec.CodecError as e:
+            log.warning("undecodable shuffle message p%d@%d: %s", partition, offset, e)
+            outs = []
+        self.publisher.outputs(outs)
+        self.publisher.poll()
+        self.last_offset[partition] = offset
+        return zlib.compress(json.dumps({"offset": offset, "core": core.snapshot()}, separators=(",", ":")).encode(), 1)
+
+    def on_tick(self, now_ms: int) -> None:
+        if self.watcher is not None and self.watcher.maybe_reload(now_ms / 1000.0):
+            self.inventory = self.watcher.inventory
+            self.prepare_core.set_inventory(self.inventory)
+            for core in self.cores.values():
+                core.set_inventory(self.inventory)
+            log.info("inventory reloaded from %s", self.settings.processors.inventory)
+        for core in list(self.cores.values()):
+            self.publisher.outputs(core.tick(now_ms))
+        self.publisher.poll()
+
+
+def run_processors(settings: Settings) -> int:
+    from fabricflow.topics import ensure_topics
+
+    ensure_topics(settings.kafka)
+    proc = Processors(settings)
+    worker = faust.Worker(proc.app, loglevel=settings.log_level.lower(), quiet=True)
+    try:
+        worker.execute_from_commandline()
+    finally:
+        left = proc.publisher.flush(10)
+        if left:
+            log.warning("%d output messages were not delivered before shutdown", left)
+    return 0

@@ -1,0 +1,200 @@
+"""The processor core: raw flow batches -> enrichment -> detectors -> policy, for one shard.
+
+Used unchanged by the Faust workers (``processors/app.py``) and by replay
+(``fabricflow replay``), so a replay of the same input reproduces the live
+outputs. Pure: no clock (time comes in as ``tick(now_ms)``), no Kafka.
+
+Outputs are :class:`Output` ``(kind, key, value)`` with kind in ``matrix
+incast straggler link pattern alert``; values are dicts matching the kind's
+Avro schema (pattern: JSON, see docs/detectors.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .categories import CategoryRules
+from .engine import Engine, EngineConfig, Output
+from .enrich import Enricher
+from .incast import IncastConfig, as_capacity
+from .inventory import Inventory
+from .linkhealth import LinkHealthConfig
+from .matrix import MatrixConfig
+from .pattern import PatternConfig
+from .policy import PolicyEngine, load_policy_config
+from .straggler import StragglerConfig
+from .windows import WindowConfig
+
+CORE_SNAPSHOT_VERSION = 1
+
+_SECTIONS = {
+    "incast": IncastConfig,
+    "straggler": StragglerConfig,
+    "matrix": MatrixConfig,
+    "link": LinkHealthConfig,
+    "pattern": PatternConfig,
+}
+
+
+class CoreConfigError(ValueError):
+    """Bad detector overrides; the message names the detector and parameter."""
+
+
+def _build(cls, overrides: dict[str, Any], where: str):
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    clean = {}
+    for k, v in overrides.items():
+        if k not in names:
+            raise CoreConfigError(f"processors.detectors.{where}.{k}: unknown parameter (known: {', '.join(sorted(names))})")
+        default = names[k].default
+        clean[k] = tuple(v) if isinstance(default, tuple) and isinstance(v, list) else v
+    try:
+        return cls(**clean)
+    except (TypeError, ValueError) as e:
+        raise CoreConfigError(f"processors.detectors.{where}: {e}") from None
+
+
+def engine_config(processors_settings, overrides: dict[str, dict] | None = None) -> EngineConfig:
+    """EngineConfig from ``processors`` settings plus per-detector overrides (replay: ``--set incast.min_sources=3``)."""
+    p = processors_settings
+    det = {k: dict(v) for k, v in (p.detectors or {}).items()}
+    for name, params in (overrides or {}).items():
+        det.setdefault(name, {}).update(params)
+    unknown = set(det) - set(_SECTIONS)
+    if unknown:
+        raise CoreConfigError(f"processors.detectors.{sorted(unknown)[0]}: unknown detector (known: {', '.join(_SECTIONS)})")
+    window = WindowConfig(
+        size_ms=int(p.window_s * 1000), lateness_ms=int(p.allowed_lateness_s * 1000), idle_close_s=float(p.idle_close_s)
+    )
+    parts = {name: _build(cls, det.get(name, {}), name) for name, cls in _SECTIONS.items()}
+    if "default_capacity_bps" not in det.get("incast", {}):
+        parts["incast"] = dataclasses.replace(parts["incast"], default_capacity_bps=p.default_capacity_bps)
+    return EngineConfig(window=window, **parts)
+
+
+@dataclass
+class CoreStats:
+    raw_records: int = 0
+    counter_samples: int = 0
+    unknown_addresses: int = 0
+    outputs: int = 0
+
+
+class ProcessorCore:
+    def __init__(
+        self,
+        inventory: Inventory | None = None,
+        config: EngineConfig | None = None,
+        policy=None,
+        rules: CategoryRules | None = None,
+    ):
+        self.inventory = inventory or Inventory.empty()
+        self.enricher = Enricher(self.inventory, rules)
+        self.config = config or EngineConfig()
+        caps = self.inventory.node_capacities()
+        self.engine = Engine(self.config, capacity_bps=caps, switch_name=self.inventory.switch_name)
+        self.policy = PolicyEngine(load_policy_config(policy) if policy is not None else None, self.inventory.cluster_ranges)
+        self.watermark_ms = 0
+        self.stats = CoreStats()
+
+    def set_inventory(self, inventory: Inventory) -> None:
+        """Inventory reloaded: new lookups from now on; detector state is kept."""
+        self.inventory = inventory
+        self.enricher.set_inventory(inventory)
+        self.engine.incast.capacity = as_capacity(inventory.node_capacities(), self.config.incast.default_capacity_bps)
+        self.engine.link.switch_name = inventory.switch_name
+
+    # ------------------------------------------------------------------ data
+
+    def enrich(self, flows: np.ndarray) -> np.ndarray:
+        before = self.enricher.unknown_total
+        out = self.enricher.enrich(flows)
+        self.stats.unknown_addresses += self.enricher.unknown_total - before
+        self.stats.raw_records += len(flows)
+        return out
+
+    def process_enriched(self, enriched: np.ndarray) -> list[Output]:
+        if len(enriched) == 0:
+            return []
+        out = self.engine.process_flows(enriched)
+        self.watermark_ms = max(self.watermark_ms, int(enriched[self.config.time_field].max()))
+        out.extend(Output("alert", a["dedup_key"], a) for a in self.policy.process(enriched, self.watermark_ms))
+        self.stats.outputs += len(out)
+        return out
+
+    def process_raw(self, flows: np.ndarray) -> tuple[np.ndarray, list[Output]]:
+        enriched = self.enrich(flows)
+        return enriched, self.process_enriched(enriched)
+
+    def process_counters(self, counters: np.ndarray) -> list[Output]:
+        self.stats.counter_samples += len(counters)
+        out = self.engine.process_counters(counters)
+        self.stats.outputs += len(out)
+        return out
+
+    def tick(self, now_ms: int) -> list[Output]:
+        out = self.engine.tick(now_ms)
+        if self.watermark_ms:
+            out.extend(Output("alert", a["dedup_key"], a) for a in self.policy.tick(self.watermark_ms))
+        self.stats.outputs += len(out)
+        return out
+
+    def flush(self) -> list[Output]:
+        """End of a bounded input (replay): close every window."""
+        out = self.engine.flush()
+        if self.watermark_ms:
+            out.extend(Output("alert", a["dedup_key"], a) for a in self.policy.tick(self.watermark_ms))
+        return out
+
+    # ------------------------------------------------------------------ state
+
+    def snapshot(self) -> dict:
+        return {
+            "version": CORE_SNAPSHOT_VERSION,
+            "engine": self.engine.snapshot(),
+            "policy": self.policy.snapshot(),
+            "watermark_ms": self.watermark_ms,
+            "stats": dataclasses.asdict(self.stats),
+        }
+
+    def restore(self, snap: dict) -> None:
+        if snap.get("version") != CORE_SNAPSHOT_VERSION:
+            raise ValueError(f"unsupported core snapshot version {snap.get('version')!r}")
+        self.engine.restore(snap["engine"])
+        self.policy.restore(snap["policy"])
+        self.watermark_ms = int(snap["watermark_ms"])
+        self.stats = CoreStats(**snap["stats"])
+
+
+def shard_of(enriched: np.ndarray, partitions: int) -> np.ndarray:
+    """Shard (partition) per enriched flow so each shard sees whole detector inputs.
+
+    Key: the destination's job, else the destination node, else the destination
+    address. Then every flow into one destination (incast), every intra-job
+    flow (straggler, pattern: collectives stay inside a job) and every
+    (src, dst) pair (matrix cells, segmentation) lands in one shard. Stable
+    across processes (CRC32 of the key text, not Python's salted hash).
+    """
+    import zlib
+
+    n = len(enriched)
+    if n == 0 or partitions <= 1:
+        return np.zeros(n, dtype=np.int64)
+    job = enriched["dst_job"]
+    node = enriched["dst_node"]
+    keys = np.where(job != "", job, np.where(node != "", node, None))
+    out = np.empty(n, dtype=np.int64)
+    missing = np.flatnonzero(keys == None)  # noqa: E711 (object array comparison)
+    if len(missing):
+        addr = enriched["dst_addr"][missing]
+        out[missing] = np.array([zlib.crc32(a.tobytes()) for a in addr], dtype=np.int64) % partitions
+    have = np.flatnonzero(keys != None)  # noqa: E711
+    if len(have):
+        uniq, inv = np.unique(keys[have].astype(str), return_inverse=True)
+        h = np.array([zlib.crc32(u.encode()) % partitions for u in uniq], dtype=np.int64)
+        out[have] = h[inv]
+    return out

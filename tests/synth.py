@@ -1,0 +1,61 @@
+"""Synthetic raw flow batches for an 8-node training job (tests only; the simulator makes real datagrams).
+
+Ring collective gpu-i -> gpu-(i+1) every second; ``straggler`` sends ``slow``
+of its peers' volume; an incast burst of 6 sources into gpu-1 at ``incast_at_s``.
+Sampling rate 100 so estimates are scaled. Returns batches of FLOW_DTYPE as an
+exporter would produce them (one per second per switch).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from schemas.columns import empty_flows, v4_column_to_addr16
+
+GPU = [0x0A1E0000 + i for i in range(1, 9)]  # 10.30.0.1 .. 10.30.0.8
+EXPORTERS = ["10.0.0.1", "10.0.0.2"]  # tor-1, tor-2
+
+
+def _flows(src, dst, nbytes, t_ms, rate=100, sport=45000, dport=50000):
+    n = len(src)
+    f = empty_flows(n)
+    f["export_protocol"] = 1
+    f["sampling_rate"] = rate
+    f["packets"] = np.maximum(1, nbytes // 9000)
+    f["bytes"] = nbytes
+    f["packets_est"] = f["packets"] * rate
+    f["bytes_est"] = f["bytes"] * rate
+    f["ip_version"] = 4
+    f["src_addr"] = v4_column_to_addr16(np.asarray(src, dtype=np.uint32))
+    f["dst_addr"] = v4_column_to_addr16(np.asarray(dst, dtype=np.uint32))
+    f["ip_protocol"] = 6
+    f["src_port"] = sport
+    f["dst_port"] = dport
+    f["time_start_ms"] = t_ms
+    f["time_end_ms"] = t_ms
+    f["time_received_ms"] = t_ms
+    f["time_export_ms"] = t_ms
+    return f
+
+
+def training_batches(start_ms=1_767_225_600_000, seconds=60, straggler=3, slow=0.4, incast_at_s=30, seed=1):
+    """list of (exporter, FLOW_DTYPE batch) in time order."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in range(seconds):
+        t = start_ms + s * 1000
+        src = np.array(GPU)
+        dst = np.roll(src, -1)
+        vol = np.full(8, 2_000_000, dtype=np.int64)  # sampled bytes per second per ring hop
+        vol[straggler - 1] = int(vol[straggler - 1] * slow)
+        vol = vol + rng.integers(0, 20_000, 8)
+        times = t + rng.integers(0, 900, 8)
+        f = _flows(src, dst, vol, times)
+        if s == incast_at_s:
+            senders = np.array(GPU[1:7])
+            burst = _flows(senders, np.full(6, GPU[0]), np.full(6, 5_000_000, dtype=np.int64), np.full(6, t + 950), dport=29400)
+            f = np.concatenate([f, burst])
+        for i, exp in enumerate(EXPORTERS):
+            half = f[(f["src_addr"][:, 15] <= 4) == (i == 0)]
+            out.append((exp, half))
+    return out

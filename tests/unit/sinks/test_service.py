@@ -1,0 +1,194 @@
+"""ArchiveService loop without a broker: fake consumer/producer, in-memory archive filesystem."""
+
+from __future__ import annotations
+
+import uuid
+
+import fsspec
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka import TopicPartition
+
+from fabricflow.settings import load_settings
+from schemas import codec
+from sinks import layout
+from sinks.fs import ArchiveUrlError, archive_filesystem
+from sinks.service import PARTIAL_METRIC, ArchiveService, _Crash, routes_for
+from tests.unit.sinks.helpers import T0, enriched, flows
+
+HOUR = layout.HOUR_MS
+
+
+class Msg:
+    def __init__(self, topic, partition, offset, value):
+        self._t, self._p, self._o, self._v = topic, partition, offset, value
+
+    def error(self):
+        return None
+
+    def topic(self):
+        return self._t
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def value(self):
+        return self._v
+
+
+class FakeConsumer:
+    def __init__(self, committed=None):
+        self.commits = []
+        self._committed = committed or {}
+
+    def commit(self, offsets, asynchronous):
+        assert asynchronous is False
+        self.commits.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
+        return offsets
+
+    def committed(self, partitions, timeout=None):
+        return [TopicPartition(p.topic, p.partition, self._committed.get((p.topic, p.partition), -1001))
+                for p in partitions]
+
+    def pause(self, tps):
+        pass
+
+    def resume(self, tps):
+        pass
+
+
+class FakeProducer:
+    def __init__(self):
+        self.sent = []
+
+    def produce(self, topic, key, value, on_delivery=None):
+        self.sent.append((topic, key, codec.decode_record(value)))
+
+    def flush(self, timeout=None):
+        return 0
+
+
+def service(**archive):
+    s = load_settings(None, archive={"grace_s": 60, "idle_flush_s": 1, **archive})
+    fs = fsspec.filesystem("memory")
+    root = "/" + uuid.uuid4().hex
+    svc = ArchiveService(s, fs=fs, root=root, metrics_port=0, clock=lambda: 1_800_000_000.0)
+    svc.consumer = FakeConsumer()
+    svc.producer = FakeProducer()
+    return svc
+
+
+def rows_of(svc, dataset):
+    files = [f for f in svc.fs.find(f"{svc.root}/{dataset}") if layout.parse_key(f)]
+    return [pq.read_table(svc.fs.open(f)) for f in files], files
+
+
+def test_records_are_batched_bad_messages_skipped_and_committed():
+    svc = service()
+    t = svc.settings.kafka.topics
+    cell = {"window_start_ms": T0, "window_end_ms": T0 + 10_000, "level": "node", "src": "a", "dst": "b",
+            "category": "other", "bytes_est": 1, "packets_est": 1, "flow_records": 1, "samples": 0}
+    msgs = [Msg(t.matrix, 0, o, b"junk" if o == 2 else codec.encode_record("matrix_cell", {**cell, "samples": o}))
+            for o in range(6)]
+    svc.handle(msgs)
+    svc.flush(force=True)
+    tables, files = rows_of(svc, "matrix_windows")
+    assert sorted(x for tb in tables for x in tb["samples"].to_pylist()) == [0, 1, 3, 4, 5]
+    assert len(files) == 1  # consecutive record messages -> one table, one file
+    assert svc.report["undecodable"] == 1
+    assert svc.consumer.commits[-1] == {(t.matrix, 0): 6}  # past the bad message too
+
+
+def test_flow_batches_by_hour_and_wrong_schema():
+    svc = service()
+    t = svc.settings.kafka.topics
+    early = flows([T0 + 1000, T0 + HOUR + 5])
+    later = flows([T0 + 2 * HOUR + 61_000 + i for i in range(3)])
+    msgs = [Msg(t.flows_raw, 1, 0, codec.encode_batch("flow_batch", early)),
+            Msg(t.flows_raw, 1, 1, codec.encode_record("matrix_cell", {
+                "window_start_ms": 0, "window_end_ms": 0, "level": "node", "src": "", "dst": "", "category": "",
+                "bytes_est": 0, "packets_est": 0, "flow_records": 0, "samples": 0})),
+            Msg(t.flows_raw, 1, 2, codec.encode_batch("flow_batch", later))]
+    svc.handle(msgs)
+    svc.flush()  # hours 0 and 1 are closed by the watermark (hour 2 + grace): written, commit held by hour 2
+    _, files = rows_of(svc, "flows_raw")
+    assert sorted(layout.parse_key(x).hour - T0 // HOUR for x in files) == [0, 1]
+    assert svc.consumer.commits == [{(t.flows_raw, 1): 2}]  # hour 2 still buffered at offset 2
+    svc.flush(force=True)
+    assert svc.consumer.commits[-1] == {(t.flows_raw, 1): 3}
+    reg = svc.metrics.registry
+    assert reg.get_sample_value("fabricflow_sink_undecodable_messages_total",
+                                {"dataset": "flows_raw", "reason": "wrong_schema"}) == 1
+    assert reg.get_sample_value("fabricflow_sink_rows_written_total", {"dataset": "flows_raw"}) == 5
+
+
+def test_revoke_flushes_commits_and_drops():
+    svc = service()
+    t = svc.settings.kafka.topics
+    svc.handle([Msg(t.flows_raw, 0, 7, codec.encode_batch("flow_batch", flows([T0, T0 + 1])))])
+    assert ("flows_raw", 0) in svc.sink.buffers
+    svc._on_revoke(svc.consumer, [TopicPartition(t.flows_raw, 0)])
+    assert ("flows_raw", 0) not in svc.sink.buffers
+    assert svc.consumer.commits == [{(t.flows_raw, 0): 8}]
+    assert len(rows_of(svc, "flows_raw")[1]) == 1
+
+
+def test_summaries_emitted_once_and_flagged_partial_after_resume():
+    svc = service()
+    t = svc.settings.kafka.topics
+    svc.consumer = FakeConsumer(committed={(t.flows_enriched, 0): 10})
+    svc._on_assign(svc.consumer, [TopicPartition(t.flows_enriched, 0)])
+    e0 = enriched([{"time_end_ms": T0 + 1000, "bytes_est": 5}, {"time_end_ms": T0 + 2000, "bytes_est": 7}])
+    e1 = enriched([{"time_end_ms": T0 + HOUR + 10, "bytes_est": 1}])
+    e2 = enriched([{"time_end_ms": T0 + 2 * HOUR + 2 * 60_000, "bytes_est": 1}])
+    svc.handle([Msg(t.flows_enriched, 0, 10, codec.encode_batch("flow_enriched_batch", e0)),
+                Msg(t.flows_enriched, 0, 11, codec.encode_batch("flow_enriched_batch", e1)),
+                Msg(t.flows_enriched, 0, 12, codec.encode_batch("flow_enriched_batch", e2))])
+    svc.flush()
+    sent = svc.producer.sent
+    assert [(k, r["flow_records"], r["bytes_est"]) for _, k, r in sent] == [
+        (str(T0).encode(), 2, 12), (str(T0 + HOUR).encode(), 1, 1)]
+    assert sent[0][2]["quality"] == [{"metric": PARTIAL_METRIC, "exporter": "", "value": 1.0}]  # resumed in hour 0
+    assert sent[1][2]["quality"] == []
+    late = enriched([{"time_end_ms": T0 + 5, "bytes_est": 1}])
+    svc.handle([Msg(t.flows_enriched, 0, 13, codec.encode_batch("flow_enriched_batch", late))])
+    svc.flush()
+    assert len(svc.producer.sent) == 2 and svc.book.late_rows == 1  # never a second summary of hour 0
+
+
+def test_routes_cover_archived_topics_only():
+    s = load_settings(None)
+    r = routes_for(s.kafka)
+    t = s.kafka.topics
+    assert t.dlq not in r and t.patterns not in r
+    assert {x.dataset for x in r.values()} == set(layout.DATASETS)
+    for x in r.values():
+        want = codec.BATCHES.get(x.schema, x.schema)
+        assert layout.spec(x.dataset).avsc == want
+
+
+def test_crash_hook_parsing():
+    c = _Crash({"FABRICFLOW_SINK_CRASH_AT": "after_write", "FABRICFLOW_SINK_CRASH_AFTER": "3"})
+    assert c.step == "after_write" and c.after == 3
+    c.at("after_write")  # plan 0 < 3: no crash
+    with pytest.raises(ValueError, match="must be one of"):
+        _Crash({"FABRICFLOW_SINK_CRASH_AT": "sometime"})
+    assert _Crash({}).step is None
+
+
+def test_archive_filesystem(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = load_settings(None, archive={"url": "file://var/arch"})
+    fs, root = archive_filesystem(s.archive)
+    assert root == str(tmp_path / "var" / "arch") and (tmp_path / "var" / "arch").is_dir()
+    fs, root = archive_filesystem(load_settings(None, archive={"url": "memory://x/y"}).archive)
+    assert root == "/x/y" and "memory" in fs.protocol
+    fs, root = archive_filesystem(load_settings(None, archive={
+        "url": "s3://bucket/pre/fix/", "s3_endpoint": "http://127.0.0.1:1", "s3_access_key": "k",
+        "s3_secret_key": "s"}).archive)
+    assert root == "bucket/pre/fix" and fs.client_kwargs["endpoint_url"] == "http://127.0.0.1:1"
+    with pytest.raises(ArchiveUrlError):
+        archive_filesystem(load_settings(None, archive={"url": "s3://"}).archive)
