@@ -26,6 +26,64 @@ def register(app: typer.Typer) -> None:
 
         raise typer.Exit(run_decode(file, fmt=fmt, port_map=port_map))
 
+    @app.command("simulate")
+    def simulate_cmd(
+        scenario: str = typer.Argument("mixed", help="Scenario file or shipped name: healthy, straggler, link_downgrade, incast, segmentation, mixed."),
+        target: Optional[list[str]] = typer.Option(
+            None, "--target", "-t", help="Where to send: KIND=HOST:PORT (kinds sflow, netflow9, ipfix) or HOST:PORT for all; loopback only. "
+            "Default 127.0.0.1:6343/2055/4739."
+        ),
+        speed: float = typer.Option(1.0, help="Scenario seconds per wall second (10 = ten times faster)."),
+        duration: Optional[float] = typer.Option(None, help="Scenario seconds to run (default: the scenario's duration)."),
+        seed: Optional[int] = typer.Option(None, help="Random seed (default: the scenario's); same seed = same datagrams."),
+        truth: Optional[str] = typer.Option(None, help="Write the ground truth (faults, per-window node-to-node bytes) to this JSONL file."),
+        start: Optional[str] = typer.Option(None, help="Scenario epoch: ISO time, unix seconds, or 'now' (default: the scenario's start)."),
+        max_pps: float = typer.Option(5000.0, help="Cap on datagrams per wall second."),
+        pcap: Optional[str] = typer.Option(None, help="Also write the datagrams to this pcap."),
+        no_send: bool = typer.Option(False, "--no-send", help="Do not send (with --pcap: just write the capture)."),
+    ):
+        """Generate AI-cluster traffic as real sFlow v5 / NetFlow v9 / IPFIX datagrams (with injected faults) to UDP targets."""
+        from fabricflow.simulator.cli import run_simulate
+
+        start_ms, start_now = None, False
+        if start == "now":
+            start_now = True
+        elif start:
+            from datetime import datetime
+
+            try:
+                start_ms = int(float(start) * 1000)
+            except ValueError:
+                try:
+                    start_ms = int(datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp() * 1000)
+                except ValueError:
+                    raise typer.BadParameter(f"--start {start!r}: expected ISO time, unix seconds or 'now'") from None
+        raise typer.Exit(
+            run_simulate(
+                scenario, targets=[] if no_send else (list(target) if target else None), speed=speed, duration_s=duration,
+                seed=seed, truth_out=truth, start_ms=start_ms, start_now=start_now, max_pps=max_pps, pcap_out=pcap,
+            )
+        )  # fmt: skip
+
+    @app.command("demo")
+    def demo_cmd(
+        scenario: str = typer.Option("mixed", "--scenario", "-s", help="Scenario to play (file or shipped name)."),
+        duration: float = typer.Option(90.0, "--duration", "-d", help="Wall-clock seconds to run the scenario."),
+        speed: float = typer.Option(5.0, help="Scenario seconds per wall second."),
+        no_ui: bool = typer.Option(False, "--no-ui", help="Plain log lines, one per detection naming its kind (for CI and scripts)."),
+        state_dir: str = typer.Option(".fabricflow/demo", help="Where logs, config and the archive of the demo go (wiped at start)."),
+    ):
+        """Run everything on the embedded stack with simulated cluster traffic and show detections live."""
+        from fabricflow.demo import run_demo
+        from fabricflow.runner import PipelineError
+
+        try:
+            raise typer.Exit(run_demo(scenario, duration, speed, no_ui, state_dir))
+        except PipelineError as e:
+            from fabricflow.cli import fail
+
+            fail(str(e), 1)
+
     @app.command("process")
     def process_cmd(
         ctx: typer.Context,

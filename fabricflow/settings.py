@@ -102,6 +102,11 @@ class IngestSettings(_Section):
     sampling_overrides: dict[str, int] = Field(
         default_factory=dict, description="Sampling rate per exporter address for records that carry none (or 0)"
     )
+    sflow_event_time: Literal["receive", "uptime"] = Field(
+        "receive",
+        description="Event time of sFlow records (the protocol carries no wall clock): receive = collector receive time; "
+        "uptime = agent uptime anchored at the first datagram of each agent (keeps the exporter's timeline, e.g. accelerated replays)",
+    )
     metrics_bind: str = Field("127.0.0.1", description="Address for the /metrics and /healthz HTTP server")
     metrics_port: int = Field(9180, ge=0, le=65535, description="Port for /metrics and /healthz (0 = disabled)")
     producer: ProducerSettings = Field(default_factory=ProducerSettings)
@@ -114,6 +119,16 @@ class ProcessorSettings(_Section):
     window_s: float = Field(10.0, gt=0, description="Traffic-matrix / straggler window length")
     allowed_lateness_s: float = Field(30.0, ge=0, description="Late data within this lateness still updates its window (NetFlow exports flows after they end)")
     idle_close_s: float = Field(30.0, gt=0, description="Close windows on a wall-clock timer after this much idle time")
+    incast_window_s: float = Field(0.2, gt=0, description="Incast window: short, because incast bursts last 100s of milliseconds")
+    incast_close_after_s: float = Field(
+        3.0, gt=0, description="An incast event closes after this long below the close threshold (periodic bursts stay one event)"
+    )
+    detector_protocols: list[Literal["sflow5", "netflow5", "netflow9", "ipfix"]] = Field(
+        default_factory=lambda: ["sflow5", "netflow5", "netflow9", "ipfix"],
+        description="Export protocols the traffic detectors (matrix, incast, straggler, pattern) use; restrict to one "
+        "observation layer when several exporters see the same packets (e.g. [sflow5] for ToR sFlow + core NetFlow). "
+        "Enrichment, archive and policy alerts always use every record",
+    )
     default_capacity_bps: float = Field(100e9, gt=0, description="Link capacity for nodes without one in the inventory")
     datadir: str = Field("./var/faust", description="Faust data directory (table stores)")
     web_bind: str = Field("127.0.0.1", description="Faust web server bind address")

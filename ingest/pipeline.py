@@ -63,6 +63,57 @@ class _TokenBucket:
         return False
 
 
+def concat_rows(parts: list[np.ndarray]) -> np.ndarray:
+    """Concatenate structured arrays of one dtype as raw bytes.
+
+    ``np.concatenate`` re-derives the structured dtype for every part (measured
+    ~30x slower on 160 parts of FLOW_DTYPE); identical packed dtypes can be
+    joined byte-wise. Falls back to ``np.concatenate`` otherwise.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    dt = parts[0].dtype
+    if all(p.dtype == dt and p.ndim == 1 for p in parts):
+        return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts]).view(dt)
+    return np.concatenate(parts)
+
+
+class SflowUptimeClock:
+    """sFlow event time from the agent's uptime instead of the receive time.
+
+    sFlow datagrams carry no wall clock, only the agent uptime. Anchored at
+    the first datagram of each (agent, sub-agent) -- ``anchor = received -
+    uptime`` -- event time is ``anchor + uptime``: the exporter's own timeline,
+    free of network/queueing jitter and correct for accelerated replays. The
+    anchor is reset when the uptime goes backwards (agent restart). Records'
+    ``time_start/end/export_ms`` (and counters' ``time_received_ms``) get it.
+    """
+
+    def __init__(self, max_agents: int = 100_000):
+        self.anchors: dict[tuple[str, int], tuple[int, int]] = {}
+        self.max_agents = max_agents
+
+    def apply(self, res, received_ms: int) -> None:
+        h = res.header
+        if h is None or h.uptime_ms is None:
+            return
+        key = (h.exporter, h.domain)
+        prev = self.anchors.get(key)
+        if prev is None or h.uptime_ms < prev[1] - 60_000:  # first sight or restart (allow reordering)
+            if prev is None and len(self.anchors) >= self.max_agents:
+                self.anchors.clear()
+            prev = (received_ms - h.uptime_ms, h.uptime_ms)
+        anchor = prev[0]
+        self.anchors[key] = (anchor, max(prev[1], h.uptime_ms))
+        t = anchor + h.uptime_ms
+        if len(res.flows):
+            res.flows["time_start_ms"] = t
+            res.flows["time_end_ms"] = t
+            res.flows["time_export_ms"] = t
+        if len(res.counters):
+            res.counters["time_received_ms"] = t
+
+
 class IngestPipeline:
     def __init__(self, ingest_settings, sink, metrics: IngestMetrics, listener: str = "udp"):
         cfg = ingest_settings
@@ -81,18 +132,34 @@ class IngestPipeline:
         self.batch_max = cfg.batch_max_records
         self.batch_delay_s = cfg.batch_max_delay_ms / 1000.0
         self.dlq_bucket = _TokenBucket(cfg.dlq_max_per_s, cfg.dlq_max_per_s)
+        self.sflow_uptime_clock = SflowUptimeClock() if cfg.sflow_event_time == "uptime" else None
         self._flows: dict[str, list[np.ndarray]] = {}
         self._flow_counts: dict[str, int] = {}
         self._counters: dict[str, list[np.ndarray]] = {}
         self._oldest = time.monotonic()
         self._badlog = RateLimitedLog(log)
         self._templates_seen = (0, 0)
+        # Bound metric children: labels() costs a lock and a dict lookup per call.
+        self._bytes_child = metrics.bytes.labels(listener)
+        self._children: dict[tuple[str, str], tuple] = {}
+
+    def _per_exporter(self, exporter: str, proto: str) -> tuple:
+        key = (exporter, proto)
+        ch = self._children.get(key)
+        if ch is None:
+            m = self.metrics
+            label = m.exporter_label(exporter)
+            ch = (label, m.datagrams.labels(label, proto), m.records.labels(label, proto, "flow"), m.skew.labels(label))
+            if len(self._children) >= 4 * m.max_exporters:
+                self._children.clear()
+            self._children[key] = ch
+        return ch
 
     # ------------------------------------------------------------------ per datagram
 
     def handle(self, datagram: bytes, exporter: str, received_ms: int) -> None:
         m = self.metrics
-        m.bytes.labels(self.listener).inc(len(datagram))
+        self._bytes_child.inc(len(datagram))
         if not self.allowlist.allows(exporter):
             m.not_allowed.labels(self.listener).inc()
             return
@@ -113,9 +180,9 @@ class IngestPipeline:
                 m.dlq.inc()
                 self.sink.publish_dlq(exporter, proto, "internal_error", datagram, repr(e))
             return
-        label = m.exporter_label(exporter)
         proto = res.header.protocol if res.header is not None else sniff_protocol(datagram)
-        m.datagrams.labels(label, proto).inc()
+        label, datagrams_child, flows_child, skew_child = self._per_exporter(exporter, proto)
+        datagrams_child.inc()
         for reason, n in res.problems.items():
             if reason == "sampling_rate_missing":
                 m.rate_missing.labels(label).inc(n)
@@ -139,10 +206,12 @@ class IngestPipeline:
                     m.seq_restarts.labels(label, proto).inc(st.restarts - rst0)
             skew = self.skew.observe(res.header, received_ms)
             if skew is not None:
-                m.skew.labels(label).set(self.skew.skew_ms(res.header.exporter) / 1000.0)
+                skew_child.set(self.skew.skew_ms(res.header.exporter) / 1000.0)
+            if self.sflow_uptime_clock is not None and proto == "sflow5":
+                self.sflow_uptime_clock.apply(res, received_ms)
         n = len(res.flows)
         if n:
-            m.records.labels(label, proto, "flow").inc(n)
+            flows_child.inc(n)
             self._flows.setdefault(exporter, []).append(res.flows)
             total = self._flow_counts.get(exporter, 0) + n
             self._flow_counts[exporter] = total
@@ -159,7 +228,7 @@ class IngestPipeline:
         self._flow_counts.pop(exporter, None)
         if not parts:
             return
-        arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        arr = concat_rows(parts)
         # Bounded messages: split an oversized accumulation.
         for i in range(0, len(arr), self.batch_max):
             self.sink.publish_flows(exporter, arr[i : i + self.batch_max])
@@ -168,8 +237,7 @@ class IngestPipeline:
         for exp in list(self._flows):
             self._flush_flows(exp)
         for exp, parts in list(self._counters.items()):
-            arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            self.sink.publish_counters(exp, arr)
+            self.sink.publish_counters(exp, concat_rows(parts))
         self._counters.clear()
         self._oldest = time.monotonic()
         self.metrics.templates.set(len(self.templates))

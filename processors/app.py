@@ -208,7 +208,7 @@ class Processors:
     def core_for(self, partition: int) -> ProcessorCore:
         core = self.cores.get(partition)
         if core is None:
-            core = ProcessorCore(self.inventory, self.config, self.policy)
+            core = ProcessorCore(self.inventory, self.config, self.policy, detector_protocols=self.settings.processors.detector_protocols)
             data = self.state.get(str(partition).encode()) if hasattr(self, "state") else None
             if data:
                 snap = json.loads(zlib.decompress(data))

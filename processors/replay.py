@@ -324,7 +324,7 @@ def core_factory_from(
             raise ReplayError(f"policy: {' '.join(first[:3])}") from None
 
     def factory() -> ProcessorCore:
-        return ProcessorCore(inv, config, pol)
+        return ProcessorCore(inv, config, pol, detector_protocols=tuple(processors_settings.detector_protocols))
 
     return factory
 

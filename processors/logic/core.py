@@ -12,10 +12,13 @@ Avro schema (pattern: JSON, see docs/detectors.md).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_SFLOW5
 
 from .categories import CategoryRules
 from .engine import Engine, EngineConfig, Output
@@ -73,6 +76,11 @@ def engine_config(processors_settings, overrides: dict[str, dict] | None = None)
     parts = {name: _build(cls, det.get(name, {}), name) for name, cls in _SECTIONS.items()}
     if "default_capacity_bps" not in det.get("incast", {}):
         parts["incast"] = dataclasses.replace(parts["incast"], default_capacity_bps=p.default_capacity_bps)
+    if "window_ms" not in det.get("incast", {}):
+        parts["incast"] = dataclasses.replace(parts["incast"], window_ms=max(1, int(p.incast_window_s * 1000)))
+    if "close_after_windows" not in det.get("incast", {}):
+        quiet = max(1, math.ceil(p.incast_close_after_s * 1000 / parts["incast"].window_ms))
+        parts["incast"] = dataclasses.replace(parts["incast"], close_after_windows=quiet)
     return EngineConfig(window=window, **parts)
 
 
@@ -91,6 +99,7 @@ class ProcessorCore:
         config: EngineConfig | None = None,
         policy=None,
         rules: CategoryRules | None = None,
+        detector_protocols: tuple[str, ...] | list[str] | None = None,
     ):
         self.inventory = inventory or Inventory.empty()
         self.enricher = Enricher(self.inventory, rules)
@@ -100,6 +109,9 @@ class ProcessorCore:
         self.policy = PolicyEngine(load_policy_config(policy) if policy is not None else None, self.inventory.cluster_ranges)
         self.watermark_ms = 0
         self.stats = CoreStats()
+        codes = {"sflow5": PROTO_SFLOW5, "netflow5": PROTO_NETFLOW5, "netflow9": PROTO_NETFLOW9, "ipfix": PROTO_IPFIX}
+        wanted = set(detector_protocols) if detector_protocols is not None else set(codes)
+        self._detector_codes = None if wanted >= set(codes) else np.array(sorted(codes[p] for p in wanted), dtype=np.int32)
 
     def set_inventory(self, inventory: Inventory) -> None:
         """Inventory reloaded: new lookups from now on; detector state is kept."""
@@ -120,7 +132,10 @@ class ProcessorCore:
     def process_enriched(self, enriched: np.ndarray) -> list[Output]:
         if len(enriched) == 0:
             return []
-        out = self.engine.process_flows(enriched)
+        if self._detector_codes is None:
+            out = self.engine.process_flows(enriched)
+        else:  # one observation layer for the traffic detectors (no double counting)
+            out = self.engine.process_flows(enriched[np.isin(enriched["export_protocol"], self._detector_codes)])
         self.watermark_ms = max(self.watermark_ms, int(enriched[self.config.time_field].max()))
         out.extend(Output("alert", a["dedup_key"], a) for a in self.policy.process(enriched, self.watermark_ms))
         self.stats.outputs += len(out)

@@ -150,3 +150,33 @@ def test_exporter_label_cardinality_is_bounded():
     m = IngestMetrics(max_exporters=3)
     labels = {m.exporter_label(f"10.0.0.{i}") for i in range(10)}
     assert labels == {"10.0.0.0", "10.0.0.1", "10.0.0.2", "other"}
+
+
+def test_sflow_uptime_clock_keeps_exporter_timeline():
+    """In uptime mode an accelerated sFlow stream keeps its own time axis; restarts re-anchor."""
+    import numpy as np
+
+    from ingest.decode.result import DecodeResult, ExportHeader
+    from ingest.pipeline import SflowUptimeClock
+    from schemas.columns import empty_counters, empty_flows
+
+    clock = SflowUptimeClock()
+
+    def res(uptime):
+        return DecodeResult(flows=empty_flows(2), counters=empty_counters(1), header=ExportHeader("sflow5", "10.0.0.1", 0, 1, 1, None, uptime))
+
+    r1 = res(5_000)
+    clock.apply(r1, received_ms=1_000_000)
+    r2 = res(65_000)  # 60 s of agent time ...
+    clock.apply(r2, received_ms=1_006_000)  # ... arrived 6 s later (10x replay)
+    assert r1.flows["time_end_ms"].tolist() == [1_000_000, 1_000_000]
+    assert r2.flows["time_end_ms"].tolist() == [1_060_000, 1_060_000]
+    assert r2.counters["time_received_ms"].tolist() == [1_060_000]
+    r3 = res(1_000)  # agent rebooted
+    clock.apply(r3, received_ms=2_000_000)
+    assert np.all(r3.flows["time_start_ms"] == 2_000_000)
+
+
+def test_sflow_receive_time_is_default():
+    p, sink, m = _pipeline()
+    assert p.sflow_uptime_clock is None

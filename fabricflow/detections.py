@@ -1,0 +1,148 @@
+"""Read the detector output topics and turn them into a stream of detections.
+
+Shared by ``fabricflow demo`` (live view / log lines), the end-to-end tests and
+``bench/detection.py``. A detection is the *start* of something an operator
+should look at: an incast event opening, a node becoming a straggler, a link
+downgrade/error burst/oper-down/sustained utilisation, a policy alert firing,
+a job's pattern deviating. Updates of ongoing conditions are not repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer
+
+from schemas import codec
+
+LINK_KINDS = {"link_downgrade", "error_burst", "oper_down", "sustained_utilisation"}
+
+
+@dataclass(frozen=True)
+class Detection:
+    kind: str  # incast, straggler, link_downgrade, error_burst, oper_down, sustained_utilisation, <alert rule>, pattern_deviation
+    time_ms: int
+    entity: str
+    summary: str
+    severity: str = "warning"
+
+
+def _fmt_bps(v: float) -> str:
+    for unit, div in (("Tb/s", 1e12), ("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
+        if abs(v) >= div:
+            return f"{v / div:.1f} {unit}"
+    return f"{v:.0f} b/s"
+
+
+@dataclass
+class MatrixView:
+    """Latest complete window of the node-level traffic matrix, and top talkers."""
+
+    windows: dict[int, dict[tuple[str, str], int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    window_ms: int = 10_000
+
+    def add(self, cell: dict) -> None:
+        if cell["level"] != "node":
+            return
+        self.window_ms = cell["window_end_ms"] - cell["window_start_ms"]
+        self.windows[cell["window_start_ms"]][(cell["src"] or "unknown", cell["dst"] or "unknown")] += cell["bytes_est"]
+        while len(self.windows) > 12:
+            del self.windows[min(self.windows)]
+
+    def latest(self) -> tuple[int | None, dict[tuple[str, str], int]]:
+        if not self.windows:
+            return None, {}
+        ws = max(self.windows)
+        return ws, dict(self.windows[ws])
+
+    def top_talkers(self, n: int = 8) -> list[tuple[str, str, int]]:
+        tot: dict[tuple[str, str], int] = defaultdict(int)
+        for cells in self.windows.values():
+            for k, v in cells.items():
+                tot[k] += v
+        return sorted(((s, d, b) for (s, d), b in tot.items()), key=lambda x: -x[2])[:n]
+
+
+class DetectionFeed:
+    """Consumes the output topics; ``poll()`` returns new detections and updates ``matrix``."""
+
+    def __init__(self, settings, group: str | None = None):
+        t = settings.kafka.topics
+        self.topics = {
+            t.matrix: "matrix",
+            t.incast: "incast",
+            t.straggler: "straggler",
+            t.link_health: "link",
+            t.alerts: "alert",
+            t.patterns: "pattern",
+        }
+        self.consumer = Consumer(
+            {
+                **settings.kafka.client_config(),
+                "group.id": group or f"fabricflow-view-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "session.timeout.ms": settings.kafka.session_timeout_ms,
+            }
+        )
+        self.consumer.subscribe(list(self.topics))
+        self.matrix = MatrixView()
+        self._stragglers: set[tuple[str, str]] = set()
+        self.counts: dict[str, int] = defaultdict(int)
+        self.messages = 0
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def poll(self, timeout_s: float = 0.2, max_messages: int = 5000) -> list[Detection]:
+        out: list[Detection] = []
+        msgs = self.consumer.consume(max_messages, timeout_s)
+        for m in msgs:
+            if m.error():
+                continue
+            kind = self.topics.get(m.topic())
+            try:
+                v = json.loads(m.value()) if kind == "pattern" else codec.decode_record(m.value())
+            except (codec.CodecError, ValueError):
+                continue
+            self.messages += 1
+            d = self.interpret(kind, v)
+            if d is not None:
+                self.counts[d.kind] += 1
+                out.append(d)
+        return out
+
+    def interpret(self, kind: str, v: dict) -> Detection | None:
+        if kind == "matrix":
+            self.matrix.add(v)
+            return None
+        if kind == "incast" and v["state"] == "open":
+            return Detection(
+                "incast", v["window_start_ms"], v["destination"],
+                f"{len(v['sources'])} sources -> {v['destination']} at {_fmt_bps(v['aggregate_bps'])} "
+                f"= {v['fraction']:.0%} of {_fmt_bps(v['capacity_bps'])} (95%: {v['fraction_low']:.0%}-{v['fraction_high']:.0%})",
+                "critical",
+            )  # fmt: skip
+        if kind == "straggler":
+            key = (v["job"], v["node"])
+            if v["straggler"] and key not in self._stragglers:
+                self._stragglers.add(key)
+                return Detection(
+                    "straggler", v["window_start_ms"], v["node"],
+                    f"{v['node']} in job {v['job']} sends {v['ratio_sent']:.0%} of its peers' median "
+                    f"(score {v['score']:.1f}, {v['evidence_windows']} windows)",
+                )  # fmt: skip
+            if not v["straggler"]:
+                self._stragglers.discard(key)
+            return None
+        if kind == "link" and v["kind"] in LINK_KINDS:
+            ent = f"{v['switch']}/if{v['if_index']}"
+            return Detection(v["kind"], v["time_ms"], ent, f"{ent}: {v['detail']}", "critical" if v["kind"] != "sustained_utilisation" else "warning")
+        if kind == "alert" and v["state"] == "firing":
+            return Detection(v["rule"], v["window_start_ms"], v["dedup_key"], v["summary"], v["severity"])
+        if kind == "pattern" and v.get("kind") == "pattern_deviation" and v.get("state") == "open":
+            return Detection("pattern_deviation", v.get("window_start_ms", 0), v.get("job", ""), f"job {v.get('job')}: {v.get('detail', '')}", "info")
+        return None

@@ -1,0 +1,236 @@
+"""Run the whole pipeline locally: embedded stack + ingest + processors + archive sink.
+
+Used by ``fabricflow demo``, the end-to-end tests and ``bench/detection.py``.
+Every service runs as its own ``fabricflow`` subprocess with one generated
+config file (``<state_dir>/pipeline.yaml``) and a log file, exactly as an
+operator would run them; :class:`LocalPipeline` starts them in order, waits
+until each is ready and stops them all (SIGTERM, then SIGKILL) on exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .settings import Settings, load_settings
+from .stack import EmbeddedStack, StackError, port_free, tail
+
+
+class PipelineError(Exception):
+    """A pipeline service failed to start; the message names it and shows its log tail."""
+
+
+@dataclass
+class PipelinePorts:
+    kafka: int = 9092
+    s3: int = 8333
+    s3_base: int = 19330
+    sflow: int = 6343
+    netflow: int = 2055
+    ipfix: int = 4739
+    ingest_metrics: int = 9180
+    processors_web: int = 6066
+
+    @classmethod
+    def offset(cls, delta: int) -> "PipelinePorts":
+        d = cls()
+        return cls(**{k: v + delta for k, v in d.__dict__.items()})
+
+
+@dataclass
+class LocalPipeline:
+    state_dir: Path
+    inventory: str | None = None
+    policy: str | None = None
+    ports: PipelinePorts = field(default_factory=PipelinePorts)
+    archive: bool = True
+    extra: dict = field(default_factory=dict)  # settings overrides, by section
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.state_dir = Path(self.state_dir).resolve()
+        self.stack: EmbeddedStack | None = None
+        self.config_path = self.state_dir / "pipeline.yaml"
+
+    # ------------------------------------------------------------------ config
+
+    def settings_dict(self) -> dict:
+        p = self.ports
+        d = {
+            "kafka": {"bootstrap_servers": f"127.0.0.1:{p.kafka}", "partitions": 4},
+            "ingest": {
+                "listen": [f"sflow://127.0.0.1:{p.sflow}", f"netflow://127.0.0.1:{p.netflow}", f"ipfix://127.0.0.1:{p.ipfix}"],
+                "metrics_port": p.ingest_metrics,
+                "allowlist": ["127.0.0.0/8", "::1/128"],
+                "batch_max_delay_ms": 200,
+            },
+            "processors": {
+                "datadir": str(self.state_dir / "faust"),
+                "web_port": p.processors_web,
+                "tick_s": 1.0,
+                "idle_close_s": 5.0,
+            },
+            "archive": {
+                "url": f"s3://fabricflow/archive",
+                "s3_endpoint": f"http://127.0.0.1:{p.s3}",
+                "s3_access_key": "fabricflow",
+                "s3_secret_key": "fabricflow-secret",
+                "grace_s": 60,
+                "idle_flush_s": 10,
+            },
+            "stack": {
+                "state_dir": str(self.state_dir / "stack"),
+                "kafka_port": p.kafka,
+                "s3_port": p.s3,
+                "s3_base_port": p.s3_base,
+            },
+        }
+        if self.inventory:
+            d["processors"]["inventory"] = str(Path(self.inventory).resolve())
+        if self.policy:
+            d["processors"]["policy"] = str(Path(self.policy).resolve())
+        for section, values in self.extra.items():
+            d.setdefault(section, {}).update({k: v for k, v in values.items()})
+            for k in [k for k, v in d[section].items() if v is None]:
+                del d[section][k]
+        return d
+
+    def settings(self) -> Settings:
+        return load_settings(self.config_path)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "LocalPipeline":
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        data = self.settings_dict()
+        self.config_path.write_text(yaml.safe_dump(data, sort_keys=False))
+        s = self.settings()
+        for name, port in (("sflow", self.ports.sflow), ("netflow", self.ports.netflow), ("ipfix", self.ports.ipfix)):
+            if not _udp_free(port):
+                raise PipelineError(f"ingest: UDP port 127.0.0.1:{port} ({name}) is in use; stop whatever listens there")
+        self.stack = EmbeddedStack(s, with_s3=True)
+        try:
+            self.stack.up()
+        except StackError as e:
+            self.stack.down()
+            raise PipelineError(str(e)) from None
+        from .topics import ensure_topics
+
+        ensure_topics(s.kafka)
+        self._spawn("ingest", ["ingest"])
+        self._wait_http("ingest", f"http://127.0.0.1:{self.ports.ingest_metrics}/healthz")
+        self._spawn("processors", ["process"])
+        if self.archive:
+            self._spawn("archive", ["sink", "archive"])
+        self._wait_log("processors", "Worker ready", 90)
+        return self
+
+    def stop(self) -> None:
+        for name in ("ingest", "processors", "archive"):
+            proc = self.procs.get(name)
+            if proc is not None and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for name, proc in self.procs.items():
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        self.procs.clear()
+        if self.stack is not None:
+            self.stack.down()
+
+    def __enter__(self) -> "LocalPipeline":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ helpers
+
+    def log_path(self, name: str) -> Path:
+        return self.state_dir / f"{name}.log"
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
+        log = open(self.log_path(name), "ab")
+        try:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "fabricflow", "--config", str(self.config_path), *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.state_dir,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+
+    def _check_alive(self, name: str) -> None:
+        proc = self.procs[name]
+        if proc.poll() is not None:
+            raise PipelineError(f"{name} exited with status {proc.returncode}; last lines of {self.log_path(name)}:\n{tail(self.log_path(name))}")
+
+    def _wait_http(self, name: str, url: str, timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._check_alive(name)
+            try:
+                with urllib.request.urlopen(url, timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise PipelineError(f"{name} not ready after {timeout_s:.0f}s; last lines of its log:\n{tail(self.log_path(name))}")
+
+    def _wait_log(self, name: str, needle: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._check_alive(name)
+            try:
+                if needle in self.log_path(name).read_text(errors="replace"):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise PipelineError(f"{name} not ready after {timeout_s:.0f}s; last lines of its log:\n{tail(self.log_path(name))}")
+
+    def check(self) -> None:
+        """Raise if any service died."""
+        for name in self.procs:
+            self._check_alive(name)
+
+    def targets(self) -> dict[str, str]:
+        p = self.ports
+        return {"sflow": f"127.0.0.1:{p.sflow}", "netflow9": f"127.0.0.1:{p.netflow}", "ipfix": f"127.0.0.1:{p.ipfix}"}
+
+
+def _udp_free(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+__all__ = ["LocalPipeline", "PipelinePorts", "PipelineError", "port_free"]
