@@ -38,6 +38,7 @@ class PipelinePorts:
     ipfix: int = 4739
     ingest_metrics: int = 9180
     processors_web: int = 6066
+    archive_metrics: int = 9182
 
     @classmethod
     def offset(cls, delta: int) -> "PipelinePorts":
@@ -84,6 +85,7 @@ class LocalPipeline:
                 "s3_access_key": "fabricflow",
                 "s3_secret_key": "fabricflow-secret",
                 "grace_s": 60,
+                "metrics_port": p.archive_metrics,
                 "idle_flush_s": 10,
             },
             "stack": {

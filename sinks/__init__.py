@@ -1,8 +1,10 @@
 """Sinks: the hourly Parquet archive (layout, buffering, atomic writes, retention),
 hourly summaries and analyst queries over the archive.
 
-Modules: :mod:`sinks.arrow_schema` (Arrow schemas from the Avro schemas),
-:mod:`sinks.layout` (paths and keys), :mod:`sinks.archive` (exactly-once writer
-core), :mod:`sinks.retention`, :mod:`sinks.summaries`, :mod:`sinks.query`.
-No Kafka here: the consumer loop feeds these with tables and offsets.
+Pure-ish modules (no Kafka): :mod:`sinks.arrow_schema` (Arrow schemas from the
+Avro schemas), :mod:`sinks.layout` (paths and keys), :mod:`sinks.archive`
+(exactly-once writer core), :mod:`sinks.retention`, :mod:`sinks.summaries`,
+:mod:`sinks.query`. The Kafka side: :mod:`sinks.service` (the consumer loop
+feeding them), :mod:`sinks.fs` (archive filesystem from the settings) and
+:mod:`sinks.commands` (``fabricflow sink ...`` and ``fabricflow query ...``).
 """

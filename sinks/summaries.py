@@ -268,13 +268,21 @@ class HourlySummary:
 
 
 class SummaryBook:
-    """One :class:`HourlySummary` per event hour; hours are emitted once the watermark passes end + grace."""
+    """One :class:`HourlySummary` per event hour; hours are emitted once the watermark passes end + grace.
+
+    An hour is emitted once: rows and events that arrive for an hour at or
+    before the last closed one are dropped and counted (``late_rows``,
+    ``late_events``) instead of opening a second, partial summary of it.
+    """
 
     def __init__(self, grace_ms: int = 5 * 60_000, top_n: int = 20) -> None:
         self.grace_ms = grace_ms
         self.top_n = top_n
         self.hours: dict[int, HourlySummary] = {}
         self.watermark: int | None = None
+        self.closed_through: int | None = None  # last hour index closed (emitted or empty)
+        self.late_rows = 0
+        self.late_events = 0
 
     def _hour(self, h: int) -> HourlySummary:
         if h not in self.hours:
@@ -288,22 +296,40 @@ class SummaryBook:
         ts = t["time_end_ms"].to_numpy()
         hours = layout.hour_index(ts)
         self.watermark = max(self.watermark or int(ts.max()), int(ts.max()))
+        if self.closed_through is not None:
+            late = hours <= self.closed_through
+            if late.any():
+                self.late_rows += int(late.sum())
+                keep = ~late
+                t, hours = t.filter(pa.array(keep)), hours[keep]
+                if t.num_rows == 0:
+                    return
         for h in np.unique(hours):
             self._hour(int(h)).add_flows(t.filter(pa.array(hours == h)))
 
     def add_event(self, kind: str, event: Mapping) -> None:
         k = _KIND_ALIASES.get(kind, kind)
-        self._hour(layout.hour_index(int(event[_EVENT_TIME.get(k, "window_start_ms")]))).add_event(k, event)
+        h = layout.hour_index(int(event[_EVENT_TIME.get(k, "window_start_ms")]))
+        if self.closed_through is not None and h <= self.closed_through:
+            self.late_events += 1
+            return
+        self._hour(h).add_event(k, event)
 
     def close(self, watermark_ms: int | None = None, quality_by_hour: Mapping | None = None,
               *, force: bool = False) -> list[dict]:
         """Summaries of every hour whose end + grace <= watermark (all with ``force``), oldest first."""
         wm = watermark_ms if watermark_ms is not None else self.watermark
         out = []
+        last = None
+        if wm is not None:
+            last = (wm - self.grace_ms) // layout.HOUR_MS - 1  # last hour with end + grace <= wm
         for h in sorted(self.hours):
-            if force or (wm is not None and (h + 1) * layout.HOUR_MS + self.grace_ms <= wm):
+            if force or (last is not None and h <= last):
                 s = self.hours.pop(h)
                 if quality_by_hour and h * layout.HOUR_MS in quality_by_hour:
                     s.set_quality(quality_by_hour[h * layout.HOUR_MS])
                 out.append(s.result(h * layout.HOUR_MS))
+                last = h if last is None else max(last, h)
+        if last is not None:
+            self.closed_through = last if self.closed_through is None else max(self.closed_through, last)
         return out

@@ -1,0 +1,238 @@
+"""`fabricflow query ...` and `fabricflow sink retention` on a local fixture archive with known answers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from fabricflow.cli import app
+from fabricflow.commands import register
+from sinks.archive import HourlyBuffer, ParquetWriter
+from sinks.arrow_schema import table_from_columns
+from sinks.commands import parse_duration_ms, retention_policy
+from sinks.layout import HOUR_MS
+from tests.unit.sinks.helpers import T0, enriched
+
+register(app)
+runner = CliRunner()
+
+GROUP = {"g1": "gpu", "g2": "gpu", "g3": "gpu", "s1": "storage", "m1": "mgmt", "": "unknown"}
+JOB = {"g1": "jobA", "g2": "jobA", "g3": "jobB", "s1": "", "m1": "", "": ""}
+IP = {"g1": "10.0.0.1", "g2": "10.0.0.2", "g3": "10.0.0.3", "s1": "10.0.1.1", "m1": "10.0.2.1", "": "198.51.100.7"}
+PAIRS = [  # src, dst, category, src_port, dst_port
+    ("g1", "g2", "collective", 50001, 4791),
+    ("g2", "g1", "collective", 50002, 4791),
+    ("g1", "s1", "storage", 50003, 2049),
+    ("g3", "s1", "storage", 50004, 2049),
+    ("s1", "g1", "storage", 2049, 50003),  # NFS replies
+    ("g3", "m1", "mgmt", 50005, 22),
+    ("", "g3", "other", 443, 50006),
+    ("g1", "s1", "storage", 50007, 8080),  # storage category on a port the policy does not allow
+]
+HOURS = [0, 1, 25]  # 2026-01-01 00h, 01h; 2026-01-02 01h
+
+
+def fixture_rows():
+    rows = []
+    for h in HOURS:
+        for i, (s, d, c, sp, dp) in enumerate(PAIRS):
+            b = (h + 1) * (i + 1) * 1000
+            rows.append({
+                "time_end_ms": T0 + h * HOUR_MS + 60_000 * i, "src_node": s, "dst_node": d, "category": c,
+                "bytes_est": b, "packets_est": b // 100, "src_group": GROUP[s], "dst_group": GROUP[d],
+                "src_job": JOB[s], "dst_job": JOB[d], "src_addr": IP[s], "dst_addr": IP[d],
+                "src_port": sp, "dst_port": dp})
+    return rows
+
+
+def build_archive(root: Path, rows) -> None:
+    w = ParquetWriter(None, str(root))
+    for p in (0, 1):
+        b = HourlyBuffer("flows_enriched", p)
+        for o, r in enumerate(rows[p::2]):
+            b.add(table_from_columns(enriched([r]), "flow_enriched"), o)
+        w.write_plan(b.flush_plan(force=True))
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qarchive") / "archive"
+    rows = fixture_rows()
+    build_archive(root, rows)
+    return root, rows
+
+
+def ff(root: Path, *args, **env):
+    return runner.invoke(app, list(args), env={"FABRICFLOW_ARCHIVE__URL": f"file://{root}", **env})
+
+
+def in_range(rows, frm=None, to=None):
+    return [r for r in rows if (frm is None or r["time_end_ms"] >= frm) and (to is None or r["time_end_ms"] < to)]
+
+
+def test_top_talkers_whole_archive_by_default(archive):
+    root, rows = archive
+    r = ff(root, "query", "top-talkers", "--format", "json", "-n", "3")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    acc = defaultdict(int)
+    for x in rows:
+        acc[(x["src_node"] or IP[""], x["dst_node"])] += x["bytes_est"]
+    want = sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    assert [(g["src"], g["dst"], g["bytes_est"]) for g in got] == [(s, d, b) for (s, d), b in want]
+
+
+def test_time_range_iso_and_unix_ms_agree(archive):
+    root, rows = archive
+    frm, to = T0 + HOUR_MS, T0 + 2 * HOUR_MS
+    a = ff(root, "query", "sql", "SELECT sum(bytes_est)::BIGINT AS b, count(*) AS n FROM flows_enriched",
+           "--from", "2026-01-01T01:00:00", "--to", "2026-01-01T02:00:00Z", "--format", "json")
+    b = ff(root, "query", "sql", "SELECT sum(bytes_est)::BIGINT AS b, count(*) AS n FROM flows_enriched",
+           "--from", str(frm), "--to", str(to), "--format", "json")
+    assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+    sel = in_range(rows, frm, to)
+    assert json.loads(a.stdout) == json.loads(b.stdout) == [{"b": sum(x["bytes_est"] for x in sel), "n": len(sel)}]
+
+
+def test_matrix_by_group_csv(archive):
+    root, rows = archive
+    r = ff(root, "query", "matrix", "--level", "group", "--format", "csv", "--from", str(T0), "--to", str(T0 + 86_400_000))
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.strip().splitlines()
+    assert lines[0] == '"src","dst","category","bytes_est","packets_est","flow_records"'
+    acc = defaultdict(int)
+    for x in in_range(rows, T0, T0 + 86_400_000):
+        acc[(x["src_group"], x["dst_group"], x["category"])] += x["bytes_est"]
+    got = {}
+    for line in lines[1:]:
+        s, d, c, b, _p, _n = [v.strip('"') for v in line.split(",")]
+        got[(s, d, c)] = int(b)
+    assert got == dict(acc)
+
+
+def test_node_and_job_reports(archive):
+    root, rows = archive
+    r = ff(root, "query", "node", "s1", "--format", "json")
+    assert r.exit_code == 0, r.output
+    got = {(g["direction"], g["peer"], g["category"]): g["bytes_est"] for g in json.loads(r.stdout)}
+    want = defaultdict(int)
+    for x in rows:
+        if x["src_node"] == "s1":
+            want[("sent", x["dst_node"], x["category"])] += x["bytes_est"]
+        if x["dst_node"] == "s1":
+            want[("recv", x["src_node"], x["category"])] += x["bytes_est"]
+    assert got == dict(want)
+    r = ff(root, "query", "job", "jobA", "--format", "json")
+    assert r.exit_code == 0, r.output
+    got = {(g["node"], g["category"]): (g["sent_bytes_est"], g["recv_bytes_est"]) for g in json.loads(r.stdout)}
+    want = defaultdict(lambda: [0, 0])
+    for x in rows:
+        if x["src_job"] == "jobA":
+            want[(x["src_node"], x["category"])][0] += x["bytes_est"]
+        if x["dst_job"] == "jobA":
+            want[(x["dst_node"], x["category"])][1] += x["bytes_est"]
+    assert got == {k: tuple(v) for k, v in want.items()}
+    r = ff(root, "query", "node", "g1")  # rich table
+    assert r.exit_code == 0 and "recv" in r.stdout and "sent" in r.stdout
+
+
+POLICY = """
+segmentation:
+  enabled: true
+  groups: [gpu, storage, mgmt]
+  allow:
+    - {name: gpu-mesh, src: gpu, dst: gpu, categories: [collective]}
+    - {name: nfs, src: gpu, dst: storage, categories: [storage], ports: [2049]}
+"""
+
+
+def test_segmentation_with_policy_marks_violations(archive, tmp_path):
+    root, rows = archive
+    pol = tmp_path / "policy.yaml"
+    pol.write_text(POLICY)
+    r = ff(root, "query", "segmentation", "--policy", str(pol), "--format", "json")
+    assert r.exit_code == 0, r.output
+    got = {(g["src_group"], g["dst_group"], g["category"], g["status"], g["rule"]): g["bytes_est"]
+           for g in json.loads(r.stdout)}
+
+    def total(pred):
+        return sum((h + 1) * (i + 1) * 1000 for h in HOURS for i, p in enumerate(PAIRS) if pred(i, p))
+
+    assert got == {
+        ("gpu", "gpu", "collective", "allowed", "gpu-mesh"): total(lambda i, p: p[2] == "collective"),
+        ("gpu", "storage", "storage", "allowed", "nfs"): total(lambda i, p: p[2] == "storage" and p[4] == 2049),
+        ("storage", "gpu", "storage", "allowed", "nfs (reply)"): total(lambda i, p: p[0] == "s1"),
+        ("gpu", "storage", "storage", "violation", ""): total(lambda i, p: p[4] == 8080),
+        ("gpu", "mgmt", "mgmt", "violation", ""): total(lambda i, p: p[2] == "mgmt"),
+        ("unknown", "gpu", "other", "violation", ""): total(lambda i, p: p[0] == ""),
+    }
+    first = json.loads(r.stdout)[0]
+    assert first["status"] == "violation"  # violations first
+    # Without a policy: plain group x group totals.
+    r = ff(root, "query", "segmentation", "--format", "json")
+    assert r.exit_code == 0, r.output
+    plain = {(g["src_group"], g["dst_group"], g["category"]): g["bytes_est"] for g in json.loads(r.stdout)}
+    assert plain[("gpu", "storage", "storage")] == total(lambda i, p: p[0] in ("g1", "g3") and p[2] == "storage")
+
+
+def test_parquet_output(archive, tmp_path):
+    root, rows = archive
+    out = tmp_path / "tt.parquet"
+    r = ff(root, "query", "top-talkers", "--format", "parquet", "--output", str(out))
+    assert r.exit_code == 0, r.output
+    t = pq.read_table(out)
+    assert t.column_names == ["src", "dst", "bytes_est", "packets_est", "flow_records"] and t.num_rows == 7  # distinct pairs
+    r = ff(root, "query", "top-talkers", "--format", "parquet")
+    assert r.exit_code == 2 and "needs --output" in r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["query", "top-talkers", "--from", "2030-01-01", "--to", "2030-01-02"], "no flows_enriched data between"),
+    (["query", "top-talkers", "--from", "2026-01-02", "--to", "2026-01-01"], "empty time range"),
+    (["query", "top-talkers", "--from", "yesterday"], "cannot read 'yesterday' as a time"),
+    (["query", "top-talkers", "--last", "2h"], "no flows_enriched data between"),
+    (["query", "top-talkers", "--last", "2 fortnights"], "cannot read '2 fortnights' as a duration"),
+    (["query", "sql", "SELECT * FROM alerts"], "datasets present: flows_enriched"),
+    (["query", "sql", "SELEKT 1"], "query failed"),
+    (["query", "matrix", "--source", "matrix"], "dataset 'matrix_windows' is not in the archive"),
+    (["query", "matrix", "--level", "rack"], "--level must be node or group"),
+    (["query", "segmentation", "--policy", "/nonexistent/policy.yaml"], "policy file not found"),
+])
+def test_errors_are_one_line_exit_2(archive, args, message):
+    root, _ = archive
+    r = ff(root, *args)
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_missing_archive_is_an_error(tmp_path):
+    r = ff(tmp_path / "nothing-here", "query", "top-talkers")
+    assert r.exit_code == 2 and "no archive at" in r.stderr
+
+
+def test_retention_dry_run_then_delete(archive, tmp_path):
+    root, _ = archive
+    copy = tmp_path / "a"
+    shutil.copytree(root, copy)
+    env = {"FABRICFLOW_ARCHIVE__RETENTION_DAYS": json.dumps({"flows_enriched": 1, "default": 100000})}
+    r = ff(copy, "sink", "retention", "--dry-run", **env)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines() == ["would delete flows_enriched dt=2026-01-01", "would delete flows_enriched dt=2026-01-02"]
+    assert (copy / "flows_enriched" / "dt=2026-01-01").is_dir()
+    r = ff(copy, "sink", "retention", **env)
+    assert r.exit_code == 0 and not (copy / "flows_enriched" / "dt=2026-01-01").exists()
+    r = ff(copy, "sink", "retention", **{"FABRICFLOW_ARCHIVE__RETENTION_DAYS": '{"flowz": 3}'})
+    assert r.exit_code == 2 and "unknown dataset(s) flowz" in r.stderr
+
+
+def test_policy_and_duration_helpers():
+    assert parse_duration_ms("90m") == 5_400_000 and parse_duration_ms("2d") == 172_800_000
+    pol = retention_policy({"flows_raw": 7, "alerts": -1, "default": 30})
+    assert pol["flows_raw"] == 7 and pol["alerts"] is None and pol["summaries_hourly"] == 30
