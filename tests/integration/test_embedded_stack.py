@@ -1,11 +1,10 @@
 """The embedded broker and object store really work: produce/consume, topics, S3 objects, clear errors."""
 
 import socket
-import time
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from fabricflow.settings import load_settings
 from fabricflow.stack import EmbeddedStack, StackError
@@ -13,29 +12,9 @@ from fabricflow.topics import ensure_topics, topic_specs
 from schemas import codec
 from schemas.columns import empty_flows, v4_column_to_addr16
 
+from .kafka_helpers import consume
+
 pytestmark = pytest.mark.integration
-
-
-def _consume_all(bootstrap, topic, expected, timeout_s=30):
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "t-" + topic,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": 6000,
-        }
-    )
-    c.subscribe([topic])
-    out = []
-    deadline = time.monotonic() + timeout_s
-    while len(out) < expected and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is None or m.error():
-            continue
-        out.append(m)
-    c.close()
-    return out
 
 
 def test_topics_created_idempotently(kafka_bootstrap, unique_topic):
@@ -62,7 +41,7 @@ def test_flow_batch_through_broker(kafka_bootstrap, unique_topic):
         sent.append(arr)
         p.produce(topic, key=f"10.0.0.{i % 3}".encode(), value=codec.encode_batch("flow_batch", arr))
     assert p.flush(15) == 0
-    msgs = _consume_all(kafka_bootstrap, topic, 20)
+    msgs = consume(kafka_bootstrap, topic, until=lambda ms: len(ms) >= 20)
     assert len(msgs) == 20
     got = np.concatenate([codec.decode_batch(m.value()) for m in msgs])
     want = np.concatenate(sent)
