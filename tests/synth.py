@@ -2,6 +2,7 @@
 
 Ring collective gpu-i -> gpu-(i+1) every second; ``straggler`` sends ``slow``
 of its peers' volume; an incast burst of 6 sources into gpu-1 at ``incast_at_s``.
+An unregistered host (10.30.0.99) talks to gpu-1 between ``unregistered`` seconds.
 Sampling rate 100 so estimates are scaled. Returns batches of FLOW_DTYPE as an
 exporter would produce them (one per second per switch).
 """
@@ -38,7 +39,10 @@ def _flows(src, dst, nbytes, t_ms, rate=100, sport=45000, dport=50000):
     return f
 
 
-def training_batches(start_ms=1_767_225_600_000, seconds=60, straggler=3, slow=0.4, incast_at_s=30, seed=1):
+UNREGISTERED = 0x0A1E0063  # 10.30.0.99: inside the cluster ranges, not in the inventory
+
+
+def training_batches(start_ms=1_767_225_600_000, seconds=60, straggler=3, slow=0.4, incast_at_s=30, seed=1, unregistered=(10, 40)):
     """list of (exporter, FLOW_DTYPE batch) in time order."""
     rng = np.random.default_rng(seed)
     out = []
@@ -55,7 +59,10 @@ def training_batches(start_ms=1_767_225_600_000, seconds=60, straggler=3, slow=0
             senders = np.array(GPU[1:7])
             burst = _flows(senders, np.full(6, GPU[0]), np.full(6, 5_000_000, dtype=np.int64), np.full(6, t + 950), dport=29400)
             f = np.concatenate([f, burst])
+        if unregistered and unregistered[0] <= s < unregistered[1]:
+            rogue = _flows(np.array([UNREGISTERED]), np.array([GPU[0]]), np.array([400_000]), np.array([t + 500]), dport=22)
+            f = np.concatenate([f, rogue])
         for i, exp in enumerate(EXPORTERS):
-            half = f[(f["src_addr"][:, 15] <= 4) == (i == 0)]
+            half = f[((f["src_addr"][:, 15] <= 4) | (f["src_addr"][:, 15] == 99)) == (i == 0)]
             out.append((exp, half))
     return out
