@@ -32,6 +32,8 @@ class IngestMetrics:
         self.skew = Gauge("fabricflow_ingest_clock_skew_seconds", "Exporter clock minus collector clock (smoothed)", ["exporter"], registry=r)
         self.templates = Gauge("fabricflow_ingest_templates", "NetFlow v9/IPFIX templates in the cache", registry=r)
         self.templates_learned = Counter("fabricflow_ingest_templates_learned_total", "Templates learned or refreshed with a change", registry=r)
+        self.templates_expired = Counter("fabricflow_ingest_templates_expired_total", "Templates dropped because the exporter did not refresh them in time", registry=r)
+        self.pending_expired = Counter("fabricflow_ingest_pending_sets_expired_total", "Data sets held for a template that never came (dropped)", registry=r)
         self.templates_withdrawn = Counter("fabricflow_ingest_templates_withdrawn_total", "Templates withdrawn", registry=r)
         self.dlq = Counter("fabricflow_ingest_dlq_datagrams_total", "Undecodable datagrams sampled to the DLQ topic", registry=r)
         self.delivered = Counter("fabricflow_ingest_kafka_delivered_records_total", "Records acknowledged by Kafka", ["topic"], registry=r)

@@ -240,7 +240,18 @@ class IngestPipeline:
             self.sink.publish_counters(exp, concat_rows(parts))
         self._counters.clear()
         self._oldest = time.monotonic()
-        self.metrics.templates.set(len(self.templates))
+        self._sync_template_metrics()
+
+    def _sync_template_metrics(self) -> None:
+        t = self.templates
+        self.metrics.templates.set(len(t))
+        seen = (t.expired_total, t.pending_expired_total)
+        prev = self._templates_seen
+        if seen[0] > prev[0]:
+            self.metrics.templates_expired.inc(seen[0] - prev[0])
+        if seen[1] > prev[1]:
+            self.metrics.pending_expired.inc(seen[1] - prev[1])
+        self._templates_seen = seen
 
     def maybe_flush(self) -> None:
         if time.monotonic() - self._oldest >= self.batch_delay_s:

@@ -180,3 +180,12 @@ def test_sflow_uptime_clock_keeps_exporter_timeline():
 def test_sflow_receive_time_is_default():
     p, sink, m = _pipeline()
     assert p.sflow_uptime_clock is None
+
+
+def test_template_expiry_is_counted_in_metrics():
+    p, sink, m = _pipeline(template_expiry_s=60)
+    data = _payloads("softflowd_v9.pcap")
+    p.handle(data[0], "192.0.2.7", 1_700_000_000_000)  # template datagram
+    p.handle(data[1], "192.0.2.7", 1_700_000_000_000 + 3_600_000)  # an hour later: template expired
+    p.flush()
+    assert _metric(m, "fabricflow_ingest_templates_expired_total") >= 1
