@@ -39,6 +39,7 @@ class PipelinePorts:
     ingest_metrics: int = 9180
     processors_web: int = 6066
     archive_metrics: int = 9182
+    processors_metrics: int = 9181
 
     @classmethod
     def offset(cls, delta: int) -> "PipelinePorts":
@@ -76,6 +77,7 @@ class LocalPipeline:
             "processors": {
                 "datadir": str(self.state_dir / "faust"),
                 "web_port": p.processors_web,
+                "metrics_port": p.processors_metrics,
                 "tick_s": 1.0,
                 "idle_close_s": 5.0,
             },

@@ -54,6 +54,30 @@ OUTPUT_SCHEMA = {
 }
 
 
+class ProcessorMetrics:
+    """Prometheus metrics of a processor worker (``fabricflow_processors_*``), served on ``processors.metrics_port``."""
+
+    def __init__(self):
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        r = self.registry = CollectorRegistry()
+        self.records = Counter("fabricflow_processors_records_total", "Flow records enriched", registry=r)
+        self.unknown = Counter("fabricflow_processors_unknown_addresses_total", "Addresses not in the inventory (labelled unknown, kept)", registry=r)
+        self.counters = Counter("fabricflow_processors_counter_samples_total", "sFlow counter samples processed", registry=r)
+        self.outputs = Counter("fabricflow_processors_outputs_total", "Detector outputs produced", ["kind"], registry=r)
+        self.too_late = Gauge("fabricflow_processors_too_late_records", "Records that arrived after their window closed (per worker, since start)", ["window"], registry=r)
+        self.errors = Counter("fabricflow_processors_errors_total", "Batches skipped because processing failed", ["stage"], registry=r)
+        self.undecodable = Counter("fabricflow_processors_undecodable_messages_total", "Messages that are not fabricflow batches", ["topic"], registry=r)
+        self.shards = Gauge("fabricflow_processors_shards", "Detector shards (shuffle partitions) owned by this worker", registry=r)
+        self.reloads = Counter("fabricflow_processors_inventory_reloads_total", "Inventory reloads", ["result"], registry=r)
+        self.last_error: str | None = None
+        self.last_error_at = 0.0
+
+    def healthy(self, window_s: float = 60.0) -> bool:
+        """Unhealthy for a minute after a batch failed (the error is in the log and the errors counter)."""
+        return self.last_error is None or time.monotonic() - self.last_error_at > window_s
+
+
 class OutputPublisher:
     """confluent-kafka producer for enriched flows and detector outputs."""
 
@@ -121,6 +145,7 @@ class Processors:
         self.cores: dict[int, ProcessorCore] = {}
         self.last_offset: dict[int, int] = {}
         self.publisher = OutputPublisher(s)
+        self.metrics = ProcessorMetrics()
         self.prepare_core = ProcessorCore(self.inventory, self.config)  # enrichment only
         self.app = self._make_app()
 
@@ -156,13 +181,20 @@ class Processors:
         @app.agent(raw, name="prepare")
         async def prepare(stream):
             async for event in stream.events():
-                self.handle_raw(event.message.topic, event.key, event.value)
+                try:
+                    self.handle_raw(event.message.topic, event.key, event.value)
+                except Exception as e:  # a bug must not silently stop the agent (faust-streaming#175)
+                    self._failed("prepare", e)
 
         @app.agent(shuffle, name="detect")
         async def detect(stream):
             async for event in stream.events():
                 part, off = event.message.partition, event.message.offset
-                snap = self.handle_shuffle(part, off, event.value)
+                try:
+                    snap = self.handle_shuffle(part, off, event.value)
+                except Exception as e:
+                    self._failed("detect", e)
+                    continue
                 if snap is not None:
                     self.state[str(part).encode()] = snap
 
@@ -183,12 +215,21 @@ class Processors:
 
     # ------------------------------------------------------------------ handlers (testable without Faust)
 
+    def _failed(self, stage: str, e: Exception) -> None:
+        self.metrics.errors.labels(stage).inc()
+        self.metrics.last_error = f"{stage}: {type(e).__name__}: {e}"
+        self.metrics.last_error_at = time.monotonic()
+        log.exception("%s failed on a batch; it is skipped and counted", stage)
+
     def handle_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
         try:
             name = codec.schema_of(value)
             if name == "flow_batch":
                 flows = codec.decode_batch(value)
+                before = self.prepare_core.stats.unknown_addresses
                 enriched = self.prepare_core.enrich(flows)
+                self.metrics.records.inc(len(flows))
+                self.metrics.unknown.inc(self.prepare_core.stats.unknown_addresses - before)
                 self.publisher.enriched(key or b"", enriched, self.settings.processors.enriched_max_records)
                 shards = shard_of(enriched, self.partitions)
                 for shard in np.unique(shards):
@@ -200,8 +241,10 @@ class Processors:
                 shard = zlib.crc32(key or b"") % self.partitions
                 self.publisher._produce(self._shuffle_topic, key or b"", value, partition=shard)
             else:
+                self.metrics.undecodable.labels(topic).inc()
                 log.warning("ignoring %s message on %s", name, topic)
         except codec.CodecError as e:
+            self.metrics.undecodable.labels(topic).inc()
             log.warning("undecodable message on %s: %s", topic, e)
         self.publisher.poll()
 
@@ -228,26 +271,49 @@ class Processors:
             if name == "flow_enriched_batch":
                 outs = core.process_enriched(codec.decode_batch(value))
             elif name == "counter_batch":
-                outs = core.process_counters(codec.decode_batch(value))
+                counters = codec.decode_batch(value)
+                self.metrics.counters.inc(len(counters))
+                outs = core.process_counters(counters)
             else:
                 outs = []
         except codec.CodecError as e:
+            self.metrics.undecodable.labels(self._shuffle_topic).inc()
             log.warning("undecodable shuffle message p%d@%d: %s", partition, offset, e)
             outs = []
+        self._count_outputs(outs)
         self.publisher.outputs(outs)
         self.publisher.poll()
         self.last_offset[partition] = offset
         return zlib.compress(json.dumps({"offset": offset, "core": core.snapshot()}, separators=(",", ":")).encode(), 1)
 
+    def _count_outputs(self, outs) -> None:
+        for o in outs:
+            self.metrics.outputs.labels(o.kind).inc()
+
     def on_tick(self, now_ms: int) -> None:
-        if self.watcher is not None and self.watcher.maybe_reload(now_ms / 1000.0):
-            self.inventory = self.watcher.inventory
-            self.prepare_core.set_inventory(self.inventory)
-            for core in self.cores.values():
-                core.set_inventory(self.inventory)
-            log.info("inventory reloaded from %s", self.settings.processors.inventory)
+        if self.watcher is not None:
+            errors = self.watcher.errors_total
+            if self.watcher.maybe_reload(now_ms / 1000.0):
+                self.inventory = self.watcher.inventory
+                self.prepare_core.set_inventory(self.inventory)
+                for core in self.cores.values():
+                    core.set_inventory(self.inventory)
+                self.metrics.reloads.labels("ok").inc()
+                log.info("inventory reloaded from %s", self.settings.processors.inventory)
+            elif self.watcher.errors_total > errors:
+                self.metrics.reloads.labels("error").inc()
+                log.warning("inventory %s not reloaded (kept the previous one): %s", self.settings.processors.inventory, self.watcher.last_error)
+        late_main = late_incast = 0
         for core in list(self.cores.values()):
-            self.publisher.outputs(core.tick(now_ms))
+            outs = core.tick(now_ms)
+            self._count_outputs(outs)
+            self.publisher.outputs(outs)
+            st = core.engine.stats
+            late_main += st["too_late_main"]
+            late_incast += st["too_late_incast"]
+        self.metrics.too_late.labels("main").set(late_main)
+        self.metrics.too_late.labels("incast").set(late_incast)
+        self.metrics.shards.set(len(self.cores))
         self.publisher.poll()
 
 
@@ -256,6 +322,16 @@ def run_processors(settings: Settings) -> int:
 
     ensure_topics(settings.kafka)
     proc = Processors(settings)
+    p = settings.processors
+    http = None
+    if p.metrics_port:
+        from ingest.metrics import serve_metrics
+
+        try:
+            http = serve_metrics(proc.metrics, p.web_bind, p.metrics_port)
+            log.info("metrics on http://%s:%d/metrics", p.web_bind, p.metrics_port)
+        except OSError as e:  # e.g. a second worker on the same host: run without metrics, say so
+            log.warning("processors.metrics_port %d unavailable (%s): running without /metrics", p.metrics_port, e)
     worker = faust.Worker(proc.app, loglevel=settings.log_level.lower(), quiet=True)
     try:
         worker.execute_from_commandline()
@@ -263,4 +339,6 @@ def run_processors(settings: Settings) -> int:
         left = proc.publisher.flush(10)
         if left:
             log.warning("%d output messages were not delivered before shutdown", left)
+        if http is not None:
+            http.shutdown()
     return 0

@@ -108,6 +108,7 @@ def _settings(kafka_bootstrap, unique_topic, tmp_path):
             "inventory": str(INVENTORY),
             "datadir": str(tmp_path / "faust"),
             "web_port": 0,
+            "metrics_port": 0,
             "tick_s": 0.5,
             "idle_close_s": 4,
             # The whole input is produced at once, so one raw partition can be consumed a minute of event
