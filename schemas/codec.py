@@ -151,11 +151,27 @@ def _zigzag(values: np.ndarray) -> np.ndarray:
     return ((v << 1) ^ (v >> 63)).view(np.uint64)
 
 
+def _varint_one(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
 def _varint_bytes(u: np.ndarray) -> bytes:
     """Concatenated unsigned LEB128 varints of a uint64 column."""
     n = len(u)
     if n == 0:
         return b""
+    # Fast paths: constant columns (exporter, sampling rate, protocol, absent markers ...)
+    # and small values are common in flow batches.
+    hi = int(u.max())
+    if hi < 0x80:
+        return u.astype(np.uint8).tobytes() if int(u.min()) != hi else bytes([hi]) * n
+    if int(u.min()) == hi:
+        return _varint_one(hi) * n
     # Number of 7-bit groups per value (1..10).
     nbytes = np.ones(n, dtype=np.int64)
     rest = u >> np.uint64(7)
