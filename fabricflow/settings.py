@@ -39,7 +39,7 @@ class TopicNames(_Section):
     alerts: str = Field("alerts.v1", description="Policy and security alerts")
     patterns: str = Field("patterns.v1", description="Job phase/pattern deviations")
     summaries: str = Field("summaries.hourly.v1", description="Hourly summaries")
-    shuffle: str = Field("processors.shuffle.v1", description="Internal: enriched flows and counters re-partitioned to detector shards")
+    shuffle: str = Field("processors.shuffle.v1", description="Internal: raw flows (sharded by their enriched destination job/node) and counters re-partitioned to detector shards")
     replay_prefix: str = Field("replay.", description="Prefix for replay output topics (replay.<topic>)")
 
 

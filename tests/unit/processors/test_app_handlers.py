@@ -36,11 +36,11 @@ def test_prepare_enriches_and_reshards(tmp_path):
     exp, batch = training_batches(seconds=2)[0]
     p.handle_raw("flows.raw.v1", exp.encode(), codec.encode_batch("flow_batch", batch))
     enriched = [codec.decode_batch(v) for t, _k, v, _p in sent if t == p.settings.kafka.topics.flows_enriched]
-    shuffled = [(part, codec.decode_batch(v)) for t, _k, v, part in sent if t == p.settings.kafka.topics.shuffle]
+    shuffled = [(part, codec.decode_batch(v, expect="flow_batch")) for t, _k, v, part in sent if t == p.settings.kafka.topics.shuffle]
     assert sum(len(e) for e in enriched) == len(batch)
     assert sum(len(b) for _p, b in shuffled) == len(batch)
-    for part, b in shuffled:  # every row went to the shard shard_of() names
-        assert set(shard_of(b, 2).tolist()) == {part}
+    for part, b in shuffled:  # every row went to the shard shard_of() names (shuffle carries raw rows)
+        assert set(shard_of(p.prepare_core.enrich(b), 2).tolist()) == {part}
     assert _metric(p, "fabricflow_processors_records_total") == len(batch)
     assert set(enriched[0]["src_job"].tolist()) == {"train-a"}
 
@@ -51,7 +51,7 @@ def test_shuffle_redelivery_after_restore_is_skipped(tmp_path):
     msgs = []
     for _e, b in batches:
         e = p.prepare_core.enrich(b)
-        msgs.append(codec.encode_batch("flow_enriched_batch", e[shard_of(e, 2) == 0]))
+        msgs.append(codec.encode_batch("flow_batch", b[shard_of(e, 2) == 0]))
     for off, m in enumerate(msgs[:20]):
         p.state[b"0"] = p.handle_shuffle(0, off, m)
     # A new worker (restart) restores the snapshot; Kafka re-delivers from an older committed offset.

@@ -1,0 +1,593 @@
+"""Benchmark: records/s through one processor worker (Faust) on the embedded broker, and through the pure core.
+
+    .venv/bin/python bench/processors.py [--messages 240 --records 4096 --nodes 256 --job-size 32]
+
+Input: raw FlowBatch messages as ingest publishes them (``--records`` per
+message, sFlow 1:``--sampling``) from one exporter per rack (``--rack-size``
+nodes) of a ``--nodes`` GPU cluster in jobs of ``--job-size`` nodes:
+RoCEv2 ring collectives inside each job (one slow node per job), all-to-all in
+a quarter of the jobs, NFS storage, DNS, management and a few unregistered
+hosts; an incast burst (every member of a job into one node within 200 ms)
+every other step; interface counter batches from every switch every 10 s. Event time
+covers ``--event-seconds`` in steps (``messages / exporters`` of them): the
+records of one step lie in its first ``--phase-seconds`` (synchronous
+training communicates in phases), so every exporter's message of a step covers
+the same second and the shards' event time advances evenly, as it does live
+when each ingest message covers at most 200 ms. Messages are ordered by time.
+
+Three measurements on the same data, each on one core (``--cpu``):
+
+1. pure core: enrich + ``shard_of`` + ``ProcessorCore.process_*`` per shard,
+   no codec, no Kafka (what ``fabricflow replay`` does);
+2. worker path in process: ``Processors.handle_raw`` / ``handle_shuffle``
+   exactly as the Faust agents call them (Avro decode, enrich, encode enriched
+   + shuffle messages, detectors, output encoding, state snapshot), with the
+   Kafka producer replaced by a list; stage timers (wrappers around the
+   codec, enrichment, detectors, snapshot and output functions) say where
+   the time goes (``--profile FILE`` adds a cProfile);
+3. Faust worker: the raw messages are pre-produced to an embedded Tansu broker
+   (memory engine, ``--kafka-port``, broker on the other CPU) into raw
+   partition 0 (``--spread``: keyed by exporter over all partitions; one
+   worker then drains them unevenly and most records arrive too late for
+   their windows, see docs/performance.md), then ONE
+   ``fabricflow process`` subprocess pinned to ``--cpu`` starts. Done = every
+   enriched message is on flows.enriched.v1 and every shuffle message has its
+   state snapshot on the core-state changelog (one per shuffle message).
+   Times are the messages' CreateTime stamps (ms), measured from the worker's
+   "Worker ready" log line; CPU seconds of the worker from /proc.
+
+Records/s per worker = input flow records / elapsed. The target is 300,000.
+Bounded: ``--timeout`` for the worker phase; the whole run takes ~1-2 min.
+Linux only (/proc, sched_setaffinity).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.common import cpu_seconds, pin  # noqa: E402
+from schemas.columns import empty_counters, empty_flows, v4_column_to_addr16  # noqa: E402
+
+T0_MS = 1_796_083_200_000  # 2026-12-01T00:00:00Z
+STORAGE = ["nfs-1", "nfs-2", "nfs-3", "nfs-4"]
+
+
+# --------------------------------------------------------------------------- synthetic cluster and traffic
+
+
+def _ip(a: int, b: int, c: int, d: int) -> int:
+    return (a << 24) | (b << 16) | (c << 8) | d
+
+
+def node_ip(i: int) -> int:
+    return _ip(10, 1, i // 200, i % 200 + 1)
+
+
+def inventory_dict(nodes: int, job_size: int, rack_size: int, capacity: str = "100G") -> dict:
+    racks = math.ceil(nodes / rack_size)
+    inv = {
+        "version": 1,
+        "cluster_ranges": ["10.0.0.0/8"],
+        "nodes": [
+            {"name": f"gpu-{i:04d}", "addresses": [_str(node_ip(i))], "group": "gpu", "rack": f"r{i // rack_size:02d}",
+             "switch": f"tor-{i // rack_size:02d}", "capacity": capacity}
+            for i in range(nodes)
+        ],
+        "jobs": [{"name": f"job-{k:02d}", "nodes": [f"gpu-{i:04d}" for i in range(k, min(k + job_size, nodes))]}
+                 for k in range(0, nodes, job_size)],
+        "switches": [
+            {"name": f"tor-{r:02d}", "agents": [_str(_ip(10, 255, 0, r + 1))], "rack": f"r{r:02d}",
+             "ports": {p + 1: {"peer": f"gpu-{r * rack_size + p:04d}", "speed": capacity}
+                       for p in range(min(rack_size, nodes - r * rack_size))}}
+            for r in range(racks)
+        ],
+    }
+    inv["nodes"] += [{"name": n, "addresses": [_str(_ip(10, 200, 0, k + 1))], "group": "storage", "rack": "rs",
+                      "switch": "tor-s", "capacity": "400G"} for k, n in enumerate(STORAGE)]
+    inv["nodes"].append({"name": "dns-1", "addresses": ["10.250.0.53"], "group": "mgmt", "rack": "rs", "switch": "tor-s"})
+    inv["nodes"].append({"name": "mgmt-1", "addresses": ["10.250.0.10"], "group": "mgmt", "rack": "rs", "switch": "tor-s"})
+    return inv
+
+
+def _str(ip: int) -> str:
+    return ".".join(str((ip >> s) & 255) for s in (24, 16, 8, 0))
+
+
+def make_input(nodes=256, job_size=32, rack_size=16, messages=240, records=4096, sampling=1024, event_s=300.0, phase_s=1.0, seed=7):
+    """(flow messages, counter messages): lists of (exporter, array) ordered by event time."""
+    rng = np.random.default_rng(seed)
+    racks = math.ceil(nodes / rack_size)
+    per_exporter = max(1, messages // racks)
+    span_ms = int(event_s * 1000)
+    step_ms = span_ms // per_exporter
+    phase_ms = max(1, min(step_ms, int(phase_s * 1000)))
+    ips = np.array([node_ip(i) for i in range(nodes)], dtype=np.uint32)
+    storage = np.array([_ip(10, 200, 0, k + 1) for k in range(len(STORAGE))], dtype=np.uint32)
+    dns, mgmt = np.uint32(_ip(10, 250, 0, 53)), np.uint32(_ip(10, 250, 0, 10))
+    job_of = np.arange(nodes) // job_size
+    a2a_jobs = set(range(0, int(job_of.max()) + 1, 4))  # a quarter of the jobs also do all-to-all (MoE)
+    slow = {j: j * job_size + 3 for j in range(int(job_of.max()) + 1)}  # one straggler per job
+    flows: list[tuple[int, str, np.ndarray]] = []
+    for r in range(racks):
+        members = np.arange(r * rack_size, min((r + 1) * rack_size, nodes))
+        weight = np.array([0.5 if slow[job_of[i]] == i else 1.0 for i in members])
+        n = per_exporter * records
+        # Message k of every exporter holds the k-th communication phase (synchronous training: all
+        # exporters see the collective at the same time), so exporters stay within phase_ms of each other.
+        t = (T0_MS + np.repeat(np.arange(per_exporter, dtype=np.int64) * step_ms, records)
+             + np.sort(rng.integers(0, phase_ms, (per_exporter, records)), axis=1).ravel())
+        src = rng.choice(members, n, p=weight / weight.sum())
+        job = job_of[src]
+        first = job * job_size
+        size = np.minimum(job_size, nodes - first)
+        ring = first + (src - first + 1) % size
+        a2a = first + rng.integers(0, size)
+        kind = rng.choice(6, n, p=[0.70, 0.10, 0.12, 0.03, 0.03, 0.02])  # ring, a2a, storage, dns, mgmt, unregistered
+        kind = np.where((kind == 1) & ~np.isin(job, list(a2a_jobs)), 0, kind)
+        dst_ip = np.select(
+            [kind == 0, kind == 1, kind == 2, kind == 3, kind == 4],
+            [ips[ring], ips[np.minimum(a2a, nodes - 1)], storage[rng.integers(0, len(storage), n)], np.full(n, dns), np.full(n, mgmt)],
+            default=_ip(10, 1, 250, 1) + rng.integers(0, 20, n),
+        ).astype(np.uint32)
+        f = empty_flows(n)
+        f["export_protocol"] = 1
+        f["exporter_addr"] = v4_column_to_addr16(np.full(n, _ip(10, 255, 0, r + 1), dtype=np.uint32))
+        f["sampling_rate"] = sampling
+        f["packets"] = 1
+        f["bytes"] = np.where(kind <= 1, 4158, rng.integers(64, 9000, n))
+        f["packets_est"] = sampling
+        f["bytes_est"] = f["bytes"] * sampling
+        f["ip_version"] = 4
+        f["src_addr"] = v4_column_to_addr16(ips[src])
+        f["dst_addr"] = v4_column_to_addr16(dst_ip)
+        f["ip_protocol"] = np.select([kind <= 1, kind == 3], [17, 17], default=6)
+        f["src_port"] = rng.integers(40000, 60000, n)
+        f["dst_port"] = np.select([kind <= 1, kind == 2, kind == 3, kind == 4], [4791, 2049, 53, 22], default=443)
+        f["in_if"] = src - r * rack_size + 1
+        for col in ("time_start_ms", "time_end_ms", "time_received_ms", "time_export_ms"):
+            f[col] = t
+        for k in range(per_exporter):
+            m = f[k * records : (k + 1) * records]
+            flows.append((int(m["time_received_ms"][0]), _str(_ip(10, 255, 0, r + 1)), m))
+    # Incast: in every other phase all members of one job send to one node within 200 ms (RoCEv2), > its capacity.
+    jobs = int(job_of.max()) + 1
+    for b, at in enumerate(range(phase_ms // 2, span_ms, 2 * step_ms)):
+        j = b % jobs
+        dst = j * job_size + 1
+        senders = np.array([i for i in range(j * job_size, min((j + 1) * job_size, nodes)) if i != dst])
+        k = len(senders) * 40
+        f = empty_flows(k)
+        src = np.repeat(senders, 40)
+        f["export_protocol"], f["sampling_rate"], f["packets"], f["bytes"] = 1, sampling, 1, 4158
+        f["packets_est"], f["bytes_est"] = sampling, 4158 * sampling
+        f["ip_version"], f["ip_protocol"], f["src_port"], f["dst_port"] = 4, 17, 49152, 4791
+        f["src_addr"] = v4_column_to_addr16(ips[src])
+        f["dst_addr"] = v4_column_to_addr16(np.full(k, ips[dst], dtype=np.uint32))
+        tt = T0_MS + at + np.sort(rng.integers(0, 200, k))
+        for col in ("time_start_ms", "time_end_ms", "time_received_ms", "time_export_ms"):
+            f[col] = tt
+        for r in np.unique(src // rack_size):
+            sel = f[src // rack_size == r]
+            sel["exporter_addr"] = v4_column_to_addr16(np.full(len(sel), _ip(10, 255, 0, r + 1), dtype=np.uint32))
+            flows.append((int(tt[0]), _str(_ip(10, 255, 0, r + 1)), sel))
+    flows.sort(key=lambda x: x[0])
+    # Interface counters: every switch, every port, every 10 s; steady utilisation, a few errors on one port.
+    counters = []
+    octets = rng.integers(10**12, 10**13, (racks, rack_size)).astype(np.int64)
+    for step, at in enumerate(range(0, span_ms, 10_000)):
+        for r in range(racks):
+            c = empty_counters(rack_size)
+            c["exporter_addr"] = v4_column_to_addr16(np.full(rack_size, _ip(10, 255, 0, r + 1), dtype=np.uint32))
+            c["source_id"] = np.arange(1, rack_size + 1)
+            c["sample_sequence"] = step
+            c["time_received_ms"] = T0_MS + at
+            c["agent_uptime_ms"] = 3_600_000 + at
+            c["if_index"] = np.arange(1, rack_size + 1)
+            c["if_type"], c["if_speed"], c["if_direction"] = 6, 100_000_000_000, 1
+            c["if_admin_up"] = c["if_oper_up"] = True
+            octets[r] += rng.integers(10**9, 6 * 10**10, rack_size)
+            c["in_octets"] = c["out_octets"] = octets[r]
+            c["in_ucast_pkts"] = c["out_ucast_pkts"] = octets[r] // 4096
+            c["in_errors"] = np.where(np.arange(rack_size) == 5, step * 50, 0)
+            counters.append((T0_MS + at, _str(_ip(10, 255, 0, r + 1)), c))
+    return [(e, a) for _t, e, a in flows], [(e, a) for _t, e, a in counters]
+
+
+# --------------------------------------------------------------------------- in-process measurements
+
+
+def pure_core(settings, inventory_path: str, flows, counters) -> dict:
+    """Enrich + shard + detectors per shard, no codec, no Kafka (replay's path). Matrix outputs before the final flush."""
+    from processors.logic.core import ProcessorCore, engine_config, shard_of
+    from processors.logic.inventory import Inventory
+    from processors.replay import counter_shard_of
+
+    inv = Inventory.load(inventory_path)
+    cfg = engine_config(settings.processors)
+    parts = settings.kafka.partitions
+    prep = ProcessorCore(inv, cfg)
+    cores = [ProcessorCore(inv, cfg) for _ in range(parts)]
+    merged = sorted([(int(a["time_received_ms"].min()), 0, i) for i, (_e, a) in enumerate(flows)]
+                    + [(int(a["time_received_ms"].min()), 1, i) for i, (_e, a) in enumerate(counters)])
+    outs = []
+    c0, w0 = time.process_time(), time.perf_counter()
+    for _t, kind, i in merged:
+        if kind == 0:
+            e = prep.enrich(flows[i][1])
+            shards = shard_of(e, parts)
+            for p in np.unique(shards):
+                outs += cores[int(p)].process_enriched(e[shards == p])
+        else:
+            c = counters[i][1]
+            shards = counter_shard_of(c, parts)
+            for p in np.unique(shards):
+                outs += cores[int(p)].process_counters(c[shards == p])
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    kinds: dict[str, int] = {}
+    for o in outs:
+        kinds[o.kind] = kinds.get(o.kind, 0) + 1
+    final = [o for c in cores for o in c.flush()]
+    return {"cpu": cpu, "wall": wall, "kinds": kinds, "final": len(final),
+            "too_late": {k: sum(c.engine.stats.get(k, 0) for c in cores) for k in ("too_late_main", "too_late_incast")}}
+
+
+class _Capture:
+    """Stands in for the worker's confluent-kafka producer: keeps shuffle messages, counts the rest."""
+
+    def __init__(self, shuffle_topic: str):
+        self.shuffle_topic = shuffle_topic
+        self.shuffle: list[tuple[int, bytes]] = []
+        self.messages: dict[str, int] = {}
+        self.bytes: dict[str, int] = {}
+
+    def __call__(self, topic, key, value, partition=None):
+        self.messages[topic] = self.messages.get(topic, 0) + 1
+        self.bytes[topic] = self.bytes.get(topic, 0) + len(value)
+        if topic == self.shuffle_topic:
+            self.shuffle.append((partition, value))
+
+
+class _Timers:
+    """Wall seconds spent inside selected functions, by monkeypatching them (a few calls per batch: cheap)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._undo: list[tuple[object, str, object]] = []
+
+    def wrap(self, owner, attr: str, label: str) -> None:
+        fn = getattr(owner, attr)
+        secs = self.seconds
+        secs.setdefault(label, 0.0)
+
+        def timed(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                secs[label] += time.perf_counter() - t0
+
+        self._undo.append((owner, attr, fn))
+        setattr(owner, attr, timed)
+
+    def restore(self) -> None:
+        for owner, attr, fn in reversed(self._undo):
+            setattr(owner, attr, fn)
+        self._undo.clear()
+
+
+def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: bool, profile: str | None = None) -> dict:
+    """``Processors.handle_raw`` then ``handle_shuffle`` on every message, Kafka producer replaced by a capture.
+
+    ``breakdown``: time the stages (codec, enrichment, detectors, snapshot, output encoding) by wrapping them.
+    """
+    import json
+    import zlib
+
+    import processors.app as app_mod
+    from processors.logic.core import ProcessorCore
+    from schemas import codec
+
+    proc = app_mod.Processors(settings)
+    cap = _Capture(settings.kafka.topics.shuffle)
+    proc.publisher._produce = cap
+    proc.publisher.poll = lambda: None
+    timers = _Timers()
+    if breakdown:
+        timers.wrap(codec, "decode_batch", "Avro decode (raw + shuffle)")
+        timers.wrap(codec, "encode_batch", "Avro encode (enriched + shuffle)")
+        timers.wrap(ProcessorCore, "enrich", "enrichment (prepare + detect)")
+        timers.wrap(app_mod, "shard_of", "shard_of")
+        timers.wrap(ProcessorCore, "process_enriched", "detectors + policy (process_enriched)")
+        timers.wrap(ProcessorCore, "process_counters", "link health (process_counters)")
+        timers.wrap(proc.publisher, "outputs", "output records -> Avro (publisher.outputs)")
+        timers.wrap(ProcessorCore, "snapshot", "state snapshot: core.snapshot()")
+        timers.wrap(json, "dumps", "state snapshot: json.dumps")
+        timers.wrap(zlib, "compress", "state snapshot: zlib.compress")
+    prof = cProfile.Profile() if profile else None
+    snaps = snap_bytes = 0
+    offsets: dict[int, int] = {}
+    try:
+        c0, w0 = time.process_time(), time.perf_counter()
+        if prof:
+            prof.enable()
+        for topic, key, value in raw_msgs:
+            proc.handle_raw(topic, key, value)
+        t_raw = time.perf_counter() - w0
+        for part, value in cap.shuffle:
+            off = offsets.get(part, -1) + 1
+            offsets[part] = off
+            snap = proc.handle_shuffle(part, off, value)
+            if snap is not None:
+                snaps += 1
+                snap_bytes += len(snap)
+        if prof:
+            prof.disable()
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    finally:
+        timers.restore()
+    if prof:
+        prof.dump_stats(profile)
+    return {"cpu": cpu, "wall": wall, "raw_s": t_raw, "shuffle_s": wall - t_raw, "shuffle_messages": len(cap.shuffle),
+            "snapshots": snaps, "snapshot_bytes": snap_bytes, "messages": dict(cap.messages), "bytes": dict(cap.bytes),
+            "stages": timers.seconds}
+
+
+# --------------------------------------------------------------------------- Faust worker on the embedded broker
+
+
+def _pin_tree(pid: int, cpu: int) -> None:
+    """Pin every thread of ``pid`` (threads already started keep their own affinity)."""
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            pin(int(tid), cpu)
+    except OSError:
+        pass
+
+
+def _ready_wallclock(log: Path) -> float | None:
+    m = re.search(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[\d+\] \[INFO\] \[\S*Recovery\]: Worker ready",
+                  log.read_text(errors="replace"), re.M)
+    if not m:
+        return None
+    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: int, want_snapshots: int,
+               timeout_s: float) -> dict:
+    from confluent_kafka import Consumer, KafkaError
+
+    t = settings.kafka.topics
+    changelog = f"{settings.processors.app_id}-core-state-changelog"
+    log = workdir / "worker.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabricflow", "--config", cfg_path, "process"],
+        stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(workdir),
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}) if cpu >= 0 else None,
+    )
+    c = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "bench-" + uuid.uuid4().hex[:8],
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.max.bytes": 64_000_000})
+    subscribed = False  # the changelog topic exists once the worker is ready
+    seen = {t.flows_enriched: 0, changelog: 0, t.matrix: 0}
+    first_ms: dict[str, int] = {}
+    last_ms: dict[str, int] = {}
+    ready = None
+    cpu_ready = cpu_done = 0.0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {proc.returncode}; see {log}")
+            if ready is None:
+                ready = _ready_wallclock(log)
+                if ready is None:
+                    time.sleep(0.1)
+                    continue
+                cpu_ready = cpu_seconds(proc.pid)
+            if not subscribed:
+                c.subscribe([t.flows_enriched, changelog, t.matrix])
+                subscribed = True
+            for m in c.consume(2000, 0.3):
+                if m.error():
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        print("consumer:", m.error())
+                    continue
+                topic = m.topic()
+                seen[topic] += 1
+                ts = m.timestamp()[1]
+                first_ms[topic] = min(first_ms.get(topic, ts), ts)
+                last_ms[topic] = max(last_ms.get(topic, 0), ts)
+            if seen[t.flows_enriched] >= want_enriched and seen[changelog] >= want_snapshots:
+                cpu_done = cpu_seconds(proc.pid)
+                break
+    finally:
+        c.close()
+        metrics = _scrape(settings.processors.metrics_port) if settings.processors.metrics_port else {}
+        if proc.poll() is None:
+            os.killpg(proc.pid, 15)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+    done = seen[t.flows_enriched] >= want_enriched and seen[changelog] >= want_snapshots
+    return {"done": done, "seen": seen, "first_ms": first_ms, "last_ms": last_ms, "ready": ready,
+            "cpu": (cpu_done - cpu_ready) if done else None, "changelog": changelog, "metrics": metrics, "log": str(log)}
+
+
+def _scrape(port: int) -> dict[str, float]:
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3).read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("fabricflow_processors_") and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=256)
+    ap.add_argument("--job-size", type=int, default=32)
+    ap.add_argument("--rack-size", type=int, default=16, help="nodes per ToR switch = per exporter")
+    ap.add_argument("--messages", type=int, default=240, help="raw flow messages (rounded to a multiple of the racks)")
+    ap.add_argument("--records", type=int, default=4096, help="flow records per raw message")
+    ap.add_argument("--sampling", type=int, default=1024)
+    ap.add_argument("--event-seconds", type=float, default=300.0)
+    ap.add_argument("--phase-seconds", type=float, default=1.0, help="event-time span of one step's records")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--kafka-port", type=int, default=39292)
+    ap.add_argument("--spread", action="store_true",
+                    help="pre-produce raw messages keyed by exporter over all partitions (default: all in partition 0, see docs)")
+    ap.add_argument("--cpu", type=int, default=1, help="CPU for the measured code (worker / in-process runs); -1 = no pinning")
+    ap.add_argument("--broker-cpu", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds for the worker phase")
+    ap.add_argument("--no-breakdown", action="store_true", help="no stage timers in the in-process worker path")
+    ap.add_argument("--profile", metavar="FILE", help="cProfile the in-process worker path into FILE (pstats)")
+    ap.add_argument("--skip-worker", action="store_true", help="in-process measurements only (no broker)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, config)")
+    args = ap.parse_args()
+
+    import yaml
+
+    from fabricflow.settings import load_settings
+    from schemas import codec
+
+    work = Path(tempfile.mkdtemp(prefix="ff-bench-proc-"))
+    inv_path = work / "inventory.yaml"
+    inv_path.write_text(yaml.safe_dump(inventory_dict(args.nodes, args.job_size, args.rack_size), sort_keys=False))
+    g0 = time.perf_counter()
+    flows, counters = make_input(args.nodes, args.job_size, args.rack_size, args.messages, args.records,
+                                            args.sampling, args.event_seconds, args.phase_seconds)
+    n_records = sum(len(a) for _e, a in flows)
+    prefix = f"b{uuid.uuid4().hex[:8]}."
+    topics = {k: prefix + v for k, v in load_settings().kafka.topics.model_dump().items() if k != "replay_prefix"}
+    settings = load_settings(
+        None,
+        log_level="INFO",
+        kafka={"bootstrap_servers": f"127.0.0.1:{args.kafka_port}", "partitions": args.partitions, "topics": topics},
+        processors={"app_id": "ffbench-" + prefix.strip("."), "inventory": str(inv_path), "datadir": str(work / "faust"),
+                    "web_port": 0, "metrics_port": 39281},
+        stack={"state_dir": str(work / "stack"), "kafka_port": args.kafka_port},
+    )
+    raw = [(topics["flows_raw"], e.encode(), codec.encode_batch("flow_batch", a)) for e, a in flows]
+    raw += [(topics["counters_raw"], e.encode(), codec.encode_batch("counter_batch", a)) for e, a in counters]
+    t_first = {id(v): int(a["time_received_ms"].min()) for (_t, _k, v), (_e, a) in zip(raw, flows + counters)}
+    raw.sort(key=lambda m: t_first[id(m[2])])
+    raw_bytes = sum(len(v) for _t, _k, v in raw)
+    print(f"input: {len(flows)} flow messages, {n_records:,} flow records ({args.nodes} nodes, jobs of {args.job_size}, "
+          f"{math.ceil(args.nodes / args.rack_size)} exporters, 1:{args.sampling}, {args.event_seconds:.0f} s event time), "
+          f"{len(counters)} counter messages; {raw_bytes / 1e6:.1f} MB Avro; built in {time.perf_counter() - g0:.1f} s")
+    print(f"partitions: {args.partitions}  cpu: {args.cpu}  (machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})")
+
+    from fabricflow.stack import EmbeddedStack
+
+    with EmbeddedStack(settings, with_s3=False) as st:
+        if args.cpu >= 0:
+            _pin_tree(int(st.broker.pid()), args.broker_cpu)
+        ok = measure(args, settings, st, work, inv_path, flows, counters, raw, n_records, prefix, topics)
+    if args.keep or not ok:
+        print(f"work directory kept: {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records, prefix, topics) -> bool:
+    import yaml
+    from confluent_kafka import Producer
+
+    from fabricflow.topics import ensure_topics
+
+    if args.cpu >= 0:
+        pin(0, args.cpu)
+    pc = pure_core(settings, str(inv_path), flows, counters)
+    print(f"\n[1] pure core (enrich + shard + detectors, no codec): {n_records / pc['cpu']:,.0f} records/CPU-s, "
+          f"{n_records / pc['wall']:,.0f} records/s wall ({pc['wall']:.2f} s)")
+    print(f"    outputs before final flush: {pc['kinds']}  (+{pc['final']} at flush); too late: {pc['too_late']}")
+
+    wp = worker_path(settings, raw, breakdown=not args.no_breakdown, profile=args.profile)
+    print(f"\n[2] worker path in process (handle_raw + handle_shuffle, producer stubbed): {n_records / wp['cpu']:,.0f} records/CPU-s, "
+          f"{n_records / wp['wall']:,.0f} records/s wall ({wp['wall']:.2f} s: prepare {wp['raw_s']:.2f} s, detect {wp['shuffle_s']:.2f} s)")
+    print(f"    shuffle messages: {wp['shuffle_messages']}, state snapshots: {wp['snapshots']} "
+          f"({wp['snapshot_bytes'] / max(1, wp['snapshots']) / 1e3:.0f} kB each, {wp['snapshot_bytes'] / 1e6:.0f} MB total)")
+    print("    produced:", {k.removeprefix(prefix): f"{v} msgs / {wp['bytes'][k] / 1e6:.1f} MB" for k, v in wp["messages"].items()})
+    if wp["stages"]:
+        total = wp["wall"]
+        print("    where time goes (stage timers; us per input flow record):")
+        for k, v in sorted(wp["stages"].items(), key=lambda kv: -kv[1]):
+            print(f"      {k:44s} {v:6.2f} s {100 * v / total:5.1f} % {1e6 * v / n_records:6.2f} us")
+        rest = total - sum(wp["stages"].values())
+        print(f"      {'rest (handlers, numpy splits, Python glue)':44s} {rest:6.2f} s {100 * rest / total:5.1f} % {1e6 * rest / n_records:6.2f} us")
+    if args.profile:
+        print(f"    cProfile: {args.profile}")
+    if args.cpu >= 0:
+        pin(0, args.broker_cpu)
+    if args.skip_worker:
+        return True
+    want_enriched = wp["messages"].get(topics["flows_enriched"], 0)
+    want_snapshots = wp["snapshots"]
+    ensure_topics(settings.kafka)
+    p = Producer({"bootstrap.servers": st.bootstrap, "compression.type": settings.ingest.producer.compression,
+                  "linger.ms": 20, "message.max.bytes": 8_000_000, "partitioner": "murmur2_random"})
+    w0 = time.perf_counter()
+    kw = {} if args.spread else {"partition": 0}
+    for topic, key, value in raw:
+        while True:
+            try:
+                p.produce(topic, key=key, value=value, **kw)
+                break
+            except BufferError:
+                p.poll(0.1)
+    assert p.flush(60) == 0
+    print(f"\n[3] Faust worker: pre-produced {len(raw)} raw messages in {time.perf_counter() - w0:.1f} s; "
+          f"starting one `fabricflow process` on CPU {args.cpu}")
+    cfg = work / "config.yaml"
+    cfg.write_text(yaml.safe_dump(settings.model_dump(mode="json", exclude={"stack"}, exclude_none=True)))
+    res = run_worker(settings, str(cfg), work, args.cpu, want_enriched, want_snapshots, args.timeout)
+    ready_ms = int(res["ready"] * 1000) if res["ready"] else None
+    en, cl, mx = topics["flows_enriched"], res["changelog"], topics["matrix"]
+    print(f"    seen: enriched {res['seen'][en]}/{want_enriched} msgs, state snapshots {res['seen'][cl]}/{want_snapshots}, "
+          f"matrix cells {res['seen'][mx]} (pure core: {pc['kinds'].get('matrix', 0)} before flush)")
+    if ready_ms and en in res["last_ms"] and res["seen"][en] >= want_enriched:
+        t_enr = (res["last_ms"][en] - ready_ms) / 1000
+        print(f"    enrichment done {t_enr:.2f} s after 'Worker ready' -> {n_records / t_enr:,.0f} records/s")
+    if res["done"] and ready_ms:
+        t_all = (max(res["last_ms"][cl], res["last_ms"].get(mx, 0)) - ready_ms) / 1000
+        print(f"    all detectors done {t_all:.2f} s after 'Worker ready' -> {n_records / t_all:,.0f} records/s per worker "
+              f"(target 300,000); worker CPU {res['cpu']:.2f} s -> {n_records / res['cpu']:,.0f} records/CPU-s")
+    else:
+        print(f"    NOT DONE within {args.timeout:.0f} s (ready: {res['ready']}); log: {res['log']}")
+    if res["metrics"]:
+        keep = {k: v for k, v in res["metrics"].items() if "too_late" in k or "outputs_total" in k or "errors" in k}
+        print("    worker metrics:", keep)
+    return bool(res["done"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
