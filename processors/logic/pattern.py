@@ -52,7 +52,14 @@ class PatternConfig:
 
 
 def estimate_period(series: np.ndarray, min_acf: float = 0.3) -> int | None:
-    """Period in windows (lag of max autocorrelation), or None when not periodic."""
+    """Period in windows, or None when not periodic.
+
+    The period is the lag with the highest autocorrelation among the lags that
+    are local peaks of the autocorrelation (r(k) > r(k-1) and r(k) >= r(k+1))
+    and reach ``min_acf``. A level
+    shift or trend makes r decay monotonically from lag 1: no local peak, so it
+    is not mistaken for a period (it used to come out as lag 2).
+    """
     x = np.asarray(series, dtype=np.float64)
     n = len(x)
     if n < 4:
@@ -61,13 +68,17 @@ def estimate_period(series: np.ndarray, min_acf: float = 0.3) -> int | None:
     denom = float(np.dot(x, x))
     if denom <= 0:
         return None
+    kmax = n // 2
+    r = np.array([1.0] + [float(np.dot(x[:-k], x[k:])) / denom for k in range(1, kmax + 2) if k < n], dtype=np.float64)
+    floor = min_acf
     best_k, best = None, -np.inf
-    for k in range(2, n // 2 + 1):
-        r = float(np.dot(x[:-k], x[k:])) / denom
-        if r > best + 1e-12:
-            best_k, best = k, r
-    if best_k is None or best < min_acf:
-        return None
+    for k in range(2, kmax + 1):
+        if k + 1 >= len(r):
+            nxt = -np.inf
+        else:
+            nxt = r[k + 1]
+        if r[k] > r[k - 1] and r[k] >= nxt and r[k] >= floor and r[k] > best + 1e-12:
+            best_k, best = k, float(r[k])
     return best_k
 
 

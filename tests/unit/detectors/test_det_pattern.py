@@ -58,3 +58,13 @@ def test_period_shift_is_reported_once():
     assert [(p["state"], p["baseline_period_ms"], p["current_period_ms"]) for p in shifts] == [
         ("open", 60_000, 30_000)]
     assert not [p for p in out if p["deviation"] == "pairs_changed"]
+
+
+def test_level_shift_is_not_a_period():
+    """A step (traffic added mid-series) decays the autocorrelation from lag 1: no period (bench false positive)."""
+    from processors.logic.pattern import estimate_period
+
+    step = np.r_[np.full(15, 1.0e9), np.full(15, 3.0e9)] + np.random.default_rng(3).normal(0, 1e7, 30)
+    assert estimate_period(step) is None
+    cycle = np.tile([5e9, 1e8, 1e8], 10)
+    assert estimate_period(cycle) == 3

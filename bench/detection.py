@@ -1,0 +1,491 @@
+"""Detection quality: every shipped scenario through the whole pipeline, scored against ground truth.
+
+For each scenario: start the local pipeline (embedded broker, ``fabricflow ingest``,
+``fabricflow process``; :class:`fabricflow.runner.LocalPipeline`) on its own ports,
+send the scenario as real sFlow / NetFlow v9 / IPFIX datagrams on loopback at
+``--speed`` times real time, read the detector topics with a
+:class:`fabricflow.detections.DetectionFeed` until the scenario ended and the last
+windows closed, write the simulator's truth file, and score with
+:mod:`fabricflow.scoring`: per detector TP / FP / FN, precision, recall, median time
+to detect (in truth windows), and the traffic-matrix error against the sampling bound.
+Prints one table per scenario and a final table; writes a JSON report.
+
+    .venv/bin/python bench/detection.py                        # all six scenarios, speed 10 (~7 min)
+    .venv/bin/python bench/detection.py --scenario incast --speed 20
+    .venv/bin/python bench/detection.py --scenario mixed --set pattern.min_acf=0.75
+    .venv/bin/python bench/detection.py --report /tmp/detection.json
+
+Clock: sFlow carries no timestamps, so the pipeline runs with
+``ingest.sflow_event_time: uptime`` (event time = agent uptime anchored at the first
+datagram) and the scenario epoch is the wall clock: the bench picks an epoch on a
+window boundary a few seconds ahead and starts sending when the wall clock reaches
+it, so sFlow event times, NetFlow/IPFIX record times, truth windows and processor
+windows line up (the residual per-agent offset is measured and reported).
+Settings the bench passes (and why) are in :func:`pipeline_extra` and
+docs/detection-quality.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from itertools import chain
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from fabricflow.detections import Detection, DetectionFeed  # noqa: E402
+from fabricflow.runner import LocalPipeline, PipelinePorts  # noqa: E402
+from fabricflow.scoring import (  # noqa: E402
+    MatrixReport,
+    Observed,
+    ScoreReport,
+    matrix_error,
+    merge_scores,
+    score_detections,
+)
+from fabricflow.simulator.engine import Simulation  # noqa: E402
+from fabricflow.simulator.sender import UdpSender, pace_and_send, parse_targets  # noqa: E402
+from fabricflow.simulator.truth import read_truth  # noqa: E402
+
+SCENARIOS = ("healthy", "straggler", "link_downgrade", "incast", "segmentation", "mixed")
+SCENARIO_DIR = REPO / "scenarios"
+# PipelinePorts.offset: kafka 20392, s3 19633, SeaweedFS 30630-30638, UDP 17643/13355/16039. Disjoint from
+# the default ports (incl. SeaweedFS 19330-19338), the test stack (29092, 28333, 28400-28408) and e2e (12000),
+# and below Linux's ephemeral range (32768-60999), where a client connection can hold a port at any moment.
+BENCH_PORTS = 11300
+
+# business hours of the bench policy, in the scenario's own local time (see policy_for)
+BUSINESS_START, BUSINESS_END = "07:00", "20:00"
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def pipeline_extra(speed: float) -> dict:
+    """Settings overrides the bench gives the pipeline at ``speed`` x real time.
+
+    - sFlow event time from agent uptime, traffic detectors on the sFlow layer only
+      (ToR sFlow sees every packet once; core NetFlow/IPFIX would count some twice),
+      as ``fabricflow demo`` does.
+    - Wall-clock delays become ``speed`` times longer in event time. Ingest batching
+      (``batch_max_delay_ms``) is cut to 50 ms, and the incast short windows' lateness
+      (default 2 s of event time) is raised to 0.5 s of wall time (5 s at 10x), so a
+      batch flushed a few hundred ms of wall time after another agent's is not "too
+      late"; the main windows keep 30 s of lateness up to 5x and 6 s of wall time above.
+    """
+    speed = max(1.0, float(speed))
+    return {
+        "ingest": {"sflow_event_time": "uptime", "batch_max_delay_ms": 50},
+        "processors": {
+            "detector_protocols": ["sflow5"],
+            "allowed_lateness_s": max(30.0, 6.0 * speed),
+            "detectors": {"incast": {"lateness_ms": int(max(2000, 500 * speed))}},
+        },
+    }
+
+
+def _tz_for(designed_ms: int, epoch_ms: int) -> str:
+    """An Etc/GMT zone in which wall time ``epoch_ms`` shows the same hour of day as ``designed_ms`` (UTC)."""
+    want = datetime.fromtimestamp(designed_ms / 1000, timezone.utc)
+    now = datetime.fromtimestamp(epoch_ms / 1000, timezone.utc)
+    h = (want.hour - now.hour) % 24
+    if h > 12:
+        h -= 24
+    return "UTC" if h == 0 else f"Etc/GMT{-h:+d}"  # POSIX sign: Etc/GMT-2 is UTC+2
+
+
+def policy_for(scenario: dict, epoch_ms: int) -> dict:
+    """The bench's policy for one run.
+
+    Segmentation: the groups of the shipped cluster and the directions its normal
+    workloads use (collectives/incast between GPU nodes, GPU <-> storage, inference
+    frontend -> GPU, SSH and metrics scrapes from management, DNS to mgmt01, egress to the authorized
+    mirror); unknown hosts are left to unregistered_host / exfiltration.
+    Off-hours: bulk transfers from storage, model store and management, except
+    storage serving the GPU nodes; business hours 07:00-20:00 every day in a time zone
+    chosen so that the run (which happens *now*, sFlow has no clock) falls at the
+    scenario's designed hour of day (02:00 for segmentation, 14:00 for the rest).
+    """
+    designed = scenario["simulation"].get("start")
+    designed_ms = epoch_ms
+    if designed:
+        designed_ms = int(datetime.fromisoformat(str(designed).replace("Z", "+00:00")).timestamp() * 1000)
+    tz = _tz_for(designed_ms, epoch_ms)
+    return {
+        "segmentation": {
+            "enabled": True,
+            "groups": ["gpu", "storage", "mgmt", "model-store", "frontend", "external-authorized"],
+            "skip_unknown": True,
+            "allow": [
+                {"name": "gpu-gpu", "src": "gpu", "dst": "gpu", "categories": ["*"]},
+                {"name": "gpu-storage", "src": "gpu", "dst": "storage", "categories": ["storage"]},
+                {"name": "storage-gpu", "src": "storage", "dst": "gpu", "categories": ["storage"]},
+                {"name": "frontend-gpu", "src": "frontend", "dst": "gpu", "categories": ["*"]},
+                # mgmt initiates SSH and metrics scrapes; replies come back from those ports
+                {"name": "mgmt-any", "src": "mgmt", "dst": "*", "categories": ["*"], "ports": [22, 9100]},
+                {"name": "any-dns", "src": "*", "dst": "mgmt", "categories": ["dns"], "ports": [53]},
+                {"name": "egress-mirror", "src": "*", "dst": "external-authorized", "categories": ["external"]},
+            ],
+        },
+        "off_hours_transfer": {
+            "enabled": True,
+            "source_groups": ["storage", "model-store", "mgmt"],
+            "exclude_dst_groups": ["gpu"],
+            "schedule": {"timezone": tz, "days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+                         "start": BUSINESS_START, "end": BUSINESS_END},
+        },
+    }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- collection
+
+
+@dataclass
+class Seen:
+    detection: Detection
+    evidence_ms: int  # event time of the evidence (window end, counter sample, alert's last_seen)
+    wall_s: float  # when the bench read it
+
+
+def evidence_ms(kind: str, v: dict, d: Detection) -> int:
+    if kind in ("incast", "straggler", "pattern"):
+        return int(v.get("window_end_ms", d.time_ms))
+    if kind == "link":
+        return int(v["time_ms"])
+    if kind == "alert":
+        return int(v.get("last_seen_ms") or v.get("window_end_ms") or d.time_ms)
+    return int(d.time_ms)
+
+
+class BenchFeed(DetectionFeed):
+    """DetectionFeed that also keeps every node-level matrix cell and the evidence time of each detection."""
+
+    def __init__(self, settings, group: str | None = None):
+        super().__init__(settings, group)
+        self.cells: dict[int, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+        self.seen: list[Seen] = []
+
+    def interpret(self, kind: str, v: dict):
+        if kind == "matrix" and v["level"] == "node":
+            self.cells[v["window_start_ms"]][(v["src"], v["dst"])] += v["bytes_est"]
+        d = super().interpret(kind, v)
+        if d is not None:
+            self.seen.append(Seen(d, evidence_ms(kind, v, d), time.monotonic()))
+        return d
+
+
+@dataclass
+class SimRun:
+    """The simulator, sending in a thread.
+
+    ``offsets_ms``: per sFlow agent, wall time - event time of its first datagram, i.e. the
+    shift of that agent's uptime-based event times against the scenario clock.
+    """
+
+    scenario: str
+    targets: dict
+    speed: float
+    start_ms: int
+    duration_s: float | None = None
+    max_pps: float = 5000.0
+    sim: Simulation | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    first_send: dict[str, tuple[int, float]] = field(default_factory=dict)
+    sent: int = 0
+    wall_start: float | None = None
+
+    def start(self) -> "SimRun":
+        self.sim = Simulation(self.scenario, start_ms=self.start_ms, duration_s=self.duration_s)
+        threading.Thread(target=self._run, name="simulator", daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            stream = iter(self.sim.run())
+            first = next(stream)
+            delay = first[0] / 1000.0 - time.time()
+            if delay > 0:
+                time.sleep(delay)  # start when the wall clock reaches the scenario clock
+            sender = UdpSender(parse_targets(self.targets))
+            current = [first[0]]
+
+            def tee(it):
+                for dg in it:
+                    current[0] = dg[0]
+                    yield dg
+
+            def send(kind, data, exporter=""):
+                sender.send(kind, data, exporter)
+                if kind == "sflow" and exporter not in self.first_send:
+                    self.first_send[exporter] = (current[0], time.time() * 1000.0)
+
+            self.wall_start = time.monotonic()
+            try:
+                st = pace_and_send(tee(chain([first], stream)), send, speed=self.speed, max_pps=self.max_pps)
+                self.sent = st.sent
+            finally:
+                sender.close()
+        except BaseException as e:  # reported by the main thread
+            self.error = e
+        finally:
+            self.done.set()
+
+    @property
+    def offsets_ms(self) -> dict[str, float]:
+        return {k: round(w - t, 1) for k, (t, w) in sorted(self.first_send.items())}
+
+
+def next_epoch_ms(window_ms: int = 10_000, lead_s: float = 3.0) -> int:
+    """First window boundary at least ``lead_s`` from now (scenario epochs align with processor windows)."""
+    t = int((time.time() + lead_s) * 1000)
+    return -(-t // window_ms) * window_ms
+
+
+# --------------------------------------------------------------------------- one scenario
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    speed: float
+    truth_path: Path
+    seen: list[Seen]
+    cells: dict
+    offsets_ms: dict
+    wall_s: float
+    datagrams: int
+    score: ScoreReport | None = None
+    matrix: MatrixReport | None = None
+
+    def observed(self) -> list[Observed]:
+        return [Observed(s.detection.kind, s.detection.entity, s.evidence_ms, s.detection.summary) for s in self.seen]
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """``over`` merged into a copy of ``base``, nested mappings merged key by key."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def scenario_file(name: str) -> Path:
+    p = Path(name)
+    return p.resolve() if p.is_file() else SCENARIO_DIR / f"{name}.yaml"
+
+
+def run_scenario(
+    name: str,
+    state_dir: Path,
+    *,
+    speed: float = 10.0,
+    ports: PipelinePorts | None = None,
+    duration_s: float | None = None,
+    archive: bool = False,
+    extra: dict | None = None,
+    drain_quiet_s: float = 2.0,
+    drain_max_s: float = 60.0,
+    log=print,
+) -> RunResult:
+    """Run one scenario through a fresh local pipeline; return detections, matrix cells and the truth path."""
+    path = scenario_file(name)
+    scen = yaml.safe_load(path.read_text())
+    state_dir = Path(state_dir)
+    if state_dir.exists():
+        shutil.rmtree(state_dir)
+    state_dir.mkdir(parents=True)
+    window_ms = int(float(scen["simulation"].get("window_s", 10)) * 1000)
+    settings_extra = _merge(pipeline_extra(speed), extra or {})
+    if archive:
+        settings_extra["archive"] = {"url": f"file://{state_dir / 'archive'}", "s3_endpoint": None,
+                                     "s3_access_key": None, "s3_secret_key": None}  # fmt: skip
+    policy_path = state_dir / "policy.yaml"
+    ports = ports or PipelinePorts.offset(BENCH_PORTS)
+    pipe = LocalPipeline(state_dir, inventory=str(path), policy=str(policy_path), ports=ports, archive=archive,
+                         extra=settings_extra)  # fmt: skip
+    # the hour of day is what matters (policy_for): the run starts within a minute
+    policy_path.write_text(yaml.safe_dump(policy_for(scen, int(time.time() * 1000) + 30_000), sort_keys=False))
+    t0 = time.monotonic()
+    truth_path = state_dir / "truth.jsonl"
+    with pipe:
+        up = time.monotonic() - t0
+        epoch = next_epoch_ms(window_ms)
+        feed = BenchFeed(pipe.settings())
+        try:
+            feed.poll(0.5)
+            sim = SimRun(str(path), pipe.targets(), speed, epoch, duration_s).start()
+            dur = sim.sim.duration_ms / 1000.0
+            log(f"  {name}: pipeline up in {up:.0f}s; sending {dur:.0f}s of scenario at {speed:g}x"
+                f" (~{dur / speed:.0f}s)")
+            last_window = epoch + (int(dur * 1000) - 1) // window_ms * window_ms
+            last_msg = time.monotonic()
+            count = feed.messages
+            ended: float | None = None
+            while True:
+                feed.poll(0.3)
+                pipe.check()
+                now = time.monotonic()
+                if feed.messages != count:
+                    count, last_msg = feed.messages, now
+                if sim.done.is_set() and ended is None:
+                    ended = now
+                if ended is not None:
+                    # the last windows close on the processors' idle timer (idle_close_s of wall time after
+                    # the last data): wait for the scenario's last matrix window, then for quiet
+                    complete = last_window in feed.cells
+                    if (complete and now - last_msg >= drain_quiet_s) or now - ended >= drain_max_s:
+                        break
+            if sim.error is not None:
+                raise sim.error
+        finally:
+            feed.close()
+        wall = time.monotonic() - t0
+        sim.sim.truth.write(truth_path)
+    return RunResult(name, speed, truth_path, feed.seen, {k: dict(v) for k, v in feed.cells.items()}, sim.offsets_ms,
+                     wall, sim.sent)  # fmt: skip
+
+
+def score_run(run: RunResult, min_expected_samples: float = 100.0) -> RunResult:
+    truth = read_truth(run.truth_path)
+    run.score = score_detections(run.observed(), truth)
+    loss = [(f["start_ms"], f["end_ms"]) for f in truth if f.get("type") == "fault" and f["kind"] == "exporter_loss"]
+    run.matrix = matrix_error(run.cells, truth, min_expected_samples=min_expected_samples, exclude=loss)
+    return run
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _f(x, nd=1) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def detector_table(scores: dict) -> list[str]:
+    head = (f"    {'detector':<22}{'TP':>4}{'FP':>4}{'FN':>4}{'dup':>5}{'expl':>6}"
+            f"{'precision':>11}{'recall':>9}{'ttd(win)':>10}")
+    lines = [head]
+    for name in sorted(scores):
+        s = scores[name]
+        lines.append(
+            f"    {name:<22}{s.tp:>4}{s.fp:>4}{s.fn:>4}{s.duplicates:>5}{s.explained:>6}"
+            f"{_pct(s.precision):>11}{_pct(s.recall):>9}{_f(s.median_ttd_windows):>10}"
+        )
+    return lines
+
+
+def matrix_line(m: MatrixReport) -> str:
+    return (
+        f"    matrix: {m.cells} cells >= {m.min_expected_samples:g} expected samples, "
+        f"median |err| {_pct(m.median_rel_error)} "
+        f"(median 95% bound {_pct(m.median_bound95)}), within bound {_pct(m.within_bound95)}, "
+        f"median |z| {_f(m.median_abs_z, 2)}, bias {_pct(m.bias)}, missing {m.missing}"
+        + (f", {m.skipped_windows} windows skipped (exporter loss)" if m.skipped_windows else "")
+        + (" OK" if m.ok else " OUTSIDE BOUND")
+    )
+
+
+def print_run(run: RunResult) -> None:
+    print(f"== {run.scenario}: {run.datagrams} datagrams, {run.wall_s:.0f}s wall, sFlow offsets {run.offsets_ms} ms")
+    for line in detector_table(run.score.detectors):
+        print(line)
+    for o in run.score.outcomes:
+        if o.status in ("explained", "false_positive"):
+            why = f" ({o.reason})" if o.reason else ""
+            print(f"    {o.status}: {o.detection.kind} {o.detection.entity} @{o.detection.time_ms}{why}")
+    for s in run.score.detectors.values():
+        for m in s.missed:
+            print(f"    missed: {m}")
+    if run.score.uncovered:
+        kinds = ", ".join(sorted({f.kind for f in run.score.uncovered}))
+        print(f"    not scored (no detector on the output topics): {kinds}")
+    print(matrix_line(run.matrix))
+
+
+def report_json(runs: list[RunResult], totals: dict) -> dict:
+    return {
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "scenarios": {
+            r.scenario: {
+                "speed": r.speed, "wall_s": round(r.wall_s, 1), "datagrams": r.datagrams,
+                "sflow_offsets_ms": r.offsets_ms,
+                "score": r.score.as_dict(), "matrix": r.matrix.as_dict(),
+                "detections": [{"kind": s.detection.kind, "entity": s.detection.entity, "evidence_ms": s.evidence_ms,
+                                "summary": s.detection.summary} for s in r.seen],
+                "matrix_cells": {str(ws): {f"{a}>{b}": v for (a, b), v in sorted(c.items())}
+                                 for ws, c in sorted(r.cells.items())},
+            }
+            for r in runs
+        },
+        "totals": {k: v.as_dict() for k, v in sorted(totals.items())},
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", action="append",
+                    help=f"scenario name or file (repeatable; default all: {', '.join(SCENARIOS)})")
+    ap.add_argument("--speed", type=float, default=10.0, help="scenario seconds per wall second (default 10)")
+    ap.add_argument("--state-dir", default=".fabricflow/bench-detection", help="pipeline state, logs and truth files")
+    ap.add_argument("--report", default=None, help="JSON report path (default STATE_DIR/report.json)")
+    ap.add_argument("--port-offset", type=int, default=BENCH_PORTS, help="PipelinePorts.offset for the pipeline")
+    ap.add_argument("--min-samples", type=float, default=100.0, help="matrix volume floor in expected samples per cell")
+    ap.add_argument("--set", action="append", default=[], metavar="DETECTOR.PARAM=VALUE",
+                    help="detector override passed as processors.detectors (e.g. pattern.min_acf=0.75); repeatable")
+    a = ap.parse_args(argv)
+    overrides: dict = {}
+    for item in a.set:
+        key, sep, value = item.partition("=")
+        det, dot, param = key.strip().partition(".")
+        if not (sep and dot and det and param):
+            ap.error(f"--set {item!r}: use DETECTOR.PARAM=VALUE")
+        overrides.setdefault(det, {})[param] = yaml.safe_load(value)
+    names = a.scenario or list(SCENARIOS)
+    state = Path(a.state_dir).resolve()
+    runs: list[RunResult] = []
+    t0 = time.monotonic()
+    for name in names:
+        run = run_scenario(name, state / Path(name).stem, speed=a.speed, ports=PipelinePorts.offset(a.port_offset),
+                           extra={"processors": {"detectors": overrides}} if overrides else None)
+        print_run(score_run(run, a.min_samples))
+        runs.append(run)
+    totals = merge_scores(r.score for r in runs)
+    print(f"\n== all scenarios ({', '.join(r.scenario for r in runs)}) at {a.speed:g}x in {time.monotonic() - t0:.0f}s"
+          + (f", overrides {overrides}" if overrides else ""))
+    for line in detector_table(totals):
+        print(line)
+    tp = sum(s.tp for s in totals.values())
+    fn = sum(s.fn for s in totals.values())
+    fp = sum(s.fp for s in totals.values())
+    dup = sum(s.duplicates for s in totals.values())
+    recall = tp / (tp + fn) if tp + fn else None
+    precision = (tp + dup) / (tp + dup + fp) if tp + dup + fp else None
+    print(f"    overall: recall {_pct(recall)}, precision {_pct(precision)}"
+          f" (TP {tp}, FP {fp}, FN {fn}, duplicates {dup})")
+    for r in runs:
+        print(f"    {r.scenario:<16}" + matrix_line(r.matrix).strip())
+    out = Path(a.report) if a.report else state / "report.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report_json(runs, totals), indent=1, default=str))
+    print(f"report: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

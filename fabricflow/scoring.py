@@ -1,0 +1,536 @@
+"""Score detections against simulator ground truth: per-detector TP/FP/FN and traffic-matrix error.
+
+Pure: plain records in, plain records out (no Kafka, sockets, clock or files).
+Used by ``bench/detection.py`` and the end-to-end tests; the truth is the
+JSON-lines file of :mod:`fabricflow.simulator.truth` as a list of dicts
+(:func:`fabricflow.simulator.truth.read_truth`).
+
+Detections
+  Every labelled fault says what should be detected (:func:`expected_detections`):
+  ``straggler`` -> a ``straggler`` detection of that node; ``incast`` -> an
+  ``incast`` detection of the destination; ``link_downgrade`` -> a
+  ``link_downgrade`` of ``switch/ifN`` and, when ``crc_errors_per_s`` reaches the
+  detector's threshold, an ``error_burst`` of the same port;
+  ``segmentation_violation`` -> ``segmentation`` naming both groups;
+  ``exfiltration`` -> ``exfiltration`` naming the destination address;
+  ``off_hours_transfer`` -> ``off_hours_transfer`` naming the source node;
+  ``unregistered_host`` -> ``unregistered_host`` naming the address. Faults with
+  no detector on the detection topics (``lb_skew``, ``storage_slowdown``,
+  ``exporter_loss``, ``clock_skew``) are listed as *uncovered*, not scored.
+
+  A detection matches an expectation when its kind is the expected detector,
+  its entity names the expected tokens, and its evidence time lies in
+  ``[fault start - early, fault end + grace]``. The first match is a hit (TP,
+  with its time to detect), later ones are *duplicates* (correct, but extra).
+  A detection that matches nothing is checked against the *consequence rules*
+  (:func:`explain`): e.g. a straggler flag on a node whose link was downgraded,
+  or on a node that sends to that node (its sends are capped too), is a
+  consequence of the link fault, reported as *explained* and counted neither as
+  TP nor FP. Everything else is a false positive.
+
+  precision = (TP + duplicates) / (TP + duplicates + FP); recall = TP / (TP + FN);
+  time to detect = (evidence time - fault start) / truth window, floored at 0.
+
+Traffic matrix
+  :func:`matrix_error` compares estimated node -> node bytes per window with the
+  truth. With 1-in-N packet sampling a cell of P packets has about c = P / N
+  expected samples and a relative standard error of ``1 / sqrt(c)``; the 95 %
+  bound of a cell is ``1.96 / sqrt(c)``. Cells below a volume floor (expected
+  samples) are skipped; the report gives the median relative error, the median
+  bound, the share of cells within their own bound (ideal ~95 %) and the bias.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+__all__ = [
+    "Observed",
+    "Fault",
+    "Expected",
+    "Outcome",
+    "DetectorScore",
+    "ScoreReport",
+    "MatrixReport",
+    "UNCOVERED_KINDS",
+    "faults_from_truth",
+    "expected_detections",
+    "entity_tokens",
+    "explain",
+    "score_detections",
+    "truth_matrix",
+    "matrix_error",
+    "merge_scores",
+]
+
+# fault kinds no detection topic reports: lb_skew and storage_slowdown have no detector,
+# exporter_loss and clock_skew show in ingest metrics only
+UNCOVERED_KINDS = {"lb_skew", "storage_slowdown", "exporter_loss", "clock_skew"}
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One detection to score. ``time_ms``: evidence time on the scenario clock (event time)."""
+
+    kind: str
+    entity: str
+    time_ms: int
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Fault:
+    index: int
+    kind: str
+    start_ms: int
+    end_ms: int
+    entities: Mapping[str, Any]
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A detection the fault should produce: ``detector`` kind whose entity names all ``tokens``."""
+
+    detector: str
+    fault: Fault
+    tokens: frozenset[str]
+
+    @property
+    def label(self) -> str:
+        return f"{self.detector}:{','.join(sorted(self.tokens))}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one detection was: ``hit``, ``duplicate``, ``explained`` or ``false_positive``."""
+
+    detection: Observed
+    status: str
+    expected: Expected | None = None
+    fault: Fault | None = None
+    reason: str = ""
+
+
+@dataclass
+class DetectorScore:
+    detector: str
+    tp: int = 0
+    fn: int = 0
+    fp: int = 0
+    duplicates: int = 0
+    explained: int = 0
+    ttd_windows: list[float] = field(default_factory=list)
+    missed: list[str] = field(default_factory=list)
+    false_positives: list[str] = field(default_factory=list)
+
+    @property
+    def precision(self) -> float | None:
+        correct = self.tp + self.duplicates
+        return None if correct + self.fp == 0 else correct / (correct + self.fp)
+
+    @property
+    def recall(self) -> float | None:
+        return None if self.tp + self.fn == 0 else self.tp / (self.tp + self.fn)
+
+    @property
+    def median_ttd_windows(self) -> float | None:
+        return _median(self.ttd_windows)
+
+    def add(self, other: "DetectorScore") -> None:
+        self.tp += other.tp
+        self.fn += other.fn
+        self.fp += other.fp
+        self.duplicates += other.duplicates
+        self.explained += other.explained
+        self.ttd_windows += other.ttd_windows
+        self.missed += other.missed
+        self.false_positives += other.false_positives
+
+    def as_dict(self) -> dict:
+        return {
+            "detector": self.detector, "tp": self.tp, "fp": self.fp, "fn": self.fn,
+            "duplicates": self.duplicates, "explained": self.explained,
+            "precision": self.precision, "recall": self.recall,
+            "median_ttd_windows": self.median_ttd_windows, "ttd_windows": list(self.ttd_windows),
+            "missed": list(self.missed), "false_positives": list(self.false_positives),
+        }  # fmt: skip
+
+
+@dataclass
+class ScoreReport:
+    window_ms: int
+    detectors: dict[str, DetectorScore]
+    outcomes: list[Outcome]
+    expected: list[Expected]
+    uncovered: list[Fault]
+
+    def as_dict(self) -> dict:
+        return {
+            "window_ms": self.window_ms,
+            "detectors": {k: v.as_dict() for k, v in sorted(self.detectors.items())},
+            "outcomes": [
+                {"kind": o.detection.kind, "entity": o.detection.entity, "time_ms": o.detection.time_ms,
+                 "status": o.status, "expected": o.expected.label if o.expected else None,
+                 "fault": None if o.fault is None else f"{o.fault.kind}#{o.fault.index}", "reason": o.reason}
+                for o in self.outcomes
+            ],
+            "uncovered": [{"kind": f.kind, "start_ms": f.start_ms, "end_ms": f.end_ms} for f in self.uncovered],
+        }  # fmt: skip
+
+
+def _median(xs: Iterable[float]) -> float | None:
+    v = sorted(xs)
+    if not v:
+        return None
+    m = len(v) // 2
+    return float(v[m]) if len(v) % 2 else (v[m - 1] + v[m]) / 2.0
+
+
+# --------------------------------------------------------------------------- truth
+
+
+def _scenario(truth: list[dict]) -> dict:
+    for line in truth:
+        if line.get("type") == "scenario":
+            return line
+    raise ValueError("truth has no 'scenario' line")
+
+
+def faults_from_truth(truth: list[dict]) -> list[Fault]:
+    out = []
+    for line in truth:
+        if line.get("type") == "fault":
+            out.append(Fault(len(out), line["kind"], int(line["start_ms"]), int(line["end_ms"]),
+                             dict(line.get("entities") or {}), dict(line.get("params") or {})))  # fmt: skip
+    return out
+
+
+class _Inventory:
+    """Node -> group and job -> nodes from the truth's inventory."""
+
+    def __init__(self, inv: Mapping | None):
+        inv = inv or {}
+        self.group = {n["name"]: n.get("group", "") for n in inv.get("nodes", [])}
+        self.jobs = {j["name"]: list(j.get("nodes", [])) for j in inv.get("jobs", [])}
+
+    def group_of(self, name: str) -> str:
+        return self.group.get(name, "unknown")
+
+
+def entity_tokens(kind: str, entity: str) -> frozenset[str]:
+    """Tokens a detection's entity names: alert dedup keys split on ``|`` (rule dropped), else the entity."""
+    if "|" in entity:
+        parts = entity.split("|")
+        if parts and parts[0] == kind:
+            parts = parts[1:]
+        return frozenset(p for p in parts if p)
+    return frozenset([entity])
+
+
+def expected_detections(
+    faults: list[Fault], inventory: Mapping | None = None, *, error_burst_per_s: float = 10.0
+) -> tuple[list[Expected], list[Fault]]:
+    """(expected detections, faults no detection topic covers)."""
+    inv = _Inventory(inventory)
+    exp: list[Expected] = []
+    uncovered: list[Fault] = []
+    for f in faults:
+        e, p = f.entities, f.params
+        if f.kind == "straggler":
+            exp.append(Expected("straggler", f, frozenset([e["node"]])))
+        elif f.kind == "incast":
+            exp.append(Expected("incast", f, frozenset([e["destination"]])))
+        elif f.kind == "link_downgrade":
+            port = f"{e['switch']}/if{e['if_index']}"
+            exp.append(Expected("link_downgrade", f, frozenset([port])))
+            if float(p.get("crc_errors_per_s", 0) or 0) >= error_burst_per_s:
+                exp.append(Expected("error_burst", f, frozenset([port])))
+        elif f.kind == "segmentation_violation":
+            exp.append(Expected("segmentation", f, frozenset([inv.group_of(e["src"]), inv.group_of(e["dst"])])))
+        elif f.kind == "exfiltration":
+            exp.append(Expected("exfiltration", f, frozenset([e["dst_ip"]])))
+        elif f.kind == "off_hours_transfer":
+            exp.append(Expected("off_hours_transfer", f, frozenset([e["src"]])))
+        elif f.kind == "unregistered_host":
+            exp.append(Expected("unregistered_host", f, frozenset([e["src"]])))
+        else:
+            uncovered.append(f)
+    return exp, uncovered
+
+
+def _senders_to(truth: list[dict], node: str, start_ms: int, end_ms: int) -> set[str]:
+    out = set()
+    for line in truth:
+        if line.get("type") != "window" or line["end_ms"] <= start_ms or line["start_ms"] >= end_ms:
+            continue
+        for p in line["pairs"]:
+            if p["dst"] == node and p["bytes"] > 0:
+                out.add(p["src"])
+    return out
+
+
+def _fault_nodes(f: Fault) -> set[str]:
+    e = f.entities
+    nodes = set()
+    for k in ("node", "destination", "src", "dst"):
+        if isinstance(e.get(k), str):
+            nodes.add(e[k])
+    nodes.update(e.get("sources") or [])
+    return nodes
+
+
+def explain(
+    det: Observed,
+    faults: list[Fault],
+    truth: list[dict],
+    inventory: Mapping | None,
+    *,
+    grace_ms: int,
+    consequence_grace_ms: int,
+) -> tuple[Fault, str] | None:
+    """The injected fault a non-matching detection is a consequence of, and why (None: a false positive).
+
+    Rules (detection time within ``[fault start, fault end + consequence grace]``):
+    - ``straggler`` of node N, fault ``link_downgrade`` of node X: N is X (its own sends are
+      capped) or N sends to X in the truth during the fault (ring/tree successors: their
+      sends into the capped port are capped too);
+    - ``sustained_utilisation`` of a port that a ``link_downgrade`` or ``incast`` fault is on;
+    - ``pattern_deviation`` of job J: any fault naming a node of J, or J itself;
+    - ``checkpoint_late`` / ``checkpoint_missing``: a ``storage_slowdown`` fault, or a ``clock_skew``
+      fault (an exporter whose clock runs ahead pushes the policy watermark, so checkpoint bytes
+      from the other exporters land in buckets already final);
+    - ``off_hours_transfer`` from node S: an ``exfiltration`` / ``segmentation_violation``
+      fault from S (a bulk transfer at night is off-hours too);
+    - ``external_dependency`` / ``segmentation`` naming an address or ``unknown`` group that an
+      ``exfiltration`` / ``unregistered_host`` fault introduces.
+    """
+    inv = _Inventory(inventory)
+    toks = entity_tokens(det.kind, det.entity)
+    t = det.time_ms
+    for f in faults:
+        lo, hi = f.start_ms, f.end_ms + consequence_grace_ms
+        if not lo <= t <= hi:
+            continue
+        e = f.entities
+        if det.kind == "straggler" and f.kind == "link_downgrade":
+            x = e["node"]
+            if det.entity == x:
+                return f, f"its own link {e['switch']}/if{e['if_index']} was downgraded"
+            if det.entity in _senders_to(truth, x, f.start_ms, f.end_ms):
+                return f, f"it sends to {x}, whose link {e['switch']}/if{e['if_index']} was downgraded"
+        elif det.kind == "sustained_utilisation" and f.kind in ("link_downgrade", "incast"):
+            if det.entity == f"{e.get('switch')}/if{e.get('if_index')}":
+                return f, f"port carries the {f.kind} fault"
+        elif det.kind == "pattern_deviation":
+            members = set(inv.jobs.get(det.entity, []))
+            if e.get("job") == det.entity or members & _fault_nodes(f):
+                return f, f"{f.kind} touches job {det.entity}"
+        elif det.kind in ("checkpoint_late", "checkpoint_missing") and f.kind == "storage_slowdown":
+            return f, "storage slowed down"
+        elif det.kind in ("checkpoint_late", "checkpoint_missing") and f.kind == "clock_skew":
+            return f, f"exporter {e.get('exporter')}'s clock is off: record times (and the watermark) move"
+        elif det.kind == "off_hours_transfer" and f.kind in ("exfiltration", "segmentation_violation"):
+            if e.get("src") in toks:
+                return f, f"the {f.kind} transfer from {e.get('src')} runs off hours"
+        elif det.kind in ("external_dependency", "segmentation") and f.kind in ("exfiltration", "unregistered_host"):
+            if (e.get("dst_ip") in toks) or (e.get("src") in toks) or ("unknown" in toks):
+                return f, f"address introduced by the {f.kind} fault"
+    return None
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def score_detections(
+    detections: Iterable[Observed],
+    truth: list[dict],
+    *,
+    window_ms: int | None = None,
+    early_ms: int | None = None,
+    grace_windows: float = 3.0,
+    consequence_grace_windows: float = 6.0,
+    error_burst_per_s: float = 10.0,
+) -> ScoreReport:
+    """Match detections (on the scenario clock) to the truth's faults; see the module docstring.
+
+    ``window_ms``: the unit of time to detect (default: the truth's window).
+    ``early_ms``: how far before a fault's start a detection may lie (default one window:
+    windowed detectors stamp the window start). ``grace_windows``: how long after a fault's
+    end a detection still matches it.
+    """
+    scen = _scenario(truth)
+    window_ms = int(window_ms or scen.get("window_ms") or 10_000)
+    early = window_ms if early_ms is None else int(early_ms)
+    grace = int(grace_windows * window_ms)
+    cgrace = int(consequence_grace_windows * window_ms)
+    inventory = scen.get("inventory")
+    faults = faults_from_truth(truth)
+    expected, uncovered = expected_detections(faults, inventory, error_burst_per_s=error_burst_per_s)
+    scores: dict[str, DetectorScore] = {}
+
+    def sc(name: str) -> DetectorScore:
+        return scores.setdefault(name, DetectorScore(name))
+
+    for e in expected:
+        sc(e.detector)
+    first: dict[int, Observed] = {}
+    outcomes: list[Outcome] = []
+    for d in sorted(detections, key=lambda d: (d.time_ms, d.kind, d.entity)):
+        toks = entity_tokens(d.kind, d.entity)
+        cands = [
+            (i, e) for i, e in enumerate(expected)
+            if e.detector == d.kind and e.tokens <= toks
+            and e.fault.start_ms - early <= d.time_ms <= e.fault.end_ms + grace
+        ]  # fmt: skip
+        fresh = [(i, e) for i, e in cands if i not in first]
+        if fresh:
+            i, e = fresh[0]
+            first[i] = d
+            outcomes.append(Outcome(d, "hit", e, e.fault))
+            s = sc(d.kind)
+            s.tp += 1
+            s.ttd_windows.append(max(0.0, (d.time_ms - e.fault.start_ms) / window_ms))
+            continue
+        if cands:
+            i, e = cands[0]
+            outcomes.append(Outcome(d, "duplicate", e, e.fault))
+            sc(d.kind).duplicates += 1
+            continue
+        why = explain(d, faults, truth, inventory, grace_ms=grace, consequence_grace_ms=cgrace)
+        if why is not None:
+            outcomes.append(Outcome(d, "explained", None, why[0], why[1]))
+            sc(d.kind).explained += 1
+        else:
+            outcomes.append(Outcome(d, "false_positive"))
+            s = sc(d.kind)
+            s.fp += 1
+            s.false_positives.append(f"{d.entity}@{d.time_ms}")
+    for i, e in enumerate(expected):
+        if i not in first:
+            s = sc(e.detector)
+            s.fn += 1
+            s.missed.append(f"{e.label} ({e.fault.kind} {e.fault.start_ms}-{e.fault.end_ms})")
+    return ScoreReport(window_ms, scores, outcomes, expected, uncovered)
+
+
+# --------------------------------------------------------------------------- traffic matrix
+
+
+@dataclass
+class MatrixReport:
+    sampling_rate: int
+    min_expected_samples: float
+    cells: int = 0                 # (window, src, dst) cells above the floor
+    missing: int = 0               # of those, cells with no estimate at all
+    median_rel_error: float | None = None
+    p90_rel_error: float | None = None
+    median_bound95: float | None = None
+    within_bound95: float | None = None   # share of cells with |error| <= their own 95 % bound
+    median_abs_z: float | None = None     # |error| / sigma; ~0.67 for pure sampling noise
+    bias: float | None = None             # sum(estimate) / sum(truth) - 1 over the cells
+    skipped_windows: int = 0
+    worst: list[dict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Errors consistent with sampling noise: >= 90 % of cells inside their 95 % bound."""
+        return self.within_bound95 is not None and self.within_bound95 >= 0.90
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in (
+            "sampling_rate", "min_expected_samples", "cells", "missing", "median_rel_error", "p90_rel_error",
+            "median_bound95", "within_bound95", "median_abs_z", "bias", "skipped_windows", "worst")}  # fmt: skip
+        d["ok"] = self.ok
+        return d
+
+
+def truth_matrix(truth: list[dict]) -> dict[int, dict[tuple[str, str], tuple[int, int]]]:
+    """window start -> (src, dst) -> (bytes, packets), endpoints as in the truth."""
+    out: dict[int, dict[tuple[str, str], tuple[int, int]]] = {}
+    for line in truth:
+        if line.get("type") == "window":
+            pairs = line["pairs"]
+            out[int(line["start_ms"])] = {(p["src"], p["dst"]): (int(p["bytes"]), int(p["packets"])) for p in pairs}
+    return out
+
+
+def matrix_error(
+    estimated: Mapping[int, Mapping[tuple[str, str], float]],
+    truth: list[dict],
+    *,
+    sampling_rate: int | None = None,
+    min_expected_samples: float = 100.0,
+    exclude: Iterable[tuple[int, int]] = (),
+    nodes_only: bool = True,
+    worst: int = 5,
+) -> MatrixReport:
+    """Relative error of estimated node -> node bytes per window against the truth.
+
+    ``estimated``: window start (ms, aligned like the truth's windows) -> (src, dst) -> bytes.
+    ``sampling_rate``: 1-in-N of the estimate (default: the truth's sFlow rate).
+    ``min_expected_samples``: volume floor, truth packets / N (100 -> 95 % bound 19.6 %).
+    ``exclude``: ``(start_ms, end_ms)`` intervals whose windows are skipped (e.g. exporter loss).
+    ``nodes_only``: compare only pairs of inventory nodes (the matrix folds the rest into 'unknown').
+    """
+    scen = _scenario(truth)
+    n = int(sampling_rate or scen.get("sflow_sampling_rate") or 1)
+    nodes = set(_Inventory(scen.get("inventory")).group)
+    excl = list(exclude)
+    rep = MatrixReport(n, float(min_expected_samples))
+    errs: list[float] = []
+    bounds: list[float] = []
+    zs: list[float] = []
+    inside = 0
+    sum_est = 0.0
+    sum_true = 0.0
+    rows = []
+    for ws, cells in sorted(truth_matrix(truth).items()):
+        we = ws + int(scen.get("window_ms") or 10_000)
+        if any(ws < b and we > a for a, b in excl):
+            rep.skipped_windows += 1
+            continue
+        est = estimated.get(ws, {})
+        for (src, dst), (b, pk) in cells.items():
+            if nodes_only and (src not in nodes or dst not in nodes):
+                continue
+            c = pk / n
+            if b <= 0 or c < min_expected_samples:
+                continue
+            e = float(est.get((src, dst), 0.0))
+            rel = (e - b) / b
+            sigma = 1.0 / math.sqrt(c)
+            rep.cells += 1
+            rep.missing += int(e == 0.0)
+            errs.append(abs(rel))
+            bounds.append(1.96 * sigma)
+            zs.append(abs(rel) / sigma)
+            inside += int(abs(rel) <= 1.96 * sigma)
+            sum_est += e
+            sum_true += b
+            rows.append({"window_start_ms": ws, "src": src, "dst": dst, "truth": b, "estimate": e,
+                         "rel_error": rel, "bound95": 1.96 * sigma})  # fmt: skip
+    if rep.cells:
+        rep.median_rel_error = _median(errs)
+        rep.p90_rel_error = sorted(errs)[min(len(errs) - 1, int(0.9 * len(errs)))]
+        rep.median_bound95 = _median(bounds)
+        rep.within_bound95 = inside / rep.cells
+        rep.median_abs_z = _median(zs)
+        rep.bias = sum_est / sum_true - 1.0 if sum_true else None
+        rep.worst = sorted(rows, key=lambda r: -abs(r["rel_error"]) / r["bound95"])[:worst]
+    return rep
+
+
+def merge_scores(reports: Iterable[ScoreReport]) -> dict[str, DetectorScore]:
+    """Per-detector totals over several scenario reports."""
+    tot: dict[str, DetectorScore] = defaultdict(lambda: DetectorScore(""))
+    for r in reports:
+        for name, s in r.detectors.items():
+            t = tot[name]
+            t.detector = name
+            t.add(s)
+    return dict(tot)
+
