@@ -57,6 +57,18 @@ OUTPUT_SCHEMA = {
 }
 
 
+def source_of(headers) -> tuple[str, tuple[int, int]] | None:
+    """("topic:partition", (offset, chunk)) from a shuffle message's ``src`` header."""
+    if not headers:
+        return None
+    items = headers.items() if hasattr(headers, "items") else headers
+    for k, v in items:
+        if k == "src" or k == b"src":
+            topic, part, off, chunk = (v.decode() if isinstance(v, bytes) else v).rsplit(":", 3)
+            return f"{topic}:{part}", (int(off), int(chunk))
+    return None
+
+
 class ProcessorMetrics:
     """Prometheus metrics of a processor worker (``fabricflow_processors_*``), served on ``processors.metrics_port``."""
 
@@ -70,6 +82,7 @@ class ProcessorMetrics:
         self.outputs = Counter("fabricflow_processors_outputs_total", "Detector outputs produced", ["kind"], registry=r)
         self.too_late = Gauge("fabricflow_processors_too_late_records", "Records that arrived after their window closed (per worker, since start)", ["window"], registry=r)
         self.errors = Counter("fabricflow_processors_errors_total", "Batches skipped because processing failed", ["stage"], registry=r)
+        self.duplicates = Counter("fabricflow_processors_duplicate_batches_total", "Shuffle batches skipped because their raw batch was already applied (re-produced after a restart)", registry=r)
         self.undecodable = Counter("fabricflow_processors_undecodable_messages_total", "Messages that are not fabricflow batches", ["topic"], registry=r)
         self.shards = Gauge("fabricflow_processors_shards", "Detector shards (shuffle partitions) owned by this worker", registry=r)
         self.reloads = Counter("fabricflow_processors_inventory_reloads_total", "Inventory reloads", ["result"], registry=r)
@@ -107,8 +120,10 @@ class OutputPublisher:
             self.failed += 1
             log.warning("output delivery failed: %s", err)
 
-    def _produce(self, topic, key: bytes, value: bytes, partition: int | None = None):
+    def _produce(self, topic, key: bytes, value: bytes, partition: int | None = None, headers=None):
         kw = {"partition": partition} if partition is not None else {}
+        if headers:
+            kw["headers"] = headers
         while True:
             try:
                 self.producer.produce(topic, key=key, value=value, on_delivery=self._cb, **kw)
@@ -147,6 +162,7 @@ class Processors:
         self.partitions = s.kafka.partitions
         self.cores: dict[int, ProcessorCore] = {}
         self.last_offset: dict[int, int] = {}
+        self.sources: dict[int, dict[str, tuple[int, int]]] = {}  # shard -> raw "topic:partition" -> (offset, chunk) applied
         self.publisher = OutputPublisher(s)
         self.metrics = ProcessorMetrics()
         self.prepare_core = ProcessorCore(self.inventory, self.config)  # enrichment only
@@ -185,7 +201,8 @@ class Processors:
         async def prepare(stream):
             async for event in stream.events():
                 try:
-                    self.handle_raw(event.message.topic, event.key, event.value)
+                    m = event.message
+                    self.handle_raw(m.topic, event.key, event.value, m.partition, m.offset)
                 except Exception as e:  # a bug must not silently stop the agent (faust-streaming#175)
                     self._failed("prepare", e)
 
@@ -194,7 +211,7 @@ class Processors:
             async for event in stream.events():
                 part, off = event.message.partition, event.message.offset
                 try:
-                    snap = self.handle_shuffle(part, off, event.value)
+                    snap = self.handle_shuffle(part, off, event.value, source_of(event.message.headers))
                 except Exception as e:
                     self._failed("detect", e)
                     continue
@@ -211,6 +228,7 @@ class Processors:
                 if tp.topic == t.shuffle:
                     self.cores.pop(tp.partition, None)
                     self.last_offset.pop(tp.partition, None)
+                    self.sources.pop(tp.partition, None)
             self.publisher.flush()
 
         self._shuffle_topic = t.shuffle
@@ -224,7 +242,17 @@ class Processors:
         self.metrics.last_error_at = time.monotonic()
         log.exception("%s failed on a batch; it is skipped and counted", stage)
 
-    def handle_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
+    def handle_raw(self, topic: str, key: bytes | None, value: bytes, partition: int = -1, offset: int = -1) -> None:
+        """Enrich, publish flows.enriched.v1, re-partition to the shuffle.
+
+        Every shuffle message carries a ``src`` header (raw topic, partition,
+        offset, chunk) so a shard can skip batches that ``prepare`` produced
+        again after a restart (it is at-least-once like any Kafka consumer).
+        """
+
+        def src(chunk: int) -> list:
+            return [("src", f"{topic}:{partition}:{offset}:{chunk}".encode())]
+
         try:
             name = codec.schema_of(value)
             if name == "flow_batch":
@@ -237,14 +265,15 @@ class Processors:
                 shards = shard_of(enriched, self.partitions)
                 # The shuffle carries the raw records of each shard; detect enriches them again (same inventory).
                 # Enriching costs ~1 us/record, Avro with the enriched string columns ~10 us/record (encode + decode).
+                step = self.settings.processors.enriched_max_records
                 for shard in np.unique(shards):
                     part = flows[shards == shard]
-                    for i in range(0, len(part), self.settings.processors.enriched_max_records):
-                        msg = codec.encode_batch("flow_batch", part[i : i + self.settings.processors.enriched_max_records])
-                        self.publisher._produce(self._shuffle_topic, str(int(shard)).encode(), msg, partition=int(shard))
+                    for chunk, i in enumerate(range(0, len(part), step)):
+                        msg = codec.encode_batch("flow_batch", part[i : i + step])
+                        self.publisher._produce(self._shuffle_topic, str(int(shard)).encode(), msg, partition=int(shard), headers=src(chunk))
             elif name == "counter_batch":
                 shard = zlib.crc32(key or b"") % self.partitions
-                self.publisher._produce(self._shuffle_topic, key or b"", value, partition=shard)
+                self.publisher._produce(self._shuffle_topic, key or b"", value, partition=shard, headers=src(0))
             else:
                 self.metrics.undecodable.labels(topic).inc()
                 log.warning("ignoring %s message on %s", name, topic)
@@ -262,15 +291,30 @@ class Processors:
                 snap = json.loads(zlib.decompress(data))
                 core.restore(snap["core"])
                 self.last_offset[partition] = snap["offset"]
+                self.sources[partition] = {k: tuple(v) for k, v in snap.get("sources", {}).items()}
                 log.info("shard %d restored at offset %d", partition, snap["offset"])
             self.cores[partition] = core
         return core
 
-    def handle_shuffle(self, partition: int, offset: int, value: bytes) -> bytes | None:
-        """Process one shuffle message; returns the new state snapshot (None when the message was already applied)."""
+    def handle_shuffle(self, partition: int, offset: int, value: bytes, source: tuple | None = None) -> bytes | None:
+        """Process one shuffle message; returns the new state snapshot (None when the message was already applied).
+
+        Skipped: messages at or below the offset the restored snapshot covers
+        (Kafka re-delivery), and messages whose ``source`` (raw partition,
+        offset, chunk) this shard has already applied (``prepare`` re-produced
+        them after a restart).
+        """
         core = self.core_for(partition)
         if offset <= self.last_offset.get(partition, -1):
             return None  # re-delivered after a restart: already in the restored state
+        seen = self.sources.setdefault(partition, {})
+        if source is not None:
+            key, pos = source
+            if key in seen and pos <= seen[key]:
+                self.metrics.duplicates.inc()
+                self.last_offset[partition] = offset
+                return None
+            seen[key] = pos
         try:
             name = codec.schema_of(value)
             if name == "flow_batch":
@@ -291,7 +335,8 @@ class Processors:
         self.publisher.outputs(outs)
         self.publisher.poll()
         self.last_offset[partition] = offset
-        return zlib.compress(json.dumps({"offset": offset, "core": core.snapshot()}, separators=(",", ":")).encode(), 1)
+        snap = {"offset": offset, "core": core.snapshot(), "sources": {k: list(v) for k, v in seen.items()}}
+        return zlib.compress(json.dumps(snap, separators=(",", ":")).encode(), 1)
 
     def _count_outputs(self, outs) -> None:
         for o in outs:

@@ -21,7 +21,7 @@ def _proc(tmp_path):
     )
     p = Processors(s)
     sent = []
-    p.publisher._produce = lambda topic, key, value, partition=None: sent.append((topic, key, value, partition))
+    p.publisher._produce = lambda topic, key, value, partition=None, headers=None: sent.append((topic, key, value, partition, headers))
     p.publisher.poll = lambda: None
     p.state = {}  # the Faust table, replaced by a dict
     return p, sent
@@ -35,8 +35,9 @@ def test_prepare_enriches_and_reshards(tmp_path):
     p, sent = _proc(tmp_path)
     exp, batch = training_batches(seconds=2)[0]
     p.handle_raw("flows.raw.v1", exp.encode(), codec.encode_batch("flow_batch", batch))
-    enriched = [codec.decode_batch(v) for t, _k, v, _p in sent if t == p.settings.kafka.topics.flows_enriched]
-    shuffled = [(part, codec.decode_batch(v, expect="flow_batch")) for t, _k, v, part in sent if t == p.settings.kafka.topics.shuffle]
+    enriched = [codec.decode_batch(v) for t, _k, v, _p, _h in sent if t == p.settings.kafka.topics.flows_enriched]
+    shuffled = [(part, codec.decode_batch(v, expect="flow_batch")) for t, _k, v, part, _h in sent if t == p.settings.kafka.topics.shuffle]
+    assert all(h and h[0][0] == "src" for t, _k, _v, _p, h in sent if t == p.settings.kafka.topics.shuffle)
     assert sum(len(e) for e in enriched) == len(batch)
     assert sum(len(b) for _p, b in shuffled) == len(batch)
     for part, b in shuffled:  # every row went to the shard shard_of() names (shuffle carries raw rows)
@@ -73,3 +74,21 @@ def test_undecodable_messages_are_counted_not_fatal(tmp_path):
     p._failed("detect", RuntimeError("boom"))
     assert _metric(p, "fabricflow_processors_errors_total", stage="detect") == 1
     assert not p.metrics.healthy()
+
+
+def test_batches_reproduced_by_prepare_after_a_restart_are_applied_once(tmp_path):
+    """prepare is at-least-once: after a crash it re-produces shuffle messages (new offsets, same src header)."""
+    from processors.app import source_of
+
+    p, sent = _proc(tmp_path)
+    for off, (exp, b) in enumerate(training_batches(seconds=5)):
+        p.handle_raw("flows.raw.v1", exp.encode(), codec.encode_batch("flow_batch", b), 0, off)
+    shuffle = [(part, v, h) for t, _k, v, part, h in sent if t == p.settings.kafka.topics.shuffle]
+    for i, (part, v, h) in enumerate(shuffle):
+        p.handle_shuffle(part, i, v, source_of(h))
+    before = {k: c.snapshot() for k, c in p.cores.items()}
+    # The same shuffle messages again, at later offsets (as re-produced after a restart):
+    for i, (part, v, h) in enumerate(shuffle):
+        assert p.handle_shuffle(part, 1000 + i, v, source_of(h)) is None
+    assert {k: c.snapshot() for k, c in p.cores.items()} == before
+    assert _metric(p, "fabricflow_processors_duplicate_batches_total") == len(shuffle)
