@@ -1,6 +1,6 @@
 """End to end: simulator UDP datagrams -> ingest -> Kafka -> processors -> output topics, and the archive.
 
-Two short runs, each on a fresh local pipeline (:class:`fabricflow.runner.LocalPipeline`:
+Three short runs, each on a fresh local pipeline (:class:`fabricflow.runner.LocalPipeline`:
 embedded broker + object store, ``fabricflow ingest``, ``fabricflow process``,
 ``fabricflow sink archive`` as subprocesses) on ports clear of the test stack
 (``PipelinePorts.offset(12000)``: every port below the ephemeral range), driven by
@@ -11,7 +11,10 @@ embedded broker + object store, ``fabricflow ingest``, ``fabricflow process``,
   and the archive directory holds Parquet files once the pipeline has stopped;
 - 90 s of ``healthy`` at 10x: no detection at all.
 
-About 2 minutes on 2 cores. Skipped when the embedded broker / object store cannot start,
+- 240 s of ``segmentation`` at 10x: the segmentation violation, unregistered host,
+  exfiltration and off-hours transfer each raise their alert, with nothing unexplained.
+
+About 3 minutes on 2 cores. Skipped when the embedded broker / object store cannot start,
 unless FABRICFLOW_REQUIRE_BROKER=1.
 """
 
@@ -66,3 +69,16 @@ def test_healthy_raises_nothing(tmp_path):
     assert run.datagrams > 1000
     assert [f"{x.detection.kind} {x.detection.entity}: {x.detection.summary}" for x in run.seen] == []
     assert run.matrix.cells >= 50 and run.matrix.missing == 0
+
+
+def test_segmentation_and_exfiltration_scenario_alerts(tmp_path):
+    """The policy rules end to end: flows.raw -> processors -> alerts.v1 for the segmentation scenario
+    (segmentation violation gpu07 -> mgmt01:5432, unregistered host 10.0.1.200, model-store exfiltration
+    to an unauthorized address, off-hours bulk transfer), with the bench's policy file."""
+    run = score_run(_run("segmentation", tmp_path, duration_s=240))
+    s = run.score.detectors
+    summary = {k: (v.tp, v.fp, v.fn, v.explained) for k, v in sorted(s.items())}
+    for rule in ("segmentation", "unregistered_host", "exfiltration", "off_hours_transfer"):
+        assert rule in s and s[rule].recall == 1.0, (rule, summary)
+    fps = [f"{o.detection.kind} {o.detection.entity}" for o in run.score.outcomes if o.status == "false_positive"]
+    assert not fps, fps
