@@ -262,3 +262,16 @@ class BatchContext:
                 if len(out) >= k:
                     break
         return out
+
+
+class StatelessRule:
+    """Base for rules that judge each batch on its own: no timer work, no state to snapshot."""
+
+    def evaluate(self, now_ms: int) -> list:
+        return []
+
+    def snapshot(self) -> dict:
+        return {}
+
+    def restore(self, snap: dict) -> None:
+        pass

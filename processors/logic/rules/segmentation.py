@@ -13,7 +13,7 @@ import numpy as np
 
 from processors.logic.alerts import Condition
 
-from .common import BatchContext, GroupBy
+from .common import BatchContext, GroupBy, StatelessRule
 from .config import UNKNOWN_GROUP, AllowRule, SegmentationConfig, port_ranges
 
 
@@ -78,7 +78,7 @@ def _p(port, ranges) -> bool:
     return any(lo <= int(port) <= hi for lo, hi in ranges)
 
 
-class SegmentationRule:
+class SegmentationRule(StatelessRule):
     """One ``segmentation`` condition per observed (src_group, dst_group) outside the policy."""
 
     names = ("segmentation",)
@@ -124,12 +124,3 @@ class SegmentationRule:
                 )
             )
         return out
-
-    def evaluate(self, now_ms: int) -> list[Condition]:
-        return []
-
-    def snapshot(self) -> dict:
-        return {}
-
-    def restore(self, snap: dict) -> None:
-        pass

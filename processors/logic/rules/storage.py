@@ -29,7 +29,7 @@ import numpy as np
 from processors.logic.alerts import Condition
 from schemas.columns import addr16, addr_str
 
-from .common import BatchContext, GroupBy, addr_halves
+from .common import BatchContext, GroupBy, StatelessRule, addr_halves
 from .config import CheckpointConfig, StorageOnComputeConfig, ms
 
 
@@ -196,7 +196,7 @@ class CheckpointRule:
             self.jobs[job] = d
 
 
-class StorageOnComputeRule:
+class StorageOnComputeRule(StatelessRule):
     names = ("storage_on_compute",)
 
     def __init__(self, cfg: StorageOnComputeConfig):
@@ -259,12 +259,3 @@ class StorageOnComputeRule:
                 bytes_est=int(byt[g]), flows=int(cnt[g]), samples=ctx.samples(rows[tops[g]]),
             ))
         return out
-
-    def evaluate(self, now_ms: int) -> list[Condition]:
-        return []
-
-    def snapshot(self) -> dict:
-        return {}
-
-    def restore(self, snap: dict) -> None:
-        pass

@@ -13,11 +13,11 @@ import numpy as np
 from processors.logic.alerts import Condition
 from schemas.columns import addr_str
 
-from .common import BatchContext, GroupBy, Networks
+from .common import BatchContext, GroupBy, Networks, StatelessRule
 from .config import UNKNOWN_GROUP, UnregisteredConfig
 
 
-class UnregisteredHostRule:
+class UnregisteredHostRule(StatelessRule):
     names = ("unregistered_host",)
 
     def __init__(self, cfg: UnregisteredConfig):
@@ -71,12 +71,3 @@ class UnregisteredHostRule:
                 )
             )
         return out
-
-    def evaluate(self, now_ms: int) -> list[Condition]:
-        return []
-
-    def snapshot(self) -> dict:
-        return {}
-
-    def restore(self, snap: dict) -> None:
-        pass
