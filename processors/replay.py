@@ -501,30 +501,35 @@ def partition_end(consumer, tp, *, timeout_s: float = 5.0) -> tuple[int, int]:
     (on the embedded broker it lags the real end); the end is one past the last
     offset actually read.
     """
+    low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+    low = max(0, int(low))
+    start = max(low, int(high) - 1)
+    end = start
+    for m in _poll_from(consumer, tp, start, timeout_s):
+        end = max(end, m.offset() + 1)
+    return low, end
+
+
+def _poll_from(consumer, tp, start: int, idle_s: float):
+    """Messages of one partition from ``start`` until the end (EOF) or ``idle_s`` without a message."""
     import time
 
     from confluent_kafka import KafkaError, TopicPartition
 
-    low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
-    low = max(0, int(low))
-    start = max(low, int(high) - 1)
     consumer.assign([TopicPartition(tp.topic, tp.partition, start)])
-    end = start
-    deadline = time.monotonic() + timeout_s
-    idle_until = time.monotonic() + timeout_s
-    while time.monotonic() < deadline or time.monotonic() < idle_until:
+    idle_until = time.monotonic() + idle_s
+    while True:
         m = consumer.poll(0.2)
         if m is None:
             if time.monotonic() >= idle_until:
-                break
+                return
             continue
         if m.error():
             if m.error().code() == KafkaError._PARTITION_EOF:
-                break
+                return
             raise ReplayError(f"{tp.topic}[{tp.partition}]: {m.error().str()}")
-        end = max(end, m.offset() + 1)
-        idle_until = time.monotonic() + timeout_s
-    return low, end
+        idle_until = time.monotonic() + idle_s
+        yield m
 
 
 _OFFSET_RE = re.compile(r"(?:(flows|counters):)?(\d+):(\d+)-(\d*)")
@@ -573,26 +578,10 @@ class KafkaSource:
 
 def _read_range(consumer, tp, start: int, end: int, timeout_s: float, on_message=None) -> list:
     """Messages of ``tp`` with start <= offset < end, in offset order, counted as read."""
-    import time
-
-    from confluent_kafka import KafkaError, TopicPartition
-
     if end <= start:
         return []
-    consumer.assign([TopicPartition(tp.topic, tp.partition, start)])
     out = []
-    idle_until = time.monotonic() + timeout_s
-    while True:
-        m = consumer.poll(0.2)
-        if m is None:
-            if time.monotonic() >= idle_until:
-                break
-            continue
-        if m.error():
-            if m.error().code() == KafkaError._PARTITION_EOF:
-                break
-            raise ReplayError(f"{tp.topic}[{tp.partition}]: {m.error().str()}")
-        idle_until = time.monotonic() + timeout_s
+    for m in _poll_from(consumer, tp, start, timeout_s):
         if m.offset() >= end:
             break
         if m.offset() >= start:
