@@ -120,7 +120,7 @@ class OutputPublisher:
             self.failed += 1
             log.warning("output delivery failed: %s", err)
 
-    def _produce(self, topic, key: bytes, value: bytes, partition: int | None = None, headers=None):
+    def produce(self, topic, key: bytes, value: bytes, partition: int | None = None, headers=None):
         kw = {"partition": partition} if partition is not None else {}
         if headers:
             kw["headers"] = headers
@@ -133,14 +133,14 @@ class OutputPublisher:
 
     def enriched(self, key: bytes, batch: np.ndarray, max_records: int) -> None:
         for i in range(0, len(batch), max_records):
-            self._produce(self.topics.flows_enriched, key, codec.encode_batch("flow_enriched_batch", batch[i : i + max_records]))
+            self.produce(self.topics.flows_enriched, key, codec.encode_batch("flow_enriched_batch", batch[i : i + max_records]))
 
     def outputs(self, outputs) -> None:
         for kind, key, value in outputs:
             topic_attr, schema = OUTPUT_SCHEMA[kind]
             topic = getattr(self.topics, topic_attr)
             data = codec.encode_record(schema, value) if schema else json.dumps(value, sort_keys=True).encode()
-            self._produce(topic, key.encode(), data)
+            self.produce(topic, key.encode(), data)
 
     def poll(self):
         self.producer.poll(0)
@@ -270,10 +270,10 @@ class Processors:
                     part = flows[shards == shard]
                     for chunk, i in enumerate(range(0, len(part), step)):
                         msg = codec.encode_batch("flow_batch", part[i : i + step])
-                        self.publisher._produce(self._shuffle_topic, str(int(shard)).encode(), msg, partition=int(shard), headers=src(chunk))
+                        self.publisher.produce(self._shuffle_topic, str(int(shard)).encode(), msg, partition=int(shard), headers=src(chunk))
             elif name == "counter_batch":
                 shard = zlib.crc32(key or b"") % self.partitions
-                self.publisher._produce(self._shuffle_topic, key or b"", value, partition=shard, headers=src(0))
+                self.publisher.produce(self._shuffle_topic, key or b"", value, partition=shard, headers=src(0))
             else:
                 self.metrics.undecodable.labels(topic).inc()
                 log.warning("ignoring %s message on %s", name, topic)

@@ -21,7 +21,7 @@ def _proc(tmp_path):
     )
     p = Processors(s)
     sent = []
-    p.publisher._produce = lambda topic, key, value, partition=None, headers=None: sent.append((topic, key, value, partition, headers))
+    p.publisher.produce = lambda topic, key, value, partition=None, headers=None: sent.append((topic, key, value, partition, headers))
     p.publisher.poll = lambda: None
     p.state = {}  # the Faust table, replaced by a dict
     return p, sent
