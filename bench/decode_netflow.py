@@ -3,9 +3,19 @@
 Builds realistic export datagrams (1500-byte MTU class: v5 with 30 records,
 v9 and IPFIX with softflowd's IPv4 template, 33 records of 42 bytes) plus the
 real softflowd captures from the shared fixtures when present, decodes them in
-a loop through ``ingest.decode.decode`` and prints records/s per protocol.
+a loop through ``ingest.decode.decode`` and prints records/s per protocol;
+for NetFlow v9/IPFIX also through the batched path (``decode_into`` into a
+``FlowBatch``, decoded every 4,096 records) when the tree has it.
+
+``--pipeline`` measures the ingest worker's in-process path instead:
+``IngestPipeline.handle`` + flush (receive-side decode, batching, sequence and
+metric bookkeeping; sink discards) over ``bench.common.netflow_stream``
+datagrams (softflowd templates, 25 records per datagram), in CPU-s per 1 M
+records. ``--compare DIR`` runs the same measurement against another checkout
+(e.g. the unchanged main tree) in alternating child processes, side by side.
 
     .venv/bin/python bench/decode_netflow.py [--seconds 2]
+    .venv/bin/python bench/decode_netflow.py --pipeline [--compare /work/main] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -17,7 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+_ROOT = Path(__file__).resolve().parents[1]
+# ``--code DIR`` (used by ``--compare``) imports the decoders from another checkout.
+_CODE = sys.argv[sys.argv.index("--code") + 1] if "--code" in sys.argv else str(_ROOT)
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT / "bench"]
+sys.path.insert(0, _CODE)
 
 from ingest.decode import TemplateCache, decode  # noqa: E402
 
@@ -126,18 +140,180 @@ def run(name: str, datagrams: list[bytes], seconds: float, warm: int) -> None:
           f"{dg / el:9,.0f} datagrams/s  ({records / dg:.1f} records/datagram)")
 
 
+def run_batched(name: str, datagrams: list[bytes], seconds: float, warm: int, batch_max: int = 4096) -> None:
+    """``decode_into`` + ``FlowBatch.decode`` every ``batch_max`` records (the ingest pipeline's path)."""
+    try:
+        from ingest.decode import decode_into
+        from ingest.decode.batch import FlowBatch
+    except ImportError:
+        return
+    cache = TemplateCache(expiry_s=0)
+    for d in datagrams[:warm]:
+        decode(d, "192.0.2.1", 0, cache)
+    data = datagrams[warm:] or datagrams
+    records = loops = 0
+    batch = FlowBatch()
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    while True:
+        for d in data:
+            r = decode_into(d, "192.0.2.1", 0, cache, batch)
+            if len(r.flows):
+                batch.add_rows(r.flows)
+            if batch.records >= batch_max:
+                records += len(batch.decode())
+                batch = FlowBatch()
+        loops += 1
+        el = time.perf_counter() - t0
+        if el >= seconds:
+            break
+    records += len(batch.decode())
+    cpu = max(time.process_time() - c0, 1e-9)
+    dg = loops * len(data)
+    print(f"{name + ' batched':26s} {records / el:12,.0f} records/s wall  {records / cpu:12,.0f} records/CPU-s  "
+          f"{dg / el:9,.0f} datagrams/s  ({records / dg:.1f} records/datagram)")
+
+
+class _Discard:
+    """Sink that counts published flow records and drops them."""
+
+    def __init__(self):
+        self.records = 0
+
+    def publish_flows(self, exporter, flows) -> bool:
+        self.records += len(flows)
+        return True
+
+    def publish_counters(self, exporter, counters) -> bool:
+        return True
+
+    def publish_dlq(self, *a, **k) -> bool:
+        return True
+
+
+def pipeline_run(proto: str, seconds: float, profile: str | None = None) -> dict:
+    """CPU-s per 1 M records of ``IngestPipeline.handle`` + flush (discard sink) on softflowd-shaped datagrams."""
+    from bench.common import netflow_stream
+    from fabricflow.settings import load_settings
+    from ingest.metrics import IngestMetrics
+    from ingest.pipeline import IngestPipeline
+
+    try:  # what IngestWorker does at start (absent in older trees)
+        from ingest.service import tune_allocator
+
+        tune_allocator()
+    except ImportError:
+        pass
+    st = netflow_stream(9 if proto == "netflow9" else 10)
+    sink = _Discard()
+    p = IngestPipeline(load_settings(None).ingest, sink, IngestMetrics())
+    handle, maybe_flush = p.handle, p.maybe_flush
+    bufs = [bytearray(d) for d in st.data]
+    tmpl = [bytearray(t) for t in st.templates]
+    off, per_rec = st.seq_offset, st.seq_per_record
+    pack = struct.pack_into
+    recv_ms = EXPORT_S * 1000 + 40
+    exporter = "192.0.2.1"
+    seq = 0
+    records = datagrams = 0
+    prof = None
+    if profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    i = 0
+    while True:
+        for _ in range(256):
+            if i % 1000 == 0:
+                for t in tmpl:
+                    pack("!I", t, off, seq & 0xFFFFFFFF)
+                    if not per_rec:
+                        seq += 1
+                    handle(bytes(t), exporter, recv_ms)
+            k = i % len(bufs)
+            b = bufs[k]
+            pack("!I", b, off, seq & 0xFFFFFFFF)
+            seq += st.records[k] if per_rec else 1
+            handle(bytes(b), exporter, recv_ms)
+            records += st.records[k]
+            i += 1
+            if i % 32 == 0:
+                maybe_flush()
+        if time.perf_counter() - t0 >= seconds:
+            break
+    p.flush()
+    cpu = time.process_time() - c0
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(profile)
+    assert sink.records == records, (sink.records, records)
+    return {"proto": proto, "records": records, "datagrams": i, "cpu_s": cpu,
+            "cpu_s_per_1m": cpu / records * 1e6, "records_per_cpu_s": records / cpu}
+
+
+def _child(code: str, proto: str, seconds: float) -> dict:
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, __file__, "--pipeline", "--protocols", proto, "--seconds", str(seconds),
+                          "--code", code, "--json-line"], check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--pipeline", action="store_true", help="measure IngestPipeline.handle + flush instead of decode()")
+    ap.add_argument("--protocols", default="netflow9,ipfix", help="with --pipeline")
+    ap.add_argument("--compare", help="with --pipeline: another checkout to measure side by side (alternating runs)")
+    ap.add_argument("--rounds", type=int, default=3, help="with --compare: alternating runs per tree")
+    ap.add_argument("--profile", help="with --pipeline: write a cProfile here (one protocol)")
+    ap.add_argument("--code", help=argparse.SUPPRESS)
+    ap.add_argument("--json-line", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.pipeline:
+        import json
+
+        protos = [x for x in a.protocols.split(",") if x]
+        if a.compare:
+            for proto in protos:
+                res: dict = {"this": [], "other": []}
+                for _ in range(a.rounds):
+                    res["this"].append(_child(str(_ROOT), proto, a.seconds)["cpu_s_per_1m"])
+                    res["other"].append(_child(a.compare, proto, a.seconds)["cpu_s_per_1m"])
+                this, other = min(res["this"]), min(res["other"])
+                runs_this = ", ".join(f"{v:.3f}" for v in res["this"])
+                runs_other = ", ".join(f"{v:.3f}" for v in res["other"])
+                print(f"{proto:9s} CPU-s per 1 M records: this tree {this:.3f} (runs {runs_this}), "
+                      f"{a.compare} {other:.3f} (runs {runs_other}): {other / this:.2f}x")
+            return
+        for proto in protos:
+            r = pipeline_run(proto, a.seconds, a.profile)
+            if a.json_line:
+                print(json.dumps(r))
+            else:
+                print(f"{proto:9s} pipeline (discard sink) {r['records_per_cpu_s']:12,.0f} records/CPU-s  "
+                      f"{r['cpu_s_per_1m']:.3f} CPU-s per 1 M records  ({r['datagrams']:,} datagrams)")
+        return
+    try:
+        from ingest.service import tune_allocator
+
+        tune_allocator()
+    except ImportError:
+        pass
     run("netflow5 (30/dgram)", v5_datagrams(200), a.seconds, 0)
-    run("netflow9 (33/dgram)", v9_datagrams(200), a.seconds, 1)
-    run("ipfix (33/dgram)", ipfix_datagrams(200), a.seconds, 1)
+    for name, dgs in (("netflow9 (33/dgram)", v9_datagrams(200)), ("ipfix (33/dgram)", ipfix_datagrams(200))):
+        run(name, dgs, a.seconds, 1)
+        run_batched(name, dgs, a.seconds, 1)
     for name in ("softflowd_v9", "softflowd_ipfix"):
         d = fixture_datagrams(name)
         if d:
             # the template datagram stays in the loop (it is re-decoded as a refresh)
             run(f"{name} (fixture)", d, a.seconds, 0)
+            run_batched(f"{name} (fixture)", d, a.seconds, 0)
 
 
 if __name__ == "__main__":

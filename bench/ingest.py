@@ -25,7 +25,7 @@ children are stopped on exit. Bounded: each step sends ``--step-seconds``
 (default 2 s), at most ``--max-steps`` steps per collector and protocol.
 
     .venv/bin/python bench/ingest.py [--protocols netflow9,ipfix,sflow] [--collectors fabricflow,nfacctd,nfcapd]
-                                     [--step-seconds 2] [--sink kafka|null] [--json out.json]
+                                     [--step-seconds 2] [--sink kafka|null|discard] [--json out.json]
 """
 
 from __future__ import annotations

@@ -29,11 +29,34 @@ log = logging.getLogger("fabricflow.ingest")
 
 DRAIN_MAX = 512  # datagrams read from one socket before looking at the others
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
+
+
+def tune_allocator(mmap_threshold: int = 16 << 20, trim_threshold: int = 64 << 20) -> bool:
+    """Keep freed batch-sized buffers in the heap (glibc only; False elsewhere).
+
+    A flush allocates a few arrays of ~1 MB (4,096 rows of 208 bytes). glibc
+    serves allocations >= 128 kB with a fresh mmap, or trims the heap top on
+    free, so each flush page-faulted ~400 times (measured ~0.4 ms, a third of
+    the flush). With these thresholds the memory is reused; the resident size
+    stays at the worker's peak working set (a few batches).
+    """
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold))
+
 
 class IngestWorker:
     def __init__(self, settings: Settings, specs: list[ListenSpec], stdout: bool = False, index: int = 0, sink=None, ready=None):
         self.settings = settings
         self.specs = specs
+        tune_allocator()
         self.index = index
         self.metrics = IngestMetrics()
         cfg = settings.ingest

@@ -2,6 +2,11 @@
 
     result = decode(datagram, exporter="10.0.0.1", received_at_ms=..., templates=cache)
 
+``decode_into(datagram, exporter, received_at_ms, templates, batch)`` is the
+ingest pipeline's variant: NetFlow v9/IPFIX records go to a
+:class:`~ingest.decode.batch.FlowBatch` and are decoded many data sets at a
+time at flush (same rows, same order).
+
 The version field tells the protocols apart: sFlow v5 starts with the 32-bit
 value 5, NetFlow v5/v9 and IPFIX with the 16-bit values 5, 9 and 10.
 Templates (NetFlow v9/IPFIX) are the one piece of state and live in the
@@ -14,7 +19,10 @@ from .errors import REASONS, DecodeError
 from .result import DecodeResult, ExportHeader
 from .templates import TemplateCache
 
-__all__ = ["decode", "DecodeError", "DecodeResult", "ExportHeader", "TemplateCache", "REASONS", "sniff_protocol"]
+__all__ = [
+    "decode", "decode_into", "DecodeError", "DecodeResult", "ExportHeader", "TemplateCache", "REASONS",
+    "sniff_protocol",
+]
 
 
 def sniff_protocol(datagram: bytes) -> str:
@@ -59,3 +67,34 @@ def decode(datagram: bytes, exporter: str, received_at_ms: int, templates: Templ
 
         return decode_ipfix(datagram, exporter, received_at_ms, templates)
     raise DecodeError("unknown", "bad_version" if len(datagram) >= 4 else "truncated", 0)
+
+
+_NF_DECODERS: dict = {}
+
+
+def decode_into(datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache, batch) -> DecodeResult:
+    """Decode one datagram, NetFlow v9/IPFIX flow records going to ``batch`` (a ``FlowBatch``).
+
+    The header, every set and every template are parsed and checked now, as
+    in :func:`decode`: a malformed datagram raises :class:`DecodeError` and
+    adds nothing to ``batch``; problems, templates learned/withdrawn and the
+    header are in the result. The records' bytes wait in ``batch`` until
+    ``batch.decode()`` (``batch.records`` grows by the datagram's record
+    count; ``result.flows`` stays empty). Other protocols are decoded as by
+    :func:`decode` (records in ``result.flows``, ``batch`` untouched).
+    """
+    if not _NF_DECODERS:
+        from .ipfix import decode_ipfix
+        from .netflow9 import decode_v9
+
+        _NF_DECODERS.update({9: decode_v9, 10: decode_ipfix})
+    fn = _NF_DECODERS.get(((datagram[0] << 8) | datagram[1]) if len(datagram) >= 4 else -1)
+    if fn is None:
+        return decode(datagram, exporter, received_at_ms, templates)
+    if type(datagram) is not bytes:  # the batch keeps views of it until decode(): never of a reused buffer
+        datagram = bytes(datagram)
+    defer: list = []
+    res = fn(datagram, exporter, received_at_ms, templates, defer)
+    if defer:
+        batch.add(defer)
+    return res

@@ -3,7 +3,10 @@
 Given a :class:`~ingest.decode.templates.Template` and a set body, produce
 ``FLOW_DTYPE`` rows (one numpy gather for fixed-length templates; a per-record
 walk only to strip variable-length fields), then apply timestamps, ICMP,
-dual-stack and sampling fix-ups column-wise. Pure: no I/O, no clock.
+dual-stack and sampling fix-ups column-wise. With ``Ctx.defer`` set (the
+ingest pipeline, via ``decode_into``) a data set is only checked and its
+arrival-time inputs resolved; its rows are made later, many sets at a time,
+by :mod:`ingest.decode.batch`. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class Ctx:
 
     __slots__ = (
         "protocol", "proto_code", "version", "exporter", "exporter16", "domain", "recv_ms",
-        "export_ms", "uptime_ms", "cache", "problems", "state",
+        "export_ms", "uptime_ms", "cache", "problems", "state", "defer", "const_key", "const",
     )
 
     def __init__(self, protocol, proto_code, version, exporter, domain, recv_ms, export_ms, uptime_ms, cache: TemplateCache, problems: Counter):
@@ -44,6 +47,10 @@ class Ctx:
         self.cache = cache
         self.problems = problems
         self.state: SamplingState | None = cache.sampling_state(exporter, version, domain)
+        # None: decode data sets now. A list: collect them for a FlowBatch (see _emit).
+        self.defer: list | None = None
+        self.const_key: tuple | None = None  # (recv_ms, export_ms, rate) of ``const``, reused by the next set
+        self.const = b""
 
 
 def fixed_body(t: Template, body) -> tuple[bytes, int, bool]:
@@ -135,8 +142,8 @@ def _rates_from_fields(plan: P.Plan, body, n: int) -> np.ndarray:
     return np.clip(rate, 0, 1 << 40)
 
 
-def decode_data(t: Template, body, ctx: Ctx, export_ms: int, uptime_ms: int | None, recv_ms: int) -> np.ndarray | None:
-    """Rows of one data set (``None`` if it holds no whole record)."""
+def _prepare(t: Template, body, ctx: Ctx):
+    """``(plan, fixed-field body, whole records)`` of one data set (variable-length fields stripped)."""
     plan = t.plan(ctx.protocol)
     if t.variable:
         body, n, ok = fixed_body(t, body)
@@ -144,10 +151,27 @@ def decode_data(t: Template, body, ctx: Ctx, export_ms: int, uptime_ms: int | No
             ctx.problems["bad_record"] += 1
     else:
         n = len(body) // plan.rec_len
+    return plan, body, n
+
+
+def _per_record_rates(plan: P.Plan, state: SamplingState | None) -> bool:
+    """True when the sampling rate must be looked up record by record (rate or sampler id in the records)."""
+    return bool(plan.rate_fields) or (plan.has_sampler and state is not None and bool(state.samplers))
+
+
+def decode_data(t: Template, body, ctx: Ctx, export_ms: int, uptime_ms: int | None, recv_ms: int) -> np.ndarray | None:
+    """Rows of one data set (``None`` if it holds no whole record)."""
+    plan, body, n = _prepare(t, body, ctx)
     if n <= 0 or plan.rec_len <= 0:
         return None
+    return _decode_prepared(plan, body, n, ctx, export_ms, uptime_ms, recv_ms)
+
+
+def _decode_prepared(
+    plan: P.Plan, body, n: int, ctx: Ctx, export_ms: int, uptime_ms: int | None, recv_ms: int
+) -> np.ndarray:
     state = ctx.state
-    per_record = bool(plan.rate_fields) or (plan.has_sampler and state is not None and bool(state.samplers))
+    per_record = _per_record_rates(plan, state)
     rate = 1
     if not per_record:
         rate = _domain_rate(state) or _fallback_rate(ctx)
@@ -176,6 +200,52 @@ def decode_data(t: Template, body, ctx: Ctx, export_ms: int, uptime_ms: int | No
         out["bytes_est"] *= rate
         out["packets_est"] *= rate
     return out
+
+
+def _emit(t: Template, body, ctx: Ctx, export_ms: int, uptime_ms: int | None, recv_ms: int, out_parts: list) -> int:
+    """Decode one data set into ``out_parts``, or (``ctx.defer`` set) collect it for a batched decode.
+
+    Deferred, a set whose rate is one value for the whole set becomes a tuple
+    ``(template, plan, const block, record bytes, n, export_ms, uptime_ms,
+    system_init_ms)`` for :meth:`ingest.decode.batch.FlowBatch.add`: every
+    input that depends on state at arrival (sampling rate, system init time)
+    is resolved now, so a later options record or template change cannot
+    alter it. Sets with per-record rates are decoded now (an array). Returns
+    the record count.
+    """
+    if ctx.defer is None:
+        arr = decode_data(t, body, ctx, export_ms, uptime_ms, recv_ms)
+        if arr is None:
+            return 0
+        out_parts.append(arr)
+        return len(arr)
+    if t.variable:
+        plan, body, n = _prepare(t, body, ctx)
+    else:
+        plan = t._plans.get(ctx.protocol) or t.plan(ctx.protocol)
+        n = len(body) // plan.rec_len
+    rl = plan.rec_len
+    if n <= 0 or rl <= 0:
+        return 0
+    state = ctx.state
+    if plan.rate_fields or (plan.has_sampler and state is not None and state.samplers):
+        ctx.defer.append(_decode_prepared(plan, body, n, ctx, export_ms, uptime_ms, recv_ms))
+        return n
+    if state is not None and state.default_rate > 0:
+        rate = state.default_rate
+    else:
+        rate = _domain_rate(state) or _fallback_rate(ctx)
+    key = (recv_ms, export_ms, rate)
+    if key == ctx.const_key:
+        const = ctx.const
+    else:
+        const = ctx.const = P.const_block(ctx.proto_code, ctx.exporter16, ctx.domain, recv_ms, export_ms, rate)
+        ctx.const_key = key
+    if len(body) != n * rl:
+        body = body[: n * rl]
+    sysinit = state.system_init_ms if state is not None else None
+    ctx.defer.append((t, plan, const, body, n, export_ms, uptime_ms, sysinit))
+    return n
 
 
 def fix_times(out: np.ndarray, plan: P.Plan, body, n: int, ctx: Ctx, export_ms: int, uptime_ms: int | None) -> None:
@@ -318,11 +388,7 @@ def handle_data_set(key, t: Template | None, expired: bool, body, ctx: Ctx, out_
     if t.kind == "options":
         apply_options(t, body, ctx, v9_scope=ctx.version == 9)
         return 0
-    arr = decode_data(t, body, ctx, ctx.export_ms, ctx.uptime_ms, ctx.recv_ms)
-    if arr is None:
-        return 0
-    out_parts.append(arr)
-    return len(arr)
+    return _emit(t, body, ctx, ctx.export_ms, ctx.uptime_ms, ctx.recv_ms, out_parts)
 
 
 def join_parts(parts: list) -> np.ndarray:
@@ -352,6 +418,4 @@ def release_pending(keys, ctx: Ctx, out_parts: list) -> None:
             if t.kind == "options":
                 apply_options(t, it.body, ctx, v9_scope=ctx.version == 9)
                 continue
-            arr = decode_data(t, it.body, ctx, it.export_ms, it.uptime_ms, it.received_at_ms)
-            if arr is not None:
-                out_parts.append(arr)
+            _emit(t, it.body, ctx, it.export_ms, it.uptime_ms, it.received_at_ms, out_parts)

@@ -101,8 +101,10 @@ def _template_set(body, base: int, ctx: Ctx, options: bool, new_keys: list) -> t
     return learned, withdrawn
 
 
-def decode_ipfix(datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache) -> DecodeResult:
-    """Decode one IPFIX message."""
+def decode_ipfix(
+    datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache, defer: list | None = None
+) -> DecodeResult:
+    """Decode one IPFIX message (``defer``: as in :func:`ingest.decode.netflow9.decode_v9`)."""
     n = len(datagram)
     if n < HEADER_LEN:
         raise DecodeError(PROTOCOL, "truncated", 0, "shorter than the IPFIX header")
@@ -120,6 +122,7 @@ def decode_ipfix(datagram: bytes, exporter: str, received_at_ms: int, templates:
         if expired:
             problems["pending_expired"] += expired
     ctx = Ctx(PROTOCOL, PROTO_IPFIX, 10, exporter, domain, received_at_ms, export_ms, None, templates, problems)
+    ctx.defer = defer
     mv = memoryview(datagram)
     parts: list = []
     new_keys: list = []

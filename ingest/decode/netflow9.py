@@ -86,8 +86,15 @@ def _learn(ctx: Ctx, tid: int, kind: str, fields, scope_count: int, new_keys: li
     return 1 if res in ("new", "changed") else 0
 
 
-def decode_v9(datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache) -> DecodeResult:
-    """Decode one NetFlow v9 export packet."""
+def decode_v9(
+    datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache, defer: list | None = None
+) -> DecodeResult:
+    """Decode one NetFlow v9 export packet.
+
+    With ``defer`` (a list), data sets are appended to it undecoded or
+    per-record-decoded (see ``_nf_common._emit``) instead of landing in
+    ``result.flows``; on :class:`DecodeError` the list must be discarded.
+    """
     n = len(datagram)
     if n < HEADER_LEN:
         raise DecodeError(PROTOCOL, "truncated", 0, "shorter than the v9 header")
@@ -101,6 +108,7 @@ def decode_v9(datagram: bytes, exporter: str, received_at_ms: int, templates: Te
         if expired:
             problems["pending_expired"] += expired
     ctx = Ctx(PROTOCOL, PROTO_NETFLOW9, 9, exporter, source_id, received_at_ms, export_ms, uptime, templates, problems)
+    ctx.defer = defer
     mv = memoryview(datagram)
     parts: list = []
     new_keys: list = []

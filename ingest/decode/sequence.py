@@ -111,15 +111,34 @@ class SequenceTracker:
     def observe(self, header: ExportHeader) -> int:
         key = (header.exporter, header.protocol, header.domain)
         st = self._streams.get(key)
+        if st is None:
+            self._new_stream(key, header)
+            return 0
+        return self._observe(st, header)
+
+    def observe_counts(self, header: ExportHeader) -> tuple[int, int, int]:
+        """:meth:`observe`, also returning what this header added to the stream's
+        ``duplicates`` and ``restarts``: ``(lost change, duplicates, restarts)``."""
+        key = (header.exporter, header.protocol, header.domain)
+        st = self._streams.get(key)
+        if st is None:
+            self._new_stream(key, header)
+            return 0, 0, 0
+        stats = st.stats
+        d0, r0 = stats.duplicates, stats.restarts
+        lost = self._observe(st, header)
+        return lost, stats.duplicates - d0, stats.restarts - r0
+
+    def _new_stream(self, key: tuple, header: ExportHeader) -> None:
+        if len(self._streams) >= self.max_streams:
+            self._streams.pop(next(iter(self._streams)))
+        st = self._streams[key] = _Stream()
+        st.stats.packets += 1
+        self._start(st, header.sequence & _U32_MAX, header.increment if header.increment > 0 else 0, header.uptime_ms)
+
+    def _observe(self, st: _Stream, header: ExportHeader) -> int:
         seq = header.sequence & _U32_MAX
         inc = header.increment if header.increment > 0 else 0
-        if st is None:
-            if len(self._streams) >= self.max_streams:
-                self._streams.pop(next(iter(self._streams)))
-            st = self._streams[key] = _Stream()
-            st.stats.packets += 1
-            self._start(st, seq, inc, header.uptime_ms)
-            return 0
         stats = st.stats
         stats.packets += 1
         up = header.uptime_ms

@@ -136,6 +136,7 @@ def test_metrics_exposition_names_follow_style():
     p, sink, m = _pipeline()
     for d in _payloads("softflowd_v9.pcap")[:2]:
         p.handle(d, "127.0.0.1", 1)
+    p.maybe_flush()  # once per receive-loop pass: per-datagram counts reach Prometheus
     for fam in m.registry.collect():
         assert fam.name.startswith("fabricflow_ingest_"), fam.name
         for sample in fam.samples:
@@ -189,3 +190,70 @@ def test_template_expiry_is_counted_in_metrics():
     p.handle(data[1], "192.0.2.7", 1_700_000_000_000 + 3_600_000)  # an hour later: template expired
     p.flush()
     assert _metric(m, "fabricflow_ingest_templates_expired_total") >= 1
+
+
+def test_per_datagram_metrics_are_synced_once_per_loop_pass():
+    """Datagram/record/byte counters and the skew gauge are summed and added on maybe_flush/flush."""
+    p, sink, m = _pipeline(batch_max_delay_ms=60_000)
+    data = _payloads("softflowd_v9.pcap")
+    for d in data:
+        p.handle(d, "192.0.2.7", 1_700_000_000_000)
+    assert _metric(m, "fabricflow_ingest_datagrams_total", exporter="192.0.2.7", protocol="netflow9") == 0
+    p.maybe_flush()  # delay not reached: nothing published, metrics synced
+    assert sink.flows == []
+    assert _metric(m, "fabricflow_ingest_datagrams_total", exporter="192.0.2.7", protocol="netflow9") == 10
+    assert _metric(m, "fabricflow_ingest_records_total", exporter="192.0.2.7", protocol="netflow9", kind="flow") == 230
+    assert _metric(m, "fabricflow_ingest_received_bytes_total", listener="udp") == sum(map(len, data))
+    assert m.registry.get_sample_value("fabricflow_ingest_clock_skew_seconds", {"exporter": "192.0.2.7"}) is not None
+    p.handle(data[1], "192.0.2.7", 1_700_000_000_000)
+    p.flush()
+    assert _metric(m, "fabricflow_ingest_datagrams_total", exporter="192.0.2.7", protocol="netflow9") == 11
+    published = sum(len(a) for _e, a in sink.flows)
+    assert published > 230
+    flows = _metric(m, "fabricflow_ingest_records_total", exporter="192.0.2.7", protocol="netflow9", kind="flow")
+    assert flows == published
+
+
+def test_pipeline_batches_match_per_datagram_decode():
+    """Published batches = per-datagram decode() rows, in order, cut at batch_max exactly as before."""
+    from ingest.decode import TemplateCache, decode
+    from ingest.decode.batch import concat_rows
+
+    for name, bmax in (("softflowd_v9.pcap", 50), ("softflowd_ipfix.pcap", 7), ("softflowd_v9.pcap", 4096)):
+        p, sink, m = _pipeline(batch_max_records=bmax)
+        cache = TemplateCache()
+        expected, acc, total = [], [], 0
+        for d in _payloads(name) * 3:
+            p.handle(d, "192.0.2.7", 1_700_000_000_000)
+            flows = decode(d, "192.0.2.7", 1_700_000_000_000, cache).flows
+            if len(flows):
+                acc.append(flows)
+                total += len(flows)
+                if total >= bmax:  # the pipeline's rule: flush when the exporter's records reach batch_max
+                    arr = concat_rows(acc)
+                    expected += [arr[i : i + bmax] for i in range(0, len(arr), bmax)]
+                    acc, total = [], 0
+        p.flush()
+        if acc:
+            expected.append(concat_rows(acc))
+        got = [a for _e, a in sink.flows]
+        assert [len(a) for a in got] == [len(a) for a in expected]
+        assert all(len(a) <= bmax for a in got)
+        assert all(g.tobytes() == e.tobytes() for g, e in zip(got, expected))
+
+
+def test_tune_allocator_is_safe_to_call():
+    from ingest.service import tune_allocator
+
+    assert tune_allocator() in (True, False)
+    assert tune_allocator() in (True, False)  # idempotent
+
+
+def test_skew_gauge_shows_latest_smoothed_skew_across_protocols():
+    p, sink, m = _pipeline()
+    v9, ipfix = _payloads("softflowd_v9.pcap"), _payloads("softflowd_ipfix.pcap")
+    for i, d in enumerate([v9[0], ipfix[0], v9[1], ipfix[1], v9[2]]):
+        p.handle(d, "192.0.2.7", 1_700_000_000_000 + i * 7_919)
+    p.maybe_flush()
+    gauge = m.registry.get_sample_value("fabricflow_ingest_clock_skew_seconds", {"exporter": "192.0.2.7"})
+    assert gauge == p.skew.skew_ms("192.0.2.7") / 1000.0
