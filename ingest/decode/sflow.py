@@ -2,12 +2,26 @@
 
 One flow row per flow sample (formats 1 and 3) and one counter row per counter
 sample (formats 2 and 4) that carries a generic interface counters record.
-Flow records decoded: raw packet header (1, via :mod:`ingest.decode.packet`),
-sampled IPv4 (3), sampled IPv6 (4), extended switch (1001, the input VLAN);
-extended router (1002) is skipped. Unknown sample and record types (any
-non-zero enterprise included) are skipped by their length and counted in
-``problems``. Per-sample work collects plain tuples; the structured arrays
-are filled column-wise once per datagram.
+Flow records decoded: raw packet header (1), sampled IPv4 (3), sampled IPv6
+(4), extended switch (1001, the input VLAN); extended router (1002) is
+skipped. Unknown sample and record types (any non-zero enterprise included)
+are skipped by their length and counted in ``problems``.
+
+Fast path (the output is identical to :mod:`ingest.decode.sflow_reference`,
+the per-sample walker this module replaced; ``tests/unit/ingest/
+test_sflow_differential.py`` checks that row for row):
+
+* Sampled Ethernet headers of the common shapes (no tag or one 802.1Q tag;
+  IPv4 without options and not a non-first fragment, or IPv6 without
+  extension headers; TCP, UDP or RoCEv2 BTH fully present; the same inside
+  VXLAN) are read with one fixed-layout ``struct`` call per layer in
+  :func:`_fast_eth`. Everything else (QinQ, 802.1ad, IPv4 options/fragments,
+  IPv6 extension chains, ICMP, SCTP, headers cut inside a layer, non-IP)
+  goes to the walker in :mod:`ingest.decode.packet`, which defines the
+  semantics.
+* Rows are packed straight into the bytes of ``FLOW_DTYPE`` /
+  ``COUNTER_DTYPE`` (both packed little-endian layouts) and viewed as one
+  structured array per datagram; no per-row numpy conversion.
 
 Column conventions (see schemas/avro/flow_record.avsc):
 * ``exporter_addr`` is the agent address from the datagram header,
@@ -25,6 +39,8 @@ Column conventions (see schemas/avro/flow_record.avsc):
 Raises :class:`DecodeError` (only) when the datagram structure is broken:
 header cut short, a sample running past the datagram, a record running past
 its sample, or a sample count the datagram cannot hold.
+Many datagrams at once, with the header parsing done columnar in numpy:
+:func:`ingest.decode.sflow_batch.decode_sflow_many`.
 """
 
 from __future__ import annotations
@@ -36,7 +52,7 @@ from struct import error as _StructError
 
 import numpy as np
 
-from schemas.columns import FLOW_DTYPE, PROTO_SFLOW5, empty_counters
+from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5
 
 from .errors import DecodeError
 from .packet import NON_IP, parse_ethernet, parse_ipv4, parse_ipv6
@@ -56,15 +72,16 @@ _ZERO16 = b"\x00" * 16
 
 _II = Struct(">II").unpack_from
 _HDR = Struct(">IIII").unpack_from  # sub-agent, sequence, uptime, samples
-_FS = Struct(">IIIIIIII").unpack_from  # seq, source, rate, pool, drops, in, out, records
+# sample format, length, then a flow sample's seq, source, rate, pool, drops, in, out, records
+_SFS = Struct(">IIIIIIIIII").unpack_from
 # seq, src type, src index, rate, pool, drops, in fmt, in value, out fmt, out value, records
 _FSX = Struct(">IIIIIIIIIII").unpack_from
 _CS = Struct(">III").unpack_from  # seq, source, records
 _CSX = Struct(">IIII").unpack_from  # seq, src type, src index, records
-_RAW = Struct(">IIII").unpack_from  # header protocol, frame length, stripped, header length
+# record format, length, then a raw header's protocol, frame length, stripped, header length
+_REC = Struct(">IIIIII").unpack_from
 _SIP4 = Struct(">II4s4sIIII").unpack_from  # length, protocol, src, dst, sport, dport, flags, tos
 _SIP6 = Struct(">II16s16sIIII").unpack_from  # length, protocol, src, dst, sport, dport, flags, priority
-_I = Struct(">I").unpack_from
 # Generic interface counters; 64-bit counters read signed (same 64 bits, fits an Avro long).
 _GEN = Struct(">IIqIIqIIIIIIqIIIIII").unpack_from
 _ETH = Struct(">13I").unpack_from
@@ -73,33 +90,111 @@ _ETH_LEN = 52
 
 _MIN_SAMPLE = 8
 _MAX_SAMPLES = 4096  # far above what fits in a 64 KB datagram with real samples
-
-# FLOW_DTYPE with the address fields as S16 (same bytes, same offsets): per-sample
-# tuples in FLOW_DTYPE field order convert in one np.array call, then .view(FLOW_DTYPE).
-def _alias_dtype(dt: np.dtype) -> np.dtype:
-    names, formats, offsets = [], [], []
-    for name in dt.names:
-        fdt, foff = dt.fields[name][:2]
-        names.append(name)
-        formats.append("S16" if fdt.shape == (16,) else fdt)
-        offsets.append(foff)
-    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": dt.itemsize})
-
-
-_ROW_DTYPE = _alias_dtype(FLOW_DTYPE)
 _I64_MAX = 0x7FFFFFFFFFFFFFFF
 
-_COUNTER_FIELDS = (
-    "if_index", "if_type", "if_speed", "if_direction", "_status",
-    "in_octets", "in_ucast_pkts", "in_mcast_pkts", "in_bcast_pkts", "in_discards", "in_errors", "in_unknown_protos",
-    "out_octets", "out_ucast_pkts", "out_mcast_pkts", "out_bcast_pkts", "out_discards", "out_errors", "promiscuous",
-)
-_ETH_FIELDS = (
-    "dot3_alignment_errors", "dot3_fcs_errors", "dot3_single_collision_frames", "dot3_multiple_collision_frames",
-    "dot3_sqe_test_errors", "dot3_deferred_transmissions", "dot3_late_collisions", "dot3_excessive_collisions",
-    "dot3_internal_mac_transmit_errors", "dot3_carrier_sense_errors", "dot3_frame_too_longs",
-    "dot3_internal_mac_receive_errors", "dot3_symbol_errors",
-)
+# --- sampled header fast path (semantics: ingest.decode.packet) ---------------
+_H = Struct(">H").unpack_from
+_HH = Struct(">HH").unpack_from
+_TCP = Struct(">HH9xB").unpack_from  # ports, flags byte at offset 13
+# ver_ihl, tos, total_len, flags+frag offset, protocol, src, dst
+_IP4 = Struct(">BBH2xHxB2x4s4s").unpack_from
+# ver/tc/flow, payload length, next header, src, dst
+_IP6 = Struct(">IHBx16s16s").unpack_from
+_BTH = Struct(">8xB3xI").unpack_from  # UDP header, BTH opcode, (reserved byte + dest QP)
+_I = Struct(">I").unpack_from
+
+
+def _fast_eth(d: bytes, b: int, e: int, outer: bool = True) -> tuple | None:
+    """Ethernet frame at ``d[b:e]`` of a common shape, or None (use the walker).
+
+    Equal to ``packet.parse_ethernet(d[b:e])`` wherever it returns a tuple;
+    with ``outer`` False, to the walker's VXLAN inner frame (no second VXLAN).
+    """
+    if b + 42 > e:
+        return None
+    et = _H(d, b + 12)[0]
+    l3 = b + 14
+    vlan = 0
+    if et == 0x8100:
+        tci, et = _HH(d, l3)
+        if et == 0x8100 or et == 0x88A8 or et == 0x9100:
+            return None
+        vlan = tci & 0x0FFF
+        l3 = b + 18
+    if et == 0x0800:
+        l4 = l3 + 20
+        if l4 > e:
+            return None
+        vi, tos, total, frag, proto, src, dst = _IP4(d, l3)
+        if vi != 0x45 or frag & 0x1FFF:
+            return None
+        ipv = 4
+        src = _V4_PREFIX + src
+        dst = _V4_PREFIX + dst
+    elif et == 0x86DD:
+        l4 = l3 + 40
+        if l4 > e:
+            return None
+        vtf, plen, proto, src, dst = _IP6(d, l3)
+        if (vtf >> 28) != 6:
+            return None
+        ipv = 6
+        tos = (vtf >> 20) & 0xFF
+        total = plen + 40
+    else:
+        return None
+    if proto == 6:
+        if l4 + 14 > e:
+            return None
+        sp, dp, flags = _TCP(d, l4)
+        return (ipv, src, dst, sp, dp, 6, flags, tos, vlan, total, -1, -1, -1)
+    if proto == 17:
+        if l4 + 4 > e:
+            return None
+        sp, dp = _HH(d, l4)
+        if dp == 4791:
+            if l4 + 16 > e:
+                return None
+            opcode, qp = _BTH(d, l4)
+            return (ipv, src, dst, sp, dp, 17, 0, tos, vlan, total, -1, opcode, qp & 0xFFFFFF)
+        if dp == 4789:
+            # VXLAN: 8-byte header, then the inner frame; outer ToS, VLAN and length
+            if not outer or l4 + 16 > e:
+                return None
+            inner = _fast_eth(d, l4 + 16, e, False)
+            if inner is None:
+                return None
+            return inner[:7] + (tos, vlan, total, _I(d, l4 + 12)[0] >> 8, inner[11], inner[12])
+        return (ipv, src, dst, sp, dp, 17, 0, tos, vlan, total, -1, -1, -1)
+    return None
+
+
+# --- output rows packed straight into the structured dtypes' bytes -------------
+def _row_struct(dt: np.dtype) -> Struct:
+    """Little-endian Struct with the exact byte layout of packed structured dtype ``dt``."""
+    codes = {"i4": "i", "i8": "q", "b1": "?"}
+    fmt = "<"
+    pos = 0
+    for name in dt.names:
+        fdt, foff = dt.fields[name][:2]
+        if foff != pos:
+            raise TypeError(f"{name}: dtype is not packed")
+        if fdt.shape == (16,):
+            fmt += "16s"
+        else:
+            if fdt.byteorder == ">":
+                raise TypeError(f"{name}: big-endian field")
+            fmt += codes[fdt.base.str[1:]]
+        pos += fdt.itemsize
+    st = Struct(fmt)
+    if st.size != dt.itemsize:
+        raise TypeError("row struct size mismatch")
+    return st
+
+
+_ROW = _row_struct(FLOW_DTYPE)
+_CROW = _row_struct(COUNTER_DTYPE)
+_ETH_ZERO = (0,) * 13
 
 _agent_text: dict[bytes, str] = {}
 
@@ -149,15 +244,22 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
     problems: Counter = Counter()
     rows: list = []
     append = rows.append
+    pack = _ROW.pack
+    fast = _fast_eth
+    II = _II
     counters: list = []
     missing_rate = 0
     fallback_rate = 0
     t = received_at_ms
 
     for _ in range(nsamples):
-        if off + 8 > n:
-            raise DecodeError(P, "truncated", off, "sample header")
-        sfmt, slen = _II(data, off)
+        if off + 40 <= n:
+            # sample header and (if it is one) the whole flow sample header in one call
+            sfmt, slen, _sseq, source, rate, _pool, _drops, in_if, out_if, nrec = _SFS(data, off)
+        else:
+            if off + 8 > n:
+                raise DecodeError(P, "truncated", off, "sample header")
+            sfmt, slen = II(data, off)
         off += 8
         end = off + slen
         if end > n:
@@ -167,7 +269,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             if sfmt == 1:
                 if slen < 32:
                     raise DecodeError(P, "bad_length", off, "flow sample")
-                _sseq, source, rate, _pool, _drops, in_if, out_if, nrec = _FS(data, off)
+                # read above: off + 32 <= end <= n here
                 p = off + 32
             else:
                 if slen < 44:
@@ -191,27 +293,31 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             sw_vlan = 0
             frame_bytes = 0
             for _r in range(nrec):
-                if p + 8 > end:
-                    raise DecodeError(P, "bad_length", p, "flow record header")
-                rfmt, rlen = _II(data, p)
+                if p + 24 <= end:
+                    # record header and the first 16 bytes of its body (raw header fields /
+                    # extended switch VLAN) in one call; used only for records of >= 16 bytes
+                    rfmt, rlen, hproto, flen, stripped, hlen = _REC(data, p)
+                else:
+                    if p + 8 > end:
+                        raise DecodeError(P, "bad_length", p, "flow record header")
+                    rfmt, rlen = II(data, p)
                 p += 8
-                rend = p + rlen
-                if rend > end:
+                if p + rlen > end:
                     raise DecodeError(P, "bad_length", p, "flow record runs past its sample")
                 if rfmt == 1:
                     if rlen < 16:
                         raise DecodeError(P, "bad_length", p, "raw packet header record")
-                    hproto, flen, stripped, hlen = _RAW(data, p)
                     if hlen > rlen - 16:
                         hlen = rlen - 16
                         problems["header_length_clamped"] += 1
-                    hdr = data[p + 16 : p + 16 + hlen]
                     if hproto == 1:
-                        parsed = parse_ethernet(hdr, 0, 0)
+                        parsed = fast(data, p + 16, p + 16 + hlen)
+                        if parsed is None:
+                            parsed = parse_ethernet(data[p + 16 : p + 16 + hlen], 0, 0)
                     elif hproto == 11:
-                        parsed = parse_ipv4(hdr, 0, 0, 0)
+                        parsed = parse_ipv4(data[p + 16 : p + 16 + hlen], 0, 0, 0)
                     elif hproto == 12:
-                        parsed = parse_ipv6(hdr, 0, 0, 0)
+                        parsed = parse_ipv6(data[p + 16 : p + 16 + hlen], 0, 0, 0)
                     else:
                         parsed = NON_IP
                         problems["unsupported_header_protocol"] += 1
@@ -219,7 +325,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
                 elif rfmt == 1001:
                     if rlen < 16:
                         raise DecodeError(P, "bad_length", p, "extended switch record")
-                    sw_vlan = _I(data, p)[0]
+                    sw_vlan = hproto  # first word of the record body: source VLAN
                 elif rfmt == 3:
                     if rlen < 32:
                         raise DecodeError(P, "bad_length", p, "sampled IPv4 record")
@@ -248,51 +354,16 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             if be > _I64_MAX:
                 be = _I64_MAX
             append(
-                (
+                pack(
                     PROTO_SFLOW5, agent16, sub_agent, source, rate, b, 1, be, rate,
                     ipv, sa, da, sp, dp, pr, fl, tos, sw_vlan & 0xFFF if sw_vlan else hvlan,
                     in_if, out_if, 0, t, t, t, t, vni, rop, rqp,
                 )
             )
         elif sfmt == 2 or sfmt == 4:
-            if sfmt == 2:
-                if slen < 12:
-                    raise DecodeError(P, "bad_length", off, "counter sample")
-                cseq, source, nrec = _CS(data, off)
-                p = off + 12
-            else:
-                if slen < 16:
-                    raise DecodeError(P, "bad_length", off, "expanded counter sample")
-                cseq, stype, sidx, nrec = _CSX(data, off)
-                source = ((stype & 0xFF) << 24) | (sidx & 0xFFFFFF)
-                p = off + 16
-            if nrec * 8 > end - p:
-                raise DecodeError(P, "bad_count", p - 4, f"{nrec} counter records")
-            gen = None
-            eth = None
-            for _r in range(nrec):
-                if p + 8 > end:
-                    raise DecodeError(P, "bad_length", p, "counter record header")
-                rfmt, rlen = _II(data, p)
-                p += 8
-                rend = p + rlen
-                if rend > end:
-                    raise DecodeError(P, "bad_length", p, "counter record runs past its sample")
-                if rfmt == 1:
-                    if rlen < _GEN_LEN:
-                        raise DecodeError(P, "bad_length", p, "generic interface counters")
-                    gen = _GEN(data, p)
-                elif rfmt == 2:
-                    if rlen < _ETH_LEN:
-                        raise DecodeError(P, "bad_length", p, "ethernet counters")
-                    eth = _ETH(data, p)
-                else:
-                    problems["unknown_record_type"] += 1
-                p += (rlen + 3) & ~3
-            if gen is not None:
-                counters.append((source, cseq, gen, eth))
-            else:
-                problems["counter_sample_without_generic"] += 1
+            c = _counter_sample(data, off, end, sfmt, slen, problems)
+            if c is not None:
+                counters.append(c)
         else:
             problems["unknown_sample_type"] += 1
         off += (slen + 3) & ~3
@@ -302,33 +373,66 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
     if rows:
         if missing_rate:
             problems["sampling_rate_missing"] += missing_rate
-        flows = np.array(rows, dtype=_ROW_DTYPE).view(FLOW_DTYPE)
+        flows = np.frombuffer(bytearray(b"".join(rows)), dtype=FLOW_DTYPE)
     ctr = EMPTY_COUNTERS
     if counters:
         ctr = _counter_array(counters, agent16, sub_agent, received_at_ms, uptime)
     return DecodeResult(flows=flows, counters=ctr, header=header, problems=problems)
 
 
+def _counter_sample(data: bytes, off: int, end: int, sfmt: int, slen: int, problems: Counter):
+    """Counter sample body at ``off``: (source, sequence, generic, ethernet or None) or None."""
+    if sfmt == 2:
+        if slen < 12:
+            raise DecodeError(P, "bad_length", off, "counter sample")
+        cseq, source, nrec = _CS(data, off)
+        p = off + 12
+    else:
+        if slen < 16:
+            raise DecodeError(P, "bad_length", off, "expanded counter sample")
+        cseq, stype, sidx, nrec = _CSX(data, off)
+        source = ((stype & 0xFF) << 24) | (sidx & 0xFFFFFF)
+        p = off + 16
+    if nrec * 8 > end - p:
+        raise DecodeError(P, "bad_count", p - 4, f"{nrec} counter records")
+    gen = None
+    eth = None
+    for _r in range(nrec):
+        if p + 8 > end:
+            raise DecodeError(P, "bad_length", p, "counter record header")
+        rfmt, rlen = _II(data, p)
+        p += 8
+        if p + rlen > end:
+            raise DecodeError(P, "bad_length", p, "counter record runs past its sample")
+        if rfmt == 1:
+            if rlen < _GEN_LEN:
+                raise DecodeError(P, "bad_length", p, "generic interface counters")
+            gen = _GEN(data, p)
+        elif rfmt == 2:
+            if rlen < _ETH_LEN:
+                raise DecodeError(P, "bad_length", p, "ethernet counters")
+            eth = _ETH(data, p)
+        else:
+            problems["unknown_record_type"] += 1
+        p += (rlen + 3) & ~3
+    if gen is None:
+        problems["counter_sample_without_generic"] += 1
+        return None
+    return (source, cseq, gen, eth)
+
+
 def _counter_array(counters, agent16, sub_agent, received_at_ms, uptime) -> np.ndarray:
-    out = empty_counters(len(counters))
-    out["exporter_addr"] = np.frombuffer(agent16, dtype=np.uint8)
-    out["observation_domain"] = sub_agent
-    out["time_received_ms"] = received_at_ms
-    out["agent_uptime_ms"] = uptime
-    for i, (source, cseq, gen, eth) in enumerate(counters):
-        row = out[i]
-        row["source_id"] = source
-        row["sample_sequence"] = cseq
-        for name, v in zip(_COUNTER_FIELDS, gen):
-            if name == "if_direction":
-                row[name] = v & 0x7FFFFFFF
-            elif name == "_status":
-                row["if_admin_up"] = bool(v & 1)
-                row["if_oper_up"] = bool(v & 2)
-            else:
-                row[name] = v
-        if eth is not None:
-            row["has_ethernet"] = True
-            for name, v in zip(_ETH_FIELDS, eth):
-                row[name] = v
-    return out
+    """COUNTER_DTYPE rows from (source, sequence, generic tuple, ethernet tuple or None)."""
+    pack = _CROW.pack
+    out = []
+    for source, cseq, gen, eth in counters:
+        status = gen[4]
+        out.append(
+            pack(
+                agent16, sub_agent, source, cseq, received_at_ms, uptime,
+                gen[0], gen[1], gen[2], gen[3] & 0x7FFFFFFF, bool(status & 1), bool(status & 2),
+                *gen[5:], eth is not None, *(eth if eth is not None else _ETH_ZERO),
+            )
+        )
+    return np.frombuffer(bytearray(b"".join(out)), dtype=COUNTER_DTYPE)
+
