@@ -31,10 +31,14 @@ Three measurements on the same data, each on one core (``--cpu``):
    worker then drains them unevenly and most records arrive too late for
    their windows, see docs/performance.md), then ONE
    ``fabricflow process`` subprocess pinned to ``--cpu`` starts. Done = every
-   enriched message is on flows.enriched.v1 and every shuffle message has its
-   state snapshot on the core-state changelog (one per shuffle message).
-   Times are the messages' CreateTime stamps (ms), measured from the worker's
-   "Worker ready" log line; CPU seconds of the worker from /proc.
+   enriched message is on flows.enriched.v1 (CreateTime of the last one) and
+   the worker's /metrics (polled every 0.1 s) say every shuffle message went
+   through the detectors (``fabricflow_processors_shuffle_messages_total``);
+   "state durable" = additionally no applied message left without a snapshot
+   (``fabricflow_processors_unsnapshotted_messages`` 0; up to
+   ``processors.snapshot_interval_s`` later by design). Times are measured
+   from the worker's "Worker ready" log line; CPU seconds of the worker from
+   /proc at "done".
 
 Records/s per worker = input flow records / elapsed. The target is 300,000.
 Bounded: ``--timeout`` for the worker phase; the whole run takes ~1-2 min.
@@ -60,8 +64,12 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+# The code measured: this checkout, or FF_BENCH_CODE=/path/to/other/checkout (side-by-side baselines; the worker
+# subprocess gets it as PYTHONPATH). bench/ itself must not be on sys.path: bench/processors.py would shadow the package.
+CODE = Path(os.environ.get("FF_BENCH_CODE") or REPO).resolve()
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(REPO))  # bench.common
+sys.path.insert(0, str(CODE))
 
 from bench.common import cpu_seconds, pin  # noqa: E402
 from schemas.columns import empty_counters, empty_flows, v4_column_to_addr16  # noqa: E402
@@ -254,15 +262,15 @@ class _Capture:
 
     def __init__(self, shuffle_topic: str):
         self.shuffle_topic = shuffle_topic
-        self.shuffle: list[tuple[int, bytes]] = []
+        self.shuffle: list[tuple[int, bytes, list | None]] = []
         self.messages: dict[str, int] = {}
         self.bytes: dict[str, int] = {}
 
-    def __call__(self, topic, key, value, partition=None):
+    def __call__(self, topic, key, value, partition=None, headers=None):
         self.messages[topic] = self.messages.get(topic, 0) + 1
         self.bytes[topic] = self.bytes.get(topic, 0) + len(value)
         if topic == self.shuffle_topic:
-            self.shuffle.append((partition, value))
+            self.shuffle.append((partition, value, headers))
 
 
 class _Timers:
@@ -307,7 +315,7 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
 
     proc = app_mod.Processors(settings)
     cap = _Capture(settings.kafka.topics.shuffle)
-    proc.publisher._produce = cap
+    proc.publisher.produce = cap
     proc.publisher.poll = lambda: None
     timers = _Timers()
     if breakdown:
@@ -315,7 +323,11 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
         timers.wrap(codec, "encode_batch", "Avro encode (enriched + shuffle)")
         timers.wrap(ProcessorCore, "enrich", "enrichment (prepare + detect)")
         timers.wrap(app_mod, "shard_of", "shard_of")
-        timers.wrap(ProcessorCore, "process_enriched", "detectors + policy (process_enriched)")
+        from processors.logic.engine import Engine
+        from processors.logic.policy import PolicyEngine
+
+        timers.wrap(Engine, "process_flows", "detectors (Engine.process_flows)")
+        timers.wrap(PolicyEngine, "process", "policy (PolicyEngine.process)")
         timers.wrap(ProcessorCore, "process_counters", "link health (process_counters)")
         timers.wrap(proc.publisher, "outputs", "output records -> Avro (publisher.outputs)")
         timers.wrap(ProcessorCore, "snapshot", "state snapshot: core.snapshot()")
@@ -324,20 +336,68 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     prof = cProfile.Profile() if profile else None
     snaps = snap_bytes = 0
     offsets: dict[int, int] = {}
+
+    class _Msg:
+        __slots__ = ("partition", "offset", "headers", "generation_id")
+
+        def __init__(self, partition, offset, headers):
+            self.partition, self.offset, self.headers, self.generation_id = partition, offset, headers, None
+
+    class _Event:
+        __slots__ = ("message", "value")
+
+        def __init__(self, partition, offset, value, headers):
+            self.message, self.value = _Msg(partition, offset, headers), value
+
+    store = {}
+    proc.state = store
+    legacy = not hasattr(proc, "handle_shuffle_events")  # code before manual acks: a snapshot per shuffle message
+    take = getattr(settings.processors, "detect_batch_messages", 1)
+    src_of = getattr(app_mod, "source_of", lambda h: None)
+
+    def count_new_snapshots(before):
+        nonlocal snaps, snap_bytes
+        for k, v in store.items():
+            if before.get(k) is not v:
+                snaps += 1
+                snap_bytes += len(v)
+
+    t_raw = 0.0
+    backlog: list = []
     try:
         c0, w0 = time.process_time(), time.perf_counter()
         if prof:
             prof.enable()
-        for topic, key, value in raw_msgs:
-            proc.handle_raw(topic, key, value)
-        t_raw = time.perf_counter() - w0
-        for part, value in cap.shuffle:
-            off = offsets.get(part, -1) + 1
-            offsets[part] = off
-            snap = proc.handle_shuffle(part, off, value)
-            if snap is not None:
-                snaps += 1
-                snap_bytes += len(snap)
+        # As a worker that keeps up: shuffle messages are detected as soon as detect_batch_messages of them are
+        # waiting (the detect agent's take); it applies them and writes the snapshots that are due.
+        for i, (topic, key, value) in enumerate(raw_msgs):
+            t0 = time.perf_counter()
+            n0 = len(cap.shuffle)
+            proc.handle_raw(topic, key, value, 0, i)
+            t_raw += time.perf_counter() - t0
+            events = []
+            for part, v, h in cap.shuffle[n0:]:
+                off = offsets.get(part, -1) + 1
+                offsets[part] = off
+                events.append(_Event(part, off, v, h))
+            if legacy:
+                for ev in events:
+                    snap = proc.handle_shuffle(ev.message.partition, ev.message.offset, ev.value, src_of(ev.message.headers))
+                    if snap is not None:
+                        snaps += 1
+                        snap_bytes += len(snap)
+                continue
+            backlog += events
+            while len(backlog) >= take or (backlog and i == len(raw_msgs) - 1):
+                proc.handle_shuffle_events(backlog[:take])
+                del backlog[:take]
+                before = dict(store)
+                proc.write_due_snapshots(time.monotonic())
+                count_new_snapshots(before)
+        if not legacy:
+            before = dict(store)
+            proc.write_due_snapshots(time.monotonic(), force=True)
+            count_new_snapshots(before)
         if prof:
             prof.disable()
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
@@ -346,8 +406,8 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     if prof:
         prof.dump_stats(profile)
     return {"cpu": cpu, "wall": wall, "raw_s": t_raw, "shuffle_s": wall - t_raw, "shuffle_messages": len(cap.shuffle),
-            "snapshots": snaps, "snapshot_bytes": snap_bytes, "messages": dict(cap.messages), "bytes": dict(cap.bytes),
-            "stages": timers.seconds}
+            "snapshots": snaps, "snapshot_bytes": snap_bytes, "legacy": legacy, "messages": dict(cap.messages), "bytes": dict(cap.bytes),
+            "stages": timers.seconds, "reused": proc.metrics.registry.get_sample_value("fabricflow_processors_reused_batches_total") or 0}
 
 
 # --------------------------------------------------------------------------- Faust worker on the embedded broker
@@ -370,14 +430,15 @@ def _ready_wallclock(log: Path) -> float | None:
     return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: int, want_snapshots: int,
-               timeout_s: float) -> dict:
+def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: int, want_shuffle: int,
+               timeout_s: float, legacy: bool = False) -> dict:
     from confluent_kafka import Consumer, KafkaError
 
     t = settings.kafka.topics
     changelog = f"{settings.processors.app_id}-core-state-changelog"
     log = workdir / "worker.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
+    env["PYTHONPATH"] = str(CODE)
     proc = subprocess.Popen(
         [sys.executable, "-m", "fabricflow", "--config", cfg_path, "process"],
         stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(workdir),
@@ -391,6 +452,10 @@ def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: 
     last_ms: dict[str, int] = {}
     ready = None
     cpu_ready = cpu_done = 0.0
+    detect_done = durable = None
+    committed = None
+    port = settings.processors.metrics_port
+    next_scrape = 0.0
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
@@ -405,7 +470,15 @@ def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: 
             if not subscribed:
                 c.subscribe([t.flows_enriched, changelog, t.matrix])
                 subscribed = True
-            for m in c.consume(2000, 0.3):
+            now = time.monotonic()
+            if not legacy and now >= next_scrape and (detect_done is None or durable is None):
+                next_scrape = now + 0.1
+                mt = _scrape(port)
+                if detect_done is None and mt.get("fabricflow_processors_shuffle_messages_total", 0) >= want_shuffle:
+                    detect_done, cpu_done = time.time(), cpu_seconds(proc.pid)
+                if detect_done is not None and mt.get("fabricflow_processors_unsnapshotted_messages", 1) == 0:
+                    durable = time.time()
+            for m in c.consume(2000, 0.1):
                 if m.error():
                     if m.error().code() != KafkaError._PARTITION_EOF:
                         print("consumer:", m.error())
@@ -415,9 +488,13 @@ def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: 
                 ts = m.timestamp()[1]
                 first_ms[topic] = min(first_ms.get(topic, ts), ts)
                 last_ms[topic] = max(last_ms.get(topic, 0), ts)
-            if seen[t.flows_enriched] >= want_enriched and seen[changelog] >= want_snapshots:
+            if legacy and detect_done is None and seen[changelog] >= want_shuffle:  # one snapshot per shuffle message
+                detect_done = durable = last_ms[changelog] / 1000.0
                 cpu_done = cpu_seconds(proc.pid)
+            if seen[t.flows_enriched] >= want_enriched and detect_done is not None and durable is not None:
                 break
+        if durable is not None and not legacy:
+            committed = _wait_committed(settings, want_shuffle, until=time.monotonic() + 15)
     finally:
         c.close()
         metrics = _scrape(settings.processors.metrics_port) if settings.processors.metrics_port else {}
@@ -427,9 +504,29 @@ def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: 
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, 9)
-    done = seen[t.flows_enriched] >= want_enriched and seen[changelog] >= want_snapshots
+    done = seen[t.flows_enriched] >= want_enriched and detect_done is not None
     return {"done": done, "seen": seen, "first_ms": first_ms, "last_ms": last_ms, "ready": ready,
+            "detect_done": detect_done, "durable": durable, "committed": committed,
             "cpu": (cpu_done - cpu_ready) if done else None, "changelog": changelog, "metrics": metrics, "log": str(log)}
+
+
+def _wait_committed(settings, want: int, until: float) -> tuple[int, int]:
+    """(committed offsets summed over the shuffle partitions for the worker's group, ``want``) once all ``want``
+    shuffle messages are committed or at ``until``: the worker acknowledges shuffle messages only once a snapshot
+    covers them, then Faust commits them. (Offsets start at 0, so the sum counts messages.)"""
+    from confluent_kafka import Consumer, TopicPartition
+
+    g = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": settings.processors.app_id,
+                  "enable.auto.commit": False})
+    try:
+        tps = [TopicPartition(settings.kafka.topics.shuffle, p) for p in range(settings.kafka.partitions)]
+        while True:
+            done = sum(max(tp.offset, 0) for tp in g.committed(tps, timeout=5))
+            if done >= want or time.monotonic() > until:
+                return done, want
+            time.sleep(0.5)
+    finally:
+        g.close()
 
 
 def _scrape(port: int) -> dict[str, float]:
@@ -471,6 +568,8 @@ def main() -> int:
     ap.add_argument("--profile", metavar="FILE", help="cProfile the in-process worker path into FILE (pstats)")
     ap.add_argument("--skip-worker", action="store_true", help="in-process measurements only (no broker)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, config)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="processors setting for the in-process path and the worker, e.g. --set detect_batch_messages=1")
     args = ap.parse_args()
 
     import yaml
@@ -491,8 +590,9 @@ def main() -> int:
         None,
         log_level="INFO",
         kafka={"bootstrap_servers": f"127.0.0.1:{args.kafka_port}", "partitions": args.partitions, "topics": topics},
-        processors={"app_id": "ffbench-" + prefix.strip("."), "inventory": str(inv_path), "datadir": str(work / "faust"),
-                    "web_port": 0, "metrics_port": 39281},
+        processors={**{k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)},
+                    "app_id": "ffbench-" + prefix.strip("."), "inventory": str(inv_path), "datadir": str(work / "faust"),
+                    "web_port": 0, "metrics_port": args.kafka_port + 7},
         stack={"state_dir": str(work / "stack"), "kafka_port": args.kafka_port},
     )
     raw = [(topics["flows_raw"], e.encode(), codec.encode_batch("flow_batch", a)) for e, a in flows]
@@ -503,6 +603,7 @@ def main() -> int:
     print(f"input: {len(flows)} flow messages, {n_records:,} flow records ({args.nodes} nodes, jobs of {args.job_size}, "
           f"{math.ceil(args.nodes / args.rack_size)} exporters, 1:{args.sampling}, {args.event_seconds:.0f} s event time), "
           f"{len(counters)} counter messages; {raw_bytes / 1e6:.1f} MB Avro; built in {time.perf_counter() - g0:.1f} s")
+    print(f"code: {CODE}")
     print(f"partitions: {args.partitions}  cpu: {args.cpu}  (machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})")
 
     from fabricflow.stack import EmbeddedStack
@@ -534,7 +635,7 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     wp = worker_path(settings, raw, breakdown=not args.no_breakdown, profile=args.profile)
     print(f"\n[2] worker path in process (handle_raw + handle_shuffle, producer stubbed): {n_records / wp['cpu']:,.0f} records/CPU-s, "
           f"{n_records / wp['wall']:,.0f} records/s wall ({wp['wall']:.2f} s: prepare {wp['raw_s']:.2f} s, detect {wp['shuffle_s']:.2f} s)")
-    print(f"    shuffle messages: {wp['shuffle_messages']}, state snapshots: {wp['snapshots']} "
+    print(f"    shuffle messages: {wp['shuffle_messages']} ({wp['reused']:.0f} reused prepare's enriched records), state snapshots: {wp['snapshots']} "
           f"({wp['snapshot_bytes'] / max(1, wp['snapshots']) / 1e3:.0f} kB each, {wp['snapshot_bytes'] / 1e6:.0f} MB total)")
     print("    produced:", {k.removeprefix(prefix): f"{v} msgs / {wp['bytes'][k] / 1e6:.1f} MB" for k, v in wp["messages"].items()})
     if wp["stages"]:
@@ -551,7 +652,7 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     if args.skip_worker:
         return True
     want_enriched = wp["messages"].get(topics["flows_enriched"], 0)
-    want_snapshots = wp["snapshots"]
+    want_shuffle = wp["shuffle_messages"]
     ensure_topics(settings.kafka)
     p = Producer({"bootstrap.servers": st.bootstrap, "compression.type": settings.ingest.producer.compression,
                   "linger.ms": 20, "message.max.bytes": 8_000_000, "partitioner": "murmur2_random"})
@@ -569,22 +670,28 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
           f"starting one `fabricflow process` on CPU {args.cpu}")
     cfg = work / "config.yaml"
     cfg.write_text(yaml.safe_dump(settings.model_dump(mode="json", exclude={"stack"}, exclude_none=True)))
-    res = run_worker(settings, str(cfg), work, args.cpu, want_enriched, want_snapshots, args.timeout)
+    res = run_worker(settings, str(cfg), work, args.cpu, want_enriched, want_shuffle, args.timeout, legacy=wp["legacy"])
     ready_ms = int(res["ready"] * 1000) if res["ready"] else None
     en, cl, mx = topics["flows_enriched"], res["changelog"], topics["matrix"]
-    print(f"    seen: enriched {res['seen'][en]}/{want_enriched} msgs, state snapshots {res['seen'][cl]}/{want_snapshots}, "
+    print(f"    seen: enriched {res['seen'][en]}/{want_enriched} msgs, state snapshots {res['seen'][cl]}, "
           f"matrix cells {res['seen'][mx]} (pure core: {pc['kinds'].get('matrix', 0)} before flush)")
     if ready_ms and en in res["last_ms"] and res["seen"][en] >= want_enriched:
         t_enr = (res["last_ms"][en] - ready_ms) / 1000
         print(f"    enrichment done {t_enr:.2f} s after 'Worker ready' -> {n_records / t_enr:,.0f} records/s")
     if res["done"] and ready_ms:
-        t_all = (max(res["last_ms"][cl], res["last_ms"].get(mx, 0)) - ready_ms) / 1000
+        t_all = max(res["detect_done"] - res["ready"], (res["last_ms"][en] - ready_ms) / 1000)
         print(f"    all detectors done {t_all:.2f} s after 'Worker ready' -> {n_records / t_all:,.0f} records/s per worker "
               f"(target 300,000); worker CPU {res['cpu']:.2f} s -> {n_records / res['cpu']:,.0f} records/CPU-s")
+        if res["committed"]:
+            print(f"    shuffle messages committed by the worker's group (acked after their snapshot): "
+                  f"{res['committed'][0]} / {res['committed'][1]}")
+        if res["durable"]:
+            print(f"    state durable (every applied shuffle message covered by a snapshot) {res['durable'] - res['ready']:.2f} s "
+                  f"after 'Worker ready' (snapshot_interval_s {getattr(settings.processors, 'snapshot_interval_s', '-')})")
     else:
         print(f"    NOT DONE within {args.timeout:.0f} s (ready: {res['ready']}); log: {res['log']}")
     if res["metrics"]:
-        keep = {k: v for k, v in res["metrics"].items() if "too_late" in k or "outputs_total" in k or "errors" in k}
+        keep = {k.removeprefix("fabricflow_processors_"): v for k, v in res["metrics"].items() if any(w in k for w in ("too_late", "outputs_total", "errors", "reused", "snapshots", "shuffle_messages"))}
         print("    worker metrics:", keep)
     return bool(res["done"])
 

@@ -141,6 +141,22 @@ class ProcessorSettings(_Section):
     policy: str | None = Field(None, description="Segmentation / security policy file (YAML); see docs/alerts.md")
     tick_s: float = Field(1.0, gt=0, description="Wall-clock timer that closes idle windows and flushes outputs")
     enriched_max_records: int = Field(2000, ge=1, description="Max flow records per flows.enriched.v1 / shuffle message")
+    snapshot_every_messages: int = Field(
+        64, ge=1, description="Write a shard's state snapshot (core-state table) after this many shuffle messages of its partition; "
+        "shuffle offsets are committed only up to the last snapshot, so a crash re-processes at most this many messages per partition"
+    )
+    snapshot_interval_s: float = Field(
+        5.0, gt=0, description="... or once the oldest shuffle message not covered by a snapshot is this old (also when idle)"
+    )
+    detect_batch_messages: int = Field(
+        16, ge=1, description="Shuffle messages the detect agent takes at once (then applies in order, writes due snapshots, acks)"
+    )
+    detect_batch_wait_s: float = Field(0.05, gt=0, description="Max wait for more shuffle messages before applying the ones taken")
+    reuse_enriched_records: int = Field(
+        262_144, ge=0, description="detect reuses the records prepare enriched in the same worker for its own shuffle "
+        "partitions instead of decoding and enriching the shuffle message again (byte-identical messages only); "
+        "at most this many records are kept waiting (~300 bytes each; 0 = off)"
+    )
     table_store: str = Field("memory://", description="Faust table store: memory:// (state rebuilt from changelog topics) or rocksdb://")
 
 

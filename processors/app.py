@@ -16,13 +16,21 @@ Two agents in one consumer group (``processors.app_id``):
 2. ``detect`` reads ``processors.shuffle.v1``; one ProcessorCore per partition
    processes each batch and its outputs go to the output topics.
 
-State: after every shuffle event the core's snapshot and the offset it covers
-are written to the ``core-state`` table (changelog topic, one record per
-changelog batch because of Tansu's high-watermark fault). After a restart or
-rebalance the snapshot is restored and re-delivered events at or below the
-stored offset are skipped, so state is exact; outputs are at-least-once with
-deterministic keys. Output and enriched topics are produced with
-confluent-kafka (throughput; platform teams read them).
+State: ``detect`` acknowledges shuffle events manually. A shard's snapshot
+(core state, the last applied offset, the raw sources applied) is written to
+the ``core-state`` table (changelog topic, one record per changelog batch
+because of Tansu's high-watermark fault) every
+``processors.snapshot_every_messages`` shuffle messages of its partition or
+once the oldest uncovered message is ``processors.snapshot_interval_s`` old
+(checked on every batch and on the timer), and only then are the events it
+covers acknowledged, so the committed shuffle offset never passes the last
+snapshot. After a crash, restart or rebalance the snapshot is restored;
+re-delivered events at or below its offset are skipped and the ones after it
+are applied again to the restored state, so state is exact; outputs are
+at-least-once with deterministic keys. On partition revocation and on
+shutdown the pending snapshots are written too (fewer events to re-apply;
+exactness does not depend on it). Output and enriched topics are produced
+with confluent-kafka (throughput; platform teams read them).
 
 Timer: every ``processors.tick_s`` seconds each core's windows are closed on
 wall-clock time when its stream is idle, and the output producer is polled.
@@ -30,6 +38,7 @@ wall-clock time when its stream is idle, and the output producer is polled.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -85,6 +94,10 @@ class ProcessorMetrics:
         self.duplicates = Counter("fabricflow_processors_duplicate_batches_total", "Shuffle batches skipped because their raw batch was already applied (re-produced after a restart)", registry=r)
         self.undecodable = Counter("fabricflow_processors_undecodable_messages_total", "Messages that are not fabricflow batches", ["topic"], registry=r)
         self.shards = Gauge("fabricflow_processors_shards", "Detector shards (shuffle partitions) owned by this worker", registry=r)
+        self.shuffle_messages = Counter("fabricflow_processors_shuffle_messages_total", "Shuffle messages applied to a detector shard", registry=r)
+        self.reused = Counter("fabricflow_processors_reused_batches_total", "Shuffle flow batches whose records prepare had enriched in this worker (not decoded and enriched again)", registry=r)
+        self.snapshots = Counter("fabricflow_processors_snapshots_total", "Shard state snapshots written to the core-state table", registry=r)
+        self.unsnapshotted = Gauge("fabricflow_processors_unsnapshotted_messages", "Shuffle messages applied but not yet covered by a snapshot (not acked)", registry=r)
         self.reloads = Counter("fabricflow_processors_inventory_reloads_total", "Inventory reloads", ["result"], registry=r)
         self.last_error: str | None = None
         self.last_error_at = 0.0
@@ -163,6 +176,14 @@ class Processors:
         self.cores: dict[int, ProcessorCore] = {}
         self.last_offset: dict[int, int] = {}
         self.sources: dict[int, dict[str, tuple[int, int]]] = {}  # shard -> raw "topic:partition" -> (offset, chunk) applied
+        self.pending: dict[int, list] = {}  # shard -> events applied but not yet covered by a snapshot (unacked)
+        self.pending_since: dict[int, float] = {}  # shard -> monotonic time of its oldest pending event
+        # shard -> {(raw "topic:partition", offset, chunk): (length, CRC32 of the shuffle message, enriched rows,
+        # unknown addresses, inventory)}
+        # in production order: what prepare enriched for a shuffle message this worker's detect will read.
+        self.reuse: dict[int, dict[tuple, tuple]] = {}
+        self.assigned: set[int] | None = None  # shuffle partitions assigned to this worker (None: not tracked, tests)
+        self.reuse_records = 0
         self.publisher = OutputPublisher(s)
         self.metrics = ProcessorMetrics()
         self.prepare_core = ProcessorCore(self.inventory, self.config)  # enrichment only
@@ -200,6 +221,7 @@ class Processors:
         @app.agent(raw, name="prepare")
         async def prepare(stream):
             async for event in stream.events():
+                await self._let_detect_catch_up()
                 try:
                     m = event.message
                     self.handle_raw(m.topic, event.key, event.value, m.partition, m.offset)
@@ -208,27 +230,53 @@ class Processors:
 
         @app.agent(shuffle, name="detect")
         async def detect(stream):
-            async for event in stream.events():
-                part, off = event.message.partition, event.message.offset
+            # Manual acks: an event is acknowledged only once a snapshot covering it is in the table.
+            self._detect_stream = stream
+            try:
+                async for events in stream.noack_take(p.detect_batch_messages, within=p.detect_batch_wait_s):
+                    # Events of an older consumer generation (taken before a rebalance) are dropped unacked:
+                    # their partition's current owner gets them again from the committed offset.
+                    self.handle_shuffle_events(events, app.consumer_generation_id)
+                    await self._ack(stream, self.write_due_snapshots(time.monotonic()))
+            finally:  # shutdown: write what is pending (best effort; the acks may not be committed any more)
                 try:
-                    snap = self.handle_shuffle(part, off, event.value, source_of(event.message.headers))
-                except Exception as e:
-                    self._failed("detect", e)
-                    continue
-                if snap is not None:
-                    self.state[str(part).encode()] = snap
+                    await self._ack(stream, self.write_due_snapshots(time.monotonic(), force=True))
+                except Exception:  # noqa: BLE001 (exactness does not depend on this snapshot)
+                    log.debug("final snapshots not written", exc_info=True)
 
         @app.timer(interval=p.tick_s)
         async def tick():
             self.on_tick(int(time.time() * 1000))
+            stream = getattr(self, "_detect_stream", None)
+            if stream is not None:  # idle partitions: snapshot (and ack) what is older than snapshot_interval_s
+                await self._ack(stream, self.write_due_snapshots(time.monotonic()))
+
+        @app.on_partitions_assigned.connect
+        async def assigned(_app, assigned, **kw):
+            self.assigned = {tp.partition for tp in app.consumer.assignment() if tp.topic == t.shuffle}
 
         @app.on_partitions_revoked.connect
         async def revoked(_app, revoked, **kw):
-            for tp in revoked:
-                if tp.topic == t.shuffle:
-                    self.cores.pop(tp.partition, None)
-                    self.last_offset.pop(tp.partition, None)
-                    self.sources.pop(tp.partition, None)
+            gone = [tp.partition for tp in revoked if tp.topic == t.shuffle]
+            if self.assigned is not None:
+                # Events of these partitions still in the take buffer must not be applied (nor snapshotted) here.
+                self.assigned.difference_update(gone)
+            for part in gone:
+                if self.pending.get(part):
+                    # Snapshot what this worker applied so the next owner re-applies less; flushed below before
+                    # the rebalance completes. Not acked: re-delivered events up to its offset are skipped.
+                    try:
+                        self.write_snapshot(part)
+                    except Exception:  # noqa: BLE001
+                        log.warning("shard %d: snapshot on revocation failed (events are re-applied)", part, exc_info=True)
+                self.cores.pop(part, None)
+                self.last_offset.pop(part, None)
+                self.sources.pop(part, None)
+                self._forget(part)
+                self.pending.pop(part, None)
+                self.pending_since.pop(part, None)
+            if gone:
+                await app.producer.flush()
             self.publisher.flush()
 
         self._shuffle_topic = t.shuffle
@@ -266,11 +314,20 @@ class Processors:
                 # The shuffle carries the raw records of each shard; detect enriches them again (same inventory).
                 # Enriching costs ~1 us/record, Avro with the enriched string columns ~10 us/record (encode + decode).
                 step = self.settings.processors.enriched_max_records
-                for shard in np.unique(shards):
-                    part = flows[shards == shard]
+                unknown_rows = self.prepare_core.enricher.last_unknown_rows
+                for shard in np.unique(shards).tolist():
+                    sel = shards == shard
+                    part = flows[sel]
+                    # this worker's detect owns the shard (assigned by Faust, or already detecting it)
+                    reuse = offset >= 0 and (shard in self.cores or (self.assigned is not None and shard in self.assigned))
+                    if reuse:
+                        part_enriched, part_unknown = enriched[sel], unknown_rows[sel]
                     for chunk, i in enumerate(range(0, len(part), step)):
                         msg = codec.encode_batch("flow_batch", part[i : i + step])
-                        self.publisher.produce(self._shuffle_topic, str(int(shard)).encode(), msg, partition=int(shard), headers=src(chunk))
+                        if reuse:
+                            self._remember(shard, (f"{topic}:{partition}", offset, chunk), msg,
+                                           part_enriched[i : i + step], int(part_unknown[i : i + step].sum()))
+                        self.publisher.produce(self._shuffle_topic, str(shard).encode(), msg, partition=shard, headers=src(chunk))
             elif name == "counter_batch":
                 shard = zlib.crc32(key or b"") % self.partitions
                 self.publisher.produce(self._shuffle_topic, key or b"", value, partition=shard, headers=src(0))
@@ -281,6 +338,48 @@ class Processors:
             self.metrics.undecodable.labels(topic).inc()
             log.warning("undecodable message on %s: %s", topic, e)
         self.publisher.poll()
+
+    async def _let_detect_catch_up(self, max_wait_s: float = 0.5) -> None:
+        """Backpressure for the reuse cache: while it is 3/4 full, wait (bounded) so detect reads what prepare kept."""
+        cap = self.settings.processors.reuse_enriched_records
+        if not cap or self.reuse_records < cap * 3 // 4:
+            return
+        deadline = time.monotonic() + max_wait_s
+        while self.reuse_records >= cap // 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+
+    def _remember(self, shard: int, key: tuple, msg: bytes, enriched: np.ndarray, unknown: int) -> None:
+        if self.reuse_records + len(enriched) > self.settings.processors.reuse_enriched_records:
+            return  # full: detect is far behind; it decodes and enriches these itself
+        self.reuse.setdefault(shard, {})[key] = (len(msg), zlib.crc32(msg), enriched, unknown, self.inventory)
+        self.reuse_records += len(enriched)
+
+    def _reused(self, shard: int, source: tuple | None, value: bytes):
+        """(enriched rows, unknown addresses) prepare kept for this exact shuffle message, else None.
+
+        Entries of the shard remembered before it are dropped (detect reads a shard in production order, so
+        they were skipped). A hit needs the same bytes (length + CRC32) and the current inventory, so the
+        rows equal what decoding and enriching the message would give.
+        """
+        entries = self.reuse.get(shard)
+        if not entries or source is None:
+            return None
+        key = (source[0], *source[1])
+        if key not in entries:
+            return None
+        while True:
+            k, (n_bytes, crc, enriched, unknown, inventory) = next(iter(entries.items()))
+            del entries[k]
+            self.reuse_records -= len(enriched)
+            if k == key:
+                break
+        if n_bytes != len(value) or inventory is not self.inventory or crc != zlib.crc32(value):
+            return None
+        return enriched, unknown
+
+    def _forget(self, shard: int) -> None:
+        for _n, _c, enriched, _u, _i in self.reuse.pop(shard, {}).values():
+            self.reuse_records -= len(enriched)
 
     def core_for(self, partition: int) -> ProcessorCore:
         core = self.cores.get(partition)
@@ -296,8 +395,73 @@ class Processors:
             self.cores[partition] = core
         return core
 
-    def handle_shuffle(self, partition: int, offset: int, value: bytes, source: tuple | None = None) -> bytes | None:
-        """Process one shuffle message; returns the new state snapshot (None when the message was already applied).
+    # ------------------------------------------------------------------ detect: events, snapshots, acks
+
+    def handle_shuffle_events(self, events, generation: int | None = None) -> None:
+        """Apply Faust events of the shuffle topic in order; each becomes pending until a snapshot covers it.
+
+        ``generation``: the consumer generation; events fetched in an older one are ignored (not acked), as are
+        events of partitions revoked since they were taken (their next owner gets them from the committed offset).
+        """
+        now = time.monotonic()
+        for ev in events:
+            m = ev.message
+            part = m.partition
+            if generation is not None and getattr(m, "generation_id", generation) != generation:
+                continue
+            if self.assigned is not None and part not in self.assigned:
+                continue  # revoked while the event waited in the take buffer
+            try:
+                self.handle_shuffle(part, m.offset, ev.value, source_of(m.headers))
+            except Exception as e:  # skipped and counted, like an undecodable message; acked with the next snapshot
+                self._failed("detect", e)
+            pend = self.pending.setdefault(part, [])
+            if not pend:
+                self.pending_since[part] = now
+            pend.append(ev)
+
+    def write_due_snapshots(self, now: float, force: bool = False) -> list:
+        """Write the snapshot of every shard that is due (or has pending events, ``force``); return the events now covered."""
+        p = self.settings.processors
+        covered: list = []
+        for part, pend in list(self.pending.items()):
+            if pend and (force or len(pend) >= p.snapshot_every_messages or now - self.pending_since[part] >= p.snapshot_interval_s):
+                covered += self.write_snapshot(part)
+        self.metrics.unsnapshotted.set(sum(len(v) for v in self.pending.values()))
+        return covered
+
+    def write_snapshot(self, partition: int) -> list:
+        """Store the shard's snapshot in the ``core-state`` table; return (and clear) the pending events it covers."""
+        data = self.snapshot(partition)
+        key = str(partition).encode()
+        send = getattr(self.state, "send_changelog", None)
+        if send is not None:
+            # Same as ``table[key] = data`` inside the stream, also from the timer / rebalance callbacks:
+            # changelog partition = shuffle partition (co-partitioned), then the local store.
+            send(partition, key, data)
+            self.state.data[key] = data
+        else:  # a plain dict (tests)
+            self.state[key] = data
+        self.metrics.snapshots.inc()
+        self.pending_since.pop(partition, None)
+        return self.pending.pop(partition, [])
+
+    @staticmethod
+    async def _ack(stream, events) -> None:
+        for ev in events:
+            await stream.ack(ev)
+
+    def snapshot(self, partition: int) -> bytes:
+        """The shard's state: core snapshot, last applied shuffle offset, raw sources applied (zlib'd JSON)."""
+        core = self.core_for(partition)
+        seen = self.sources.get(partition, {})
+        snap = {"offset": self.last_offset.get(partition, -1), "core": core.snapshot(), "sources": {k: list(v) for k, v in seen.items()}}
+        return zlib.compress(json.dumps(snap, separators=(",", ":")).encode(), 1)
+
+    def handle_shuffle(self, partition: int, offset: int, value: bytes, source: tuple | None = None) -> bool:
+        """Process one shuffle message; False when it was already applied (skipped).
+
+        The state is not snapshotted here: see :meth:`write_due_snapshots`.
 
         Skipped: messages at or below the offset the restored snapshot covers
         (Kafka re-delivery), and messages whose ``source`` (raw partition,
@@ -306,19 +470,24 @@ class Processors:
         """
         core = self.core_for(partition)
         if offset <= self.last_offset.get(partition, -1):
-            return None  # re-delivered after a restart: already in the restored state
+            return False  # re-delivered after a restart: already in the restored state
         seen = self.sources.setdefault(partition, {})
         if source is not None:
             key, pos = source
             if key in seen and pos <= seen[key]:
                 self.metrics.duplicates.inc()
                 self.last_offset[partition] = offset
-                return None
+                return False
             seen[key] = pos
         try:
             name = codec.schema_of(value)
             if name == "flow_batch":
-                _enriched, outs = core.process_raw(codec.decode_batch(value))
+                hit = self._reused(partition, source, value)
+                if hit is not None:  # enriched by prepare in this worker: no decode, no second enrichment
+                    self.metrics.reused.inc()
+                    outs = core.process_enriched(core.adopt_enriched(*hit))
+                else:
+                    _enriched, outs = core.process_raw(codec.decode_batch(value))
             elif name == "flow_enriched_batch":  # written by workers before the shuffle carried raw batches
                 outs = core.process_enriched(codec.decode_batch(value))
             elif name == "counter_batch":
@@ -331,16 +500,24 @@ class Processors:
             self.metrics.undecodable.labels(self._shuffle_topic).inc()
             log.warning("undecodable shuffle message p%d@%d: %s", partition, offset, e)
             outs = []
-        self._count_outputs(outs)
-        self.publisher.outputs(outs)
+        self._emit(outs)
         self.publisher.poll()
         self.last_offset[partition] = offset
-        snap = {"offset": offset, "core": core.snapshot(), "sources": {k: list(v) for k, v in seen.items()}}
-        return zlib.compress(json.dumps(snap, separators=(",", ":")).encode(), 1)
+        self.metrics.shuffle_messages.inc()
+        return True
+
+    def _emit(self, outs) -> None:
+        self._count_outputs(outs)
+        self.publisher.outputs(outs)
 
     def _count_outputs(self, outs) -> None:
+        if not outs:
+            return
+        kinds: dict[str, int] = {}
         for o in outs:
-            self.metrics.outputs.labels(o.kind).inc()
+            kinds[o.kind] = kinds.get(o.kind, 0) + 1
+        for kind, n in kinds.items():
+            self.metrics.outputs.labels(kind).inc(n)
 
     def on_tick(self, now_ms: int) -> None:
         if self.watcher is not None:
@@ -348,6 +525,8 @@ class Processors:
             if self.watcher.maybe_reload(now_ms / 1000.0):
                 self.inventory = self.watcher.inventory
                 self.prepare_core.set_inventory(self.inventory)
+                for shard in list(self.reuse):
+                    self._forget(shard)
                 for core in self.cores.values():
                     core.set_inventory(self.inventory)
                 self.metrics.reloads.labels("ok").inc()
@@ -366,6 +545,7 @@ class Processors:
         self.metrics.too_late.labels("main").set(late_main)
         self.metrics.too_late.labels("incast").set(late_incast)
         self.metrics.shards.set(len(self.cores))
+        self.metrics.unsnapshotted.set(sum(len(v) for v in self.pending.values()))
         self.publisher.poll()
 
 

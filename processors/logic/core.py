@@ -132,18 +132,31 @@ class ProcessorCore:
     def process_enriched(self, enriched: np.ndarray) -> list[Output]:
         if len(enriched) == 0:
             return []
+        interned = None
         if self._detector_codes is None:
             out = self.engine.process_flows(enriched)
+            if self.engine.last_codes is not None:  # policy reuses the engine's string codes of this very batch
+                interned = (self.engine.last_codes, self.engine.interner.strings)
         else:  # one observation layer for the traffic detectors (no double counting)
             out = self.engine.process_flows(enriched[np.isin(enriched["export_protocol"], self._detector_codes)])
         self.watermark_ms = max(self.watermark_ms, int(enriched[self.config.time_field].max()))
-        out.extend(Output("alert", a["dedup_key"], a) for a in self.policy.process(enriched, self.watermark_ms))
+        out.extend(Output("alert", a["dedup_key"], a) for a in self.policy.process(enriched, self.watermark_ms, interned))
         self.stats.outputs += len(out)
         return out
 
     def process_raw(self, flows: np.ndarray) -> tuple[np.ndarray, list[Output]]:
         enriched = self.enrich(flows)
         return enriched, self.process_enriched(enriched)
+
+    def adopt_enriched(self, enriched: np.ndarray, unknown_addresses: int) -> np.ndarray:
+        """Stand-in for :meth:`enrich` when another core already enriched these raw records with the same inventory.
+
+        ``unknown_addresses``: what that enrichment counted for exactly these records; the stats (part of the
+        snapshot) then equal those of ``enrich`` on the raw records.
+        """
+        self.stats.unknown_addresses += int(unknown_addresses)
+        self.stats.raw_records += len(enriched)
+        return enriched
 
     def process_counters(self, counters: np.ndarray) -> list[Output]:
         self.stats.counter_samples += len(counters)

@@ -75,11 +75,13 @@ class Engine:
         self.pattern = PatternDetector(cfg.pattern)
         self.link = LinkHealthDetector(cfg.link, switch_name)
         self.records_in = 0
+        self.last_codes: dict[str, np.ndarray] | None = None  # string columns of the last flow batch, as interner codes
 
     # -- flows -------------------------------------------------------------------
     def process_flows(self, batch: np.ndarray) -> list[Output]:
         """One enriched flow batch (``dtype_for("flow_enriched")``) -> outputs of windows it closed."""
         n = len(batch)
+        self.last_codes = None
         if n == 0:
             return []
         self.records_in += n
@@ -88,6 +90,8 @@ class Engine:
             batch["src_node"], batch["dst_node"], batch["src_group"], batch["dst_group"],
             batch["src_job"], batch["dst_job"], batch["category"],
         )
+        self.last_codes = {"src_node": sn, "dst_node": dn, "src_group": sg, "dst_group": dg,
+                           "src_job": sj, "dst_job": dj, "category": cat}
         times = batch[cfg.time_field].astype(np.int64)
         packets = batch["packets"].astype(np.int64)
         bytes_est = batch["bytes_est"].astype(np.int64)

@@ -91,13 +91,14 @@ class PolicyEngine:
         self.now_ms = now
         return now
 
-    def process(self, batch: np.ndarray, watermark_ms: int) -> list[dict]:
+    def process(self, batch: np.ndarray, watermark_ms: int, interned=None) -> list[dict]:
         """Run all rules over one enriched batch; return the alerts to emit at ``watermark_ms``.
 
         The watermark never goes back: an older one is treated as the current one.
+        ``interned``: string columns of this batch already coded by the caller (see ``BatchContext``).
         """
         now = self._advance(watermark_ms)
-        ctx = BatchContext(batch, self.cluster)
+        ctx = BatchContext(batch, self.cluster, interned)
         conds: list[Condition] = []
         for rule in self.rules:
             conds.extend(rule.observe(ctx, now))

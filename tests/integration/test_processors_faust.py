@@ -99,7 +99,7 @@ def collect(settings, expected, timeout_s=120, proc=None):
     return got
 
 
-def _settings(kafka_bootstrap, unique_topic, tmp_path):
+def _settings(kafka_bootstrap, unique_topic, tmp_path, **processors):
     return settings_for(
         kafka_bootstrap,
         unique_topic,
@@ -114,6 +114,7 @@ def _settings(kafka_bootstrap, unique_topic, tmp_path):
             # The whole input is produced at once, so one raw partition can be consumed a minute of event
             # time ahead of the other; lateness must cover that skew (docs/operations.md, "Event time").
             "allowed_lateness_s": 120,
+            **processors,
         },
     )
 
@@ -145,7 +146,9 @@ def test_worker_outputs_equal_replay(kafka_bootstrap, unique_topic, tmp_path):
 
 
 def test_worker_killed_mid_stream_recovers_same_outputs(kafka_bootstrap, unique_topic, tmp_path):
-    s = _settings(kafka_bootstrap, unique_topic, tmp_path)
+    # Snapshots every 3 shuffle messages (no time rule within the test): the kill lands between snapshots, so the
+    # restarted worker restores the last snapshot and re-applies the unacknowledged messages after it.
+    s = _settings(kafka_bootstrap, unique_topic, tmp_path, snapshot_every_messages=3, snapshot_interval_s=600)
     create_topics(s)
     batches = training_batches(seed=2)
     expected = expected_outputs(s, batches)

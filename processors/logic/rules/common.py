@@ -16,6 +16,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 
 import numpy as np
@@ -104,6 +105,20 @@ def factorize(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uniq, inv.astype(np.int64).reshape(-1)
 
 
+def factorize_interned(codes: np.ndarray, strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``factorize`` of a string column given as integer codes into ``strings`` (same result, no string hashing)."""
+    codes = np.asarray(codes)
+    if len(codes) == 0:
+        return np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
+    u, inv = np.unique(codes, return_inverse=True)
+    dic = np.empty(len(u), dtype=object)
+    dic[:] = [strings[i] for i in u.tolist()]  # one per distinct value
+    order = np.argsort(dic, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return dic[order], rank[inv.reshape(-1)]
+
+
 class GroupBy:
     """Group rows by several key columns; groups come out sorted by key values."""
 
@@ -184,7 +199,9 @@ def format_tuple(proto: int, src16, sport: int, dst16, dport: int) -> str:
 class BatchContext:
     """An enriched flow batch plus cached derived columns."""
 
-    def __init__(self, batch: np.ndarray, cluster: Networks):
+    def __init__(self, batch: np.ndarray, cluster: Networks, interned: tuple[Mapping[str, np.ndarray], Sequence[str]] | None = None):
+        """``interned``: (column name -> integer codes, code -> string) the caller already computed for this
+        batch (the detector engine's interner); ``codes`` then factorizes those integers instead of the strings."""
         missing = [f for f in ENRICHED_DTYPE.names if f not in (batch.dtype.names or ())]
         if missing:
             raise ValueError(f"batch is not an enriched flow batch; missing fields: {missing[:5]}")
@@ -192,6 +209,7 @@ class BatchContext:
         self.cluster = cluster
         self.n = len(batch)
         self._codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._interned = interned
 
     # --- basic columns
     @cached_property
@@ -227,7 +245,10 @@ class BatchContext:
     def codes(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """(uniques, codes) of a string column, computed once per batch."""
         if name not in self._codes:
-            self._codes[name] = factorize(self.batch[name])
+            if self._interned is not None and name in self._interned[0]:
+                self._codes[name] = factorize_interned(self._interned[0][name], self._interned[1])
+            else:
+                self._codes[name] = factorize(self.batch[name])
         return self._codes[name]
 
     def code_col(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:

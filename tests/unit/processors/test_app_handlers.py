@@ -13,11 +13,11 @@ from tests.synth import training_batches
 INVENTORY = Path(__file__).resolve().parents[2] / "data" / "cluster_inventory.yaml"
 
 
-def _proc(tmp_path):
+def _proc(tmp_path, **processors):
     s = load_settings(
         None,
         kafka={"bootstrap_servers": "127.0.0.1:9", "partitions": 2},
-        processors={"inventory": str(INVENTORY), "datadir": str(tmp_path), "metrics_port": 0, "web_port": 0},
+        processors={"inventory": str(INVENTORY), "datadir": str(tmp_path), "metrics_port": 0, "web_port": 0, **processors},
     )
     p = Processors(s)
     sent = []
@@ -54,11 +54,12 @@ def test_shuffle_redelivery_after_restore_is_skipped(tmp_path):
         e = p.prepare_core.enrich(b)
         msgs.append(codec.encode_batch("flow_batch", b[shard_of(e, 2) == 0]))
     for off, m in enumerate(msgs[:20]):
-        p.state[b"0"] = p.handle_shuffle(0, off, m)
+        p.handle_shuffle(0, off, m)
+    p.write_snapshot(0)
     # A new worker (restart) restores the snapshot; Kafka re-delivers from an older committed offset.
     q, sent2 = _proc(tmp_path)
     q.state = {b"0": p.state[b"0"]}
-    assert q.handle_shuffle(0, 15, msgs[15]) is None  # already in the snapshot: skipped
+    assert q.handle_shuffle(0, 15, msgs[15]) is False  # already in the snapshot: skipped
     for off in range(20, len(msgs)):
         p.handle_shuffle(0, off, msgs[off])
         q.handle_shuffle(0, off, msgs[off])
@@ -68,7 +69,7 @@ def test_shuffle_redelivery_after_restore_is_skipped(tmp_path):
 def test_undecodable_messages_are_counted_not_fatal(tmp_path):
     p, sent = _proc(tmp_path)
     p.handle_raw("flows.raw.v1", b"k", b"not avro")
-    assert p.handle_shuffle(0, 0, b"\xc3\x01garbage") is not None
+    assert p.handle_shuffle(0, 0, b"\xc3\x01garbage") is True
     assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic="flows.raw.v1") == 1
     assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic=p.settings.kafka.topics.shuffle) == 1
     p._failed("detect", RuntimeError("boom"))
@@ -89,6 +90,148 @@ def test_batches_reproduced_by_prepare_after_a_restart_are_applied_once(tmp_path
     before = {k: c.snapshot() for k, c in p.cores.items()}
     # The same shuffle messages again, at later offsets (as re-produced after a restart):
     for i, (part, v, h) in enumerate(shuffle):
-        assert p.handle_shuffle(part, 1000 + i, v, source_of(h)) is None
+        assert p.handle_shuffle(part, 1000 + i, v, source_of(h)) is False
     assert {k: c.snapshot() for k, c in p.cores.items()} == before
     assert _metric(p, "fabricflow_processors_duplicate_batches_total") == len(shuffle)
+
+
+# ---------------------------------------------------------------------------- manual acks, snapshots every N / T
+
+
+class _Msg:
+    def __init__(self, partition, offset, headers=None, generation_id=None):
+        self.partition, self.offset, self.headers, self.generation_id = partition, offset, headers, generation_id
+
+
+class _Event:
+    def __init__(self, partition, offset, value, headers=None, generation_id=None):
+        self.message = _Msg(partition, offset, headers, generation_id)
+        self.value = value
+
+
+def _shard_msgs(p, seconds=30, shard=0):
+    out = []
+    for _e, b in training_batches(seconds=seconds):
+        e = p.prepare_core.enrich(b)
+        out.append(codec.encode_batch("flow_batch", b[shard_of(e, 2) == shard]))
+    return out
+
+
+def _state_of(p, part):
+    return p.cores[part].snapshot(), p.last_offset[part]
+
+
+def test_snapshot_every_n_messages_acks_only_covered_events(tmp_path):
+    p, _sent = _proc(tmp_path)
+    n = p.settings.processors.snapshot_every_messages
+    msgs = _shard_msgs(p)
+    events = [_Event(0, off, m) for off, m in enumerate((msgs * 4)[: n + 5])]
+    acked = []
+    for ev in events[: n - 1]:
+        p.handle_shuffle_events([ev])
+        acked += p.write_due_snapshots(now=0.0)
+    assert acked == [] and b"0" not in p.state  # nothing snapshotted yet: nothing may be committed
+    p.handle_shuffle_events(events[n - 1 : n + 5])
+    acked += p.write_due_snapshots(now=0.0)
+    assert [e.message.offset for e in acked] == list(range(n + 5))  # one snapshot covers all of them
+    assert _metric(p, "fabricflow_processors_snapshots_total") == 1
+    # The time rule: an idle partition's pending events are snapshotted once the oldest is snapshot_interval_s old.
+    p.handle_shuffle_events([_Event(0, n + 5, msgs[0])])
+    t0 = p.pending_since[0]
+    assert p.write_due_snapshots(now=t0 + 0.1) == []
+    assert [e.message.offset for e in p.write_due_snapshots(now=t0 + p.settings.processors.snapshot_interval_s)] == [n + 5]
+
+
+def test_crash_between_snapshots_recovers_exactly(tmp_path):
+    """Events applied after the last snapshot were not acked: Kafka re-delivers them from the committed offset
+    (= last acked + 1) to the restarted worker, which re-applies them to the restored state."""
+    snap_every = 7
+    p, _sent = _proc(tmp_path, snapshot_every_messages=snap_every)
+    msgs = _shard_msgs(p)
+    committed = 0  # the consumer group's committed offset = 1 + highest contiguous acked offset
+    crash_at = 25  # events 21..24 are applied (outputs produced) but not covered by a snapshot
+    for off in range(crash_at):
+        p.handle_shuffle_events([_Event(0, off, msgs[off])])
+        for ev in p.write_due_snapshots(now=0.0):
+            assert ev.message.offset == committed
+            committed = ev.message.offset + 1
+    assert committed == 21 and len(p.pending[0]) == 4
+    # Crash: the worker's memory is lost; the table (changelog) holds the snapshot at offset 20.
+    q, _ = _proc(tmp_path, snapshot_every_messages=snap_every)
+    q.state = dict(p.state)
+    for off in range(committed, len(msgs)):
+        q.handle_shuffle_events([_Event(0, off, msgs[off])])
+        q.write_due_snapshots(now=0.0)
+    # An uninterrupted worker:
+    r, _ = _proc(tmp_path)
+    for off in range(len(msgs)):
+        r.handle_shuffle(0, off, msgs[off])
+    assert _state_of(q, 0) == _state_of(r, 0)
+    # ... and the restored worker wrote the same snapshot an uninterrupted one would.
+    import json
+    import zlib
+
+    assert json.loads(zlib.decompress(q.snapshot(0))) == json.loads(zlib.decompress(r.snapshot(0)))
+
+
+def test_events_of_an_older_consumer_generation_are_ignored(tmp_path):
+    p, _ = _proc(tmp_path)
+    msgs = _shard_msgs(p, seconds=3)
+    p.handle_shuffle_events([_Event(0, 0, msgs[0], generation_id=1), _Event(0, 1, msgs[1], generation_id=2)], generation=2)
+    assert [e.message.offset for e in p.pending[0]] == [1]
+    assert p.last_offset[0] == 1 and _metric(p, "fabricflow_processors_shuffle_messages_total") == 1
+
+
+def test_force_snapshot_covers_every_pending_partition(tmp_path):
+    p, _ = _proc(tmp_path)
+    m0, m1 = _shard_msgs(p, seconds=3, shard=0), _shard_msgs(p, seconds=3, shard=1)
+    p.handle_shuffle_events([_Event(0, 0, m0[0]), _Event(1, 0, m1[0]), _Event(0, 1, m0[1])])
+    acked = p.write_due_snapshots(now=0.0, force=True)
+    assert sorted((e.message.partition, e.message.offset) for e in acked) == [(0, 0), (0, 1), (1, 0)]
+    assert set(p.state) == {b"0", b"1"} and p.pending == {}
+
+
+def test_reusing_prepares_enriched_records_gives_the_same_state_and_outputs(tmp_path):
+    """detect takes prepare's enriched rows for its own shards (no decode, no second enrichment): same result."""
+    from processors.app import source_of
+
+    runs = []
+    for reuse in (262_144, 0):
+        p, sent = _proc(tmp_path, reuse_enriched_records=reuse)
+        for shard in (0, 1):
+            p.core_for(shard)  # this worker owns both shards
+        shuffle_topic = p.settings.kafka.topics.shuffle
+        offsets = {0: 0, 1: 0}
+        for i, (exp, b) in enumerate(training_batches(seconds=20)):
+            n0 = len(sent)
+            p.handle_raw("flows.raw.v1", exp.encode(), codec.encode_batch("flow_batch", b), 0, i)
+            for t, _k, v, part, h in sent[n0:]:
+                if t == shuffle_topic:
+                    p.handle_shuffle(part, offsets[part], v, source_of(h))
+                    offsets[part] += 1
+        outputs = [(t, k, v) for t, k, v, _p, _h in sent if t not in (shuffle_topic, p.settings.kafka.topics.flows_enriched)]
+        runs.append(({k: c.snapshot() for k, c in p.cores.items()}, outputs, _metric(p, "fabricflow_processors_reused_batches_total")))
+    (snap_a, out_a, reused_a), (snap_b, out_b, reused_b) = runs
+    assert reused_a > 0 and reused_b == 0
+    assert snap_a == snap_b and out_a == out_b and len(out_a) > 0
+
+
+def test_reuse_needs_the_same_message_bytes(tmp_path):
+    from processors.app import source_of
+
+    p, sent = _proc(tmp_path)
+    p.core_for(0), p.core_for(1)
+    exp, b = training_batches(seconds=2)[0]
+    p.handle_raw("flows.raw.v1", exp.encode(), codec.encode_batch("flow_batch", b), 0, 7)
+    (part, v, h), *_ = [(part, v, h) for t, _k, v, part, h in sent if t == p.settings.kafka.topics.shuffle]
+    other = codec.encode_batch("flow_batch", codec.decode_batch(v)[:3])  # e.g. another worker's message, same src
+    assert p._reused(part, source_of(h), other) is None
+    assert p.reuse_records == sum(len(e[2]) for d in p.reuse.values() for e in d.values())
+
+
+def test_events_of_a_revoked_partition_are_not_applied(tmp_path):
+    p, _ = _proc(tmp_path)
+    msgs = _shard_msgs(p, seconds=3)
+    p.assigned = {1}  # partition 0 was revoked while its events waited in the take buffer
+    p.handle_shuffle_events([_Event(0, 0, msgs[0])])
+    assert p.pending == {} and 0 not in p.cores and p.write_due_snapshots(now=0.0, force=True) == []
