@@ -7,61 +7,95 @@ SeaweedFS S3 on 127.0.0.1:38333; ``--kafka-port``/``--s3-port`` to move them),
 produces ``--rows`` raw flows spread over two event hours as FlowBatch
 messages of ``--batch`` rows (as ingest publishes them), then runs one
 ArchiveService in this process until every row is written and committed.
-Prints rows/s per stage: offline decode (codec + Arrow) of the same
-messages; the service's busy time (decode + buffer, Parquet to S3 + commit);
-its wall time from the first to the last message (writes of closed hours
-happen meanwhile); and the whole run including the consumer group join and
-the idle flush of the last open hour. One process, one thread. Stops the
-stack at the end.
+
+Prints rows/s per stage: offline decode (codec alone, then codec + Arrow) of
+the same messages; the service's consumer-thread time in ``handle`` (decode +
+buffer) and inside it the codec alone; the time spent writing Parquet to S3
+(whatever thread does it) and committing; the wall time from the first to the
+last message; **first message -> every row durable and committed** (the bench
+asks the service to stop, as SIGTERM does, once every row is consumed, so the
+last open hour is written at once instead of after ``idle_flush_s``); and the
+whole run including the group join. CPU: process CPU-seconds (all threads,
+librdkafka and s3fs included; the broker and S3 processes are not counted) per
+1 M rows over the service run.
+
+The code under test is this repository's, unless ``PYTHONPATH`` is set: then
+that tree is used (``PYTHONPATH=/work/main`` runs the old code with this bench,
+side by side). Stops the stack at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if not os.environ.get("PYTHONPATH"):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.archive import T0, make_batch  # noqa: E402
 from fabricflow.settings import load_settings  # noqa: E402
 from fabricflow.stack import EmbeddedStack  # noqa: E402
 from fabricflow.topics import ensure_topics  # noqa: E402
 from schemas import codec  # noqa: E402
+from sinks import service as service_mod  # noqa: E402
+from sinks.archive import ParquetWriter  # noqa: E402
 from sinks.arrow_schema import table_from_columns  # noqa: E402
 from sinks.service import ArchiveService  # noqa: E402
 
 
-class TimedService(ArchiveService):
-    """ArchiveService that times decode+buffer (handle) and write+commit (plans with files)."""
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
+
+class TimedService(ArchiveService):
+    """ArchiveService that times handle (consumer thread), Parquet writes (any thread) and commits,
+    and stops itself once ``expect_rows`` rows were consumed."""
+
+    expect_rows = 0
     first_msg: float | None = None
     last_msg: float | None = None
-    last_write: float | None = None
     t_handle = 0.0
+    cpu_handle = 0.0
+    t_decode = 0.0
     t_write = 0.0
+    t_commit = 0.0
+    t_stop: float | None = None
+    t_flushed: float | None = None
+
+    def flush(self, force: bool = False) -> None:
+        super().flush(force)
+        if force:
+            self.t_flushed = time.perf_counter()
 
     def handle(self, messages) -> None:
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         if self.first_msg is None and messages:
             self.first_msg = t0
         super().handle(messages)
         self.last_msg = time.perf_counter()
         self.t_handle += self.last_msg - t0
+        self.cpu_handle += time.thread_time() - c0
+        if self.t_stop is None and self.report["rows_in"] >= self.expect_rows:
+            self.t_stop = self.last_msg
+            self.stop()
 
-    def _execute(self, plan, force=False):
+    def _commit(self, offsets):
         t0 = time.perf_counter()
-        ok = super()._execute(plan, force)
-        if plan.files:
-            self.last_write = time.perf_counter()
-            self.t_write += self.last_write - t0
-        return ok
+        try:
+            return super()._commit(offsets)
+        finally:
+            self.t_commit += time.perf_counter() - t0
 
 
 def main() -> None:
@@ -70,10 +104,17 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4096, help="flow records per Kafka message")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--file-rows", type=int, default=250_000, help="max rows per Parquet file")
+    ap.add_argument("--batch-messages", type=int, default=1000, help="max messages per consume() call")
     ap.add_argument("--kafka-port", type=int, default=39092)
     ap.add_argument("--s3-port", type=int, default=38333)
     ap.add_argument("--s3-base-port", type=int, default=38400)
+    ap.add_argument("--repeat", type=int, default=1, help="service runs on the same messages (new group each)")
+    ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval for the run (GIL hand-over, s)")
+    ap.add_argument("--write-queue-rows", type=int, help="ArchiveService write_queue_rows (0 = no writer thread)")
+    ap.add_argument("--profile", help="write a cProfile of the service run (consumer thread) to this file")
     args = ap.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
 
     state = tempfile.mkdtemp(prefix="ffbench-stack-")
     base = load_settings(None, stack={"state_dir": state, "kafka_port": args.kafka_port, "s3_port": args.s3_port,
@@ -88,6 +129,9 @@ def main() -> None:
 
 
 def run(args, base, stack) -> None:
+    import sinks
+
+    print(f"code under test: {os.path.dirname(os.path.dirname(os.path.abspath(sinks.__file__)))}")
     prefix = f"b{uuid.uuid4().hex[:6]}."
     topics = {k: prefix + v for k, v in base.kafka.topics.model_dump().items() if k != "replay_prefix"}
     o = stack.s3_storage_options()
@@ -122,41 +166,121 @@ def run(args, base, stack) -> None:
                 p.poll(0.05)
     assert p.flush(60) == 0
     t_produce = time.perf_counter() - t0
+    del p
 
-    # -- offline decode of the same messages (what the service does per message before buffering)
-    t0 = time.perf_counter()
-    for m in msgs[: max(1, n_msgs // 4)]:
-        table_from_columns(codec.decode_batch(m), "flow_record")
-    t_decode = (time.perf_counter() - t0) * n_msgs / max(1, n_msgs // 4)
-    del msgs
-
-    # -- the service
-    svc = TimedService(s, group_id="bench-" + uuid.uuid4().hex[:6], metrics_port=0, batch_messages=64,
-                       max_rows=args.file_rows)
-    t0 = time.perf_counter()
-    rep = svc.run(max_seconds=150, idle_exit_s=3)
-    t_run = time.perf_counter() - t0
-    assert rep["rows_written"] == rows, rep
-    t_consume = svc.last_msg - svc.first_msg
-    t_busy = svc.t_handle + svc.t_write
-    fs = svc.fs
-    size = sum(fs.du(f"{svc.root}/flows_raw", total=False).values())
+    # -- offline decode of the same messages: codec alone, then codec + Arrow (CPU time, this thread)
+    sample = msgs[: max(1, n_msgs // 4)]
+    scale = n_msgs / len(sample)
+    c0 = time.thread_time()
+    arrs = [codec.decode_batch(m) for m in sample]
+    c_codec = (time.thread_time() - c0) * scale
+    c0 = time.thread_time()
+    for a in arrs:
+        table_from_columns(a, "flow_record")
+    c_arrow = (time.thread_time() - c0) * scale
+    del msgs, arrs, sample
 
     print(f"rows={rows:,} messages={n_msgs:,} x {args.batch:,} rows ({mbytes / n_msgs * 1e3:.0f} kB each, "
-          f"{mbytes * 1e6 / rows:.1f} B/row on the wire) partitions={args.partitions} "
-          f"files={rep['files_written']} ({size / rows:.1f} B/row in Parquet) commits={rep['commits']}")
-    print(f"{'stage':<34}{'rows/s':>14}{'seconds':>10}")
-    for name, secs in (
-        ("encode FlowBatch (bench input)", t_encode),
-        ("produce to Tansu (bench input)", t_produce),
-        ("decode + Arrow (offline, 1 core)", t_decode),
-        ("service: decode + buffer", svc.t_handle),
-        ("service: Parquet to S3 + commit", svc.t_write),
-        ("service: busy (the two above)", t_busy),
-        ("service: first -> last message", t_consume),
-        ("service: wall incl. join + idle", t_run),
-    ):
-        print(f"{name:<34}{rows / secs:>14,.0f}{secs:>10.2f}")
+          f"{mbytes * 1e6 / rows:.1f} B/row on the wire) partitions={args.partitions}")
+    print(f"{'stage':<44}{'rows/s':>12}{'seconds':>9}")
+
+    def line(name, secs):
+        print(f"{name:<44}{rows / secs:>12,.0f}{secs:>9.2f}")
+
+    line("encode FlowBatch (bench input)", t_encode)
+    line("produce to Tansu (bench input)", t_produce)
+    line("offline: codec.decode_batch (CPU)", c_codec)
+    line("offline: table_from_columns with text (CPU)", c_arrow)
+    for r in range(args.repeat):
+        one_service_run(args, s, rows, line, r)
+
+
+def one_service_run(args, s, rows, line, r) -> None:
+    # Time the codec inside the service and every Parquet write, whatever thread runs it.
+    real_decode = codec.decode_batch
+    real_write = ParquetWriter.write
+    lock = threading.Lock()
+    acc = {"decode": 0.0, "write": 0.0, "write_cpu": 0.0}
+
+    def timed_decode(*a, **k):
+        c0 = time.thread_time()
+        try:
+            return real_decode(*a, **k)
+        finally:
+            acc["decode"] += time.thread_time() - c0
+
+    def timed_write(self, f):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return real_write(self, f)
+        finally:
+            with lock:
+                acc["write"] += time.perf_counter() - t0
+                acc["write_cpu"] += time.thread_time() - c0
+
+    url = s.archive.url.rsplit("/", 1)[0] + f"/bench-{uuid.uuid4().hex[:6]}"  # a fresh archive per run
+    s = s.model_copy(update={"archive": s.archive.model_copy(update={"url": url})})
+    import sinks.archive as archive_mod
+
+    real_build = getattr(archive_mod, "build_table", None)
+    real_encode = getattr(ParquetWriter, "encode", None)
+
+    def cpu_timed(fn, key):
+        def wrapper(*a, **k):
+            c0 = time.thread_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                with lock:
+                    acc[key] = acc.get(key, 0.0) + time.thread_time() - c0
+        return wrapper
+
+    service_mod.codec.decode_batch = timed_decode
+    ParquetWriter.write = timed_write
+    if real_build is not None:  # the new code: the file's table is built in the writer
+        archive_mod.build_table = cpu_timed(real_build, "build")
+        ParquetWriter.encode = cpu_timed(real_encode, "encode")
+    try:
+        extra = {} if args.write_queue_rows is None else {"write_queue_rows": args.write_queue_rows}
+        svc = TimedService(s, group_id="bench-" + uuid.uuid4().hex[:6], metrics_port=0,
+                           batch_messages=args.batch_messages, max_rows=args.file_rows, **extra)
+        svc.expect_rows = rows
+        c0 = _cpu()
+        t0 = time.perf_counter()
+        if args.profile:
+            import cProfile
+
+            prof = cProfile.Profile()
+            rep = prof.runcall(svc.run, max_seconds=150, idle_exit_s=3)
+            prof.dump_stats(args.profile)
+        else:
+            rep = svc.run(max_seconds=150, idle_exit_s=3)
+        t_end = time.perf_counter()
+        cpu = _cpu() - c0
+    finally:
+        service_mod.codec.decode_batch = real_decode
+        ParquetWriter.write = real_write
+        if real_build is not None:
+            archive_mod.build_table = real_build
+            ParquetWriter.encode = real_encode
+    assert rep["rows_written"] == rows, rep
+    size = sum(svc.fs.du(f"{svc.root}/flows_raw", total=False).values())
+    print(f"-- service run {r + 1}: files={rep['files_written']} ({size / rows:.1f} B/row in Parquet) "
+          f"commits={rep['commits']} batch_messages={args.batch_messages}")
+    line("service: codec.decode_batch (CPU)", acc["decode"])
+    line("service: handle = decode + buffer (CPU)", svc.cpu_handle)
+    line("service: handle = decode + buffer (wall)", svc.t_handle)
+    line("service: Parquet to S3, summed (wall)", acc["write"])
+    line("service: Parquet to S3, summed (CPU)", acc["write_cpu"])
+    if "build" in acc:
+        line("  of which build the file's table (CPU)", acc["build"])
+        line("  of which Parquet encode (CPU)", acc["encode"])
+        line("  of which store on S3 (CPU)", acc["write_cpu"] - acc["build"] - acc["encode"])
+    print(f"{'service: commits (wall)':<44}{'':>12}{svc.t_commit:>9.2f}")
+    line("service: first -> last message", svc.last_msg - svc.first_msg)
+    line("service: first msg -> all durable+committed", svc.t_flushed - svc.first_msg)
+    line("service: wall incl. group join", t_end - t0)
+    print(f"{'process CPU-s per 1 M rows (service run)':<44}{cpu * 1e6 / rows:>12.2f}{cpu:>9.2f}")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if not os.environ.get("PYTHONPATH"):  # PYTHONPATH=<other tree> runs that tree's code with this script
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from schemas.columns import v4_column_to_addr16  # noqa: E402
 from sinks import layout  # noqa: E402

@@ -170,6 +170,11 @@ class ArchiveSettings(_Section):
     idle_flush_s: float = Field(60.0, gt=0, description="Flush buffered rows of idle partitions after this long")
     metrics_bind: str = Field("127.0.0.1", description="Address for the archive sink's /metrics and /healthz")
     metrics_port: int = Field(9182, ge=0, le=65535, description="Port for the archive sink's /metrics (0 = disabled)")
+    write_queue_rows: int = Field(
+        1_000_000, ge=0,
+        description="Rows of planned Parquet files that may wait for the sink's writer thread before decoding pauses "
+                    "(0 = write on the consumer thread, no overlap)",
+    )
     retention_days: dict[str, int] = Field(
         default_factory=lambda: {"flows_raw": 7, "counters_raw": 7, "flows_enriched": 14, "default": 90},
         description="Days to keep per dataset ('default' for the rest); enforced by `fabricflow sink retention`",

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sinks import layout
-from sinks.arrow_schema import arrow_schema, conform
+from sinks.arrow_schema import ADDR_TYPE, TEXT_ADDR_TYPE, arrow_schema, conform, table_from_columns, table_from_parts
 
 DEFAULT_GRACE_MS = 5 * 60_000
 DEFAULT_IDLE_MS = 2 * 60_000
@@ -52,17 +52,57 @@ ROW_GROUP_SIZE = 128 * 1024
 # ----------------------------------------------------------------------------- plan
 
 
-@dataclass
+def _rows(part) -> int:
+    return part.num_rows if isinstance(part, pa.Table) else len(part)
+
+
+def build_table(parts: list, avsc: str) -> pa.Table:
+    """One Arrow table (one chunk per column, derived text columns added) from buffered parts.
+
+    Parts are Arrow tables of the dataset's base columns or numpy structured arrays of
+    ``schemas.columns.dtype_for(avsc)``, in offset order. All-numpy parts are scattered once into
+    contiguous columns (:func:`sinks.arrow_schema.table_from_parts`) and wrapped without further
+    copies; the text columns are built once per file, from its distinct addresses.
+    """
+    if parts and all(isinstance(p, np.ndarray) for p in parts):
+        if len({p.dtype for p in parts}) == 1:
+            return table_from_parts(parts, avsc)
+    tables = [p if isinstance(p, pa.Table) else table_from_columns(p, avsc, text_addresses=False) for p in parts]
+    if not tables:
+        return arrow_schema(avsc).empty_table()
+    t = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return conform(t.combine_chunks(), avsc)
+
+
+@dataclass(eq=False)
 class FileToWrite:
-    """One object to write: the rows of one event hour from one Kafka partition."""
+    """One object to write: the rows of one event hour from one Kafka partition.
+
+    ``parts`` are the buffered pieces (see :func:`build_table`); :attr:`table` builds the
+    file's table on first use (in the writer, off the consumer thread) and keeps it.
+    """
 
     dataset: str
     hour: int
     partition: int
     first_offset: int
     last_offset: int
-    table: pa.Table
+    parts: list
     late: bool = False
+    _table: pa.Table | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.parts, pa.Table):
+            self.parts = [self.parts]
+        self.num_rows = sum(_rows(p) for p in self.parts)
+
+    @property
+    def table(self) -> pa.Table:
+        t = self._table
+        if t is None:
+            t = self._table = build_table(self.parts, layout.spec(self.dataset).avsc)
+            self.parts = []  # the table holds the rows now
+        return t
 
     def key(self, root: str) -> str:
         return layout.object_key(root, self.dataset, self.hour, self.partition, self.first_offset, self.last_offset)
@@ -169,11 +209,24 @@ class FsWrittenIndex(WrittenIndex):
 # ----------------------------------------------------------------------------- buffer
 
 
+def batch_dtype(avsc: str) -> np.dtype | None:
+    """numpy dtype of a dataset's decoded batches (None for record-only schemas)."""
+    from schemas.codec import BATCHES
+    from schemas.columns import dtype_for
+
+    return dtype_for(avsc) if avsc in BATCHES.values() else None
+
+
+def _take(batch, idx: np.ndarray):
+    """Rows ``idx`` of a table or structured array."""
+    return batch[idx] if isinstance(batch, np.ndarray) else batch.take(pa.array(idx))
+
+
 @dataclass
 class _Chunk:
     hour: int
     late: bool
-    tables: list = field(default_factory=list)
+    parts: list = field(default_factory=list)
     first: int = -1
     last: int = -1
     rows: int = 0
@@ -209,6 +262,7 @@ class HourlyBuffer:
     ) -> None:
         self.spec = layout.spec(dataset)
         self.dataset = dataset
+        self._dtype = batch_dtype(self.spec.avsc)
         self.partition = partition
         self.index = index if index is not None else WrittenIndex()
         self.grace_ms = grace_ms
@@ -236,14 +290,20 @@ class HourlyBuffer:
         """Record that messages up to ``offset`` were consumed (e.g. empty ones)."""
         self.consumed = max(self.consumed, int(offset))
 
-    def add(self, table: pa.Table, offsets) -> None:
-        """Buffer ``table``; ``offsets`` is the Kafka offset of each row (or one int for all).
+    def add(self, batch, offsets) -> None:
+        """Buffer ``batch``; ``offsets`` is the Kafka offset of each row (or one int for all).
+
+        ``batch`` is an Arrow table of the dataset's columns (derived text columns optional:
+        they are rebuilt per file) or a numpy structured array (``schemas.columns.dtype_for``
+        of the dataset's schema, as ``schemas.codec.decode_batch`` returns it: kept as is, by
+        reference, so it must not be modified afterwards; converted to Arrow only when its file
+        is built).
 
         Calls must come in offset order and every row of one Kafka message must
         be in the same call (rows of one message share its offset): a message
         split across calls could straddle a flush and defeat replay de-duplication.
         """
-        n = table.num_rows
+        n = _rows(batch)
         offs = np.full(n, offsets, dtype=np.int64) if np.isscalar(offsets) else np.asarray(offsets, dtype=np.int64)
         if len(offs) != n:
             raise ValueError(f"{len(offs)} offsets for {n} rows")
@@ -256,20 +316,27 @@ class HourlyBuffer:
                 f"offsets must increase across add() calls (consumed up to {self.consumed}, got {offs[0]}); "
                 "give all rows of one Kafka message in one call"
             )
-        table = conform(table, self.spec.avsc)
-        t = table.column(self.spec.time_column).to_numpy().astype(np.int64, copy=False)
+        if isinstance(batch, np.ndarray):
+            if batch.dtype != self._dtype:
+                batch = table_from_columns(batch, self.spec.avsc, text_addresses=False)
+        else:
+            batch = conform(batch, self.spec.avsc, text_addresses=False)
+        if isinstance(batch, np.ndarray):
+            t = batch[self.spec.time_column].astype(np.int64, copy=False)
+        else:
+            t = batch.column(self.spec.time_column).to_numpy().astype(np.int64, copy=False)
         hours = layout.hour_index(t)
         self._advance_watermark(t)
         self.rows_in += n
         hmin, hmax = int(hours.min()), int(hours.max())
         if hmin == hmax:
-            self._add_hour(hmin, table, offs)
+            self._add_hour(hmin, batch, offs)
         else:
             order = np.argsort(hours, kind="stable")
             sh = hours[order]
             cut = np.flatnonzero(np.diff(sh)) + 1
             for idx in np.split(order, cut):
-                self._add_hour(int(hours[idx[0]]), table.take(pa.array(idx)), offs[idx])
+                self._add_hour(int(hours[idx[0]]), _take(batch, idx), offs[idx])
         self.consumed = max(self.consumed, int(offs[-1]))
         self._added = True
 
@@ -286,7 +353,7 @@ class HourlyBuffer:
             keep = ~dup
             if not keep.any():
                 return
-            table = table.filter(pa.array(keep))
+            table = _take(table, np.flatnonzero(keep))
             offs = offs[keep]
         ch = self._chunks.get(hour)
         if ch is None:
@@ -294,7 +361,7 @@ class HourlyBuffer:
             ch = self._chunks[hour] = _Chunk(hour, late, first=int(offs[0]))
         if ch.late:
             self.rows_late += len(offs)
-        ch.tables.append(table)
+        ch.parts.append(table)
         ch.last = int(offs[-1])
         ch.rows += len(offs)
 
@@ -327,8 +394,7 @@ class HourlyBuffer:
             ch = self._chunks[hour]
             if self._due(ch, now_ms, idle, force):
                 del self._chunks[hour]
-                tbl = pa.concat_tables(ch.tables) if len(ch.tables) > 1 else ch.tables[0]
-                f = FileToWrite(self.dataset, hour, self.partition, ch.first, ch.last, tbl, ch.late)
+                f = FileToWrite(self.dataset, hour, self.partition, ch.first, ch.last, ch.parts, ch.late)
                 self._pending[f.ident] = f
         return FlushPlan(list(self._pending.values()), {(self.dataset, self.partition): self.safe_offset})
 
@@ -410,12 +476,35 @@ def _root(fs, root: str) -> str:
     return r.rstrip("/") or "/"
 
 
+def _flat(schema: pa.Schema) -> bool:
+    return not any(pa.types.is_nested(f.type) for f in schema)
+
+
+def parquet_column_options(schema: pa.Schema) -> dict:
+    """``use_dictionary`` / ``write_statistics`` for a file of ``schema``.
+
+    Dictionary encoding only for string, dictionary and binary(16) columns: numeric
+    columns (random sizes, ports, times) compress better and faster as plain + zstd.
+    Statistics on every column except the derived address text columns (their min/max
+    never prunes anything and costs more than the rest of the file). Schemas with nested
+    columns keep pyarrow's defaults (leaf paths differ from the column names).
+    """
+    if not _flat(schema):
+        return {"use_dictionary": True, "write_statistics": True}
+    dict_cols = [f.name for f in schema
+                 if pa.types.is_string(f.type) or pa.types.is_dictionary(f.type) or f.type == ADDR_TYPE]
+    stats = [f.name for f in schema if f.type != TEXT_ADDR_TYPE]
+    return {"use_dictionary": dict_cols, "write_statistics": stats}
+
+
 class ParquetWriter:
     """Writes planned files as Parquet (zstd, ~128k-row groups) to an fsspec filesystem.
 
-    Local filesystems: write ``.<name>.tmp`` beside the target, fsync, rename,
-    fsync the directory. Object stores (s3fs): one PUT / completed multipart
-    upload is atomic, so the object is written in place. Returns once durable.
+    The file is encoded in memory (pyarrow, without the GIL), then stored. Local
+    filesystems: write ``.<name>.tmp`` beside the target, fsync, rename, fsync the
+    directory. Object stores (s3fs): one PUT (``pipe_file``; a completed multipart
+    upload for large files) is atomic, so the object is written in place. Returns once
+    durable. Safe to use from one writer thread while another thread plans files.
     """
 
     def __init__(self, fs, root: str, *, compression: str = "zstd", compression_level: int | None = None,
@@ -431,28 +520,35 @@ class ParquetWriter:
 
     def _write_table(self, table: pa.Table, sink) -> None:
         pq.write_table(table, sink, compression=self.compression, compression_level=self.compression_level,
-                       row_group_size=self.row_group_size)
+                       row_group_size=self.row_group_size, **parquet_column_options(table.schema))
+
+    def encode(self, table: pa.Table) -> pa.Buffer:
+        """The Parquet file of ``table`` as one buffer."""
+        out = pa.BufferOutputStream()
+        self._write_table(table, out)
+        return out.getvalue()
 
     def write(self, f: FileToWrite) -> str:
         """Write one file; returns its key."""
         key = f.key(self.root)
-        meta = dict(f.table.schema.metadata or {})
+        table = f.table
+        meta = dict(table.schema.metadata or {})
         meta.update({b"fabricflow.dataset": f.dataset.encode(), b"fabricflow.partition": str(f.partition).encode(),
                      b"fabricflow.offsets": f"{f.first_offset}-{f.last_offset}".encode()})
-        table = f.table.replace_schema_metadata(meta)
-        self.write_table(key, table)
+        self.write_table(key, table.replace_schema_metadata(meta))
         self.files_written += 1
-        self.rows_written += f.table.num_rows
+        self.rows_written += f.num_rows
         return key
 
     def write_table(self, key: str, table: pa.Table) -> None:
         """Atomically write ``table`` at ``key`` (full key, no protocol)."""
         d, name = posixpath.split(key)
+        data = self.encode(table)
         if self.local:
             os.makedirs(d, exist_ok=True)
             tmp = posixpath.join(d, f".{name}.tmp")
             with open(tmp, "wb") as fh:
-                self._write_table(table, fh)
+                fh.write(memoryview(data))
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, key)
@@ -462,8 +558,7 @@ class ParquetWriter:
             finally:
                 os.close(dfd)
         else:
-            with self.fs.open(key, "wb") as fh:
-                self._write_table(table, fh)
+            self.fs.pipe_file(key, data.to_pybytes())
             self.fs.invalidate_cache(d)
 
     def write_plan(self, plan: FlushPlan) -> list[str]:

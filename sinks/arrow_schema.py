@@ -205,6 +205,27 @@ def _add_text_columns(arrays: dict, schema: pa.Schema) -> None:
                 arrays[tn] = addr_text_array(arrays[f.name])
 
 
+_SCATTER_ROWS = 4096  # rows per block when splitting structured arrays into columns (~1 MB: stays in cache)
+
+
+def table_from_parts(parts: list[np.ndarray], avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:
+    """:func:`table_from_columns` of the concatenation of structured arrays (one dtype), without an
+    intermediate structured array: rows are scattered into contiguous columns block by block, each
+    block once while it is in cache (faster than one strided pass over everything per column)."""
+    dt = parts[0].dtype
+    n = sum(len(p) for p in parts)
+    cols = {name: np.empty((n, *dt[name].shape), dtype=dt[name].base) for name in dt.names}
+    a = 0
+    for p in parts:
+        for s in range(0, len(p), _SCATTER_ROWS):
+            blk = p[s:s + _SCATTER_ROWS]
+            b = a + len(blk)
+            for name, out in cols.items():
+                out[a:b] = blk[name]
+            a = b
+    return table_from_columns(cols, avsc, text_addresses=text_addresses)
+
+
 def table_from_columns(columns, avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:
     """Arrow table from a numpy structured array (``schemas.columns.dtype_for(avsc)``)
     or a mapping of column name -> 1-D array ((n, 16) uint8 for addresses).
@@ -263,13 +284,15 @@ def table_from_dicts(rows: Iterable[Mapping], avsc: str | Mapping, *, text_addre
     return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
 
-def conform(table: pa.Table, avsc: str | Mapping) -> pa.Table:
-    """``table`` with exactly the columns of ``arrow_schema(avsc)`` (derived text columns added if missing)."""
-    schema = arrow_schema(avsc)
+def conform(table: pa.Table, avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:
+    """``table`` with exactly the columns of ``arrow_schema(avsc, text_addresses=...)``: derived text
+    columns added if missing (or left out with ``text_addresses=False``)."""
+    schema = arrow_schema(avsc, text_addresses=text_addresses)
     if table.schema.equals(schema, check_metadata=False):
         return table.replace_schema_metadata(schema.metadata)
     arrays = {n: table.column(n) for n in table.column_names}
-    _add_text_columns(arrays, schema)
+    if text_addresses:
+        _add_text_columns(arrays, schema)
     out = []
     for f in schema:
         if f.name not in arrays:

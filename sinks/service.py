@@ -3,15 +3,32 @@
 One confluent-kafka consumer (group ``fabricflow-archive``, manual commits)
 reads every archived topic (flows.raw, flows.enriched, counters.raw, matrix,
 incast, straggler, link_health, alerts, summaries; not the DLQ nor patterns),
-decodes each message with :mod:`schemas.codec` into an Arrow table and feeds
-:class:`sinks.archive.ArchiveSink`. The loop, per poll::
+decodes each message with :mod:`schemas.codec` (batches stay the decoded numpy
+arrays; records become Arrow tables) and feeds :class:`sinks.archive.ArchiveSink`.
+The consumer thread, per poll (and every ``FLUSH_EVERY_MESSAGES`` of a large one)::
 
     sink.add(...)                      # whole messages, offset order
     plan = sink.flush_plan(now_ms)     # hour closed / size / age / idle
-    writer.write(file) for each file   # each durable before ...
-    consumer.commit(plan offsets)      # ... the offsets are committed (synchronous)
-    sink.confirm(plan)
+    queue the plan's new files         # writer threads: build table, Parquet, PUT
+    for each job the writer finished, in order:
+        consumer.commit(job offsets)   # its files (and every earlier job's) are durable
+        sink.confirm(job files)
 
+* Writer threads (:class:`sinks.writer.WriteQueue`, ``archive.write_queue_rows``;
+  0 = write on the consumer thread as before): files start in plan order on two
+  threads and jobs (one plan's new files) are reported strictly in plan order,
+  so the decode of new messages overlaps the Parquet encoding and upload of
+  closed hours. Exactly-once holds as with synchronous writes: a job's commit
+  offsets were computed when it was planned and are valid once every file
+  planned until then is durable; files still in flight stay in the buffers'
+  pending sets, so a plan made meanwhile carries them (never committed past),
+  and the commit is made on the consumer thread only after the writer reported
+  the job and all jobs before it written. The first failed write halts the
+  queue (later jobs are reported skipped and never committed), the error is
+  counted and logged, consumption pauses, and after the retry delay the next
+  plan queues every unconfirmed file again. Rebalance and shutdown wait for
+  the jobs in flight before committing or giving partitions up; offsets of a
+  lost partition are never committed.
 * Undecodable messages (not Avro single-object, unknown or wrong schema,
   corrupt) are counted (``fabricflow_sink_undecodable_messages_total``),
   logged rate-limited and skipped; their offsets ARE committed with the
@@ -32,9 +49,11 @@ decodes each message with :mod:`schemas.codec` into an Arrow table and feeds
   summarised from what this process read and flagged with the quality figure
   ``summary_partial = 1``.
 * Test hook (never set it in production): ``FABRICFLOW_SINK_CRASH_AT`` =
-  ``before_write`` | ``mid_write`` | ``after_write`` | ``after_commit`` with
-  ``FABRICFLOW_SINK_CRASH_AFTER=N`` (default 1) makes the process
-  ``os._exit(99)`` at that step of the N-th plan that has files.
+  ``before_write`` | ``mid_write`` | ``after_write`` | ``after_commit`` |
+  ``in_flight`` (consumer thread, right after queueing the plan's files while
+  the writer thread writes them) with ``FABRICFLOW_SINK_CRASH_AFTER=N``
+  (default 1) makes the process ``os._exit(99)`` at that step of the N-th plan
+  that has files (``before_write``/``mid_write`` run on the writer thread).
 """
 
 from __future__ import annotations
@@ -46,7 +65,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-import pyarrow as pa
+import numpy as np
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -54,18 +73,21 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from fabricflow.logs import RateLimitedLog
 from schemas import codec
 from sinks import layout
-from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenIndex, ParquetWriter
+from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenIndex, ParquetWriter, batch_dtype
 from sinks.arrow_schema import table_from_columns, table_from_dicts
 from sinks.fs import archive_filesystem
 from sinks.summaries import SummaryBook
+from sinks.writer import FAILED, OK, WriteJob, WriteQueue
 
 log = logging.getLogger("fabricflow.sink")
 
 DEFAULT_GROUP = "fabricflow-archive"
 DEFAULT_METRICS_PORT = 9182
-CRASH_STEPS = ("before_write", "mid_write", "after_write", "after_commit")
+DEFAULT_WRITE_QUEUE_ROWS = 1_000_000
+CRASH_STEPS = ("before_write", "mid_write", "after_write", "after_commit", "in_flight")
 CRASH_EXIT_CODE = 99
 COMMIT_INTERVAL_S = 1.0
+FLUSH_EVERY_MESSAGES = 64  # plan (and queue due files) at least this often while a large poll is handled
 PARTIAL_METRIC = "summary_partial"
 
 
@@ -155,9 +177,11 @@ class _Crash:
         self.after = int(environ.get("FABRICFLOW_SINK_CRASH_AFTER", "1"))
         self.plans = 0
 
-    def at(self, step: str) -> None:
-        if self.step == step and self.plans >= self.after:
-            log.error("test hook: crashing at %s of plan %d", step, self.plans)
+    def at(self, step: str, plan: int | None = None) -> None:
+        """Crash at ``step`` of plan number ``plan`` (default: the latest plan counted)."""
+        n = self.plans if plan is None else plan
+        if self.step == step and n >= self.after:
+            log.error("test hook: crashing at %s of plan %d", step, n)
             logging.shutdown()
             os._exit(CRASH_EXIT_CODE)
 
@@ -182,6 +206,7 @@ class ArchiveService:
         max_rows: int = DEFAULT_MAX_ROWS,
         summaries: bool = True,
         clock=time.time,
+        write_queue_rows: int | None = None,
     ) -> None:
         self.settings = settings
         a = settings.archive
@@ -189,8 +214,15 @@ class ArchiveService:
             fs, root = archive_filesystem(a)
         self.fs, self.root = fs, root
         self.writer = ParquetWriter(fs, root)
+        if write_queue_rows is None:
+            write_queue_rows = getattr(a, "write_queue_rows", DEFAULT_WRITE_QUEUE_ROWS)
+        self.write_queue_rows = write_queue_rows  # 0: write on the consumer thread
+        self._wq: WriteQueue | None = None
+        self._inflight: set[tuple] = set()  # idents of files queued for the writer thread, not yet reported
+        self._lost: set[tuple[str, int]] = set()  # partitions lost: never commit for them
         self.group_id = group_id
         self.routes = routes_for(settings.kafka)
+        self._dtypes = {r.topic: batch_dtype(codec.BATCHES[r.schema]) for r in self.routes.values() if r.batch}
         self.by_dataset = {r.dataset: r for r in self.routes.values()}
         self.grace_ms = int(a.grace_s * 1000)
         self.sink = ArchiveSink(
@@ -260,6 +292,7 @@ class ArchiveService:
         tps = [(p.topic, p.partition) for p in partitions]
         log.info("assigned %d partitions", len(tps))
         self._assigned.update(tps)
+        self._lost.difference_update(tps)
         self._assigned_once = True
         try:
             committed = consumer.committed(partitions, timeout=10)
@@ -289,11 +322,14 @@ class ArchiveService:
                 plan.extend(buf.flush_plan(now, force=True))
         if plan.files or plan.safe_offsets:
             self._execute(plan, force=True)
+        self.drain()  # the partitions' files are durable and committed before they are given up
         self._forget(tps, committed=True)
 
     def _on_lost(self, consumer, partitions) -> None:
         tps = {(p.topic, p.partition) for p in partitions}
         log.warning("lost %d partitions: dropping their buffers (the new owner re-reads them)", len(tps))
+        self._lost.update(tps)
+        self.drain()  # files in flight land before anyone (this process included) lists their hour again
         self._forget(tps)
 
     def _forget(self, tps, committed: bool = False) -> None:
@@ -316,13 +352,14 @@ class ArchiveService:
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
-    def _add(self, route: Route, partition: int, table: pa.Table, offsets) -> None:
+    def _add(self, route: Route, partition: int, table, offsets) -> None:
         buf = self.sink.buffer(route.dataset, partition)
         dup0, late0 = buf.rows_duplicate, buf.rows_late
         buf.add(table, offsets)
         d = route.dataset
-        self.metrics.rows_in.labels(d).inc(table.num_rows)
-        self.report["rows_in"] += table.num_rows
+        n = len(table) if isinstance(table, np.ndarray) else table.num_rows
+        self.metrics.rows_in.labels(d).inc(n)
+        self.report["rows_in"] += n
         if buf.rows_duplicate > dup0:
             self.metrics.duplicates.labels(d).inc(buf.rows_duplicate - dup0)
             self.report["duplicates"] += buf.rows_duplicate - dup0
@@ -331,14 +368,15 @@ class ArchiveService:
         if d == "flows_enriched" and buf.watermark is not None:
             self._enriched_wm[partition] = (buf.watermark, time.monotonic())
 
-    def _note_resume(self, route: Route, partition: int, table: pa.Table) -> None:
+    def _note_resume(self, route: Route, partition: int, table) -> None:
         """First rows of a partition resumed from a commit: hours up to theirs may lack earlier rows."""
         tp = (route.topic, partition)
-        if tp not in self._resumed or table.num_rows == 0:
+        if tp not in self._resumed or len(table) == 0:
             return
         self._resumed.discard(tp)
         col = layout.spec(route.dataset).time_column
-        h = int(layout.hour_index(int(pc.max(table[col]).as_py())))
+        t_max = int(table[col].max()) if isinstance(table, np.ndarray) else int(pc.max(table[col]).as_py())
+        h = int(layout.hour_index(t_max))
         self._partial_through = h if self._partial_through is None else max(self._partial_through, h)
 
     def _bad(self, route: Route, partition: int, offset: int, err: Exception) -> None:
@@ -402,13 +440,15 @@ class ArchiveService:
                     if not value:
                         raise codec.CodecError("empty message")
                     arr = codec.decode_batch(value, expect=route.schema)
-                    table = table_from_columns(arr, codec.BATCHES[route.schema])
+                    if arr.dtype != self._dtypes[route.topic]:  # buffers keep decoded arrays of the record dtype as is
+                        arr = table_from_columns(arr, codec.BATCHES[route.schema], text_addresses=False)
                 except Exception as e:
                     self._bad(route, part, off, e)
                     continue
-                self._note_resume(route, part, table)
-                self._add(route, part, table, off)
-                if self.summaries_enabled and route.dataset == "flows_enriched" and table.num_rows:
+                self._note_resume(route, part, arr)
+                self._add(route, part, arr, off)
+                table = arr
+                if self.summaries_enabled and route.dataset == "flows_enriched" and len(table):
                     late0 = self.book.late_rows
                     self.book.add_flows(table)
                     if self.book.late_rows > late0:
@@ -453,17 +493,25 @@ class ArchiveService:
         self._last_commit = time.monotonic()
         return ok
 
-    def _execute(self, plan: FlushPlan, force: bool = False) -> bool:
-        """Write the plan's files, commit its offsets, confirm it. False when a write failed."""
+    def _commits_of(self, plan: FlushPlan) -> dict[tuple[str, int], int]:
         commits = {}
         for (dataset, part), off in plan.commit_offsets.items():
             tp = (self.by_dataset[dataset].topic, part)
             if off > self._committed.get(tp, -1):
                 commits[tp] = off
-        if not plan.files:
+        return commits
+
+    def _execute(self, plan: FlushPlan, force: bool = False) -> bool:
+        """Write the plan's files, commit its offsets, confirm it (with the writer thread: queue the
+        files not yet queued; :meth:`_collect` commits and confirms once they are durable).
+        False when a write failed."""
+        commits = self._commits_of(plan)
+        if not plan.files:  # nothing unconfirmed, nothing in flight: every offset planned is durable
             if commits and (force or time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S):
                 self._commit(commits)
             return True
+        if self.write_queue_rows > 0:
+            return self._submit(plan, commits, force)
         self.crash.plans += 1
         self.report["plans"] += 1
         self.crash.at("before_write")
@@ -471,15 +519,9 @@ class ArchiveService:
             try:
                 self.writer.write(f)
             except Exception as e:
-                self.metrics.errors.labels("write").inc()
-                self.ratelog.warning("write", "writing %s failed (retrying in %.0fs): %s",
-                                     f.key(self.writer.root), self._retry_s, e)
-                self._write_failed()
+                self._write_error(f, e)
                 return False
-            self.metrics.files.labels(f.dataset).inc()
-            self.metrics.rows.labels(f.dataset).inc(f.table.num_rows)
-            self.report["files_written"] += 1
-            self.report["rows_written"] += f.table.num_rows
+            self._written(f)
             if i == 0:
                 self.crash.at("mid_write")
         self.crash.at("after_write")
@@ -489,6 +531,87 @@ class ArchiveService:
         self.sink.confirm(plan)
         self._write_ok()
         return True
+
+    def _written(self, f) -> None:
+        self.metrics.files.labels(f.dataset).inc()
+        self.metrics.rows.labels(f.dataset).inc(f.num_rows)
+        self.report["files_written"] += 1
+        self.report["rows_written"] += f.num_rows
+
+    def _write_error(self, f, e: BaseException) -> None:
+        self.metrics.errors.labels("write").inc()
+        self.ratelog.warning("write", "writing %s failed (nothing committed past it; retrying in %.0fs): %r",
+                             f.key(self.writer.root) if f is not None else "?", self._retry_s, e)
+        self._write_failed()
+
+    # -- writer thread
+
+    def _queue(self) -> WriteQueue:
+        if self._wq is None:
+            self._wq = WriteQueue(self.writer.write, max_rows=self.write_queue_rows,
+                                  before=lambda job: self.crash.at("before_write", job.seq),
+                                  on_file=lambda job, i: i == 0 and self.crash.at("mid_write", job.seq))
+        return self._wq
+
+    def _submit(self, plan: FlushPlan, commits: dict, force: bool) -> bool:
+        wq = self._queue()
+        # No _collect() between planning and here: a job reported now would drop its files from
+        # _inflight while the plan still lists them, and they would be written a second time.
+        if wq.halted:  # a write failed: nothing more is queued until every earlier job is reported
+            return False
+        files = [f for f in plan.files if f.ident not in self._inflight]
+        if files:
+            job = wq.submit(plan, files, commits)
+            self._inflight.update(f.ident for f in files)
+            self.crash.plans = job.seq
+            self.report["plans"] += 1
+            self.crash.at("in_flight", job.seq)
+        if force:
+            self.drain()
+        return not (self._wq.halted or self._retry_at > time.monotonic())
+
+    def _collect(self) -> None:
+        """Commit and confirm the jobs the writer thread finished, in order; report a failure.
+
+        After a failed write the queue stays halted (later jobs are skipped, not written)
+        until every job submitted before is reported here; then it accepts jobs again, and
+        the next plan (after the retry delay) queues the failed files anew.
+        """
+        wq = self._wq
+        if wq is None:
+            return
+        while True:
+            jobs = wq.finished()
+            for job in jobs:
+                self._inflight.difference_update(f.ident for f in job.files)
+                if job.status == OK:
+                    self._job_written(job)
+                elif job.status == FAILED:
+                    self._write_error(job.failed_file, job.error)
+                    log.debug("write failure", exc_info=job.error)
+            if not (wq.halted and wq.pending == 0):
+                return
+            if not jobs:
+                wq.resume()
+                return
+
+    def _job_written(self, job: WriteJob) -> None:
+        for f in job.files:
+            self._written(f)
+        self.crash.at("after_write", job.seq)
+        commits = {tp: off for tp, off in job.commits.items()
+                   if tp not in self._lost and off > self._committed.get(tp, -1)}
+        if commits:
+            self._commit(commits)  # files are durable: confirm even if the commit failed (re-reads are de-duplicated)
+        self.crash.at("after_commit", job.seq)
+        self.sink.confirm(FlushPlan(job.files))
+        self._write_ok()
+
+    def drain(self) -> None:
+        """Wait until every queued file is written (or failed), then commit and confirm."""
+        if self._wq is not None:
+            self._wq.wait_idle()
+            self._collect()
 
     def _write_failed(self) -> None:
         self._retry_at = time.monotonic() + self._retry_s
@@ -505,6 +628,7 @@ class ArchiveService:
 
     def flush(self, force: bool = False) -> None:
         """Plan, write, commit and confirm whatever is due (everything with ``force``); then summaries."""
+        self._collect()
         if not force and time.monotonic() < self._retry_at:
             return
         self._execute(self.sink.flush_plan(self._now_ms(), force=force), force=force)
@@ -611,16 +735,21 @@ class ArchiveService:
                         break
                 msgs = self.consumer.consume(self.batch_messages, timeout=0.2)
                 self.metrics.last_loop = time.monotonic()
-                if msgs:
-                    self.handle(msgs)
-                    if any(m.error() is None for m in msgs):
-                        last_msg = time.monotonic()
-                self.flush()
+                for i in range(0, len(msgs), FLUSH_EVERY_MESSAGES):  # files due are queued while decoding goes on
+                    self.handle(msgs[i:i + FLUSH_EVERY_MESSAGES])
+                    self.flush()
+                if any(m.error() is None for m in msgs):
+                    last_msg = time.monotonic()
+                if not msgs:
+                    self.flush()
             log.info("stopping: flushing buffers")
             self._retry_at = 0.0
             self.flush(force=True)
             self.sink.buffers.clear()  # flushed and committed; nothing left for the revoke during close()
         finally:
+            if self._wq is not None:
+                self._wq.close()  # anything still queued (after an error) is written, never committed
+                self._wq = None
             try:
                 self.consumer.close()
             except Exception as e:  # pragma: no cover - close after a broker loss

@@ -424,7 +424,7 @@ def finish(proc, errlog: Path, timeout: float) -> str:
     return errlog.read_text()
 
 
-STEPS = ("before_write", "mid_write", "after_write", "after_commit")
+STEPS = ("before_write", "mid_write", "after_write", "after_commit", "in_flight")
 
 
 def test_crash_at_every_step_then_restart_archives_every_record_once(backend, tmp_path):

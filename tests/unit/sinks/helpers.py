@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from confluent_kafka import TopicPartition
 
+from schemas import codec
 from schemas.columns import FLOW_DTYPE, addr16, dtype_for, empty_flows
 from sinks.arrow_schema import table_from_columns
 from sinks.layout import HOUR_MS
@@ -72,3 +74,58 @@ class FakeLog:
 
 def hour_ms(h: int) -> int:
     return T0 + h * HOUR_MS
+
+
+# ----------------------------------------------------------------------------- fake Kafka clients for ArchiveService
+
+
+class Msg:
+    def __init__(self, topic, partition, offset, value):
+        self._t, self._p, self._o, self._v = topic, partition, offset, value
+
+    def error(self):
+        return None
+
+    def topic(self):
+        return self._t
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def value(self):
+        return self._v
+
+
+class FakeConsumer:
+    def __init__(self, committed=None):
+        self.commits = []
+        self._committed = committed or {}
+
+    def commit(self, offsets, asynchronous):
+        assert asynchronous is False
+        self.commits.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
+        return offsets
+
+    def committed(self, partitions, timeout=None):
+        return [TopicPartition(p.topic, p.partition, self._committed.get((p.topic, p.partition), -1001))
+                for p in partitions]
+
+    def pause(self, tps):
+        pass
+
+    def resume(self, tps):
+        pass
+
+
+class FakeProducer:
+    def __init__(self):
+        self.sent = []
+
+    def produce(self, topic, key, value, on_delivery=None):
+        self.sent.append((topic, key, codec.decode_record(value)))
+
+    def flush(self, timeout=None):
+        return 0

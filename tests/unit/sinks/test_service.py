@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
 
 import fsspec
@@ -14,71 +15,36 @@ from schemas import codec
 from sinks import layout
 from sinks.fs import ArchiveUrlError, archive_filesystem
 from sinks.service import PARTIAL_METRIC, ArchiveService, _Crash, routes_for
-from tests.unit.sinks.helpers import T0, enriched, flows
+from tests.unit.sinks.helpers import T0, FakeConsumer, FakeProducer, Msg, enriched, flows
 
 HOUR = layout.HOUR_MS
 
 
-class Msg:
-    def __init__(self, topic, partition, offset, value):
-        self._t, self._p, self._o, self._v = topic, partition, offset, value
-
-    def error(self):
-        return None
-
-    def topic(self):
-        return self._t
-
-    def partition(self):
-        return self._p
-
-    def offset(self):
-        return self._o
-
-    def value(self):
-        return self._v
+@pytest.fixture(params=["writer_thread", "synchronous"], autouse=True)
+def write_mode(request, monkeypatch):
+    """Every service test runs with the background writer thread and with writes on the consumer thread."""
+    monkeypatch.setattr(sys.modules[__name__], "WRITE_QUEUE_ROWS", 0 if request.param == "synchronous" else None)
+    return request.param
 
 
-class FakeConsumer:
-    def __init__(self, committed=None):
-        self.commits = []
-        self._committed = committed or {}
-
-    def commit(self, offsets, asynchronous):
-        assert asynchronous is False
-        self.commits.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
-        return offsets
-
-    def committed(self, partitions, timeout=None):
-        return [TopicPartition(p.topic, p.partition, self._committed.get((p.topic, p.partition), -1001))
-                for p in partitions]
-
-    def pause(self, tps):
-        pass
-
-    def resume(self, tps):
-        pass
-
-
-class FakeProducer:
-    def __init__(self):
-        self.sent = []
-
-    def produce(self, topic, key, value, on_delivery=None):
-        self.sent.append((topic, key, codec.decode_record(value)))
-
-    def flush(self, timeout=None):
-        return 0
+WRITE_QUEUE_ROWS = None
 
 
 def service(**archive):
     s = load_settings(None, archive={"grace_s": 60, "idle_flush_s": 1, **archive})
     fs = fsspec.filesystem("memory")
     root = "/" + uuid.uuid4().hex
-    svc = ArchiveService(s, fs=fs, root=root, metrics_port=0, clock=lambda: 1_800_000_000.0)
+    svc = ArchiveService(s, fs=fs, root=root, metrics_port=0, clock=lambda: 1_800_000_000.0,
+                         write_queue_rows=WRITE_QUEUE_ROWS)
     svc.consumer = FakeConsumer()
     svc.producer = FakeProducer()
     return svc
+
+
+def flushed(svc, force=False):
+    """flush(), then wait for the writer thread (a no-op when writing synchronously)."""
+    svc.flush(force=force)
+    svc.drain()
 
 
 def rows_of(svc, dataset):
@@ -113,7 +79,7 @@ def test_flow_batches_by_hour_and_wrong_schema():
                 "bytes_est": 0, "packets_est": 0, "flow_records": 0, "samples": 0})),
             Msg(t.flows_raw, 1, 2, codec.encode_batch("flow_batch", later))]
     svc.handle(msgs)
-    svc.flush()  # hours 0 and 1 are closed by the watermark (hour 2 + grace): written, commit held by hour 2
+    flushed(svc)  # hours 0 and 1 are closed by the watermark (hour 2 + grace): written, commit held by hour 2
     _, files = rows_of(svc, "flows_raw")
     assert sorted(layout.parse_key(x).hour - T0 // HOUR for x in files) == [0, 1]
     assert svc.consumer.commits == [{(t.flows_raw, 1): 2}]  # hour 2 still buffered at offset 2
