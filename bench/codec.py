@@ -20,7 +20,7 @@ Cases:
 
 Times are ``time.process_time`` (CPU seconds of this process).
 
-    PYTHONPATH=$PWD .venv/bin/python bench/codec.py [--seconds 1.0] [--old PATH]
+    PYTHONPATH=$PWD .venv/bin/python bench/codec.py [--seconds 1.0] [--old PATH|git:REV]
 """
 
 from __future__ import annotations
@@ -44,8 +44,25 @@ ENRICHED = dtype_for("flow_enriched")
 CATEGORIES = ("collective", "rocev2", "storage", "dns", "mgmt", "external", "other")
 
 
+BASELINE_REV = "2c73efe"  # the last commit before the vectorised codec
+
+
 def load_old(path: str):
-    """The reference codec from ``path``, imported as ``schemas._codec_old``."""
+    """The reference codec from ``path`` (a file, or ``git:REV``), imported as ``schemas._codec_old``."""
+    if path.startswith("git:"):
+        import subprocess
+        import tempfile
+
+        rev = path[4:]
+        src = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:schemas/codec.py"], check=True, capture_output=True).stdout
+        tmp = tempfile.NamedTemporaryFile("wb", suffix="_codec_old.py", delete=False)
+        tmp.write(src)
+        tmp.close()
+        import atexit
+        import os
+
+        atexit.register(os.unlink, tmp.name)
+        path = tmp.name
     spec = importlib.util.spec_from_file_location("schemas._codec_old", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
@@ -174,7 +191,8 @@ def same(a: np.ndarray, b: np.ndarray) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=1.0, help="CPU-seconds per measurement (each run twice)")
-    ap.add_argument("--old", default="/work/main/schemas/codec.py", help="reference codec to compare against")
+    ap.add_argument("--old", default=f"git:{BASELINE_REV}",
+                    help="reference codec: a codec.py file or git:REV (default: the codec before vectorisation)")
     a = ap.parse_args(argv)
     old = load_old(a.old)
     ok = True
