@@ -3,7 +3,11 @@
 No sockets here (the service feeds datagrams in), so the whole path is testable
 without UDP. Every failure is counted; a bad datagram never stops the worker.
 
-Per datagram, :func:`ingest.decode.decode_into` parses and checks headers,
+The receive loop hands over groups of datagrams (:meth:`IngestPipeline.handle_many`):
+their sFlow v5 datagrams (``SFLOW_MANY_MIN`` or more) are decoded by one columnar
+:func:`~ingest.decode.sflow_batch.decode_sflow_many` call, then every datagram
+is handled in arrival order exactly as :meth:`IngestPipeline.handle` handles
+it alone. For the others, :func:`ingest.decode.decode_into` parses and checks headers,
 sets and templates (malformed datagrams are counted and sampled to the DLQ
 right away) and appends the records to the exporter's
 :class:`~ingest.decode.batch.FlowBatch`; NetFlow v9/IPFIX records are decoded
@@ -23,11 +27,15 @@ from fabricflow.logs import RateLimitedLog
 from ingest.decode import DecodeError, TemplateCache, decode_into, sniff_protocol
 from ingest.decode.batch import FlowBatch, concat_rows
 from ingest.decode.sequence import SequenceTracker
+from ingest.decode.sflow_batch import decode_sflow_many
 from ingest.decode.skew import ClockSkewTracker
 
 from .metrics import IngestMetrics
 
 log = logging.getLogger("fabricflow.ingest")
+
+_SFLOW5 = b"\x00\x00\x00\x05"
+SFLOW_MANY_MIN = 40  # fewer sFlow datagrams are decoded one by one (the columnar call costs ~0.35 ms fixed)
 
 
 class Allowlist:
@@ -181,17 +189,70 @@ class IngestPipeline:
     # ------------------------------------------------------------------ per datagram
 
     def handle(self, datagram: bytes, exporter: str, received_ms: int) -> None:
-        m = self.metrics
+        """One datagram (the same as a one-datagram :meth:`handle_many`)."""
         self._bytes_pending += len(datagram)
         if not self.allowlist.allows(exporter):
-            m.not_allowed.labels(self.listener).inc()
+            self.metrics.not_allowed.labels(self.listener).inc()
             return
+        self._handle(datagram, exporter, received_ms, None)
+
+    def handle_many(self, datagrams: list, exporters, received_ms) -> None:
+        """A group of received datagrams (one or more receive-loop passes), in arrival order.
+
+        ``exporters`` and ``received_ms`` are one value for all or a list with
+        one per datagram. The allowed sFlow v5 datagrams are decoded together
+        (:func:`~ingest.decode.sflow_batch.decode_sflow_many`, when there are
+        at least ``SFLOW_MANY_MIN``); then every datagram is handled in arrival
+        order exactly as :meth:`handle` would (same metrics, DLQ, sequence and
+        uptime-clock updates, batches and flush points). sFlow decoding reads
+        no pipeline state that other datagrams change (only the configured
+        sampling overrides), so decoding them ahead is equivalent.
+        """
+        k = len(datagrams)
+        if not k:
+            return
+        exs = [exporters] * k if isinstance(exporters, str) else exporters
+        ts = [received_ms] * k if isinstance(received_ms, int) else received_ms
+        allows = self.allowlist.allows
+        allowed = [False] * k
+        sf: list[int] = []
+        nbytes = 0
+        for i, d in enumerate(datagrams):
+            nbytes += len(d)
+            if allows(exs[i]):
+                allowed[i] = True
+                if d[:4] == _SFLOW5:
+                    sf.append(i)
+        self._bytes_pending += nbytes
+        pre: list = [None] * k
+        if len(sf) >= SFLOW_MANY_MIN:
+            try:
+                res = decode_sflow_many([datagrams[i] for i in sf], [exs[i] for i in sf], [ts[i] for i in sf],
+                                        self.templates)
+            except Exception:  # a decoder bug: each datagram is decoded (and any failure counted) on its own
+                res = None
+            if res is not None:
+                for i, r in zip(sf, res):
+                    pre[i] = r
+        handle = self._handle
+        for i in range(k):
+            if allowed[i]:
+                handle(datagrams[i], exs[i], ts[i], pre[i])
+            else:
+                self.metrics.not_allowed.labels(self.listener).inc()
+
+    def _handle(self, datagram, exporter: str, received_ms: int, res) -> None:
+        """An allowed datagram; ``res``: its decode_sflow_many outcome (result or DecodeError), None to decode here."""
+        m = self.metrics
         batch = self._flows.get(exporter)
         if batch is None:
             batch = self._flows[exporter] = FlowBatch()
         before = batch.records
         try:
-            res = decode_into(datagram, exporter, received_ms, self.templates, batch)
+            if res is None:
+                res = decode_into(datagram, exporter, received_ms, self.templates, batch)
+            elif isinstance(res, DecodeError):
+                raise res
         except DecodeError as e:
             m.decode_errors.labels(e.protocol, e.reason).inc()
             self._badlog.warning(f"{exporter}/{e.reason}", "undecodable datagram from %s: %s", exporter, e)
