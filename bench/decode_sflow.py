@@ -11,9 +11,11 @@ Decodes them in a loop and prints flow samples per CPU-second (process time) for
   ingest pipeline does today; ``ingest.decode.sflow.decode_sflow``);
 * ``many/N``: ``ingest.decode.sflow_batch.decode_sflow_many`` on N datagrams
   per call (columnar header parsing);
-* ``reference`` (with ``--reference``): the previous per-sample walker
-  ``ingest.decode.sflow_reference``, measured interleaved in the same process,
-  and the speed-up of the other two over it.
+* ``reference`` (with ``--reference``): ``decode_sflow(..., fast_headers=False)``,
+  every sampled header parsed by the per-sample walker in
+  ``ingest.decode.packet``, measured interleaved in the same process, and the
+  speed-up of the other two over it (to compare with an older checkout, run
+  this script with ``PYTHONPATH`` pointing at it).
 
     .venv/bin/python bench/decode_sflow.py [--seconds 2] [--samples 7] [--batch 512] [--reference]
 
@@ -100,7 +102,7 @@ def run(name: str, dgrams: list[bytes], seconds: float, batch: int, reference: b
     if not dgrams:
         return
     from ingest.decode.sflow_batch import decode_sflow_many
-    from ingest.decode.sflow_reference import decode_sflow_reference
+    from ingest.decode.sflow import decode_sflow
 
     cache = TemplateCache()
     ways = {
@@ -109,7 +111,7 @@ def run(name: str, dgrams: list[bytes], seconds: float, batch: int, reference: b
                                      for r in decode_sflow_many(ds[i : i + batch], "10.254.1.1", 1, cache)],
     }
     if reference:
-        ways = {"reference": lambda ds: [decode_sflow_reference(d, "10.254.1.1", 1, cache) for d in ds], **ways}
+        ways = {"reference": lambda ds: [decode_sflow(d, "10.254.1.1", 1, cache, fast_headers=False) for d in ds], **ways}
     best: dict[str, tuple[float, float]] = {}
     for _ in range(rounds):  # interleaved rounds, best of each: robust to other load on the box
         for way, fn in ways.items():

@@ -7,9 +7,11 @@ Flow records decoded: raw packet header (1), sampled IPv4 (3), sampled IPv6
 skipped. Unknown sample and record types (any non-zero enterprise included)
 are skipped by their length and counted in ``problems``.
 
-Fast path (the output is identical to :mod:`ingest.decode.sflow_reference`,
-the per-sample walker this module replaced; ``tests/unit/ingest/
-test_sflow_differential.py`` checks that row for row):
+Fast path (the output is identical to the per-sample walker of
+:mod:`ingest.decode.packet`, which ``decode_sflow(..., fast_headers=False)``
+uses for every header; ``tests/unit/ingest/test_sflow_differential.py``
+checks that row for row, and the columnar ``sflow_batch.decode_sflow_many``
+against both):
 
 * Sampled Ethernet headers of the common shapes (no tag or one 802.1Q tag;
   IPv4 without options and not a non-first fragment, or IPv6 without
@@ -211,8 +213,17 @@ def _agent_str(a16: bytes) -> str:
     return s
 
 
-def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache) -> DecodeResult:
-    """Decode one sFlow v5 datagram into flow and counter rows (see module docstring)."""
+def _no_fast(_d: bytes, _b: int, _e: int, outer: bool = True) -> None:
+    return None
+
+
+def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache,
+                 *, fast_headers: bool = True) -> DecodeResult:
+    """Decode one sFlow v5 datagram into flow and counter rows (see module docstring).
+
+    ``fast_headers=False`` parses every sampled header with the walker (the
+    reference the fast path is tested against; slower, same output).
+    """
     data = bytes(datagram) if not isinstance(datagram, bytes) else datagram
     n = len(data)
     try:
@@ -245,7 +256,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
     rows: list = []
     append = rows.append
     pack = _ROW.pack
-    fast = _fast_eth
+    fast = _fast_eth if fast_headers else _no_fast
     II = _II
     counters: list = []
     missing_rate = 0

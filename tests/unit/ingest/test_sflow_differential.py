@@ -2,7 +2,8 @@
 
 Compared for every datagram: ``decode_sflow`` (per datagram, struct fast
 path), ``decode_sflow_many`` (columnar, many datagrams) and
-``decode_sflow_reference`` (the previous decoder, kept unchanged): flow and
+``decode_sflow_reference`` (``decode_sflow`` with every sampled header parsed
+by the walker in ``ingest.decode.packet``, no struct fast path): flow and
 counter bytes, dtypes, header, problems, or the DecodeError's reason, offset
 and detail. Inputs: the real pmacct captures, the benchmark's synthetic
 stream, hypothesis-built sampled headers of random shapes cut at every
@@ -11,6 +12,7 @@ length, mutated datagrams and garbage.
 
 from __future__ import annotations
 
+import functools
 import random
 import struct
 from pathlib import Path
@@ -24,10 +26,11 @@ from ingest.decode import DecodeError, TemplateCache, decode
 from ingest.decode.packet import parse_ethernet
 from ingest.decode.sflow import _fast_eth, decode_sflow
 from ingest.decode.sflow_batch import decode_sflow_many
-from ingest.decode.sflow_reference import decode_sflow_reference
 from ingest.pcapread import read_udp
 from tests.fixtures_path import SHARED_FIXTURES
 from tests.unit.decode_sflow import sflow_build as b
+
+decode_sflow_reference = functools.partial(decode_sflow, fast_headers=False)
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 PCAPS = [
