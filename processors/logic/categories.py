@@ -100,18 +100,39 @@ def _ports(specs: tuple[str, ...]) -> tuple[tuple[int, int, int], ...]:
     return tuple(parse_port_match(s) for s in specs)
 
 
-def _port_side(proto: np.ndarray, port: np.ndarray, specs: tuple[str, ...]) -> np.ndarray:
-    """Per flow: this one port matches one of the specs (protocol included)."""
-    out = np.zeros(len(port), dtype=bool)
-    l4 = (proto == 6) | (proto == 17) | (proto == 132)
+# Port tests are table look-ups: row per L4 protocol (0 = no L4 protocol or port out of range: never matches),
+# column per port; a flow side's index into the flattened table is computed once per batch.
+_L4_ROW = {6: 1, 17: 2, 132: 3}
+_ROW_OF_PROTO = np.zeros(256, dtype=np.int64)
+for _p, _r in _L4_ROW.items():
+    _ROW_OF_PROTO[_p] = _r
+
+
+@lru_cache(maxsize=64)
+def _port_table(specs: tuple[str, ...]) -> np.ndarray:
+    """Flattened bool table (4 x 65536): does (protocol row, port) match one of the specs."""
+    t = np.zeros((4, 65536), dtype=bool)
     for p, lo, hi in _ports(specs):
-        pm = l4 if p < 0 else (proto == p)
-        out |= pm & (port >= lo) & (port <= hi)
-    return out
+        rows = [1, 2, 3] if p < 0 else [_L4_ROW[p]]
+        t[rows, lo : hi + 1] = True
+    return t.ravel()
 
 
-def _either(proto, sport, dport, specs) -> np.ndarray:
-    return _port_side(proto, sport, specs) | _port_side(proto, dport, specs)
+def _side_index(proto: np.ndarray, port: np.ndarray) -> np.ndarray:
+    """Per flow: index of (protocol, port) into a ``_port_table``."""
+    ok = (proto >= 0) & (proto < 256) & (port >= 0) & (port <= 65535)
+    row = np.where(ok, _ROW_OF_PROTO[np.where(ok, proto, 0)], 0)
+    return row * 65536 + np.where(ok, port, 0)
+
+
+def _port_side(idx: np.ndarray, specs: tuple[str, ...]) -> np.ndarray:
+    """Per flow: this one port matches one of the specs (protocol included); ``idx`` from ``_side_index``."""
+    return _port_table(specs)[idx]
+
+
+def _either(sidx, didx, specs) -> np.ndarray:
+    t = _port_table(specs)
+    return t[sidx] | t[didx]
 
 
 def categorize(
@@ -144,30 +165,32 @@ def categorize(
     def table(pred) -> np.ndarray:
         return np.array([bool(pred(g)) for g in vocab], dtype=bool) if vocab else np.zeros(1, dtype=bool)
 
+    sidx = _side_index(proto, sp)
+    didx = _side_index(proto, dp)
     codes = np.full(n, _OTHER, dtype=np.int8)
     done = np.zeros(n, dtype=bool) if is_ip is None else ~np.asarray(is_ip, dtype=bool)
     for rule in rules.order:
         if done.all():
             break
         if rule == "rocev2":
-            m = _either(proto, sp, dp, rules.rocev2_ports)
+            m = _either(sidx, didx, rules.rocev2_ports)
         elif rule == "collective":
             coll = table(lambda g: g in rules.collective_groups)
             m = (
                 coll[sg]
                 & coll[dg]
                 & (np.minimum(sp, dp) >= rules.collective_min_port)
-                & _either(proto, sp, dp, rules.collective_ports)
+                & _either(sidx, didx, rules.collective_ports)
             )
         elif rule == "storage":
             stor = table(lambda g: g in rules.storage_groups)
-            m = _either(proto, sp, dp, rules.storage_ports)
-            m |= _port_side(proto, dp, rules.object_store_ports) & stor[dg]
-            m |= _port_side(proto, sp, rules.object_store_ports) & stor[sg]
+            m = _either(sidx, didx, rules.storage_ports)
+            m |= _port_side(didx, rules.object_store_ports) & stor[dg]
+            m |= _port_side(sidx, rules.object_store_ports) & stor[sg]
         elif rule == "dns":
-            m = _either(proto, sp, dp, rules.dns_ports)
+            m = _either(sidx, didx, rules.dns_ports)
         elif rule == "mgmt":
-            m = _either(proto, sp, dp, rules.mgmt_ports)
+            m = _either(sidx, didx, rules.mgmt_ports)
         else:  # external
             ext = table(lambda g: g.startswith(rules.external_group_prefix))
             m = ~np.asarray(src_inside, dtype=bool) | ~np.asarray(dst_inside, dtype=bool) | ext[sg] | ext[dg]

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_SFLOW5
 
@@ -136,7 +138,7 @@ class ProcessorCore:
         if self._detector_codes is None:
             out = self.engine.process_flows(enriched)
             if self.engine.last_codes is not None:  # policy reuses the engine's string codes of this very batch
-                interned = (self.engine.last_codes, self.engine.interner.strings)
+                interned = (self.engine.last_codes, self.engine.interner.strings, self.engine.interner.index)
         else:  # one observation layer for the traffic detectors (no double counting)
             out = self.engine.process_flows(enriched[np.isin(enriched["export_protocol"], self._detector_codes)])
         self.watermark_ms = max(self.watermark_ms, int(enriched[self.config.time_field].max()))
@@ -206,20 +208,57 @@ def shard_of(enriched: np.ndarray, partitions: int) -> np.ndarray:
     flow (straggler, pattern: collectives stay inside a job) and every
     (src, dst) pair (matrix cells, segmentation) lands in one shard. Stable
     across processes (CRC32 of the key text, not Python's salted hash).
+    Vectorised: one CRC32 per distinct key.
     """
-    import zlib
-
     n = len(enriched)
     if n == 0 or partitions <= 1:
         return np.zeros(n, dtype=np.int64)
+    job = enriched["dst_job"]
+    node = enriched["dst_node"]
+    try:
+        out, job_ok, job_null = _text_shards(job, partitions)
+        by_node = np.flatnonzero(~job_ok & ~job_null)
+        if len(by_node):
+            node_h, node_ok, _ = _text_shards(node[by_node], partitions)
+            out[by_node] = node_h
+            job_ok[by_node] = node_ok  # now: row has a job or node key
+    except (TypeError, ValueError, pa.ArrowException):  # not all str: the general path
+        return _shard_of_objects(enriched, partitions)
+    # no key (and a job of None: no key at all, as in the general path): the address decides
+    missing = np.flatnonzero(~job_ok)
+    if len(missing):
+        out[missing] = _addr_shards(enriched["dst_addr"][missing], partitions)
+    return out
+
+
+def _text_shards(col: np.ndarray, partitions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(CRC32 shard per row, row has a non-empty key, row is None) of a string column."""
+    enc = pa.array(col, type=pa.string()).dictionary_encode()
+    idx = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    names = enc.dictionary.to_pylist()
+    lut = np.array([zlib.crc32(u.encode()) % partitions for u in names] + [0], dtype=np.int64)
+    valid = np.array([u != "" for u in names] + [False], dtype=bool)
+    return lut[idx], valid[idx], idx < 0
+
+
+def _addr_shards(addr: np.ndarray, partitions: int) -> np.ndarray:
+    """CRC32 shard of each 16-byte address (one CRC per distinct address)."""
+    rows = np.ascontiguousarray(addr, dtype=np.uint8).reshape(-1, 16)
+    uniq, inv = np.unique(rows.view(np.dtype((np.void, 16))).ravel(), return_inverse=True)
+    h = np.array([zlib.crc32(u.tobytes()) for u in uniq], dtype=np.int64) % partitions
+    return h[inv.reshape(-1)]
+
+
+def _shard_of_objects(enriched: np.ndarray, partitions: int) -> np.ndarray:
+    """``shard_of`` for key columns holding other objects than str (compared and hashed as text)."""
+    n = len(enriched)
     job = enriched["dst_job"]
     node = enriched["dst_node"]
     keys = np.where(job != "", job, np.where(node != "", node, None))
     out = np.empty(n, dtype=np.int64)
     missing = np.flatnonzero(keys == None)  # noqa: E711 (object array comparison)
     if len(missing):
-        addr = enriched["dst_addr"][missing]
-        out[missing] = np.array([zlib.crc32(a.tobytes()) for a in addr], dtype=np.int64) % partitions
+        out[missing] = _addr_shards(enriched["dst_addr"][missing], partitions)
     have = np.flatnonzero(keys != None)  # noqa: E711
     if len(have):
         uniq, inv = np.unique(keys[have].astype(str), return_inverse=True)

@@ -28,9 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas.columns import addr_str
-
-from .windows import Interner, dump_columns, group_reduce, load_columns
+from .windows import Interner, addr_text, dump_columns, group_reduce, load_columns
 
 __all__ = ["IncastConfig", "IncastAggregator", "IncastDetector", "endpoint_codes", "as_capacity"]
 
@@ -76,19 +74,26 @@ def as_capacity(capacity, default: float) -> Callable[[str], float]:
     return lambda node: float(capacity(node) or default)
 
 
-def endpoint_codes(node_codes: np.ndarray, addrs: np.ndarray, interner: Interner) -> np.ndarray:
-    """Node code, or the code of the address text where the node is unknown ("")."""
+def endpoint_codes(
+    node_codes: np.ndarray, addrs: np.ndarray, interner: Interner, rows_mask: np.ndarray | None = None
+) -> np.ndarray:
+    """Node code, or the code of the address text where the node is unknown ("").
+
+    ``rows_mask``: ``addrs`` is the whole column and ``node_codes`` belong to its rows where the mask is set.
+    """
     empty = interner.code("")
     unknown = node_codes == empty
     if not unknown.any():
         return node_codes
     out = node_codes.copy()
-    rows = np.ascontiguousarray(addrs[unknown], dtype=np.uint8)
+    if rows_mask is not None:
+        addrs = addrs[np.flatnonzero(rows_mask)[unknown]]
+        rows = np.ascontiguousarray(addrs, dtype=np.uint8)
+    else:
+        rows = np.ascontiguousarray(addrs[unknown], dtype=np.uint8)
     view = rows.view(np.dtype((np.void, 16))).ravel()
     uniq, inv = np.unique(view, return_inverse=True)
-    lut = np.fromiter(
-        (interner.code(addr_str(np.frombuffer(u.tobytes(), np.uint8))) for u in uniq), dtype=np.int32, count=len(uniq)
-    )
+    lut = np.fromiter((interner.code(addr_text(u.tobytes())) for u in uniq), dtype=np.int32, count=len(uniq))
     out[unknown] = lut[inv.ravel()]
     return out
 
@@ -101,7 +106,7 @@ class IncastAggregator:
 
     @staticmethod
     def _reduce(chunks: list[dict]) -> dict:
-        cat = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+        cat = chunks[0] if len(chunks) == 1 else {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
         keys, sums, maxes = group_reduce([cat[k] for k in KEYS], [cat[s] for s in SUMS], [cat[m] for m in MAXES])
         out = dict(zip(KEYS, keys))
         out.update(zip(SUMS, sums))
@@ -109,7 +114,9 @@ class IncastAggregator:
         return out
 
     def agg(self, state: list, rows: dict, window_start: int) -> list:
-        state = state + [self._reduce([rows])]
+        # Rows are kept as they come and reduced at close (or once 16 chunks wait): integer sums and maxima
+        # give the same result however the rows are grouped, with one group-by instead of one per batch.
+        state = state + [{k: rows[k] for k in (*KEYS, *SUMS, *MAXES)}]
         if len(state) > 16:
             state = [self._reduce(state)]
         return state
@@ -118,7 +125,11 @@ class IncastAggregator:
         return self._reduce(state) if state else None
 
     def dump(self, state: list):
-        return dump_columns(self._reduce(state)) if state else None
+        if not state:
+            return None
+        merged = self._reduce(state)
+        state[:] = [merged]  # keep the reduction (same contents)
+        return dump_columns(merged)
 
     def load(self, obj) -> list:
         return [load_columns(obj)] if obj else []

@@ -217,41 +217,53 @@ class LinkHealthDetector:
         # outputs (one dict per emitted record)
         out: list[dict] = []
         emit_rows = np.flatnonzero(cmp_ & (reset | speed_chg | oper_chg | burst_start | sustained | (ok & cfg.emit_samples)))
-        for i in emit_rows.tolist():
-            exporter, if_index = self.keys[int(slots[i])]
+        if len(emit_rows) == 0:
+            return out
+        # Python values of the emitted rows, column by column (no numpy scalar per field)
+        r = emit_rows
+        cols = [x[r].tolist() for x in (slots, t, interval, speed, p_speed, util_in, util_out, rate["in_errors"],
+                                         rate["out_errors"], rate["in_discards"], rate["out_discards"], oper, reset,
+                                         uptime_reset, speed_chg, oper_chg, burst_start, err_ps, sustained, since)]
+        switch: dict[str, str] = {}
+        for row in zip(*cols):
+            slot, t_i, iv, sp, psp, u_in, u_out, ie, oe, idc, odc, op, rst, upr, sch, och, bst, eps, sus, snc = row
+            exporter, if_index = self.keys[slot]
+            sw = switch.get(exporter)
+            if sw is None:
+                sw = switch[exporter] = str(self.switch_name(exporter))
             base = {
-                "time_ms": int(t[i]),
-                "interval_ms": int(interval[i]),
+                "time_ms": t_i,
+                "interval_ms": iv,
                 "kind": "sample",
                 "exporter": exporter,
-                "switch": str(self.switch_name(exporter)),
+                "switch": sw,
                 "if_index": int(if_index),
-                "if_speed": int(speed[i]),
-                "previous_if_speed": int(p_speed[i]),
-                "util_in": float(util_in[i]),
-                "util_out": float(util_out[i]),
-                "in_errors_per_s": float(rate["in_errors"][i]),
-                "out_errors_per_s": float(rate["out_errors"][i]),
-                "in_discards_per_s": float(rate["in_discards"][i]),
-                "out_discards_per_s": float(rate["out_discards"][i]),
-                "oper_up": bool(oper[i]),
+                "if_speed": sp,
+                "previous_if_speed": psp,
+                "util_in": u_in,
+                "util_out": u_out,
+                "in_errors_per_s": ie,
+                "out_errors_per_s": oe,
+                "in_discards_per_s": idc,
+                "out_discards_per_s": odc,
+                "oper_up": op,
                 "detail": "",
             }
-            if reset[i]:
-                why = "agent uptime went backwards" if uptime_reset[i] else "counter step not explainable by a wrap"
+            if rst:
+                why = "agent uptime went backwards" if upr else "counter step not explainable by a wrap"
                 out.append(base | {"kind": "counter_reset", "detail": why})
             elif cfg.emit_samples:
                 out.append(dict(base))
-            if speed_chg[i]:
-                kind = "link_downgrade" if speed[i] < p_speed[i] else "speed_change"
-                out.append(base | {"kind": kind, "detail": f"if_speed {int(p_speed[i])} -> {int(speed[i])} bps"})
-            if oper_chg[i]:
-                out.append(base | {"kind": "oper_up" if oper[i] else "oper_down", "detail": "oper status changed"})
-            if burst_start[i]:
-                out.append(base | {"kind": "error_burst", "detail": f"{err_ps[i]:.1f} errors/s"})
-            if sustained[i]:
+            if sch:
+                kind = "link_downgrade" if sp < psp else "speed_change"
+                out.append(base | {"kind": kind, "detail": f"if_speed {psp} -> {sp} bps"})
+            if och:
+                out.append(base | {"kind": "oper_up" if op else "oper_down", "detail": "oper status changed"})
+            if bst:
+                out.append(base | {"kind": "error_burst", "detail": f"{eps:.1f} errors/s"})
+            if sus:
                 out.append(base | {"kind": "sustained_utilisation",
-                                   "detail": f"utilisation >= {cfg.util_threshold:g} since {int(since[i])} ms"})
+                                   "detail": f"utilisation >= {cfg.util_threshold:g} since {snc} ms"})
         return out
 
     def snapshot(self) -> dict:

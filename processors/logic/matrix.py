@@ -54,20 +54,18 @@ class CellAggregator:
 
     @staticmethod
     def _reduce(chunks: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        if len(chunks) == 1:
-            return chunks[0]
-        cat = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+        cat = chunks[0] if len(chunks) == 1 else {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
         keys, sums, _ = group_reduce([cat[k] for k in KEY_COLUMNS], [cat[v] for v in VALUE_COLUMNS])
         out = dict(zip(KEY_COLUMNS, keys))
         out.update(zip(VALUE_COLUMNS, sums))
         return out
 
     def agg(self, state: dict, rows: dict[str, np.ndarray], window_start: int) -> dict:
-        keys, sums, _ = group_reduce([rows[k] for k in KEY_COLUMNS], [rows[v] for v in VALUE_COLUMNS])
-        part = dict(zip(KEY_COLUMNS, keys))
-        part.update(zip(VALUE_COLUMNS, sums))
+        # Rows are kept as they come (no group-by per batch); they are reduced once they exceed compact_rows
+        # and at close. Integer sums do not depend on the grouping, so results are identical.
+        part = {k: rows[k] for k in (*KEY_COLUMNS, *VALUE_COLUMNS)}
         chunks = state["chunks"] + [part]
-        nrows = state["rows"] + len(keys[0])
+        nrows = state["rows"] + len(part["sn"])
         compacted = state["compacted"]
         if nrows > max(self.compact_rows, 2 * compacted):
             merged = self._reduce(chunks)
@@ -82,6 +80,9 @@ class CellAggregator:
 
     def dump(self, state: dict) -> dict:
         merged = self.result(state, 0, 0)
+        if len(state["chunks"]) > 1 or state["rows"] != state["compacted"]:  # keep the reduction (same contents)
+            n = len(merged["sn"])
+            state.update(chunks=[merged] if n else [], rows=n, compacted=n)
         return dump_columns(merged)
 
     def load(self, obj: dict) -> dict:
@@ -97,38 +98,62 @@ def matrix_cells(
     window_end: int,
     config: MatrixConfig = MatrixConfig(),
 ) -> list[dict]:
-    """MatrixCell dicts for one closed window, sorted by (level, src, dst, category)."""
+    """MatrixCell dicts for one closed window, sorted by (level, src, dst, category).
+
+    "" and "unknown" endpoints are one key ("unknown"). Keys are ranked by their text first, so the group-by
+    yields the cells already merged and in output order.
+    """
     out: list[dict] = []
-    for level, (ks, kd) in (("node", ("sn", "dn")), ("group", ("sg", "dg"))):
-        if level not in config.levels or len(cells["sn"]) == 0:
+    n = len(cells["sn"])
+    for level, (ks, kd) in sorted((("node", ("sn", "dn")), ("group", ("sg", "dg")))):
+        if level not in config.levels or n == 0:
             continue
-        keys, sums, _ = group_reduce([cells[ks], cells[kd], cells["cat"]], [cells[v] for v in VALUE_COLUMNS])
-        src = interner.lookup(keys[0]).tolist()
-        dst = interner.lookup(keys[1]).tolist()
-        cat = interner.lookup(keys[2]).tolist()
+        ep_names, ep_rank = _ranks(interner, cells[ks], cells[kd], empty_as=UNKNOWN)
+        cat_names, cat_rank = _ranks(interner, cells["cat"])
+        keys, sums, _ = group_reduce([ep_rank[0], ep_rank[1], cat_rank[0]], [cells[v] for v in VALUE_COLUMNS])
+        keep = sums[0] >= config.min_bytes_est
+        if not keep.all():
+            keys = [k[keep] for k in keys]
+            sums = [v[keep] for v in sums]
+        src = ep_names[keys[0]].tolist()
+        dst = ep_names[keys[1]].tolist()
+        cat = cat_names[keys[2]].tolist()
         b, p, r, s = (x.tolist() for x in sums)
+        ws, we = int(window_start), int(window_end)
         for i in range(len(src)):
             out.append(
                 {
-                    "window_start_ms": int(window_start),
-                    "window_end_ms": int(window_end),
+                    "window_start_ms": ws,
+                    "window_end_ms": we,
                     "level": level,
-                    "src": src[i] or UNKNOWN,
-                    "dst": dst[i] or UNKNOWN,
+                    "src": src[i],
+                    "dst": dst[i],
                     "category": cat[i],
-                    "bytes_est": int(b[i]),
-                    "packets_est": int(p[i]),
-                    "flow_records": int(r[i]),
-                    "samples": int(s[i]),
+                    "bytes_est": b[i],
+                    "packets_est": p[i],
+                    "flow_records": r[i],
+                    "samples": s[i],
                 }
             )
-    out.sort(key=lambda c: (c["level"], c["src"], c["dst"], c["category"]))
-    # "" and "unknown" both map to "unknown" at node level: merge equal keys
-    merged: list[dict] = []
-    for c in out:
-        if merged and all(merged[-1][k] == c[k] for k in ("level", "src", "dst", "category")):
-            for v in VALUE_COLUMNS:
-                merged[-1][v] += c[v]
-        else:
-            merged.append(c)
-    return [c for c in merged if c["bytes_est"] >= config.min_bytes_est]
+    return out
+
+
+def _ranks(
+    interner: Interner, *code_columns: np.ndarray, empty_as: str | None = None
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(sorted distinct names, per column the rank of each row's name) for interned code columns.
+
+    ``empty_as``: the name "" stands for (its rows then share that name's rank).
+    """
+    u, inv = np.unique(np.concatenate(code_columns), return_inverse=True)
+    names = [interner.strings[c] for c in u.tolist()]
+    if empty_as is not None:
+        names = [x or empty_as for x in names]
+    distinct = sorted(set(names))
+    pos = {x: i for i, x in enumerate(distinct)}
+    lut = np.array([pos[x] for x in names], dtype=np.int64)
+    ranks = lut[inv.reshape(-1)]
+    bounds = np.cumsum([0] + [len(c) for c in code_columns])
+    table = np.empty(len(distinct), dtype=object)
+    table[:] = distinct
+    return table, [ranks[bounds[i] : bounds[i + 1]] for i in range(len(code_columns))]

@@ -63,6 +63,16 @@ def leave_one_out_median(values: np.ndarray) -> np.ndarray:
     return (s[ia] + s[ib]) / 2.0
 
 
+def _median(values: list[float]) -> float:
+    """Median of a short list of floats (same value as ``float(np.median(values))``, without numpy's overhead)."""
+    v = sorted(values)
+    n = len(v)
+    if n == 0 or any(x != x for x in v):
+        return float(np.median(values))  # empty or NaN: numpy's answer
+    m = n // 2
+    return float(v[m]) if n % 2 else float(np.mean([v[m - 1], v[m]]))
+
+
 class StragglerDetector:
     def __init__(self, config: StragglerConfig = StragglerConfig()):
         self.config = config
@@ -119,24 +129,27 @@ class StragglerDetector:
         z = np.clip(z, -cfg.z_clip, cfg.z_clip)
         out = []
         peers = len(names) - 1
-        for i, node in enumerate(names):
+        ws, we = int(ws), int(we)
+        # Python values per node, column by column (one output dict per node, no numpy scalar per field)
+        cols = zip(names, z.tolist(), ratio.tolist(), sent.tolist(), recv.tolist(), med_s.tolist(), med_r.tolist())
+        for node, zi, ri, si, rv, ms_, mr in cols:
             key = f"{job}\x00{node}"
             st = self.nodes.setdefault(key, {"z": [], "evidence": 0})
-            st["z"] = (st["z"] + [float(z[i])])[-cfg.smoothing_windows :]
-            low = ratio[i] < cfg.ratio_threshold and z[i] < cfg.z_threshold
+            st["z"] = (st["z"] + [zi])[-cfg.smoothing_windows :]
+            low = ri < cfg.ratio_threshold and zi < cfg.z_threshold
             st["evidence"] = st["evidence"] + 1 if low else 0
-            score = float(np.median(st["z"]))
+            score = _median(st["z"])
             out.append(
                 {
-                    "window_start_ms": int(ws),
-                    "window_end_ms": int(we),
+                    "window_start_ms": ws,
+                    "window_end_ms": we,
                     "job": job,
                     "node": node,
-                    "sent_bytes": int(sent[i]),
-                    "recv_bytes": int(recv[i]),
-                    "peer_median_sent": float(med_s[i]),
-                    "peer_median_recv": float(med_r[i]),
-                    "ratio_sent": float(ratio[i]),
+                    "sent_bytes": si,
+                    "recv_bytes": rv,
+                    "peer_median_sent": ms_,
+                    "peer_median_recv": mr,
+                    "ratio_sent": ri,
                     "score": score,
                     "evidence_windows": int(st["evidence"]),
                     "straggler": bool(st["evidence"] >= cfg.persist_windows and score < cfg.z_threshold),

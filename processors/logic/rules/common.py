@@ -22,7 +22,8 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
-from schemas.columns import addr_str, dtype_for
+from processors.logic.windows import addr_text
+from schemas.columns import dtype_for
 
 ENRICHED_DTYPE = dtype_for("flow_enriched")
 _V4_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
@@ -190,7 +191,7 @@ def format_tuple(proto: int, src16, sport: int, dst16, dport: int) -> str:
     """``'tcp 10.0.0.1:5555 -> 10.0.1.2:2049'`` (IPv6 in brackets)."""
 
     def ep(a16, port):
-        s = addr_str(a16)
+        s = addr_text(a16)
         return f"[{s}]:{port}" if ":" in s else f"{s}:{port}"
 
     return f"{_PROTO.get(int(proto), str(int(proto)))} {ep(src16, int(sport))} -> {ep(dst16, int(dport))}"
@@ -200,8 +201,9 @@ class BatchContext:
     """An enriched flow batch plus cached derived columns."""
 
     def __init__(self, batch: np.ndarray, cluster: Networks, interned: tuple[Mapping[str, np.ndarray], Sequence[str]] | None = None):
-        """``interned``: (column name -> integer codes, code -> string) the caller already computed for this
-        batch (the detector engine's interner); ``codes`` then factorizes those integers instead of the strings."""
+        """``interned``: (column name -> integer codes, code -> string[, string -> code]) the caller already
+        computed for this batch (the detector engine's interner); ``codes`` then factorizes those integers
+        instead of the strings, and ``isin`` compares the codes directly."""
         missing = [f for f in ENRICHED_DTYPE.names if f not in (batch.dtype.names or ())]
         if missing:
             raise ValueError(f"batch is not an enriched flow batch; missing fields: {missing[:5]}")
@@ -209,6 +211,9 @@ class BatchContext:
         self.cluster = cluster
         self.n = len(batch)
         self._codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        if interned is not None:  # (codes, strings, string -> code)
+            index = interned[2] if len(interned) > 2 else {s: i for i, s in enumerate(interned[1])}
+            interned = (interned[0], interned[1], index)
         self._interned = interned
 
     # --- basic columns
@@ -261,6 +266,14 @@ class BatchContext:
         values = list(values)
         if "*" in values:
             return np.ones(self.n, dtype=bool)
+        if name not in self._codes and self._interned is not None and name in self._interned[0]:
+            # the caller's codes are enough for a membership test: no factorization
+            index = self._interned[2]
+            want = [index[v] for v in values if isinstance(v, str) and v in index]
+            raw = self._interned[0][name]
+            if len(want) == 1:
+                return raw == want[0]
+            return np.isin(raw, np.array(want, dtype=raw.dtype)) if want else np.zeros(self.n, dtype=bool)
         uniq, codes = self.codes(name)
         if len(uniq) == 0:
             return np.zeros(self.n, dtype=bool)
@@ -274,10 +287,14 @@ class BatchContext:
         """Distinct sample 5-tuples of ``rows`` (already ordered by preference)."""
         b = self.batch
         out: list[str] = []
-        for i in rows:
-            s = format_tuple(
-                b["ip_protocol"][i], b["src_addr"][i], b["src_port"][i], b["dst_addr"][i], b["dst_port"][i]
-            )
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) == 0:
+            return out
+        # the (few) rows' fields once, not a field view per row and field
+        cols = zip(b["ip_protocol"][rows].tolist(), b["src_addr"][rows], b["src_port"][rows].tolist(),
+                   b["dst_addr"][rows], b["dst_port"][rows].tolist())
+        for proto, src, sport, dst, dport in cols:
+            s = format_tuple(proto, src, sport, dst, dport)
             if s not in out:
                 out.append(s)
                 if len(out) >= k:

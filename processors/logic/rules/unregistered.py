@@ -11,9 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from processors.logic.alerts import Condition
-from schemas.columns import addr_str
 
-from .common import BatchContext, GroupBy, Networks, StatelessRule
+from .common import BatchContext, GroupBy, Networks, StatelessRule, addr_text
 from .config import UNKNOWN_GROUP, UnregisteredConfig
 
 
@@ -53,9 +52,9 @@ class UnregisteredHostRule(StatelessRule):
         for g in range(gb.ngroups):
             r0 = gb.first[g]
             a16 = b["src_addr"][rows[r0]] if is_src[r0] else b["dst_addr"][rows[r0]]
-            addr = addr_str(a16)
+            addr = addr_text(a16)
             members = gb.order[gb.starts[g] : gb.starts[g] + cnt[g]]
-            peers = sorted({str(p) for p in np.unique(peer[members])})
+            peers = sorted({str(p) for p in set(peer[members].tolist())})
             roles = ",".join(r for r, f in (("src", as_src[g]), ("dst", as_dst[g])) if f)
             out.append(
                 Condition(
