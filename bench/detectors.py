@@ -13,12 +13,17 @@ Target: >= 300,000 records/s on one core.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from processors.logic.engine import Engine
-from schemas.columns import FLOW_ABSENT, dtype_for, v4_column_to_addr16
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # before bench/ itself: bench/processors.py must not shadow the processors package
+
+from processors.logic.engine import Engine  # noqa: E402
+from schemas.columns import FLOW_ABSENT, dtype_for, v4_column_to_addr16  # noqa: E402
 
 ENRICHED = dtype_for("flow_enriched")
 
