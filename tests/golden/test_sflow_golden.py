@@ -1,4 +1,8 @@
-"""pmacctd sfprobe captures decoded record for record against the tshark summaries."""
+"""pmacctd sfprobe captures decoded record for record against the tshark summaries.
+
+Every check runs on both decoding paths: one datagram per ``decode`` call, and
+the columnar ``decode_sflow_many`` on groups of 64 datagrams as ingest uses it.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.decode import TemplateCache, decode
+from ingest.decode import DecodeResult, TemplateCache, decode
+from ingest.decode.sflow_batch import decode_sflow_many
 from ingest.pcapread import read_udp
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5, addr_str
 from tests.fixtures_path import SHARED_FIXTURES
@@ -22,18 +27,25 @@ CASES = {"pmacct_sfprobe_rate1": (5771, 1, 890), "pmacct_sfprobe_rate8": (723, 8
 pytestmark = pytest.mark.skipif(not EXPORTS.is_dir(), reason="shared fixtures not present")
 
 
-def _decode_all(name):
+def _decode_all(name, path="datagram", group=64):
     cache = TemplateCache()
+    pkts = list(read_udp(EXPORTS / f"{name}.pcap"))
+    if path == "datagram":
+        return [decode(p.payload, p.src_ip, int(p.timestamp_s * 1000), cache) for p in pkts]
     results = []
-    for pkt in read_udp(EXPORTS / f"{name}.pcap"):
-        results.append(decode(pkt.payload, pkt.src_ip, int(pkt.timestamp_s * 1000), cache))
+    for i in range(0, len(pkts), group):
+        part = pkts[i : i + group]
+        results += decode_sflow_many([p.payload for p in part], [p.src_ip for p in part],
+                                     [int(p.timestamp_s * 1000) for p in part], cache)
+    assert all(isinstance(r, DecodeResult) for r in results)
     return results
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
+@pytest.fixture(scope="module", params=[(n, path) for n in sorted(CASES) for path in ("datagram", "batch")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
 def decoded(request):
-    name = request.param
-    results = _decode_all(name)
+    name, path = request.param
+    results = _decode_all(name, path)
     flows = np.concatenate([r.flows for r in results])
     counters = np.concatenate([r.counters for r in results])
     summary = json.loads((SUMMARIES / f"{name}.summary.json").read_text())
