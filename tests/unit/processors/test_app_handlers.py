@@ -1,6 +1,7 @@
 """Faust wiring without a broker: handlers, re-delivery after restore, metrics."""
 
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -13,13 +14,33 @@ from tests.synth import training_batches
 INVENTORY = Path(__file__).resolve().parents[2] / "data" / "cluster_inventory.yaml"
 
 
+class _NoBrokerProducer:
+    """Stands in for confluent_kafka.Producer: these tests capture what is produced themselves."""
+
+    def __init__(self, _config):
+        pass
+
+    def produce(self, *_a, **_kw):
+        raise AssertionError("tests replace OutputPublisher.produce")
+
+    def poll(self, _timeout=0):
+        return 0
+
+    def flush(self, _timeout=None):
+        return 0
+
+    def __len__(self):
+        return 0
+
+
 def _proc(tmp_path, **processors):
     s = load_settings(
         None,
         kafka={"bootstrap_servers": "127.0.0.1:9", "partitions": 2},
         processors={"inventory": str(INVENTORY), "datadir": str(tmp_path), "metrics_port": 0, "web_port": 0, **processors},
     )
-    p = Processors(s)
+    with mock.patch("processors.app.Producer", _NoBrokerProducer):  # no librdkafka "connection refused" noise
+        p = Processors(s)
     sent = []
     p.publisher.produce = lambda topic, key, value, partition=None, headers=None: sent.append((topic, key, value, partition, headers))
     p.publisher.poll = lambda: None
