@@ -152,6 +152,11 @@ class ProcessorSettings(_Section):
         16, ge=1, description="Shuffle messages the detect agent takes at once (then applies in order, writes due snapshots, acks)"
     )
     detect_batch_wait_s: float = Field(0.05, gt=0, description="Max wait for more shuffle messages before applying the ones taken")
+    fetch_max_wait_ms: int = Field(
+        100, ge=1, le=30_000,
+        description="Longest a consumer fetch waits on the broker for new data (Faust hard-codes 1500 ms; a broker that does "
+        "not answer a waiting fetch when data arrives, like the embedded Tansu, then stalls the agents that long)",
+    )
     reuse_enriched_records: int = Field(
         262_144, ge=0, description="detect reuses the records prepare enriched in the same worker for its own shuffle "
         "partitions instead of decoding and enriching the shuffle message again (byte-identical messages only); "

@@ -47,6 +47,7 @@ import zlib
 import faust
 import numpy as np
 from confluent_kafka import Producer
+from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from fabricflow.settings import Settings
 from schemas import codec
@@ -105,6 +106,42 @@ class ProcessorMetrics:
     def healthy(self, window_s: float = 60.0) -> bool:
         """Unhealthy for a minute after a batch failed (the error is in the log and the errors counter)."""
         return self.last_error is None or time.monotonic() - self.last_error_at > window_s
+
+
+class _FetchWaitConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's aiokafka consumer with ``processors.fetch_max_wait_ms`` instead of its fixed 1500 ms.
+
+    With all data consumed, a fetch waits on the broker up to that long; the
+    embedded Tansu answers only when it expires, not when data arrives, which
+    left the worker ~30 % idle (the shuffle messages it had just produced sat
+    unread). Real Kafka answers on arrival; the lower bound only adds empty
+    fetches when idle.
+    """
+
+    def _create_worker_consumer(self, transport):
+        consumer = super()._create_worker_consumer(transport)
+        wait = getattr(self.app, "fetch_max_wait_ms", None)
+        if wait is not None and hasattr(consumer, "_fetch_max_wait_ms"):  # read by AIOKafkaConsumer.start()
+            consumer._fetch_max_wait_ms = int(wait)
+        return consumer
+
+
+class _FetchWaitConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self):
+        return _FetchWaitConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class _FetchWaitTransport(faust_aiokafka.Transport):
+    Consumer = _FetchWaitConsumer
+
+
+class _App(faust.App):
+    """faust.App whose Kafka transport applies ``fetch_max_wait_ms`` (see :class:`_FetchWaitConsumerThread`)."""
+
+    fetch_max_wait_ms: int | None = None
+
+    def _new_transport(self):
+        return _FetchWaitTransport(self.conf.broker_consumer, self)
 
 
 class OutputPublisher:
@@ -194,7 +231,7 @@ class Processors:
     def _make_app(self) -> faust.App:
         s = self.settings
         p = s.processors
-        app = faust.App(
+        app = _App(
             p.app_id,
             broker="kafka://" + s.kafka.bootstrap_servers.replace(",", ";kafka://"),
             store=p.table_store,
@@ -213,6 +250,7 @@ class Processors:
             key_serializer="raw",
             value_serializer="raw",
         )
+        app.fetch_max_wait_ms = p.fetch_max_wait_ms
         t = s.kafka.topics
         raw = app.topic(t.flows_raw, t.counters_raw, value_serializer="raw", key_serializer="raw")
         shuffle = app.topic(t.shuffle, value_serializer="raw", key_serializer="raw", partitions=self.partitions)

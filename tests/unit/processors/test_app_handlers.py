@@ -256,3 +256,20 @@ def test_events_of_a_revoked_partition_are_not_applied(tmp_path):
     p.assigned = {1}  # partition 0 was revoked while its events waited in the take buffer
     p.handle_shuffle_events([_Event(0, 0, msgs[0])])
     assert p.pending == {} and 0 not in p.cores and p.write_due_snapshots(now=0.0, force=True) == []
+
+
+def test_worker_consumer_uses_the_configured_fetch_wait(tmp_path):
+    """Faust hard-codes fetch_max_wait_ms=1500; the worker's Kafka consumer must get processors.fetch_max_wait_ms."""
+    import asyncio
+
+    p, _sent = _proc(tmp_path, fetch_max_wait_ms=77)
+
+    async def build():
+        consumer = p.app.consumer
+        kafka_consumer = consumer._thread._create_worker_consumer(p.app.transport)
+        try:
+            return kafka_consumer._fetch_max_wait_ms
+        finally:
+            await kafka_consumer.stop()
+
+    assert asyncio.run(build()) == 77
