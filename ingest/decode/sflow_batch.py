@@ -19,7 +19,7 @@ semantics. Counter samples are parsed in Python (rare).
 
 A datagram that is anything but plain (structural error, unknown sample or
 record type, sampled IPv4/IPv6 records, header protocol other than Ethernet,
-clamped header length, zero sampling rate, more than 64 samples or 16
+more than one raw header record in a sample, clamped header length, zero sampling rate, more than 64 samples or 16
 records per sample) is decoded whole by ``decode_sflow``, which defines the
 result. Pure: no I/O, no clock.
 """
@@ -267,6 +267,9 @@ def decode_sflow_many(
         ok &= ~((is_raw | is_sw) & (rlen < 16))
         bad[f_dg[r_idx[~ok]]] = True
         sel = ok & is_raw
+        # A second raw header record in a sample: only the last is checked below, but the per-datagram
+        # decoder counts problems for each, so such (rare) datagrams are decoded by it.
+        bad[f_dg[r_idx[sel & (raw_pos[r_idx] >= 0)]]] = True
         raw_pos[r_idx[sel]] = body[sel]
         raw_len[r_idx[sel]] = rlen[sel]
         sel = ok & is_sw

@@ -225,6 +225,16 @@ def test_fast_eth_equals_walker_at_every_length(frame):
         assert got is None or got == ref, (cut, got, ref)
 
 
+def test_two_raw_header_records_in_a_sample_identical():
+    """Only the last raw header record of a sample makes the row, but every record's problems count
+    (hypothesis found the batch path missing an earlier non-Ethernet record's problem)."""
+    frame = b.eth(b.ipv4(b.udp(5000, 4791, bytes(20)), 17))
+    two = [b.raw_header(frame[14:], proto=5), b.raw_header(frame)]  # first: header protocol 5, unsupported
+    dgrams = [b.datagram([b.flow_sample(two)] + [b.flow_sample([b.raw_header(frame)])] * 3, seq=i) for i in range(48)]
+    refs = _check_all(dgrams)
+    assert dict(refs[0].problems) == {"unsupported_header_protocol": 1} and len(refs[0].flows) == 4
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(_frame(), st.integers(0, 200), st.sampled_from([1, 1, 1, 11, 12, 5]),
                           st.sampled_from([0, 0, 110, 4095, 0x1001])), min_size=1, max_size=12),
