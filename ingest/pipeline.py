@@ -115,6 +115,18 @@ class SflowUptimeClock:
             res.counters["time_received_ms"] = t
 
 
+class _ExporterMetrics:
+    """Bound Prometheus children of one (exporter, protocol) plus the counts pending for ``sync_metrics``."""
+
+    __slots__ = ("label", "datagrams", "flows", "skew", "n_datagrams", "n_flows", "skew_exporter")
+
+    def __init__(self, label: str, datagrams, flows, skew):
+        self.label, self.datagrams, self.flows, self.skew = label, datagrams, flows, skew
+        self.n_datagrams = 0
+        self.n_flows = 0
+        self.skew_exporter: str | None = None  # exporter whose smoothed skew to publish
+
+
 class IngestPipeline:
     def __init__(self, ingest_settings, sink, metrics: IngestMetrics, listener: str = "udp"):
         cfg = ingest_settings
@@ -141,27 +153,22 @@ class IngestPipeline:
         self._templates_seen = (0, 0)
         # Bound metric children: labels() costs a lock and a dict lookup per call.
         self._bytes_child = metrics.bytes.labels(listener)
-        self._children: dict[tuple[str, str], list] = {}
+        self._children: dict[tuple[str, str], _ExporterMetrics] = {}
         # The per-datagram counters (bytes, datagrams, flow records, skew gauge) are
         # summed here and added to Prometheus by sync_metrics(), i.e. on every pass
         # of the receive loop (maybe_flush) and on flush: one inc per loop pass
         # instead of four calls per datagram.
         self._bytes_pending = 0
-        self._dirty: list[list] = []
+        self._dirty: list[_ExporterMetrics] = []
 
-    def _per_exporter(self, exporter: str, proto: str) -> list:
-        """``[label, datagrams child, flow records child, skew child, datagrams, flow records, skew seen]``.
-
-        The last three are pending for :meth:`sync_metrics` (skew seen: the
-        exporter whose smoothed skew to publish, else None).
-        """
+    def _per_exporter(self, exporter: str, proto: str) -> _ExporterMetrics:
         key = (exporter, proto)
         ch = self._children.get(key)
         if ch is None:
             m = self.metrics
             label = m.exporter_label(exporter)
-            ch = [label, m.datagrams.labels(label, proto), m.records.labels(label, proto, "flow"), m.skew.labels(label),
-                  0, 0, None]
+            ch = _ExporterMetrics(label, m.datagrams.labels(label, proto), m.records.labels(label, proto, "flow"),
+                                  m.skew.labels(label))
             if len(self._children) >= 4 * m.max_exporters:
                 self._children.clear()  # entries with pending counts stay in _dirty until synced
             self._children[key] = ch
@@ -173,28 +180,24 @@ class IngestPipeline:
             self._bytes_child.inc(self._bytes_pending)
             self._bytes_pending = 0
         for ch in self._dirty:
-            if ch[4]:
-                ch[1].inc(ch[4])
-                ch[4] = 0
-            if ch[5]:
-                ch[2].inc(ch[5])
-                ch[5] = 0
-            if ch[6] is not None:
-                skew = self.skew.skew_ms(ch[6])
+            if ch.n_datagrams:
+                ch.datagrams.inc(ch.n_datagrams)
+                ch.n_datagrams = 0
+            if ch.n_flows:
+                ch.flows.inc(ch.n_flows)
+                ch.n_flows = 0
+            if ch.skew_exporter is not None:
+                skew = self.skew.skew_ms(ch.skew_exporter)
                 if skew is not None:
-                    ch[3].set(skew / 1000.0)
-                ch[6] = None
+                    ch.skew.set(skew / 1000.0)
+                ch.skew_exporter = None
         self._dirty.clear()
 
     # ------------------------------------------------------------------ per datagram
 
     def handle(self, datagram: bytes, exporter: str, received_ms: int) -> None:
-        """One datagram (the same as a one-datagram :meth:`handle_many`)."""
-        self._bytes_pending += len(datagram)
-        if not self.allowlist.allows(exporter):
-            self.metrics.not_allowed.labels(self.listener).inc()
-            return
-        self._handle(datagram, exporter, received_ms, None)
+        """One datagram: a one-datagram :meth:`handle_many`."""
+        self.handle_many([datagram], [exporter], [received_ms])
 
     def handle_many(self, datagrams: list, exporters, received_ms) -> None:
         """A group of received datagrams (one or more receive-loop passes), in arrival order.
@@ -271,10 +274,10 @@ class IngestPipeline:
         h = res.header
         proto = h.protocol if h is not None else sniff_protocol(datagram)
         ch = self._per_exporter(exporter, proto)
-        label = ch[0]
-        if not ch[4]:
+        label = ch.label
+        if not ch.n_datagrams:
             self._dirty.append(ch)
-        ch[4] += 1
+        ch.n_datagrams += 1
         if res.problems:
             for reason, n in res.problems.items():
                 if reason == "sampling_rate_missing":
@@ -294,14 +297,14 @@ class IngestPipeline:
                 m.seq_restarts.labels(label, proto).inc(restarts)
             skew = self.skew.observe(h, received_ms)
             if skew is not None:
-                ch[6] = exporter
+                ch.skew_exporter = exporter
             if self.sflow_uptime_clock is not None and proto == "sflow5":
                 self.sflow_uptime_clock.apply(res, received_ms)
         if len(res.flows):
             batch.add_rows(res.flows)
         n = batch.records - before
         if n:
-            ch[5] += n
+            ch.n_flows += n
             if batch.records >= self.batch_max:
                 self._flush_flows(exporter)
         if len(res.counters):
