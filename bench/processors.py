@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import math
 import os
 import re
@@ -265,12 +266,18 @@ class _Capture:
         self.shuffle: list[tuple[int, bytes, list | None]] = []
         self.messages: dict[str, int] = {}
         self.bytes: dict[str, int] = {}
+        self.digests: dict[str, object] = {}  # topic -> SHA-256 of its (key, value) sequence (not the shuffle)
 
     def __call__(self, topic, key, value, partition=None, headers=None):
         self.messages[topic] = self.messages.get(topic, 0) + 1
         self.bytes[topic] = self.bytes.get(topic, 0) + len(value)
         if topic == self.shuffle_topic:
             self.shuffle.append((partition, value, headers))
+        else:
+            h = self.digests.get(topic)
+            if h is None:
+                h = self.digests[topic] = hashlib.sha256()
+            h.update(len(key).to_bytes(4, "little") + key + len(value).to_bytes(4, "little") + value)
 
 
 class _Timers:
@@ -407,7 +414,7 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
         prof.dump_stats(profile)
     return {"cpu": cpu, "wall": wall, "raw_s": t_raw, "shuffle_s": wall - t_raw, "shuffle_messages": len(cap.shuffle),
             "snapshots": snaps, "snapshot_bytes": snap_bytes, "legacy": legacy, "messages": dict(cap.messages), "bytes": dict(cap.bytes),
-            "stages": timers.seconds, "reused": proc.metrics.registry.get_sample_value("fabricflow_processors_reused_batches_total") or 0}
+            "stages": timers.seconds, "digests": {t: h.hexdigest()[:16] for t, h in cap.digests.items()}, "reused": proc.metrics.registry.get_sample_value("fabricflow_processors_reused_batches_total") or 0}
 
 
 # --------------------------------------------------------------------------- Faust worker on the embedded broker
@@ -638,6 +645,9 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     print(f"    shuffle messages: {wp['shuffle_messages']} ({wp['reused']:.0f} reused prepare's enriched records), state snapshots: {wp['snapshots']} "
           f"({wp['snapshot_bytes'] / max(1, wp['snapshots']) / 1e3:.0f} kB each, {wp['snapshot_bytes'] / 1e6:.0f} MB total)")
     print("    produced:", {k.removeprefix(prefix): f"{v} msgs / {wp['bytes'][k] / 1e6:.1f} MB" for k, v in wp["messages"].items()})
+    print("    SHA-256 of each output topic's (key, value) sequence (same input and settings -> same digests):")
+    for k, v in sorted(wp["digests"].items()):
+        print(f"      {k.removeprefix(prefix):24s} {v}")
     if wp["stages"]:
         total = wp["wall"]
         print("    where time goes (stage timers; us per input flow record):")
