@@ -4,8 +4,14 @@ For every closed window and job, each member node gets a StragglerScore dict
 (straggler_score.avsc):
 - sent / received estimated bytes in the configured categories (collective,
   rocev2) where the node is the source / destination and belongs to the job;
-- peer median (median of the *other* nodes of the job) and ratio = sent / peer median;
-- raw robust z = (sent - peer median) / (1.4826 * MAD), MAD over the job's
+- link bytes = what the node sent to its busiest destination node. Nodes are
+  compared on this, not on their total: in a tree (or parameter-server)
+  collective a node sends ``allreduce`` bytes once per tree edge, so an inner
+  node sends 2-3x what a leaf sends and every healthy leaf would sit at ~0.67
+  of the peer median; per link all roles send the same. In a ring (one
+  successor) link bytes = sent bytes minus the ACKs to the predecessor;
+- peer median (median of the *other* nodes' link bytes) and ratio = link bytes / peer median;
+- raw robust z = (link - peer median) / (1.4826 * MAD), MAD over the job's
   nodes, floored at ``mad_floor_fraction`` * peer median so identical peers
   don't make any deviation infinite; clipped to +-``z_clip``;
 - score = rolling median of the last ``smoothing_windows`` raw z values;
@@ -88,12 +94,17 @@ class StragglerDetector:
         cats = [interner.index[c] for c in cfg.categories if c in interner.index]
         mask = np.isin(cells["cat"], cats) if len(cells["cat"]) else np.zeros(0, bool)
         sel = {k: v[mask] for k, v in cells.items()}
-        per_job: dict[str, dict[str, list[int]]] = {}
+        per_job: dict[str, dict[str, list[int]]] = {}  # job -> node -> [sent, received, busiest link]
         for side, (kj, kn) in enumerate((("sj", "sn"), ("dj", "dn"))):
             ok = (sel[kj] != empty) & (sel[kn] != empty)
             keys, sums, _ = group_reduce([sel[kj][ok], sel[kn][ok]], [sel["bytes_est"][ok]])
             for j, n, b in zip(interner.lookup(keys[0]).tolist(), interner.lookup(keys[1]).tolist(), sums[0].tolist()):
-                per_job.setdefault(j, {}).setdefault(n, [0, 0])[side] += b
+                per_job.setdefault(j, {}).setdefault(n, [0, 0, 0])[side] += b
+            if side == 0:  # bytes per (job, source, destination node) -> each source's busiest destination
+                pk, psum, _ = group_reduce([sel["sj"][ok], sel["sn"][ok], sel["dn"][ok]], [sel["bytes_est"][ok]])
+                lk, _, lmax = group_reduce(pk[:2], (), [psum[0]])
+                for j, n, b in zip(interner.lookup(lk[0]).tolist(), interner.lookup(lk[1]).tolist(), lmax[0].tolist()):
+                    per_job[j][n][2] = b
         out: list[dict] = []
         for job in sorted(set(per_job) | set(self.members)):
             mem = self.members.setdefault(job, {})
@@ -111,14 +122,15 @@ class StragglerDetector:
             names = sorted(mem)
             if len(names) - 1 < cfg.min_peers:
                 continue
-            sent = np.array([active.get(n, [0, 0])[0] for n in names], dtype=np.int64)
-            recv = np.array([active.get(n, [0, 0])[1] for n in names], dtype=np.int64)
-            out.extend(self._score(ws, we, job, names, sent, recv))
+            sent = np.array([active.get(n, [0, 0, 0])[0] for n in names], dtype=np.int64)
+            recv = np.array([active.get(n, [0, 0, 0])[1] for n in names], dtype=np.int64)
+            link = np.array([active.get(n, [0, 0, 0])[2] for n in names], dtype=np.int64)
+            out.extend(self._score(ws, we, job, names, sent, recv, link))
         return out
 
-    def _score(self, ws, we, job, names, sent, recv) -> list[dict]:
+    def _score(self, ws, we, job, names, sent, recv, link) -> list[dict]:
         cfg = self.config
-        s = sent.astype(np.float64)
+        s = link.astype(np.float64)
         med_s = leave_one_out_median(s)
         med_r = leave_one_out_median(recv.astype(np.float64))
         mad = float(np.median(np.abs(s - np.median(s))))

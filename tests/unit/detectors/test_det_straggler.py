@@ -65,3 +65,35 @@ def test_silent_member_scores_zero_and_needs_three_peers():
 def test_leave_one_out_median():
     assert leave_one_out_median([1, 2, 3, 4]).tolist() == [3.0, 3.0, 2.0, 2.0]
     assert leave_one_out_median([5, 5, 5]).tolist() == [5.0, 5.0, 5.0]
+
+
+def run_tree(windows: int, slow: dict[str, float] | None = None):
+    """Binary-tree AllReduce on NODES (as the simulator's ``collective: tree``): per window each child sends S to
+    its parent and each parent S to each child, so n0 (root) sends 2S, n1 3S and the leaves n2-n4 S each."""
+    e = Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("straggler",)))
+    recs = []
+    for w in range(windows):
+        for i in range(1, len(NODES)):
+            child, parent = NODES[i], NODES[(i - 1) // 2]
+            for src, dst in ((child, parent), (parent, child)):
+                recs.append(dict(src=src, dst=dst, t=w * 10_000 + 100, bytes=int(S * (slow or {}).get(src, 1.0)), job="j"))
+    out = e.process_flows(flows(recs)) + e.flush()
+    return [o.value for o in out if o.kind == "straggler"]
+
+
+def test_tree_leaves_are_not_stragglers():
+    # Leaves send a third of what the inner node sends: by total bytes every leaf was at 0.67 of its peers'
+    # median with z -4.5 and flagged after 3 windows (train-b in scenarios/mixed.yaml). Per link all send S.
+    out = run_tree(5)
+    assert not any(s["straggler"] for s in out)
+    assert {s["ratio_sent"] for s in out} == {1.0}
+    assert {(s["node"], s["sent_bytes"]) for s in out if s["window_start_ms"] == 0} == {
+        ("n0", 2 * S), ("n1", 3 * S), ("n2", S), ("n3", S), ("n4", S)}
+
+
+def test_slow_node_in_a_tree_is_flagged():
+    for node in ("n1", "n4"):  # an inner node and a leaf
+        out = run_tree(4, slow={node: 0.3})
+        flagged = [(s["node"], s["window_start_ms"]) for s in out if s["straggler"]]
+        assert flagged == [(node, 20_000), (node, 30_000)]
+        assert {round(s["ratio_sent"], 2) for s in out if s["node"] == node} == {0.3}
