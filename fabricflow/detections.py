@@ -132,7 +132,7 @@ class DetectionFeed:
                 self._stragglers.add(key)
                 return Detection(
                     "straggler", v["window_start_ms"], v["node"],
-                    f"{v['node']} in job {v['job']} sends {v['ratio_sent']:.0%} of its peers' median "
+                    f"{v['node']} in job {v['job']} sends {v['ratio_sent']:.0%} of its peers' median per link "
                     f"(score {v['score']:.1f}, {v['evidence_windows']} windows)",
                 )  # fmt: skip
             if not v["straggler"]:
