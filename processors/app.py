@@ -7,8 +7,10 @@ Two agents in one consumer group (``processors.app_id``):
    re-partitions the flows to ``processors.shuffle.v1`` by
    :func:`~processors.logic.core.shard_of` of the enriched records
    (destination job, else destination node), counters by exporter. The
-   shuffle carries the raw FlowBatch records (cheap to encode and decode);
-   ``detect`` enriches them again with the same inventory. After this step
+   shuffle carries the raw flow records as ``.npy`` batches
+   (:mod:`processors.shuffle`: one copy to write, a view to read);
+   ``detect`` enriches them again with the same inventory, unless this
+   worker's ``prepare`` kept the enriched rows of that very message. After this step
    each shuffle partition holds everything one detector shard needs: all
    flows into a destination (incast), all intra-job flows (straggler,
    pattern), all flows of a node pair (matrix, segmentation), all counters of
@@ -52,6 +54,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from fabricflow.settings import Settings
 from schemas import codec
 
+from . import shuffle
 from .logic.core import ProcessorCore, engine_config, shard_of
 from .logic.inventory import Inventory, InventoryWatcher
 
@@ -349,8 +352,8 @@ class Processors:
                 self.metrics.unknown.inc(self.prepare_core.stats.unknown_addresses - before)
                 self.publisher.enriched(key or b"", enriched, self.settings.processors.enriched_max_records)
                 shards = shard_of(enriched, self.partitions)
-                # The shuffle carries the raw records of each shard; detect enriches them again (same inventory).
-                # Enriching costs ~1 us/record, Avro with the enriched string columns ~10 us/record (encode + decode).
+                # The shuffle carries the raw records of each shard (.npy: a copy to write, a view to read); detect
+                # enriches them again with the same inventory unless it finds them in the reuse cache below.
                 step = self.settings.processors.enriched_max_records
                 unknown_rows = self.prepare_core.enricher.last_unknown_rows
                 for shard in np.unique(shards).tolist():
@@ -361,7 +364,7 @@ class Processors:
                     if reuse:
                         part_enriched, part_unknown = enriched[sel], unknown_rows[sel]
                     for chunk, i in enumerate(range(0, len(part), step)):
-                        msg = codec.encode_batch("flow_batch", part[i : i + step])
+                        msg = shuffle.encode_flows(part[i : i + step])
                         if reuse:
                             self._remember(shard, (f"{topic}:{partition}", offset, chunk), msg,
                                            part_enriched[i : i + step], int(part_unknown[i : i + step].sum()))
@@ -518,14 +521,16 @@ class Processors:
                 return False
             seen[key] = pos
         try:
-            name = codec.schema_of(value)
-            if name == "flow_batch":
+            name = "shuffle_flows" if shuffle.is_flow_batch(value) else codec.schema_of(value)
+            if name == "shuffle_flows":
                 hit = self._reused(partition, source, value)
                 if hit is not None:  # enriched by prepare in this worker: no decode, no second enrichment
                     self.metrics.reused.inc()
                     outs = core.process_enriched(core.adopt_enriched(*hit))
                 else:
-                    _enriched, outs = core.process_raw(codec.decode_batch(value))
+                    _enriched, outs = core.process_raw(shuffle.decode_flows(value))
+            elif name == "flow_batch":  # written by workers before the shuffle carried .npy batches
+                _enriched, outs = core.process_raw(codec.decode_batch(value))
             elif name == "flow_enriched_batch":  # written by workers before the shuffle carried raw batches
                 outs = core.process_enriched(codec.decode_batch(value))
             elif name == "counter_batch":

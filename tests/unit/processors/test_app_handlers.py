@@ -6,6 +6,7 @@ from unittest import mock
 import numpy as np
 
 from fabricflow.settings import load_settings
+from processors import shuffle
 from processors.app import Processors
 from processors.logic.core import shard_of
 from schemas import codec
@@ -57,7 +58,7 @@ def test_prepare_enriches_and_reshards(tmp_path):
     exp, batch = training_batches(seconds=2)[0]
     p.handle_raw("flows.raw.v1", exp.encode(), codec.encode_batch("flow_batch", batch))
     enriched = [codec.decode_batch(v) for t, _k, v, _p, _h in sent if t == p.settings.kafka.topics.flows_enriched]
-    shuffled = [(part, codec.decode_batch(v, expect="flow_batch")) for t, _k, v, part, _h in sent if t == p.settings.kafka.topics.shuffle]
+    shuffled = [(part, shuffle.decode_flows(v)) for t, _k, v, part, _h in sent if t == p.settings.kafka.topics.shuffle]
     assert all(h and h[0][0] == "src" for t, _k, _v, _p, h in sent if t == p.settings.kafka.topics.shuffle)
     assert sum(len(e) for e in enriched) == len(batch)
     assert sum(len(b) for _p, b in shuffled) == len(batch)
@@ -73,7 +74,7 @@ def test_shuffle_redelivery_after_restore_is_skipped(tmp_path):
     msgs = []
     for _e, b in batches:
         e = p.prepare_core.enrich(b)
-        msgs.append(codec.encode_batch("flow_batch", b[shard_of(e, 2) == 0]))
+        msgs.append(shuffle.encode_flows(b[shard_of(e, 2) == 0]))
     for off, m in enumerate(msgs[:20]):
         p.handle_shuffle(0, off, m)
     p.write_snapshot(0)
@@ -87,12 +88,27 @@ def test_shuffle_redelivery_after_restore_is_skipped(tmp_path):
     assert q.cores[0].snapshot() == p.cores[0].snapshot()
 
 
+def test_detect_still_reads_avro_shuffle_batches_of_earlier_versions(tmp_path):
+    """Before the shuffle carried .npy batches it carried Avro FlowBatch: both give the same shard state."""
+    p, _ = _proc(tmp_path)
+    q, _ = _proc(tmp_path)
+    for off, (_e, b) in enumerate(training_batches(seconds=12)):
+        for shard in (0, 1):
+            part = b[shard_of(p.prepare_core.enrich(b), 2) == shard]
+            p.handle_shuffle(shard, off, shuffle.encode_flows(part))
+            q.handle_shuffle(shard, off, codec.encode_batch("flow_batch", part))
+    assert sum(c.stats.raw_records for c in p.cores.values()) == sum(len(b) for _e, b in training_batches(seconds=12))
+    for shard in (0, 1):
+        assert p.cores[shard].snapshot() == q.cores[shard].snapshot()
+
+
 def test_undecodable_messages_are_counted_not_fatal(tmp_path):
     p, sent = _proc(tmp_path)
     p.handle_raw("flows.raw.v1", b"k", b"not avro")
     assert p.handle_shuffle(0, 0, b"\xc3\x01garbage") is True
+    assert p.handle_shuffle(0, 1, shuffle.MAGIC + b"\x01\x00garbage") is True
     assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic="flows.raw.v1") == 1
-    assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic=p.settings.kafka.topics.shuffle) == 1
+    assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic=p.settings.kafka.topics.shuffle) == 2
     p._failed("detect", RuntimeError("boom"))
     assert _metric(p, "fabricflow_processors_errors_total", stage="detect") == 1
     assert not p.metrics.healthy()
@@ -134,7 +150,7 @@ def _shard_msgs(p, seconds=30, shard=0):
     out = []
     for _e, b in training_batches(seconds=seconds):
         e = p.prepare_core.enrich(b)
-        out.append(codec.encode_batch("flow_batch", b[shard_of(e, 2) == shard]))
+        out.append(shuffle.encode_flows(b[shard_of(e, 2) == shard]))
     return out
 
 
@@ -245,7 +261,7 @@ def test_reuse_needs_the_same_message_bytes(tmp_path):
     exp, b = training_batches(seconds=2)[0]
     p.handle_raw("flows.raw.v1", exp.encode(), codec.encode_batch("flow_batch", b), 0, 7)
     (part, v, h), *_ = [(part, v, h) for t, _k, v, part, h in sent if t == p.settings.kafka.topics.shuffle]
-    other = codec.encode_batch("flow_batch", codec.decode_batch(v)[:3])  # e.g. another worker's message, same src
+    other = shuffle.encode_flows(shuffle.decode_flows(v)[:3])  # e.g. another worker's message, same src
     assert p._reused(part, source_of(h), other) is None
     assert p.reuse_records == sum(len(e[2]) for d in p.reuse.values() for e in d.values())
 
