@@ -52,7 +52,7 @@ from confluent_kafka import Producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from fabricflow.settings import Settings
-from schemas import codec
+from schemas import codec, records
 
 from . import shuffle
 from .logic.core import ProcessorCore, engine_config, shard_of
@@ -189,11 +189,20 @@ class OutputPublisher:
             self.produce(self.topics.flows_enriched, key, codec.encode_batch("flow_enriched_batch", batch[i : i + max_records]))
 
     def outputs(self, outputs) -> None:
-        for kind, key, value in outputs:
-            topic_attr, schema = OUTPUT_SCHEMA[kind]
-            topic = getattr(self.topics, topic_attr)
-            data = codec.encode_record(schema, value) if schema else json.dumps(value, sort_keys=True).encode()
-            self.produce(topic, key.encode(), data)
+        """Produce detector outputs in order; the records of each kind are Avro-encoded together."""
+        by_kind: dict[str, list] = {}
+        for o in outputs:
+            by_kind.setdefault(o[0], []).append(o[2])
+        encoded = {kind: iter(self._encode(kind, values)) for kind, values in by_kind.items()}
+        for kind, key, _value in outputs:
+            self.produce(getattr(self.topics, OUTPUT_SCHEMA[kind][0]), key.encode(), next(encoded[kind]))
+
+    @staticmethod
+    def _encode(kind: str, values: list) -> list[bytes]:
+        schema = OUTPUT_SCHEMA[kind][1]
+        if schema is None:
+            return [json.dumps(v, sort_keys=True).encode() for v in values]
+        return records.encode_records(schema, values)
 
     def poll(self):
         self.producer.poll(0)
