@@ -184,9 +184,11 @@ class OutputPublisher:
             except BufferError:  # outputs must not be dropped: wait for the buffer to drain
                 self.producer.poll(0.1)
 
-    def enriched(self, key: bytes, batch: np.ndarray, max_records: int) -> None:
+    def enriched(self, key: bytes, batch: np.ndarray, max_records: int, coded: dict | None = None) -> None:
+        """Publish ``batch`` in messages of at most ``max_records``; ``coded``: its label codes (``Enricher.label_codes``)."""
         for i in range(0, len(batch), max_records):
-            self.produce(self.topics.flows_enriched, key, codec.encode_batch("flow_enriched_batch", batch[i : i + max_records]))
+            part = {k: (codes[i : i + max_records], table) for k, (codes, table) in coded.items()} if coded else None
+            self.produce(self.topics.flows_enriched, key, codec.encode_batch("flow_enriched_batch", batch[i : i + max_records], part))
 
     def outputs(self, outputs) -> None:
         """Produce detector outputs in order; the records of each kind are Avro-encoded together."""
@@ -359,7 +361,8 @@ class Processors:
                 enriched = self.prepare_core.enrich(flows)
                 self.metrics.records.inc(len(flows))
                 self.metrics.unknown.inc(self.prepare_core.stats.unknown_addresses - before)
-                self.publisher.enriched(key or b"", enriched, self.settings.processors.enriched_max_records)
+                coded = self.prepare_core.enricher.label_codes(enriched)
+                self.publisher.enriched(key or b"", enriched, self.settings.processors.enriched_max_records, coded)
                 shards = shard_of(enriched, self.partitions)
                 # The shuffle carries the raw records of each shard (.npy: a copy to write, a view to read); detect
                 # enriches them again with the same inventory unless it finds them in the reuse cache below.

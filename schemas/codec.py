@@ -23,6 +23,7 @@ on corrupt input. Detector outputs are low-volume and use fastavro directly.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import cache
 from io import BytesIO
 
@@ -166,6 +167,8 @@ _U64 = np.uint64
 # string columns up to _SMALL_STRINGS (pyarrow calls cost ~15-30 us each column; measured crossover 55-80).
 _SMALL = 8
 _SMALL_STRINGS = 64
+# StringTable: longest piece (length prefix + UTF-8) kept in its padded row matrix.
+_TABLE_WIDTH = 128
 # _LIMIT[k]: smallest value whose varint has more than k bytes (k = 1..9).
 _LIMIT = [0] + [1 << (7 * k) for k in range(1, 10)]
 # container bytes -> (dtype, [(keep mask, move mask, shift)]) for spreading 7-bit groups into bytes
@@ -445,14 +448,19 @@ def _read_long(mv, pos: int) -> tuple[int, int]:
 # strings and corrupt input use the per-string loop, which names the error.
 
 
+def _text(x) -> str:
+    """A string column value as written: None -> "", other non-str objects -> str(x)."""
+    return "" if x is None else x if isinstance(x, str) else str(x)
+
+
 def _string_array(col: np.ndarray) -> pa.Array:
-    """Column as an Arrow string array: None -> "", other non-str objects -> str(x)."""
+    """Column as an Arrow string array, values normalised as by :func:`_text`."""
     try:
         a = pa.array(col, from_pandas=False)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         a = None
     if a is None or not (a.type == pa.string() or a.type == pa.null()):
-        a = pa.array(["" if x is None else x if isinstance(x, str) else str(x) for x in col.tolist()], pa.string())
+        a = pa.array([_text(x) for x in col.tolist()], pa.string())
     return a.cast(pa.string()) if a.type == pa.null() else a
 
 
@@ -461,7 +469,7 @@ def _encode_strings(col: np.ndarray) -> bytes:
     if n <= _SMALL_STRINGS:  # the same normalisation as _string_array, one string at a time
         out = []
         for x in col.tolist():
-            b = ("" if x is None else x if isinstance(x, str) else str(x)).encode()
+            b = _text(x).encode()
             out += (_varint_one(len(b) << 1), b)
         return b"".join(out)
     a = _string_array(col)
@@ -488,6 +496,40 @@ def _encode_strings(col: np.ndarray) -> bytes:
     out[hpos] = heads
     out[is_data] = data
     return out.tobytes()
+
+
+class StringTable:
+    """A few distinct strings, each encoded once; a column of them is encoded from its codes.
+
+    ``encode(codes)`` is byte for byte ``_encode_strings(strings[codes])`` (the
+    label columns of enriched flows are gathers from small per-inventory
+    tables). Each string's piece (zig-zag varint length + UTF-8) is a row of a
+    zero-padded byte matrix: a column is one row gather, minus the padding
+    (a boolean mask gathered the same way) unless every piece has one width.
+    Tables with a string too long for the matrix gather the strings instead.
+    The strings must not change once the table is made.
+    """
+
+    __slots__ = ("strings", "_rows", "_keep")
+
+    def __init__(self, strings):
+        self.strings = np.array(strings, dtype=object).reshape(-1)
+        pieces = [_varint_one(len(b) << 1) + b for b in (_text(x).encode() for x in self.strings.tolist())]
+        width = max(map(len, pieces), default=0)
+        self._rows = self._keep = None
+        if width <= _TABLE_WIDTH:
+            lens = np.array([len(p) for p in pieces], dtype=np.int64)
+            padded = b"".join([p.ljust(width, b"\0") for p in pieces])
+            self._rows = np.frombuffer(padded, dtype=np.uint8).reshape(len(pieces), width)
+            if len(pieces) and int(lens.min()) < width:
+                self._keep = np.arange(width) < lens[:, None]
+
+    def encode(self, codes: np.ndarray) -> bytes:
+        """Avro array items (no block count) of the column ``strings[codes]``."""
+        if self._rows is None:
+            return _encode_strings(self.strings.take(codes))
+        m = self._rows.take(codes, axis=0)
+        return m.tobytes() if self._keep is None else m[self._keep.take(codes, axis=0)].tobytes()
 
 
 # Step from a string's start to the next one when its length prefix is the single byte b (< 0x80, even).
@@ -635,10 +677,17 @@ def _plan(batch: str):
     return tuple(plan)
 
 
-def encode_batch(batch: str, arr: np.ndarray) -> bytes:
-    """Encode a structured array (dtype_for(record schema)) as one Avro batch message."""
+def encode_batch(batch: str, arr: np.ndarray, coded: Mapping[str, tuple[np.ndarray, StringTable]] | None = None) -> bytes:
+    """Encode a structured array (dtype_for(record schema)) as one Avro batch message.
+
+    ``coded``: string field -> (codes, table) with ``arr[field]`` equal to
+    ``table.strings[codes]``; those columns are encoded from the codes (same bytes).
+    """
     n = len(arr)
     plan = _plan(batch)
+    coded = coded or {}
+    if any(len(codes) != n for codes, _ in coded.values()):
+        raise ValueError("coded string columns must have one code per record")
     if n == 0:
         return header(batch) + b"\x00" * len(plan)
     parts = [header(batch)]
@@ -654,6 +703,9 @@ def encode_batch(batch: str, arr: np.ndarray) -> bytes:
             parts.append(np.ascontiguousarray(col, dtype=np.uint8).tobytes())
         elif kind == "double":
             parts.append(col.astype("<f8").tobytes())
+        elif name in coded:
+            codes, table = coded[name]
+            parts.append(table.encode(codes))
         else:
             parts.append(_encode_strings(col))
         parts.append(b"\x00")

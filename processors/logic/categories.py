@@ -95,6 +95,11 @@ def category_names(codes: np.ndarray) -> np.ndarray:
     return _NAMES[np.asarray(codes)]
 
 
+def category_table() -> np.ndarray:
+    """Object array of the category names, indexed by code (``category_names(codes) == category_table()[codes]``)."""
+    return _NAMES
+
+
 @lru_cache(maxsize=64)
 def _ports(specs: tuple[str, ...]) -> tuple[tuple[int, int, int], ...]:
     return tuple(parse_port_match(s) for s in specs)

@@ -5,23 +5,44 @@ inventory entry index, and every label is a ``take`` from per-entry arrays.
 Jobs are resolved at each flow's ``time_start_ms``. Addresses not in the
 inventory are kept and labelled (node "", group "unknown", rack/switch/job "")
 and counted. No I/O, no clock.
+
+The enricher also keeps, for its last batch, the codes every label column was
+gathered with (entry indexes, job rows, category codes): :meth:`Enricher.label_codes`
+hands them with the tables to the codec, which then encodes each distinct
+label once instead of every record's string.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 
 import numpy as np
 
+from schemas.codec import StringTable
 from schemas.columns import FLOW_DTYPE, dtype_for
 
-from .categories import CategoryRules, categorize, category_names
+from .categories import CategoryRules, categorize, category_names, category_table
 from .inventory import Inventory
 
 __all__ = ["Enricher", "ENRICHED_DTYPE"]
 
 ENRICHED_DTYPE = dtype_for("flow_enriched")
 CHUNK = 8192  # records per internal slice
+# Rows of the per-batch code array: source and destination inventory entry (lookup + 1), their job rows, category.
+_SRC, _DST, _SRC_JOB, _DST_JOB, _CATEGORY = _CODE_ROWS = range(5)
+# label column -> (code row, table it is gathered from)
+_LABEL_CODES = {
+    "src_node": (_SRC, "node"), "dst_node": (_DST, "node"), "src_group": (_SRC, "group"), "dst_group": (_DST, "group"),
+    "src_rack": (_SRC, "rack"), "dst_rack": (_DST, "rack"), "src_switch": (_SRC, "switch"), "dst_switch": (_DST, "switch"),
+    "src_job": (_SRC_JOB, "job"), "dst_job": (_DST_JOB, "job"), "category": (_CATEGORY, "category"),
+}  # fmt: skip
+
+
+def label_tables(inv: Inventory) -> dict[str, np.ndarray]:
+    """The object arrays the label columns are gathered from (names as in ``_LABEL_CODES``)."""
+    return {"node": inv.entry_node, "group": inv.entry_group, "rack": inv.entry_rack, "switch": inv.entry_switch,
+            "job": inv.job_table, "category": category_table()}  # fmt: skip
 
 
 class Enricher:
@@ -41,6 +62,9 @@ class Enricher:
         self.unknown_dst_total = 0
         self.last_unknown = 0
         self.last_unknown_rows = np.zeros(0, dtype=np.uint8)  # per record of the last batch: unknown endpoints (0-2)
+        # last batch: (weak reference to the array enrich returned, its label codes, the inventory used)
+        self._last_codes: tuple[weakref.ref, np.ndarray, Inventory] | None = None
+        self._tables: tuple[Inventory, dict[str, StringTable]] | None = None  # StringTables of one inventory
 
     @property
     def unknown_total(self) -> int:
@@ -58,16 +82,38 @@ class Enricher:
         n = len(flows)
         out = np.zeros(n, dtype=ENRICHED_DTYPE)  # much faster than np.empty with object fields
         rows = np.zeros(n, dtype=np.uint8)
+        codes = np.empty((len(_CODE_ROWS), n), dtype=np.intp)
+        inv = self.inventory
         unknown = 0
         # Column-at-a-time work on 296-byte records is cache-bound: go in cache-sized slices.
         for a in range(0, n, CHUNK):
-            unknown += self._enrich_into(out[a:a + CHUNK], flows[a:a + CHUNK], rows[a:a + CHUNK])
+            unknown += self._enrich_into(out[a:a + CHUNK], flows[a:a + CHUNK], rows[a:a + CHUNK], codes[:, a:a + CHUNK])
+        self._last_codes = (weakref.ref(out), codes, inv)
         self.last_unknown_rows = rows
         self.last_unknown = unknown
         self.records_total += n
         return out
 
-    def _enrich_into(self, out: np.ndarray, flows: np.ndarray, unknown_rows: np.ndarray) -> int:
+    def label_codes(self, rows: np.ndarray) -> dict[str, tuple[np.ndarray, StringTable]] | None:
+        """Label column -> (codes, table) with ``rows[column] == table.strings[codes]``, or None.
+
+        Only for ``rows`` the very array the last :meth:`enrich` returned (its
+        label columns must not have been changed since); None for any other array.
+        """
+        last = self._last_codes
+        if last is None or last[0]() is not rows:
+            return None
+        _ref, codes, inv = last
+        tables = self._string_tables(inv)
+        return {col: (codes[row], tables[name]) for col, (row, name) in _LABEL_CODES.items()}
+
+    def _string_tables(self, inv: Inventory) -> dict[str, StringTable]:
+        """StringTables of ``inv``'s label tables, made once per inventory."""
+        if self._tables is None or self._tables[0] is not inv:
+            self._tables = (inv, {name: StringTable(t) for name, t in label_tables(inv).items()})
+        return self._tables[1]
+
+    def _enrich_into(self, out: np.ndarray, flows: np.ndarray, unknown_rows: np.ndarray, codes: np.ndarray) -> int:
         inv = self.inventory
         for name in FLOW_DTYPE.names:
             out[name] = flows[name]
@@ -87,11 +133,15 @@ class Enricher:
         out["src_switch"] = inv.entry_switch[s1]
         out["dst_switch"] = inv.entry_switch[d1]
         t = flows["time_start_ms"]
-        out["src_job"] = inv.jobs_at(inv.entry_node_id[s1], t)
-        out["dst_job"] = inv.jobs_at(inv.entry_node_id[d1], t)
+        codes[_SRC] = s1
+        codes[_DST] = d1
+        codes[_SRC_JOB] = inv.job_codes_at(inv.entry_node_id[s1], t)
+        codes[_DST_JOB] = inv.job_codes_at(inv.entry_node_id[d1], t)
+        out["src_job"] = inv.job_table[codes[_SRC_JOB]]
+        out["dst_job"] = inv.job_table[codes[_DST_JOB]]
 
         is_ip = flows["ip_version"] != 0
-        codes = categorize(
+        cat = categorize(
             flows["ip_protocol"],
             flows["src_port"],
             flows["dst_port"],
@@ -103,7 +153,8 @@ class Enricher:
             self.rules,
             is_ip,
         )
-        out["category"] = category_names(codes)
+        codes[_CATEGORY] = cat
+        out["category"] = category_names(cat)
 
         u_src = is_ip & (src_idx < 0)
         u_dst = is_ip & (dst_idx < 0)

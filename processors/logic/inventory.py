@@ -808,16 +808,25 @@ class Inventory:
 
     def jobs_at(self, node_ids: np.ndarray, time_ms: np.ndarray) -> np.ndarray:
         """Object array of the job each node id is in at each time ("" when none or node id -1)."""
+        return self.job_table[self.job_codes_at(node_ids, time_ms)]
+
+    @property
+    def job_table(self) -> np.ndarray:
+        """Object array of job names indexed by :meth:`job_codes_at` (one row per membership, "" last)."""
+        return self._job_name
+
+    def job_codes_at(self, node_ids: np.ndarray, time_ms: np.ndarray) -> np.ndarray:
+        """Row of ``job_table`` for the job each node id is in at each time (the "" row when none or node id -1)."""
         nid = np.asarray(node_ids, dtype=np.int64)
-        t = np.clip(np.asarray(time_ms, dtype=np.int64), 0, _TIME_MAX)
         out_none = len(self._job_name) - 1
         if len(self._job_keys) == 0:
-            return np.full(len(nid), "", dtype=object)
+            return np.full(len(nid), out_none, dtype=np.intp)
+        t = np.clip(np.asarray(time_ms, dtype=np.int64), 0, _TIME_MAX)
         q = (np.maximum(nid, 0) << _TIME_BITS) | t
         i = np.searchsorted(self._job_keys, q, side="right") - 1
         ic = np.maximum(i, 0)
         ok = (i >= 0) & (nid >= 0) & (self._job_node[ic] == nid) & (t < self._job_until[ic])
-        return self._job_name[np.where(ok, ic, out_none)]
+        return np.where(ok, ic, out_none)
 
     def node_capacity_bps(self, names: Iterable[str] | np.ndarray) -> np.ndarray:
         """float64 NIC link capacity (bits/s) per node name; NaN for unknown nodes or no capacity given."""
