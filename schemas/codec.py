@@ -507,7 +507,7 @@ class StringTable:
     zero-padded byte matrix: a column is one row gather, minus the padding
     (a boolean mask gathered the same way) unless every piece has one width.
     Tables with a string too long for the matrix gather the strings instead.
-    The strings must not change once the table is made.
+    The table keeps its own copy of the strings.
     """
 
     __slots__ = ("strings", "_rows", "_keep")

@@ -185,3 +185,34 @@ def test_batches_larger_than_internal_chunk():
     one = Enricher(Inventory.load(EXAMPLE)).enrich(base)
     for col in ("src_node", "dst_group", "src_job", "category", "bytes"):
         assert out[col].tolist() == np.tile(one[col], CHUNK + 7).tolist()
+
+
+LABELS = ("src_node", "dst_node", "src_group", "dst_group", "src_rack", "dst_rack", "src_switch", "dst_switch",
+          "src_job", "dst_job", "category")  # fmt: skip
+
+
+def test_label_codes_give_every_label_column_of_the_last_batch():
+    from processors.logic.enrich import CHUNK
+
+    inv = Inventory.load(EXAMPLE)
+    e = Enricher(inv)
+    base = flows([
+        ("10.10.1.11", "10.10.2.11", 6, 45000, 51000, "2026-12-02T10:00:00"),
+        ("10.10.1.11", "10.10.1.12", 17, 50000, 4791, "2026-12-04T10:00:00"),
+        ("10.10.2.11", "10.10.8.7", 6, 700, 2049, "2026-12-04T10:00:00"),
+        ("10.10.99.99", "8.8.8.8", 17, 5353, 53, "2026-11-01T00:00:00"),
+    ])
+    big = np.tile(base, CHUNK // 2 + 3)  # more than one internal slice
+    out = e.enrich(big)
+    coded = e.label_codes(out)
+    assert sorted(coded) == sorted(LABELS)
+    for col, (codes, table) in coded.items():
+        assert len(codes) == len(out)
+        assert table.strings[codes].tolist() == out[col].tolist(), col
+    assert e.label_codes(out) is not None and coded["src_node"][1] is e.label_codes(out)["src_node"][1]  # tables kept
+    assert e.label_codes(out.copy()) is None and e.label_codes(out[:3]) is None  # only the array enrich returned
+    e.set_inventory(Inventory.empty())
+    assert e.label_codes(out)["src_node"][1].strings.tolist() == inv.entry_node.tolist()  # the batch's own inventory
+    later = e.enrich(base)
+    assert e.label_codes(out) is None
+    assert e.label_codes(later)["src_node"][0].tolist() == [0, 0, 0, 0]  # all unknown in the empty inventory

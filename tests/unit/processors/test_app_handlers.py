@@ -289,3 +289,18 @@ def test_worker_consumer_uses_the_configured_fetch_wait(tmp_path):
             await kafka_consumer.stop()
 
     assert asyncio.run(build()) == 77
+
+
+def test_enriched_messages_from_label_codes_are_the_plain_encoding(tmp_path):
+    p, sent = _proc(tmp_path)
+    _exp, batch = training_batches(seconds=2)[0]
+    enriched = p.prepare_core.enrich(batch)
+    coded = p.prepare_core.enricher.label_codes(enriched)
+    assert coded is not None
+    for step in (1, 7, 64, 65, len(batch) - 1, len(batch), len(batch) + 5):
+        sent.clear()
+        p.publisher.enriched(b"k", enriched, step, coded)
+        with_codes = [v for _t, _k, v, _p, _h in sent]
+        sent.clear()
+        p.publisher.enriched(b"k", enriched, step)
+        assert with_codes == [v for _t, _k, v, _p, _h in sent]
