@@ -677,11 +677,18 @@ def _plan(batch: str):
     return tuple(plan)
 
 
+def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two non-empty columns of one dtype hold the same values (the ends are compared first: cheap "no")."""
+    return a.dtype == b.dtype and a[0] == b[0] and a[-1] == b[-1] and np.array_equal(a, b)
+
+
 def encode_batch(batch: str, arr: np.ndarray, coded: Mapping[str, tuple[np.ndarray, StringTable]] | None = None) -> bytes:
     """Encode a structured array (dtype_for(record schema)) as one Avro batch message.
 
     ``coded``: string field -> (codes, table) with ``arr[field]`` equal to
     ``table.strings[codes]``; those columns are encoded from the codes (same bytes).
+    A long field equal to the one before it (the four times of an sFlow
+    record) reuses that field's bytes.
     """
     n = len(arr)
     plan = _plan(batch)
@@ -692,11 +699,14 @@ def encode_batch(batch: str, arr: np.ndarray, coded: Mapping[str, tuple[np.ndarr
         return header(batch) + b"\x00" * len(plan)
     parts = [header(batch)]
     count = _encode_long(n)
+    last_long = None  # (column, its bytes) of the previous long field
     for name, kind in plan:
         parts.append(count)
         col = arr[name]
         if kind == "long":
-            parts.append(_encode_long_column(col))
+            body = last_long[1] if last_long is not None and _same_values(col, last_long[0]) else _encode_long_column(col)
+            last_long = (col, body)
+            parts.append(body)
         elif kind == "bool":
             parts.append(col.astype(np.uint8).tobytes())
         elif kind == "fixed16":

@@ -436,3 +436,21 @@ def test_coded_string_columns_need_one_code_per_record():
     arr, coded = coded_batch(["a", "b"], np.array([0, 1, 1]))
     with pytest.raises(ValueError):
         codec.encode_batch("flow_enriched_batch", arr[:2], coded)
+
+
+@pytest.mark.parametrize("middle", [False, True])
+def test_equal_adjacent_long_columns_reuse_bytes_correctly(middle):
+    """sFlow records carry one time in all four time fields; a column equal only at its ends is encoded itself."""
+    n = 300
+    arr = np.zeros(n, dtype=ENRICHED)
+    t = 1_796_083_200_000 + np.sort(np.random.default_rng(5).integers(0, 100_000, n))
+    for col in ("time_start_ms", "time_end_ms", "time_received_ms", "time_export_ms"):
+        arr[col] = t
+    if middle:
+        arr["time_received_ms"][1:-1] += 1
+    arr["packets_est"] = arr["ip_version"] = 4  # equal values in fields of different int types
+    for k in STRING_FIELDS:
+        arr[k] = ""
+    for _ in every_path():
+        msg = codec.encode_batch("flow_enriched_batch", arr)
+        assert msg[codec.HEADER_LEN :] == fastavro_bytes("flow_enriched_batch", arr)
