@@ -677,9 +677,17 @@ def _plan(batch: str):
     return tuple(plan)
 
 
-def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two non-empty columns of one dtype hold the same values (the ends are compared first: cheap "no")."""
-    return a.dtype == b.dtype and a[0] == b[0] and a[-1] == b[-1] and np.array_equal(a, b)
+def _reused_long(col: np.ndarray, last: tuple[np.ndarray, bytes] | None) -> bytes | None:
+    """The previous long field's bytes if ``col`` holds the same values, else None.
+
+    Only tried after a column of wide varints (>= 3 bytes a value, e.g. times),
+    which costs more to encode than to compare; the ends are compared first.
+    """
+    if last is None or len(last[1]) < 3 * len(col):
+        return None
+    prev, body = last
+    same = prev.dtype == col.dtype and prev[0] == col[0] and prev[-1] == col[-1] and np.array_equal(prev, col)
+    return body if same else None
 
 
 def encode_batch(batch: str, arr: np.ndarray, coded: Mapping[str, tuple[np.ndarray, StringTable]] | None = None) -> bytes:
@@ -704,7 +712,7 @@ def encode_batch(batch: str, arr: np.ndarray, coded: Mapping[str, tuple[np.ndarr
         parts.append(count)
         col = arr[name]
         if kind == "long":
-            body = last_long[1] if last_long is not None and _same_values(col, last_long[0]) else _encode_long_column(col)
+            body = _reused_long(col, last_long) or _encode_long_column(col)
             last_long = (col, body)
             parts.append(body)
         elif kind == "bool":

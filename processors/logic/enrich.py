@@ -122,8 +122,8 @@ class Enricher:
         dst_addr = flows["dst_addr"]
         src_idx = inv.lookup(src_addr)
         dst_idx = inv.lookup(dst_addr)
-        s1 = src_idx + 1
-        d1 = dst_idx + 1
+        s1 = np.add(src_idx, 1, out=codes[_SRC])  # entry table rows (0: unknown)
+        d1 = np.add(dst_idx, 1, out=codes[_DST])
         out["src_node"] = inv.entry_node[s1]
         out["dst_node"] = inv.entry_node[d1]
         out["src_group"] = inv.entry_group[s1]
@@ -133,8 +133,6 @@ class Enricher:
         out["src_switch"] = inv.entry_switch[s1]
         out["dst_switch"] = inv.entry_switch[d1]
         t = flows["time_start_ms"]
-        codes[_SRC] = s1
-        codes[_DST] = d1
         codes[_SRC_JOB] = inv.job_codes_at(inv.entry_node_id[s1], t)
         codes[_DST_JOB] = inv.job_codes_at(inv.entry_node_id[d1], t)
         out["src_job"] = inv.job_table[codes[_SRC_JOB]]
