@@ -446,6 +446,8 @@ def _read_long(mv, pos: int) -> tuple[int, int]:
 # prefixes) take a general walk that reads any prefix, then remove the prefix
 # bytes with a numpy mask and build the strings the same way. Blocks of a few
 # strings and corrupt input use the per-string loop, which names the error.
+# Columns gathered from a small table (enriched labels) are encoded from their
+# codes by a StringTable instead (same bytes).
 
 
 def _text(x) -> str:

@@ -25,6 +25,7 @@ __all__ = [
     "categorize",
     "categorize_groups",
     "category_names",
+    "category_table",
     "parse_port_match",
 ]
 
