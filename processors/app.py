@@ -184,11 +184,12 @@ class OutputPublisher:
             except BufferError:  # outputs must not be dropped: wait for the buffer to drain
                 self.producer.poll(0.1)
 
-    def enriched(self, key: bytes, batch: np.ndarray, max_records: int, coded: dict | None = None) -> None:
-        """Publish ``batch`` in messages of at most ``max_records``; ``coded``: its label codes (``Enricher.label_codes``)."""
+    def enriched(self, key: bytes, batch: np.ndarray, max_records: int, coded: codec.Coded | None = None) -> None:
+        """Publish ``batch`` in messages of at most ``max_records`` (``coded``: ``Enricher.label_codes(batch)``)."""
         for i in range(0, len(batch), max_records):
             part = {k: (codes[i : i + max_records], table) for k, (codes, table) in coded.items()} if coded else None
-            self.produce(self.topics.flows_enriched, key, codec.encode_batch("flow_enriched_batch", batch[i : i + max_records], part))
+            msg = codec.encode_batch("flow_enriched_batch", batch[i : i + max_records], part)
+            self.produce(self.topics.flows_enriched, key, msg)
 
     def outputs(self, outputs) -> None:
         """Produce detector outputs in order; the records of each kind are Avro-encoded together."""

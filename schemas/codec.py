@@ -692,7 +692,10 @@ def _reused_long(col: np.ndarray, last: tuple[np.ndarray, bytes] | None) -> byte
     return body if same else None
 
 
-def encode_batch(batch: str, arr: np.ndarray, coded: Mapping[str, tuple[np.ndarray, StringTable]] | None = None) -> bytes:
+Coded = Mapping[str, tuple[np.ndarray, StringTable]]  # string field -> (codes, table)
+
+
+def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None) -> bytes:
     """Encode a structured array (dtype_for(record schema)) as one Avro batch message.
 
     ``coded``: string field -> (codes, table) with ``arr[field]`` equal to

@@ -33,9 +33,12 @@ CHUNK = 8192  # records per internal slice
 _SRC, _DST, _SRC_JOB, _DST_JOB, _CATEGORY = _CODE_ROWS = range(5)
 # label column -> (code row, table it is gathered from)
 _LABEL_CODES = {
-    "src_node": (_SRC, "node"), "dst_node": (_DST, "node"), "src_group": (_SRC, "group"), "dst_group": (_DST, "group"),
-    "src_rack": (_SRC, "rack"), "dst_rack": (_DST, "rack"), "src_switch": (_SRC, "switch"), "dst_switch": (_DST, "switch"),
-    "src_job": (_SRC_JOB, "job"), "dst_job": (_DST_JOB, "job"), "category": (_CATEGORY, "category"),
+    "src_node": (_SRC, "node"), "dst_node": (_DST, "node"),
+    "src_group": (_SRC, "group"), "dst_group": (_DST, "group"),
+    "src_rack": (_SRC, "rack"), "dst_rack": (_DST, "rack"),
+    "src_switch": (_SRC, "switch"), "dst_switch": (_DST, "switch"),
+    "src_job": (_SRC_JOB, "job"), "dst_job": (_DST_JOB, "job"),
+    "category": (_CATEGORY, "category"),
 }  # fmt: skip
 
 

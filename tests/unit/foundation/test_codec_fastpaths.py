@@ -396,13 +396,13 @@ def test_garbage_bodies_raise_codec_error_only(data, kind):
 
 def coded_batch(table: list, codes: np.ndarray) -> tuple[np.ndarray, dict]:
     """An enriched batch whose every string column is ``table[codes]`` (each column's codes rotated), and its codes."""
-    st_ = codec.StringTable(table)
+    tab = codec.StringTable(table)
     arr = np.zeros(len(codes), dtype=ENRICHED)
     coded = {}
     for j, k in enumerate(STRING_FIELDS):
         c = np.roll(codes, j)
-        arr[k] = st_.strings[c] if len(c) else arr[k]
-        coded[k] = (c, st_)
+        arr[k] = tab.strings[c] if len(c) else arr[k]
+        coded[k] = (c, tab)
     return arr, coded
 
 
