@@ -24,14 +24,16 @@ import numpy as np
 
 from .incast import IncastAggregator, IncastConfig, IncastDetector, endpoint_codes
 from .linkhealth import LinkHealthConfig, LinkHealthDetector
-from .matrix import CellAggregator, MatrixConfig, matrix_cells
+from .matrix import KEY_COLUMNS, CellAggregator, MatrixConfig, matrix_cells
 from .pattern import PatternConfig, PatternDetector
 from .straggler import StragglerConfig, StragglerDetector
-from .windows import Interner, WindowConfig, WindowManager, from_bytes, to_bytes
+from .windows import Interner, RowInterner, WindowConfig, WindowManager, from_bytes, to_bytes
 
 __all__ = ["EngineConfig", "Engine", "Output", "KINDS"]
 
 KINDS = ("matrix", "incast", "straggler", "link", "pattern")
+# string columns of a flow batch the detectors use, as interner codes (in this order: KEY_COLUMNS of a cell)
+CODED_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category")
 SNAPSHOT_VERSION = 1
 
 
@@ -66,6 +68,7 @@ class Engine:
     ):
         self.config = cfg = config or EngineConfig()
         self.interner = Interner([""])
+        self.row_interner = RowInterner(self.interner)
         self.main = WindowManager(cfg.window, CellAggregator(cfg.matrix.compact_rows))
         short = WindowConfig(size_ms=cfg.incast.window_ms, lateness_ms=cfg.incast.lateness_ms,
                              idle_close_s=cfg.window.idle_close_s)
@@ -86,45 +89,53 @@ class Engine:
             return []
         self.records_in += n
         cfg = self.config
-        sn, dn, sg, dg, sj, dj, cat = self.interner.codes(
-            batch["src_node"], batch["dst_node"], batch["src_group"], batch["dst_group"],
-            batch["src_job"], batch["dst_job"], batch["category"],
-        )
-        self.last_codes = {"src_node": sn, "dst_node": dn, "src_group": sg, "dst_group": dg,
-                           "src_job": sj, "dst_job": dj, "category": cat}
+        codes = dict(zip(CODED_FIELDS, self.row_interner.codes(*(batch[f] for f in CODED_FIELDS))))
+        self.last_codes = codes
         times = batch[cfg.time_field].astype(np.int64)
         packets = batch["packets"].astype(np.int64)
         bytes_est = batch["bytes_est"].astype(np.int64)
         out: list[Output] = []
         if {"matrix", "straggler", "pattern"} & set(cfg.enabled):
-            rows = {"sn": sn, "dn": dn, "sg": sg, "dg": dg, "sj": sj, "dj": dj, "cat": cat,
-                    "bytes_est": bytes_est, "packets_est": batch["packets_est"].astype(np.int64),
-                    "flow_records": np.ones(n, dtype=np.int64), "samples": packets}
+            rows = {k: codes[f] for k, f in zip(KEY_COLUMNS, CODED_FIELDS)}
+            rows.update(bytes_est=bytes_est, packets_est=batch["packets_est"].astype(np.int64),
+                        flow_records=np.ones(n, dtype=np.int64), samples=packets)
             for ws, we, cells in self.main.process(times, rows):
                 out.extend(self._main_window(ws, we, cells))
         if "incast" in cfg.enabled:
-            cats = [self.interner.code(c) for c in cfg.incast.categories]
-            m = np.isin(cat, cats)
-            rows = self._incast_rows(batch, m, sn[m], dn[m], dg[m], bytes_est[m], packets[m])
-            for ws, _we, res in self.short.process(times[m], rows, observed_max_ms=int(times.max())):
+            m = self._incast_category(codes["category"])
+            idx = None if m.all() else np.flatnonzero(m)
+            rows = self._incast_rows(batch, idx, codes, bytes_est, packets)
+            sel = times if idx is None else times[idx]
+            for ws, _we, res in self.short.process(sel, rows, observed_max_ms=int(times.max())):
                 out.extend(self._incast_window(ws, res))
         return out
 
-    def _incast_rows(self, batch, m, sn, dn, dg, bytes_est, packets) -> dict[str, np.ndarray]:
-        w = self.config.incast.window_ms
-        if not m.any():
+    def _incast_category(self, cat: np.ndarray) -> np.ndarray:
+        """Rows whose category code is one of the incast categories (interned on first use)."""
+        cats = [self.interner.code(c) for c in self.config.incast.categories]
+        wanted = np.zeros(len(self.interner.strings), dtype=bool)
+        wanted[cats] = True
+        return wanted[cat]
+
+    def _incast_rows(self, batch, idx, codes, bytes_est, packets) -> dict[str, np.ndarray]:
+        """IncastAggregator rows of the batch rows ``idx`` (None: all rows)."""
+        def sel(a):
+            return a if idx is None else a[idx]
+
+        if idx is not None and not len(idx):
             z = np.zeros(0, dtype=np.int64)
             return {"dst": z.astype(np.int32), "src": z.astype(np.int32), "dgrp": z.astype(np.int32),
                     "rate_bps": z, "rate_sampled_bps": z, "samples": z, "samples_sampled": z, "max_rate": z}
-        # column by column: ``batch[m]`` would copy whole ~300-byte records with their object fields
-        dur = np.maximum(batch["time_end_ms"][m].astype(np.int64) - batch["time_start_ms"][m].astype(np.int64), w)
+        # column by column: ``batch[idx]`` would copy whole ~300-byte records with their object fields
+        dur = np.maximum(sel(batch["time_end_ms"]).astype(np.int64) - sel(batch["time_start_ms"]), self.config.incast.window_ms)
+        bytes_est, packets = sel(bytes_est), sel(packets)
         rate = bytes_est * 8000 // dur
-        sr = np.maximum(batch["sampling_rate"][m].astype(np.int64), 1)
+        sr = np.maximum(sel(batch["sampling_rate"]).astype(np.int64), 1)
         sampled = sr > 1
         return {
-            "dst": endpoint_codes(dn, batch["dst_addr"], self.interner, m),
-            "src": endpoint_codes(sn, batch["src_addr"], self.interner, m),
-            "dgrp": dg,
+            "dst": endpoint_codes(sel(codes["dst_node"]), batch["dst_addr"], self.interner, idx),
+            "src": endpoint_codes(sel(codes["src_node"]), batch["src_addr"], self.interner, idx),
+            "dgrp": sel(codes["dst_group"]),
             "rate_bps": rate,
             "rate_sampled_bps": np.where(sampled, rate, 0),
             "samples": packets,
@@ -207,6 +218,7 @@ class Engine:
         if snap.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"unsupported engine snapshot version {snap.get('version')!r}")
         self.interner = Interner(snap["interner"])
+        self.row_interner = RowInterner(self.interner)
         self.records_in = int(snap["records_in"])
         self.main.restore(snap["main"])
         self.short.restore(snap["short"])

@@ -75,23 +75,18 @@ def as_capacity(capacity, default: float) -> Callable[[str], float]:
 
 
 def endpoint_codes(
-    node_codes: np.ndarray, addrs: np.ndarray, interner: Interner, rows_mask: np.ndarray | None = None
+    node_codes: np.ndarray, addrs: np.ndarray, interner: Interner, rows: np.ndarray | None = None
 ) -> np.ndarray:
     """Node code, or the code of the address text where the node is unknown ("").
 
-    ``rows_mask``: ``addrs`` is the whole column and ``node_codes`` belong to its rows where the mask is set.
+    ``rows``: ``addrs`` is the whole column and ``node_codes`` belong to these rows of it (indices).
     """
-    empty = interner.code("")
-    unknown = node_codes == empty
-    if not unknown.any():
+    unknown = np.flatnonzero(node_codes == interner.code(""))
+    if not len(unknown):
         return node_codes
     out = node_codes.copy()
-    if rows_mask is not None:
-        addrs = addrs[np.flatnonzero(rows_mask)[unknown]]
-        rows = np.ascontiguousarray(addrs, dtype=np.uint8)
-    else:
-        rows = np.ascontiguousarray(addrs[unknown], dtype=np.uint8)
-    view = rows.view(np.dtype((np.void, 16))).ravel()
+    at = unknown if rows is None else rows[unknown]
+    view = np.ascontiguousarray(addrs[at], dtype=np.uint8).view(np.dtype((np.void, 16))).ravel()
     uniq, inv = np.unique(view, return_inverse=True)
     lut = np.fromiter((interner.code(addr_text(u.tobytes())) for u in uniq), dtype=np.int32, count=len(uniq))
     out[unknown] = lut[inv.ravel()]

@@ -24,6 +24,7 @@ JSON-compatible values so the Faust layer can keep them in a changelog.
 from __future__ import annotations
 
 import json
+from itertools import repeat
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,6 +39,7 @@ __all__ = [
     "Aggregator",
     "WindowManager",
     "Interner",
+    "RowInterner",
     "group_reduce",
     "dump_columns",
     "load_columns",
@@ -115,7 +117,7 @@ class WindowManager:
         if observed_max_ms is not None:
             self.max_event_ms = max(self.max_event_ms, int(observed_max_ms))
         size = self.config.size_ms
-        if len(times):
+        if len(times) and not self._process_one_window(times, rows, wm_before):
             starts = times - np.mod(times, size)
             ok = (starts + size) > self.closed_upto_ms
             # records are judged against the watermark before the batch: a batch is one arrival step
@@ -139,6 +141,22 @@ class WindowManager:
                         idx = order[bounds[i] : bounds[i + 1]]
                         self._agg(ws, {k: v[idx] for k, v in rows.items()})
         return self._close_upto(self.watermark_ms)
+
+    def _process_one_window(self, times: np.ndarray, rows: dict[str, np.ndarray], wm_before: int) -> bool:
+        """The general path of ``process`` for a batch within one window, without per-row work; False when
+        the batch spans several windows."""
+        size = self.config.size_ms
+        t_min, t_max = int(times.min()), int(times.max())
+        ws = t_min - t_min % size
+        if ws != t_max - t_max % size:
+            return False
+        if ws + size > max(self.closed_upto_ms, wm_before):
+            self.accepted += len(times)
+            self.max_event_ms = max(self.max_event_ms, t_max)
+            self._agg(ws, rows)
+        else:
+            self.too_late += len(times)
+        return True
 
     def _agg(self, ws: int, rows: dict[str, np.ndarray]) -> None:
         state = self.open.get(ws)
@@ -249,6 +267,50 @@ class Interner:
         """Object array of strings for a code array."""
         table = np.array(self.strings, dtype=object)
         return table[np.asarray(codes, dtype=np.int64)]
+
+
+class RowInterner:
+    """``Interner.codes`` for columns whose rows repeat: one dict lookup per row instead of one per value.
+
+    Remembers every distinct row (the tuple of its values) with the interner codes of its values, so a known
+    row costs one lookup of its tuple. The rows not seen before go through ``interner.codes`` (new strings
+    only occur in them, so new codes come in the same order as for the whole batch) and are remembered. The
+    memory is dropped once it holds ``limit`` rows; results never depend on it.
+    """
+
+    def __init__(self, interner: Interner, limit: int = 1 << 18):
+        self.interner = interner
+        self.limit = limit
+        self.rows: dict[tuple, int] = {}  # row values -> row id
+        self.table = np.zeros((0, 0), dtype=np.int32)  # [column, row id] -> interner code
+
+    def codes(self, *columns: np.ndarray) -> list[np.ndarray]:
+        """Code arrays (int32), equal to ``interner.codes(*columns)``."""
+        n = len(columns[0]) if columns else 0
+        if n == 0:
+            return self.interner.codes(*columns)
+        if len(columns) != len(self.table) or len(self.rows) >= self.limit:  # another set of columns, or full
+            self.rows, self.table = {}, np.zeros((len(columns), 0), dtype=np.int32)
+        values = [c.tolist() for c in columns]
+        try:
+            ids = np.fromiter(map(self.rows.get, zip(*values), repeat(-1)), dtype=np.int32, count=n)
+        except TypeError:  # an unhashable value: the interner decides (and raises)
+            return self.interner.codes(*columns)
+        new = np.flatnonzero(ids < 0)
+        if len(new):
+            ids[new] = self._learn([c[new] for c in columns])
+        return list(self.table[:, ids])
+
+    def _learn(self, columns: list[np.ndarray]) -> np.ndarray:
+        """Remember the rows of ``columns`` (none of them known yet); their row ids."""
+        codes = self.interner.codes(*columns)
+        values = [c.tolist() for c in columns]
+        last = dict(zip(zip(*values), range(len(values[0]))))  # distinct row -> a position holding it
+        base = len(self.rows)
+        self.rows.update(zip(last, range(base, base + len(last))))
+        at = np.fromiter(last.values(), dtype=np.int64, count=len(last))
+        self.table = np.concatenate([self.table, np.stack(codes)[:, at]], axis=1)
+        return np.fromiter(map(self.rows.__getitem__, zip(*values)), dtype=np.int32, count=len(values[0]))
 
 
 _ADDR_TEXT: dict[bytes, str] = {}  # 16-byte address -> text; bounded cache (formatting goes through ipaddress)
