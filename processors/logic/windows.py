@@ -116,47 +116,29 @@ class WindowManager:
         wm_before = self.watermark_ms
         if observed_max_ms is not None:
             self.max_event_ms = max(self.max_event_ms, int(observed_max_ms))
-        size = self.config.size_ms
-        if len(times) and not self._process_one_window(times, rows, wm_before):
-            starts = times - np.mod(times, size)
-            ok = (starts + size) > self.closed_upto_ms
+        if len(times):
             # records are judged against the watermark before the batch: a batch is one arrival step
-            ok &= (starts + size) > wm_before
-            n_late = int(len(times) - np.count_nonzero(ok))
-            self.too_late += n_late
-            if n_late:
-                starts = starts[ok]
-                rows = {k: v[ok] for k, v in rows.items()}
-            self.accepted += len(starts)
-            if len(starts):
-                self.max_event_ms = max(self.max_event_ms, int(times.max()))
-                uniq = np.unique(starts)
-                if len(uniq) == 1:
-                    self._agg(int(uniq[0]), rows)
-                else:
-                    order = np.argsort(starts, kind="stable")
-                    s_sorted = starts[order]
-                    bounds = np.searchsorted(s_sorted, uniq, side="left").tolist() + [len(order)]
-                    for i, ws in enumerate(uniq.tolist()):
-                        idx = order[bounds[i] : bounds[i + 1]]
-                        self._agg(ws, {k: v[idx] for k, v in rows.items()})
+            self._add(times, rows, max(self.closed_upto_ms, wm_before))
         return self._close_upto(self.watermark_ms)
 
-    def _process_one_window(self, times: np.ndarray, rows: dict[str, np.ndarray], wm_before: int) -> bool:
-        """The general path of ``process`` for a batch within one window, without per-row work; False when
-        the batch spans several windows."""
+    def _add(self, times: np.ndarray, rows: dict[str, np.ndarray], limit_ms: int) -> None:
+        """Rows into their windows, oldest window first; the rows of windows ending at or before ``limit_ms``
+        are too late."""
         size = self.config.size_ms
-        t_min, t_max = int(times.min()), int(times.max())
-        ws = t_min - t_min % size
-        if ws != t_max - t_max % size:
-            return False
-        if ws + size > max(self.closed_upto_ms, wm_before):
-            self.accepted += len(times)
-            self.max_event_ms = max(self.max_event_ms, t_max)
-            self._agg(ws, rows)
+        n, t_max = len(times), int(times.max())
+        first = int(times.min()) // size
+        if first == t_max // size:
+            segments = [(first * size, 0, n)]
         else:
-            self.too_late += len(times)
-        return True
+            rows, segments = _by_window(times, rows, size, first, t_max // size - first)
+        late = sum(hi - lo for ws, lo, hi in segments if ws + size <= limit_ms)
+        self.too_late += late
+        self.accepted += n - late
+        if late < n:
+            self.max_event_ms = max(self.max_event_ms, t_max)
+        for ws, lo, hi in segments:
+            if ws + size > limit_ms:
+                self._agg(ws, rows if hi - lo == n else {k: v[lo:hi] for k, v in rows.items()})
 
     def _agg(self, ws: int, rows: dict[str, np.ndarray]) -> None:
         state = self.open.get(ws)
@@ -216,6 +198,22 @@ class WindowManager:
         self.accepted = int(snap["accepted"])
         self._idle_seen_max = int(snap["idle_seen_max"])
         self._idle_since_ms = None if snap["idle_since_ms"] is None else int(snap["idle_since_ms"])
+
+
+def _by_window(
+    times: np.ndarray, rows: dict[str, np.ndarray], size: int, first: int, span: int
+) -> tuple[dict[str, np.ndarray], list[tuple[int, int, int]]]:
+    """Rows sorted by window (stable: input order within a window) and ``[(window start, lo, hi), ...]`` of
+    the row ranges of each window, oldest first. ``first``: the oldest window's number (start // size);
+    ``span``: the newest one's minus ``first``."""
+    k = times // size - first
+    if span < 2**16:
+        k = k.astype(np.uint16)  # numpy's stable sort of 16-bit integers is a radix sort
+    order = np.argsort(k, kind="stable")
+    ks = k[order]
+    bounds = [0, *(np.flatnonzero(ks[1:] != ks[:-1]) + 1).tolist(), len(ks)]
+    starts = ((ks[bounds[:-1]].astype(np.int64) + first) * size).tolist()
+    return {name: v[order] for name, v in rows.items()}, list(zip(starts, bounds[:-1], bounds[1:]))
 
 
 class Interner:
@@ -281,8 +279,11 @@ class RowInterner:
     def __init__(self, interner: Interner, limit: int = 1 << 18):
         self.interner = interner
         self.limit = limit
+        self._reset(0)
+
+    def _reset(self, width: int) -> None:
         self.rows: dict[tuple, int] = {}  # row values -> row id
-        self.table = np.zeros((0, 0), dtype=np.int32)  # [column, row id] -> interner code
+        self.table = np.zeros((width, 64), dtype=np.int32)  # [column, row id] -> interner code (spare capacity)
 
     def codes(self, *columns: np.ndarray) -> list[np.ndarray]:
         """Code arrays (int32), equal to ``interner.codes(*columns)``."""
@@ -290,7 +291,7 @@ class RowInterner:
         if n == 0:
             return self.interner.codes(*columns)
         if len(columns) != len(self.table) or len(self.rows) >= self.limit:  # another set of columns, or full
-            self.rows, self.table = {}, np.zeros((len(columns), 0), dtype=np.int32)
+            self._reset(len(columns))
         values = [c.tolist() for c in columns]
         try:
             ids = np.fromiter(map(self.rows.get, zip(*values), repeat(-1)), dtype=np.int32, count=n)
@@ -303,14 +304,18 @@ class RowInterner:
 
     def _learn(self, columns: list[np.ndarray]) -> np.ndarray:
         """Remember the rows of ``columns`` (none of them known yet); their row ids."""
-        codes = self.interner.codes(*columns)
-        values = [c.tolist() for c in columns]
-        last = dict(zip(zip(*values), range(len(values[0]))))  # distinct row -> a position holding it
+        codes = np.stack(self.interner.codes(*columns))
+        rows = list(zip(*(c.tolist() for c in columns)))
+        at = dict(zip(rows, range(len(rows))))  # distinct row -> a position holding it
         base = len(self.rows)
-        self.rows.update(zip(last, range(base, base + len(last))))
-        at = np.fromiter(last.values(), dtype=np.int64, count=len(last))
-        self.table = np.concatenate([self.table, np.stack(codes)[:, at]], axis=1)
-        return np.fromiter(map(self.rows.__getitem__, zip(*values)), dtype=np.int32, count=len(values[0]))
+        new = dict(zip(at, range(base, base + len(at))))
+        if base + len(new) > self.table.shape[1]:
+            grown = np.zeros((len(self.table), 2 * (base + len(new))), dtype=np.int32)
+            grown[:, :base] = self.table[:, :base]
+            self.table = grown
+        self.table[:, base : base + len(new)] = codes[:, list(at.values())]
+        self.rows.update(new)
+        return np.fromiter(map(new.__getitem__, rows), dtype=np.int32, count=len(rows))
 
 
 _ADDR_TEXT: dict[bytes, str] = {}  # 16-byte address -> text; bounded cache (formatting goes through ipaddress)
@@ -361,9 +366,14 @@ def group_reduce(
     starts = np.flatnonzero(change)
     first = order[starts]
     ukeys = [k[first] for k in keys]
-    usums = [np.add.reduceat(v[order], starts) for v in sums]
-    umax = [np.maximum.reduceat(v[order], starts) for v in maxes]
-    return ukeys, usums, umax
+    return ukeys, _reduce_sorted(np.add, sums, order, starts), _reduce_sorted(np.maximum, maxes, order, starts)
+
+
+def _reduce_sorted(op: np.ufunc, columns, order: np.ndarray, starts: np.ndarray) -> list[np.ndarray]:
+    """``op.reduceat(column[order], starts)`` per column; columns of one dtype in one 2-D call."""
+    if len(columns) > 1 and len({np.asarray(c).dtype for c in columns}) == 1:
+        return list(op.reduceat(np.stack(columns)[:, order], starts, axis=1))
+    return [op.reduceat(v[order], starts) for v in columns]
 
 
 _COMBINED_LIMIT = 2**62

@@ -12,7 +12,7 @@ from processors.logic.core import shard_of
 from processors.logic.incast import KEYS, MAXES, SUMS, IncastAggregator
 from processors.logic.matrix import KEY_COLUMNS, UNKNOWN, VALUE_COLUMNS, CellAggregator, MatrixConfig, matrix_cells
 from processors.logic.rules.common import BatchContext, Networks
-from processors.logic.windows import Interner, addr_text, group_reduce
+from processors.logic.windows import Interner, RowInterner, WindowConfig, WindowManager, addr_text, group_reduce
 from schemas.columns import addr_str, dtype_for
 
 ENRICHED = dtype_for("flow_enriched")
@@ -304,3 +304,115 @@ def test_straggler_median_equals_numpy(values):
         want = float(np.median(values))
         got = _median(values)
     assert (got == want) or (got != got and want != want)
+
+
+# --------------------------------------------------------------------------- RowInterner
+
+_LABELS = st.sampled_from(["", "a", "b", "é", "unknown", None, "job-1"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.tuples(_LABELS, _LABELS, _LABELS), max_size=12), min_size=1, max_size=6),
+       st.lists(st.sampled_from(["a", "b", "x"]), max_size=3), st.sampled_from([1, 3, 1 << 18]))
+def test_row_interner_equals_interner(batches, known, limit):
+    """Batch after batch: the same codes as Interner.codes, and the same strings in the same code order."""
+    plain = Interner([""] + known)
+    rows = RowInterner(Interner([""] + known), limit=limit)
+    for batch in batches:
+        cols = [np.array([r[i] for r in batch], dtype=object) for i in range(3)]
+        want = plain.codes(*cols)
+        got = rows.codes(*cols)
+        assert [g.tolist() for g in got] == [w.tolist() for w in want]
+        assert all(g.dtype == np.int32 for g in got)
+        assert rows.interner.strings == plain.strings
+
+
+def test_row_interner_other_column_count_and_unhashable():
+    rows = RowInterner(Interner([""]))
+    a = np.array(["x", "y", "x"], dtype=object)
+    assert [c.tolist() for c in rows.codes(a, a)] == [[1, 2, 1]] * 2
+    assert [c.tolist() for c in rows.codes(a)] == [[1, 2, 1]]  # another column count: its own rows
+    bad = np.empty(1, dtype=object)
+    bad[0] = ["list"]
+    with pytest.raises(Exception):
+        Interner([""]).codes(bad)
+    with pytest.raises(Exception):
+        rows.codes(bad)
+
+
+# --------------------------------------------------------------------------- group_reduce: several value columns
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.sampled_from([[np.int64, np.int64, np.int64], [np.int64, np.int32], [np.int32, np.int32], [np.int64]]),
+       st.integers(0, 2**31))
+def test_group_reduce_several_value_columns(n, dtypes, seed):
+    rng = np.random.default_rng(seed)
+    keys = [rng.integers(0, 4, n).astype(np.int32), rng.integers(-3, 3, n)]
+    vals = [rng.integers(-10**9, 10**9, n).astype(dt) for dt in dtypes]
+    uk, us, um = group_reduce(keys, vals, vals)
+    rk, rs, rm = _group_reduce_ref(keys, vals, vals)
+    assert [tuple(int(c[g]) for c in uk) for g in range(len(uk[0]))] == rk
+    assert [[int(s[g]) for s in us] for g in range(len(rk))] == rs
+    assert [[int(m[g]) for m in um] for g in range(len(rk))] == rm
+    # the dtypes of a reduceat per column
+    assert [s.dtype for s in us] == [np.add.reduceat(v, [0]).dtype for v in vals]
+    assert [m.dtype for m in um] == [np.maximum.reduceat(v, [0]).dtype for v in vals]
+
+
+# --------------------------------------------------------------------------- WindowManager.process
+
+class _Recorder:
+    """Aggregator keeping every ``agg`` call (window start, rows as lists): shows the exact split."""
+
+    def initialize(self):
+        return []
+
+    def agg(self, state, rows, window_start):
+        return state + [(window_start, {k: v.tolist() for k, v in sorted(rows.items())})]
+
+    def result(self, state, start, end):
+        return state
+
+    def dump(self, state):
+        return state
+
+    def load(self, obj):
+        return obj
+
+
+def _process_ref(wm, times, rows, observed_max_ms=None):
+    """WindowManager.process as first written: per-row window starts, late mask, one split per window."""
+    times = np.asarray(times, dtype=np.int64)
+    wm_before = wm.watermark_ms
+    if observed_max_ms is not None:
+        wm.max_event_ms = max(wm.max_event_ms, int(observed_max_ms))
+    size = wm.config.size_ms
+    if len(times):
+        starts = times - np.mod(times, size)
+        ok = ((starts + size) > wm.closed_upto_ms) & ((starts + size) > wm_before)
+        wm.too_late += int(len(times) - np.count_nonzero(ok))
+        starts, kept = starts[ok], {k: v[ok] for k, v in rows.items()}
+        wm.accepted += len(starts)
+        if len(starts):
+            wm.max_event_ms = max(wm.max_event_ms, int(times.max()))
+            for ws in np.unique(starts).tolist():
+                wm._agg(ws, {k: v[starts == ws] for k, v in kept.items()})
+    return wm._close_upto(wm.watermark_ms)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([1, 7, 200, 10_000]), st.sampled_from([0, 5, 300, 30_000]),
+       st.lists(st.tuples(st.lists(st.integers(-1_000, 70_000), max_size=25), st.booleans()), max_size=8),
+       st.booleans())
+def test_window_manager_process_equals_reference(size, lateness, batches, flush_midway):
+    cfg = WindowConfig(size_ms=size, lateness_ms=lateness)
+    fast, ref = WindowManager(cfg, _Recorder()), WindowManager(cfg, _Recorder())
+    for i, (ts, observed) in enumerate(batches):
+        times = np.array(ts, dtype=np.int64)
+        rows = {"v": np.arange(len(ts), dtype=np.int64) * 3, "w": np.arange(len(ts), dtype=np.int32)}
+        obs = (max(ts) + 17 if ts else 5) if observed else None
+        assert fast.process(times, rows, obs) == _process_ref(ref, times, rows, obs)
+        assert fast.snapshot() == ref.snapshot()
+        if flush_midway and i == 1:
+            assert fast.flush() == ref.flush()
+    assert fast.flush() == ref.flush()
