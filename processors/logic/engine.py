@@ -89,7 +89,8 @@ class Engine:
             return []
         self.records_in += n
         cfg = self.config
-        codes = dict(zip(CODED_FIELDS, self.row_interner.codes(*(batch[f] for f in CODED_FIELDS))))
+        ids = self.row_interner.ids(*(batch[f] for f in CODED_FIELDS))
+        codes = dict(zip(CODED_FIELDS, self.row_interner.columns(ids)))
         self.last_codes = codes
         times = batch[cfg.time_field].astype(np.int64)
         packets = batch["packets"].astype(np.int64)
@@ -102,11 +103,9 @@ class Engine:
             for ws, we, cells in self.main.process(times, rows):
                 out.extend(self._main_window(ws, we, cells))
         if "incast" in cfg.enabled:
-            m = self._incast_category(codes["category"])
-            idx = None if m.all() else np.flatnonzero(m)
-            rows = self._incast_rows(batch, idx, codes, bytes_est, packets)
-            sel = times if idx is None else times[idx]
-            for ws, _we, res in self.short.process(sel, rows, observed_max_ms=int(times.max())):
+            idx = np.flatnonzero(self._incast_category(codes["category"]))
+            rows = self._incast_rows(batch, idx, codes, bytes_est[idx], packets[idx])
+            for ws, _we, res in self.short.process(times[idx], rows, observed_max_ms=int(times.max())):
                 out.extend(self._incast_window(ws, res))
         return out
 
@@ -118,24 +117,20 @@ class Engine:
         return wanted[cat]
 
     def _incast_rows(self, batch, idx, codes, bytes_est, packets) -> dict[str, np.ndarray]:
-        """IncastAggregator rows of the batch rows ``idx`` (None: all rows)."""
-        def sel(a):
-            return a if idx is None else a[idx]
-
-        if idx is not None and not len(idx):
+        """IncastAggregator rows of the batch rows ``idx``; ``bytes_est``, ``packets``: of those rows."""
+        if not len(idx):
             z = np.zeros(0, dtype=np.int64)
             return {"dst": z.astype(np.int32), "src": z.astype(np.int32), "dgrp": z.astype(np.int32),
                     "rate_bps": z, "rate_sampled_bps": z, "samples": z, "samples_sampled": z, "max_rate": z}
         # column by column: ``batch[idx]`` would copy whole ~300-byte records with their object fields
-        dur = np.maximum(sel(batch["time_end_ms"]).astype(np.int64) - sel(batch["time_start_ms"]), self.config.incast.window_ms)
-        bytes_est, packets = sel(bytes_est), sel(packets)
-        rate = bytes_est * 8000 // dur
-        sr = np.maximum(sel(batch["sampling_rate"]).astype(np.int64), 1)
+        dur = batch["time_end_ms"][idx] - batch["time_start_ms"][idx]
+        rate = bytes_est * 8000 // np.maximum(dur, self.config.incast.window_ms)
+        sr = np.maximum(batch["sampling_rate"][idx], 1)
         sampled = sr > 1
         return {
-            "dst": endpoint_codes(sel(codes["dst_node"]), batch["dst_addr"], self.interner, idx),
-            "src": endpoint_codes(sel(codes["src_node"]), batch["src_addr"], self.interner, idx),
-            "dgrp": sel(codes["dst_group"]),
+            "dst": endpoint_codes(codes["dst_node"][idx], batch["dst_addr"], self.interner, idx),
+            "src": endpoint_codes(codes["src_node"][idx], batch["src_addr"], self.interner, idx),
+            "dgrp": codes["dst_group"][idx],
             "rate_bps": rate,
             "rate_sampled_bps": np.where(sampled, rate, 0),
             "samples": packets,

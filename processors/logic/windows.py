@@ -270,10 +270,11 @@ class Interner:
 class RowInterner:
     """``Interner.codes`` for columns whose rows repeat: one dict lookup per row instead of one per value.
 
-    Remembers every distinct row (the tuple of its values) with the interner codes of its values, so a known
-    row costs one lookup of its tuple. The rows not seen before go through ``interner.codes`` (new strings
-    only occur in them, so new codes come in the same order as for the whole batch) and are remembered. The
-    memory is dropped once it holds ``limit`` rows; results never depend on it.
+    Remembers every distinct row (the tuple of its values) under a row id, with the interner codes of its
+    values, so a known row costs one lookup of its tuple. The rows not seen before go through
+    ``interner.codes`` (new strings only occur in them, so new codes come in the same order as for the
+    whole batch) and are remembered. The memory is dropped once it holds ``limit`` rows; codes never depend
+    on it (row ids do: use them only within one batch).
     """
 
     def __init__(self, interner: Interner, limit: int = 1 << 18):
@@ -283,39 +284,53 @@ class RowInterner:
 
     def _reset(self, width: int) -> None:
         self.rows: dict[tuple, int] = {}  # row values -> row id
+        self.size = 0  # row ids in use
         self.table = np.zeros((width, 64), dtype=np.int32)  # [column, row id] -> interner code (spare capacity)
 
     def codes(self, *columns: np.ndarray) -> list[np.ndarray]:
         """Code arrays (int32), equal to ``interner.codes(*columns)``."""
-        n = len(columns[0]) if columns else 0
-        if n == 0:
+        if not columns or len(columns[0]) == 0:
             return self.interner.codes(*columns)
-        if len(columns) != len(self.table) or len(self.rows) >= self.limit:  # another set of columns, or full
+        return self.columns(self.ids(*columns))
+
+    def columns(self, ids: np.ndarray) -> list[np.ndarray]:
+        """Per column, the codes of the rows ``ids`` (from the last ``ids`` call)."""
+        return list(np.take(self.table, ids, axis=1))
+
+    def ids(self, *columns: np.ndarray) -> np.ndarray:
+        """Row id (int32) of each row of the (non-empty) columns; equal ids have equal codes."""
+        n = len(columns[0])
+        if len(columns) != len(self.table) or self.size >= self.limit:  # another set of columns, or full
             self._reset(len(columns))
         values = [c.tolist() for c in columns]
         try:
             ids = np.fromiter(map(self.rows.get, zip(*values), repeat(-1)), dtype=np.int32, count=n)
-        except TypeError:  # an unhashable value: the interner decides (and raises)
-            return self.interner.codes(*columns)
+        except TypeError:  # an unhashable value (the interner decides whether that is an error): not remembered
+            return self._append(np.stack(self.interner.codes(*columns)))
         new = np.flatnonzero(ids < 0)
         if len(new):
             ids[new] = self._learn([c[new] for c in columns])
-        return list(self.table[:, ids])
+        return ids
 
     def _learn(self, columns: list[np.ndarray]) -> np.ndarray:
         """Remember the rows of ``columns`` (none of them known yet); their row ids."""
         codes = np.stack(self.interner.codes(*columns))
         rows = list(zip(*(c.tolist() for c in columns)))
         at = dict(zip(rows, range(len(rows))))  # distinct row -> a position holding it
-        base = len(self.rows)
-        new = dict(zip(at, range(base, base + len(at))))
-        if base + len(new) > self.table.shape[1]:
-            grown = np.zeros((len(self.table), 2 * (base + len(new))), dtype=np.int32)
-            grown[:, :base] = self.table[:, :base]
-            self.table = grown
-        self.table[:, base : base + len(new)] = codes[:, list(at.values())]
+        new = dict(zip(at, self._append(codes[:, list(at.values())]).tolist()))
         self.rows.update(new)
         return np.fromiter(map(new.__getitem__, rows), dtype=np.int32, count=len(rows))
+
+    def _append(self, codes: np.ndarray) -> np.ndarray:
+        """New row ids for the columns of ``codes`` ([column, row])."""
+        base, m = self.size, codes.shape[1]
+        if base + m > self.table.shape[1]:
+            grown = np.zeros((len(self.table), 2 * (base + m)), dtype=np.int32)
+            grown[:, :base] = self.table[:, :base]
+            self.table = grown
+        self.table[:, base : base + m] = codes
+        self.size = base + m
+        return np.arange(base, base + m, dtype=np.int32)
 
 
 _ADDR_TEXT: dict[bytes, str] = {}  # 16-byte address -> text; bounded cache (formatting goes through ipaddress)
@@ -366,14 +381,9 @@ def group_reduce(
     starts = np.flatnonzero(change)
     first = order[starts]
     ukeys = [k[first] for k in keys]
-    return ukeys, _reduce_sorted(np.add, sums, order, starts), _reduce_sorted(np.maximum, maxes, order, starts)
-
-
-def _reduce_sorted(op: np.ufunc, columns, order: np.ndarray, starts: np.ndarray) -> list[np.ndarray]:
-    """``op.reduceat(column[order], starts)`` per column; columns of one dtype in one 2-D call."""
-    if len(columns) > 1 and len({np.asarray(c).dtype for c in columns}) == 1:
-        return list(op.reduceat(np.stack(columns)[:, order], starts, axis=1))
-    return [op.reduceat(v[order], starts) for v in columns]
+    usums = [np.add.reduceat(v[order], starts) for v in sums]
+    umax = [np.maximum.reduceat(v[order], starts) for v in maxes]
+    return ukeys, usums, umax
 
 
 _COMBINED_LIMIT = 2**62
