@@ -104,6 +104,8 @@ class Engine:
                 out.extend(self._main_window(ws, we, cells))
         if "incast" in cfg.enabled:
             idx = np.flatnonzero(self._incast_category(codes["category"]))
+            # rows in short-window order (stable), so the short windows take them without another sort
+            idx = idx[np.argsort(times[idx] // self.short.config.size_ms, kind="stable")]
             rows = self._incast_rows(batch, idx, codes, bytes_est[idx], packets[idx])
             for ws, _we, res in self.short.process(times[idx], rows, observed_max_ms=int(times.max())):
                 out.extend(self._incast_window(ws, res))

@@ -203,17 +203,21 @@ class WindowManager:
 def _by_window(
     times: np.ndarray, rows: dict[str, np.ndarray], size: int, first: int, span: int
 ) -> tuple[dict[str, np.ndarray], list[tuple[int, int, int]]]:
-    """Rows sorted by window (stable: input order within a window) and ``[(window start, lo, hi), ...]`` of
-    the row ranges of each window, oldest first. ``first``: the oldest window's number (start // size);
+    """Rows sorted by window (stable: input order within a window; unchanged when already in window order)
+    and ``[(window start, lo, hi), ...]`` of the row ranges of each window, oldest first. ``first``: the oldest window's number (start // size);
     ``span``: the newest one's minus ``first``."""
     k = times // size - first
-    if span < 2**16:
-        k = k.astype(np.uint16)  # numpy's stable sort of 16-bit integers is a radix sort
-    order = np.argsort(k, kind="stable")
-    ks = k[order]
-    bounds = [0, *(np.flatnonzero(ks[1:] != ks[:-1]) + 1).tolist(), len(ks)]
-    starts = ((ks[bounds[:-1]].astype(np.int64) + first) * size).tolist()
-    return {name: v[order] for name, v in rows.items()}, list(zip(starts, bounds[:-1], bounds[1:]))
+    step = k[1:] != k[:-1]
+    if bool((k[1:] < k[:-1]).any()):  # not in window order yet
+        if span < 2**16:
+            k = k.astype(np.uint16)  # numpy's stable sort of 16-bit integers is a radix sort
+        order = np.argsort(k, kind="stable")
+        k = k[order]
+        step = k[1:] != k[:-1]
+        rows = {name: v[order] for name, v in rows.items()}
+    bounds = [0, *(np.flatnonzero(step) + 1).tolist(), len(k)]
+    starts = ((k[bounds[:-1]].astype(np.int64) + first) * size).tolist()
+    return rows, list(zip(starts, bounds[:-1], bounds[1:]))
 
 
 class Interner:

@@ -403,12 +403,13 @@ def _process_ref(wm, times, rows, observed_max_ms=None):
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from([1, 7, 200, 10_000]), st.sampled_from([0, 5, 300, 30_000]),
        st.lists(st.tuples(st.lists(st.integers(-1_000, 70_000), max_size=25), st.booleans()), max_size=8),
-       st.booleans())
-def test_window_manager_process_equals_reference(size, lateness, batches, flush_midway):
+       st.booleans(), st.booleans())
+def test_window_manager_process_equals_reference(size, lateness, batches, flush_midway, in_order):
+    """Also with batches already in time order (the split then keeps the rows as they are)."""
     cfg = WindowConfig(size_ms=size, lateness_ms=lateness)
     fast, ref = WindowManager(cfg, _Recorder()), WindowManager(cfg, _Recorder())
     for i, (ts, observed) in enumerate(batches):
-        times = np.array(ts, dtype=np.int64)
+        times = np.array(sorted(ts) if in_order else ts, dtype=np.int64)
         rows = {"v": np.arange(len(ts), dtype=np.int64) * 3, "w": np.arange(len(ts), dtype=np.int32)}
         obs = (max(ts) + 17 if ts else 5) if observed else None
         assert fast.process(times, rows, obs) == _process_ref(ref, times, rows, obs)
