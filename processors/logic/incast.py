@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .windows import Interner, addr_text, dump_columns, group_reduce, load_columns
+from .windows import Interner, addr_text, dump_columns, group_reduce, load_columns, reduce_runs
 
 __all__ = ["IncastConfig", "IncastAggregator", "IncastDetector", "endpoint_codes", "as_capacity"]
 
@@ -173,7 +173,7 @@ class IncastDetector:
             return out
         cfg = self.config
         # one row per (dst, src), dropping the dst group (a destination has one group)
-        keys, sums, maxes = group_reduce(
+        keys, sums, maxes = reduce_runs(  # res is sorted by (dst, src, dst group): (dst, src) rows are runs
             [res["dst"], res["src"]],
             [res["rate_bps"], res["rate_sampled_bps"], res["samples"], res["samples_sampled"]],
             [res["max_rate"]],

@@ -41,6 +41,7 @@ __all__ = [
     "Interner",
     "RowInterner",
     "group_reduce",
+    "reduce_runs",
     "dump_columns",
     "load_columns",
     "addr_text",
@@ -388,6 +389,25 @@ def group_reduce(
     usums = [np.add.reduceat(v[order], starts) for v in sums]
     umax = [np.maximum.reduceat(v[order], starts) for v in maxes]
     return ukeys, usums, umax
+
+
+def reduce_runs(
+    keys: list[np.ndarray],
+    sums: list[np.ndarray] = (),
+    maxes: list[np.ndarray] = (),
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """``group_reduce`` for rows already sorted by the key columns (first most significant): no sort, the
+    groups are the runs of equal keys."""
+    n = len(keys[0]) if keys else 0
+    if n == 0:
+        return group_reduce(keys, sums, maxes)
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for k in keys:
+        change[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(change)
+    ukeys = [k[starts] for k in keys]
+    return ukeys, [np.add.reduceat(v, starts) for v in sums], [np.maximum.reduceat(v, starts) for v in maxes]
 
 
 _COMBINED_LIMIT = 2**62

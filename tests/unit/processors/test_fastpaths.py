@@ -12,7 +12,15 @@ from processors.logic.core import shard_of
 from processors.logic.incast import KEYS, MAXES, SUMS, IncastAggregator
 from processors.logic.matrix import KEY_COLUMNS, UNKNOWN, VALUE_COLUMNS, CellAggregator, MatrixConfig, matrix_cells
 from processors.logic.rules.common import BatchContext, Networks
-from processors.logic.windows import Interner, RowInterner, WindowConfig, WindowManager, addr_text, group_reduce
+from processors.logic.windows import (
+    Interner,
+    RowInterner,
+    WindowConfig,
+    WindowManager,
+    addr_text,
+    group_reduce,
+    reduce_runs,
+)
 from schemas.columns import addr_str, dtype_for
 
 ENRICHED = dtype_for("flow_enriched")
@@ -417,3 +425,18 @@ def test_window_manager_process_equals_reference(size, lateness, batches, flush_
         if flush_midway and i == 1:
             assert fast.flush() == ref.flush()
     assert fast.flush() == ref.flush()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 3), st.integers(0, 2**31))
+def test_reduce_runs_equals_group_reduce_on_sorted_rows(n, nkeys, seed):
+    rng = np.random.default_rng(seed)
+    keys = [rng.integers(0, 3, n).astype(np.int32) for _ in range(nkeys)]
+    order = np.lexsort(tuple(keys[::-1]))
+    keys = [k[order] for k in keys]
+    sums = [rng.integers(-10**9, 10**9, n), rng.integers(0, 5, n)]
+    maxes = [rng.integers(-5, 5, n)]
+    got, want = reduce_runs(keys, sums, maxes), group_reduce(keys, sums, maxes)
+    for g, w in zip(got, want):
+        assert [x.tolist() for x in g] == [x.tolist() for x in w]
+        assert [x.dtype for x in g] == [x.dtype for x in w]
