@@ -214,6 +214,11 @@ class OutputPublisher:
         return self.producer.flush(timeout)
 
 
+def _rows(labels: codec.Coded | None, rows) -> codec.Coded | None:
+    """Label codes (``Enricher.label_codes``) of ``rows`` of their batch."""
+    return None if labels is None else {k: (codes[rows], table) for k, (codes, table) in labels.items()}
+
+
 class Processors:
     """The Faust app plus the per-partition cores."""
 
@@ -376,11 +381,13 @@ class Processors:
                     reuse = offset >= 0 and (shard in self.cores or (self.assigned is not None and shard in self.assigned))
                     if reuse:
                         part_enriched, part_unknown = enriched[sel], unknown_rows[sel]
+                        part_labels = _rows(coded, sel)
                     for chunk, i in enumerate(range(0, len(part), step)):
                         msg = shuffle.encode_flows(part[i : i + step])
                         if reuse:
                             self._remember(shard, (f"{topic}:{partition}", offset, chunk), msg,
-                                           part_enriched[i : i + step], int(part_unknown[i : i + step].sum()))
+                                           part_enriched[i : i + step], int(part_unknown[i : i + step].sum()),
+                                           _rows(part_labels, slice(i, i + step)))
                         self.publisher.produce(self._shuffle_topic, str(shard).encode(), msg, partition=shard, headers=src(chunk))
             elif name == "counter_batch":
                 shard = zlib.crc32(key or b"") % self.partitions
@@ -402,14 +409,16 @@ class Processors:
         while self.reuse_records >= cap // 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
 
-    def _remember(self, shard: int, key: tuple, msg: bytes, enriched: np.ndarray, unknown: int) -> None:
+    def _remember(self, shard: int, key: tuple, msg: bytes, enriched: np.ndarray, unknown: int,
+                  labels: codec.Coded | None = None) -> None:
         if self.reuse_records + len(enriched) > self.settings.processors.reuse_enriched_records:
             return  # full: detect is far behind; it decodes and enriches these itself
-        self.reuse.setdefault(shard, {})[key] = (len(msg), zlib.crc32(msg), enriched, unknown, self.inventory)
+        self.reuse.setdefault(shard, {})[key] = (len(msg), zlib.crc32(msg), enriched, unknown, self.inventory, labels)
         self.reuse_records += len(enriched)
 
     def _reused(self, shard: int, source: tuple | None, value: bytes):
-        """(enriched rows, unknown addresses) prepare kept for this exact shuffle message, else None.
+        """(enriched rows, unknown addresses, their label codes or None) prepare kept for this exact shuffle
+        message, else None.
 
         Entries of the shard remembered before it are dropped (detect reads a shard in production order, so
         they were skipped). A hit needs the same bytes (length + CRC32) and the current inventory, so the
@@ -422,17 +431,17 @@ class Processors:
         if key not in entries:
             return None
         while True:
-            k, (n_bytes, crc, enriched, unknown, inventory) = next(iter(entries.items()))
+            k, (n_bytes, crc, enriched, unknown, inventory, labels) = next(iter(entries.items()))
             del entries[k]
             self.reuse_records -= len(enriched)
             if k == key:
                 break
         if n_bytes != len(value) or inventory is not self.inventory or crc != zlib.crc32(value):
             return None
-        return enriched, unknown
+        return enriched, unknown, labels
 
     def _forget(self, shard: int) -> None:
-        for _n, _c, enriched, _u, _i in self.reuse.pop(shard, {}).values():
+        for _n, _c, enriched, _u, _i, _l in self.reuse.pop(shard, {}).values():
             self.reuse_records -= len(enriched)
 
     def core_for(self, partition: int) -> ProcessorCore:
@@ -539,7 +548,8 @@ class Processors:
                 hit = self._reused(partition, source, value)
                 if hit is not None:  # enriched by prepare in this worker: no decode, no second enrichment
                     self.metrics.reused.inc()
-                    outs = core.process_enriched(core.adopt_enriched(*hit))
+                    enriched, unknown, labels = hit
+                    outs = core.process_enriched(core.adopt_enriched(enriched, unknown), labels)
                 else:
                     _enriched, outs = core.process_raw(shuffle.decode_flows(value))
             elif name == "flow_batch":  # written by workers before the shuffle carried .npy batches

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from schemas.codec import Coded
 from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_SFLOW5
 
 from .categories import CategoryRules
@@ -131,16 +132,23 @@ class ProcessorCore:
         self.stats.raw_records += len(flows)
         return out
 
-    def process_enriched(self, enriched: np.ndarray) -> list[Output]:
+    def process_enriched(self, enriched: np.ndarray, labels: Coded | None = None) -> list[Output]:
+        """Detectors and policy on an enriched batch. ``labels``: its ``Enricher.label_codes`` when another
+        enricher made it (this core's own enricher is asked otherwise); they spare the detectors reading
+        the string columns."""
         if len(enriched) == 0:
             return []
         interned = None
+        if labels is None:
+            labels = self.enricher.label_codes(enriched)
         if self._detector_codes is None:
-            out = self.engine.process_flows(enriched)
+            out = self.engine.process_flows(enriched, labels)
             if self.engine.last_codes is not None:  # policy reuses the engine's string codes of this very batch
                 interned = (self.engine.last_codes, self.engine.interner.strings, self.engine.interner.index)
         else:  # one observation layer for the traffic detectors (no double counting)
-            out = self.engine.process_flows(enriched[np.isin(enriched["export_protocol"], self._detector_codes)])
+            keep = np.isin(enriched["export_protocol"], self._detector_codes)
+            kept = None if labels is None else {k: (rows[keep], table) for k, (rows, table) in labels.items()}
+            out = self.engine.process_flows(enriched[keep], kept)
         self.watermark_ms = max(self.watermark_ms, int(enriched[self.config.time_field].max()))
         out.extend(Output("alert", a["dedup_key"], a) for a in self.policy.process(enriched, self.watermark_ms, interned))
         self.stats.outputs += len(out)

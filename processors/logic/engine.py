@@ -69,6 +69,7 @@ class Engine:
         self.config = cfg = config or EngineConfig()
         self.interner = Interner([""])
         self.row_interner = RowInterner(self.interner)
+        self._tables: dict[int, tuple] = {}  # id(label table) -> (table, interner size, interner codes)
         self.main = WindowManager(cfg.window, CellAggregator(cfg.matrix.compact_rows))
         short = WindowConfig(size_ms=cfg.incast.window_ms, lateness_ms=cfg.incast.lateness_ms,
                              idle_close_s=cfg.window.idle_close_s)
@@ -81,17 +82,22 @@ class Engine:
         self.last_codes: dict[str, np.ndarray] | None = None  # string columns of the last flow batch, as interner codes
 
     # -- flows -------------------------------------------------------------------
-    def process_flows(self, batch: np.ndarray) -> list[Output]:
-        """One enriched flow batch (``dtype_for("flow_enriched")``) -> outputs of windows it closed."""
+    def process_flows(self, batch: np.ndarray, labels: Mapping | None = None) -> list[Output]:
+        """One enriched flow batch (``dtype_for("flow_enriched")``) -> outputs of windows it closed.
+
+        ``labels``: optional ``Enricher.label_codes`` of the batch (column -> (rows, table) with
+        ``batch[column] == table.strings[rows]``): the string columns are then coded without reading them.
+        """
         n = len(batch)
         self.last_codes = None
         if n == 0:
             return []
         self.records_in += n
         cfg = self.config
-        ids = self.row_interner.ids(*(batch[f] for f in CODED_FIELDS))
-        codes = dict(zip(CODED_FIELDS, self.row_interner.columns(ids)))
-        self.last_codes = codes
+        coded = self._label_codes(labels)
+        if coded is None:
+            coded = self.row_interner.codes(*(batch[f] for f in CODED_FIELDS))
+        codes = self.last_codes = dict(zip(CODED_FIELDS, coded))
         times = batch[cfg.time_field].astype(np.int64)
         packets = batch["packets"].astype(np.int64)
         bytes_est = batch["bytes_est"].astype(np.int64)
@@ -110,6 +116,33 @@ class Engine:
             for ws, _we, res in self.short.process(times[idx], rows, observed_max_ms=int(times.max())):
                 out.extend(self._incast_window(ws, res))
         return out
+
+    def _label_codes(self, labels: Mapping | None) -> list[np.ndarray] | None:
+        """Interner codes of CODED_FIELDS from label codes, or None: no labels, or a string without an
+        interner code yet (the batch then goes through the row interner, which codes new strings in order)."""
+        if labels is None or any(f not in labels for f in CODED_FIELDS):
+            return None
+        out = []
+        for f in CODED_FIELDS:
+            rows, table = labels[f]
+            codes = self._table_codes(table)[rows]
+            if len(codes) and int(codes.min()) < 0:
+                return None
+            out.append(codes)
+        return out
+
+    def _table_codes(self, table) -> np.ndarray:
+        """Interner code (int32, -1: none yet) of each of ``table.strings``; kept per table until the
+        interner grows."""
+        known = len(self.interner.strings)
+        hit = self._tables.get(id(table))
+        if hit is None or hit[0] is not table or hit[1] != known:
+            if len(self._tables) >= 64:
+                self._tables.clear()
+            get = self.interner.index.get
+            lut = np.array([get(s, -1) if isinstance(s, str) else -1 for s in table.strings.tolist()], dtype=np.int32)
+            hit = self._tables[id(table)] = (table, known, lut)
+        return hit[2]
 
     def _incast_category(self, cat: np.ndarray) -> np.ndarray:
         """Rows whose category code is one of the incast categories (interned on first use)."""
@@ -216,6 +249,7 @@ class Engine:
             raise ValueError(f"unsupported engine snapshot version {snap.get('version')!r}")
         self.interner = Interner(snap["interner"])
         self.row_interner = RowInterner(self.interner)
+        self._tables = {}
         self.records_in = int(snap["records_in"])
         self.main.restore(snap["main"])
         self.short.restore(snap["short"])

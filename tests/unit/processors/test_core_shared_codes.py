@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from processors.logic.core import ProcessorCore
 from processors.logic.engine import Engine
+from processors.logic.enrich import Enricher
 from processors.logic.inventory import Inventory
 from processors.logic.rules.common import factorize, factorize_interned
 from processors.logic.windows import Interner
@@ -35,8 +36,8 @@ def test_alerts_equal_with_and_without_shared_codes(monkeypatch):
     out_shared = [o for b in batches for o in shared.process_raw(b)[1]]
     real = Engine.process_flows
 
-    def no_codes(self, batch):
-        out = real(self, batch)
+    def no_codes(self, batch, *labels):
+        out = real(self, batch, *labels)
         self.last_codes = None
         return out
 
@@ -46,3 +47,75 @@ def test_alerts_equal_with_and_without_shared_codes(monkeypatch):
     assert [o for o in out_shared if o.kind == "alert"], "the input fires alerts"
     assert out_shared == out_plain
     assert shared.snapshot() == plain.snapshot()
+
+
+def test_detectors_equal_with_and_without_enricher_label_codes(monkeypatch):
+    """The engine codes the string columns from the enricher's label codes: same outputs, same state."""
+    inv = Inventory.load(str(INVENTORY))
+    batches = [b for _e, b in training_batches(seconds=60, seed=5)]
+    with_labels = ProcessorCore(inv)
+    calls = []
+    real = Engine._label_codes
+
+    def spy(self, labels):
+        got = real(self, labels)
+        calls.append(got is not None)
+        return got
+
+    monkeypatch.setattr(Engine, "_label_codes", spy)
+    out_labels = [o for b in batches for o in with_labels.process_raw(b)[1]] + with_labels.flush()
+    assert any(calls) and not all(calls)  # label codes used; the first batch (new strings) went the other way
+    monkeypatch.setattr(Enricher, "label_codes", lambda self, rows: None)
+    plain = ProcessorCore(inv)
+    out_plain = [o for b in batches for o in plain.process_raw(b)[1]] + plain.flush()
+    assert out_labels == out_plain
+    assert with_labels.snapshot() == plain.snapshot()
+
+
+def _labelled(rng, n, tables):
+    """An enriched batch whose coded columns are gathers from ``tables``, with its label codes."""
+    from processors.logic.engine import CODED_FIELDS
+    from schemas.columns import dtype_for
+
+    b = np.zeros(n, dtype=dtype_for("flow_enriched"))
+    b["time_end_ms"] = b["time_start_ms"] = 1_000_000 + rng.integers(0, 40_000, n)
+    b["bytes_est"] = rng.integers(0, 10**6, n)
+    b["packets"] = b["packets_est"] = rng.integers(1, 100, n)
+    b["sampling_rate"] = rng.integers(1, 3, n)
+    b["dst_addr"][:, 15] = rng.integers(0, 3, n)
+    labels = {}
+    for f in CODED_FIELDS:
+        t = tables["category" if f == "category" else f.split("_")[1]]
+        rows = rng.integers(0, len(t.strings), n)
+        b[f] = t.strings[rows]
+        labels[f] = (rows, t)
+    return b, labels
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31), st.lists(st.integers(0, 60), min_size=1, max_size=6), st.integers(-1, 5),
+       st.booleans())
+def test_engine_label_codes_equal_plain(seed, sizes, restore_at, with_none):
+    """Tables holding strings not yet interned, "" and (or not) None; a restore in between."""
+    from schemas.codec import StringTable
+
+    rng = np.random.default_rng(seed)
+    tables = {"node": StringTable(["", "n1", "n2", "n3"]), "group": StringTable(["unknown", "gpu", ""]),
+              "job": StringTable(["", "job-1", None if with_none else "job-2"]), "category": StringTable(["rocev2", "collective", "dns"])}
+    fast, plain = Engine(), Engine()
+    used = []
+    real = fast._label_codes
+    fast._label_codes = lambda labels: used.append(real(labels)) or used[-1]
+    for i, n in enumerate(sizes):
+        if i == restore_at:
+            fast.restore(fast.snapshot())
+        b, labels = _labelled(rng, n, tables)
+        assert fast.process_flows(b, labels) == plain.process_flows(b)
+        assert (fast.last_codes is None) == (plain.last_codes is None)
+        if plain.last_codes is not None:
+            assert {k: v.tolist() for k, v in fast.last_codes.items()} == {k: v.tolist() for k, v in plain.last_codes.items()}
+        assert fast.interner.strings == plain.interner.strings
+    if not with_none and len([n for n in sizes if n > 40]) > 1:
+        assert any(u is not None for u in used)  # once every string has a code, the label codes are used
+    assert fast.flush() == plain.flush()
+    assert fast.snapshot() == plain.snapshot()
