@@ -56,6 +56,7 @@ from schemas import codec, records
 
 from . import shuffle
 from .logic.core import ProcessorCore, engine_config, shard_of
+from .logic.engine import CODED_FIELDS
 from .logic.inventory import Inventory, InventoryWatcher
 
 log = logging.getLogger("fabricflow.processors")
@@ -215,8 +216,10 @@ class OutputPublisher:
 
 
 def _rows(labels: codec.Coded | None, rows) -> codec.Coded | None:
-    """Label codes (``Enricher.label_codes``) of ``rows`` of their batch."""
-    return None if labels is None else {k: (codes[rows], table) for k, (codes, table) in labels.items()}
+    """The label codes (``Enricher.label_codes``) the detectors use, of ``rows`` of their batch."""
+    if labels is None:
+        return None
+    return {k: (codes[rows], table) for k, (codes, table) in labels.items() if k in CODED_FIELDS}
 
 
 class Processors:

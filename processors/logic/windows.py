@@ -205,8 +205,10 @@ def _by_window(
     times: np.ndarray, rows: dict[str, np.ndarray], size: int, first: int, span: int
 ) -> tuple[dict[str, np.ndarray], list[tuple[int, int, int]]]:
     """Rows sorted by window (stable: input order within a window; unchanged when already in window order)
-    and ``[(window start, lo, hi), ...]`` of the row ranges of each window, oldest first. ``first``: the oldest window's number (start // size);
-    ``span``: the newest one's minus ``first``."""
+    and ``[(window start, lo, hi), ...]`` of the row ranges of each window, oldest first.
+
+    ``first``: the oldest window's number (start // size); ``span``: the newest one's minus ``first``.
+    """
     k = times // size - first
     step = k[1:] != k[:-1]
     if bool((k[1:] < k[:-1]).any()):  # not in window order yet

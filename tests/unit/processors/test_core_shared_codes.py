@@ -101,7 +101,8 @@ def test_engine_label_codes_equal_plain(seed, sizes, restore_at, with_none):
 
     rng = np.random.default_rng(seed)
     tables = {"node": StringTable(["", "n1", "n2", "n3"]), "group": StringTable(["unknown", "gpu", ""]),
-              "job": StringTable(["", "job-1", None if with_none else "job-2"]), "category": StringTable(["rocev2", "collective", "dns"])}
+              "job": StringTable(["", "job-1", None if with_none else "job-2"]),
+              "category": StringTable(["rocev2", "collective", "dns"])}
     fast, plain = Engine(), Engine()
     used = []
     real = fast._label_codes
@@ -113,7 +114,8 @@ def test_engine_label_codes_equal_plain(seed, sizes, restore_at, with_none):
         assert fast.process_flows(b, labels) == plain.process_flows(b)
         assert (fast.last_codes is None) == (plain.last_codes is None)
         if plain.last_codes is not None:
-            assert {k: v.tolist() for k, v in fast.last_codes.items()} == {k: v.tolist() for k, v in plain.last_codes.items()}
+            got, want = fast.last_codes, plain.last_codes
+            assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}
         assert fast.interner.strings == plain.interner.strings
     if not with_none and len([n for n in sizes if n > 40]) > 1:
         assert any(u is not None for u in used)  # once every string has a code, the label codes are used

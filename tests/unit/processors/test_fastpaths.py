@@ -348,10 +348,11 @@ def test_row_interner_other_column_count_and_unhashable():
         rows.codes(bad)
 
 
-# --------------------------------------------------------------------------- group_reduce: several value columns, dtypes
+# ------------------------------------------------------------------ group_reduce: several value columns, dtypes
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 40), st.sampled_from([[np.int64, np.int64, np.int64], [np.int64, np.int32], [np.int32, np.int32], [np.int64]]),
+@given(st.integers(1, 40),
+       st.sampled_from([[np.int64, np.int64, np.int64], [np.int64, np.int32], [np.int32, np.int32], [np.int64]]),
        st.integers(0, 2**31))
 def test_group_reduce_several_value_columns(n, dtypes, seed):
     rng = np.random.default_rng(seed)
