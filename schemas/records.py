@@ -4,7 +4,8 @@ The processors publish one Kafka message per output record (a matrix cell, a
 straggler score, a link-health record), tens of thousands per window close.
 :func:`schemas.codec.encode_record` (fastavro) costs ~4 us per record; this
 module encodes a list of records column by column with numpy and cuts the
-result into per-record messages, byte-identical to ``encode_record``.
+result into per-record messages, byte-identical to ``encode_record``: ~1 us
+per record for a list of 500 and more, even with fastavro at ~100.
 
 How: each field becomes one or two *parts*, a byte stream plus the length of
 every record's piece of it (a long: its zig-zag varints; a string: the
@@ -31,7 +32,7 @@ from .codec import _LIMIT, _varint_bytes, _zigzag, encode_record, header, schema
 
 __all__ = ["encode_records", "flat_plan"]
 
-MIN_RECORDS = 16  # below this, per-record fastavro is as fast
+MIN_RECORDS = 100  # below this, per-record fastavro is faster (the numpy steps cost ~0.2-0.3 ms per call)
 
 
 @cache

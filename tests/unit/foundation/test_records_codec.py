@@ -38,7 +38,8 @@ def _plain(name, records):
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_identical_to_fastavro(name, data):
-    records = data.draw(st.lists(RECORDS[name], min_size=0, max_size=60))
+    size = data.draw(st.sampled_from([(0, 8), (MIN_RECORDS, MIN_RECORDS + 30)]))  # per record / vectorised
+    records = data.draw(st.lists(RECORDS[name], min_size=size[0], max_size=size[1]))
     assert encode_records(name, records) == _plain(name, records)
 
 
