@@ -23,6 +23,7 @@ JSON-compatible values so the Faust layer can keep them in a changelog.
 
 from __future__ import annotations
 
+import base64
 import json
 from itertools import repeat
 from dataclasses import dataclass
@@ -447,12 +448,28 @@ def _combined_key(keys: list[np.ndarray]) -> np.ndarray | None:
 
 
 def dump_columns(cols: dict[str, np.ndarray]) -> dict:
-    """Plain JSON-compatible form of a dict of 1-D numeric arrays."""
-    return {k: [str(v.dtype), v.tolist()] for k, v in cols.items()}
+    """JSON-compatible form of a dict of 1-D numeric arrays: ``{name: [dtype, base64 of the little-endian bytes]}``.
+
+    Base64 instead of a list of numbers: a window's matrix rows are tens of thousands of numbers, and
+    ``tolist`` + JSON cost ~50 ns each where base64 costs ~1 ns per byte.
+    """
+    return {k: [str(v.dtype), _b64(v)] for k, v in cols.items()}
+
+
+def _b64(v: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(v, dtype=v.dtype.newbyteorder("<")).tobytes()).decode("ascii")
 
 
 def load_columns(obj: dict) -> dict[str, np.ndarray]:
-    return {k: np.asarray(vals, dtype=np.dtype(dt)) for k, (dt, vals) in obj.items()}
+    """Inverse of :func:`dump_columns`; also reads the list-of-numbers form written by earlier versions."""
+    out = {}
+    for k, (dt, vals) in obj.items():
+        dtype = np.dtype(dt)
+        if isinstance(vals, str):
+            out[k] = np.frombuffer(base64.b64decode(vals), dtype=dtype.newbyteorder("<")).astype(dtype)
+        else:
+            out[k] = np.asarray(vals, dtype=dtype)
+    return out
 
 
 def to_bytes(snapshot: dict) -> bytes:

@@ -92,3 +92,26 @@ def test_group_reduce_sorted_sums_and_max():
     assert [k.tolist() for k in keys] == [[1, 1, 2], [4, 5, 0]]
     assert sums[0].tolist() == [4, 2, 4]
     assert maxes[0].tolist() == [2, 1, 9]
+
+
+def test_columns_dump_and_load_exactly():
+    """Window states go into snapshots as base64 columns; the list form of earlier snapshots still loads."""
+    import json
+
+    from processors.logic.windows import dump_columns, load_columns
+
+    cols = {
+        "i32": np.array([-(2**31), 0, 2**31 - 1], dtype=np.int32),
+        "i64": np.array([-(2**63), 1, 2**63 - 1], dtype=np.int64),
+        "u64": np.array([0, 2**64 - 1, 5], dtype=np.uint64),
+        "f64": np.array([0.1, -np.inf, 1e300]),
+        "b": np.array([True, False, True]),
+        "empty": np.zeros(0, dtype=np.int64),
+    }
+    back = load_columns(json.loads(json.dumps(dump_columns(cols))))
+    assert set(back) == set(cols)
+    for k, v in cols.items():
+        assert back[k].dtype == v.dtype and back[k].tobytes() == v.tobytes()
+    old = {k: [str(v.dtype), v.tolist()] for k, v in cols.items()}  # written by earlier versions
+    for k, v in load_columns(old).items():
+        assert v.dtype == cols[k].dtype and v.tobytes() == cols[k].tobytes()
