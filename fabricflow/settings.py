@@ -160,7 +160,7 @@ class ProcessorSettings(_Section):
     reuse_enriched_records: int = Field(
         262_144, ge=0, description="detect reuses the records prepare enriched in the same worker for its own shuffle "
         "partitions instead of decoding and enriching the shuffle message again (byte-identical messages only); "
-        "at most this many records are kept waiting (~300 bytes each; 0 = off)"
+        "at most this many records are kept waiting (~500 bytes each with their shuffle message; 0 = off)"
     )
     table_store: str = Field("memory://", description="Faust table store: memory:// (state rebuilt from changelog topics) or rocksdb://")
 

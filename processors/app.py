@@ -45,6 +45,7 @@ import json
 import logging
 import time
 import zlib
+from dataclasses import dataclass
 
 import faust
 import numpy as np
@@ -222,6 +223,17 @@ def _rows(labels: codec.Coded | None, rows) -> codec.Coded | None:
     return {k: (codes[rows], table) for k, (codes, table) in labels.items() if k in CODED_FIELDS}
 
 
+@dataclass(slots=True)
+class _Kept:
+    """What ``prepare`` enriched for one shuffle message that this worker's ``detect`` will read."""
+
+    message: bytes  # the shuffle message as produced (a hit needs the same bytes)
+    enriched: np.ndarray
+    unknown: int  # unknown addresses the enrichment counted
+    inventory: Inventory
+    labels: codec.Coded | None  # the enricher's label codes of these rows (for the detectors)
+
+
 class Processors:
     """The Faust app plus the per-partition cores."""
 
@@ -238,10 +250,9 @@ class Processors:
         self.sources: dict[int, dict[str, tuple[int, int]]] = {}  # shard -> raw "topic:partition" -> (offset, chunk) applied
         self.pending: dict[int, list] = {}  # shard -> events applied but not yet covered by a snapshot (unacked)
         self.pending_since: dict[int, float] = {}  # shard -> monotonic time of its oldest pending event
-        # shard -> {(raw "topic:partition", offset, chunk): (length, CRC32 of the shuffle message, enriched rows,
-        # unknown addresses, inventory)}
-        # in production order: what prepare enriched for a shuffle message this worker's detect will read.
-        self.reuse: dict[int, dict[tuple, tuple]] = {}
+        # shard -> {(raw "topic:partition", offset, chunk): _Kept}, in production order: what prepare enriched
+        # for a shuffle message this worker's detect will read.
+        self.reuse: dict[int, dict[tuple, _Kept]] = {}
         self.assigned: set[int] | None = None  # shuffle partitions assigned to this worker (None: not tracked, tests)
         self.reuse_records = 0
         self.publisher = OutputPublisher(s)
@@ -416,7 +427,7 @@ class Processors:
                   labels: codec.Coded | None = None) -> None:
         if self.reuse_records + len(enriched) > self.settings.processors.reuse_enriched_records:
             return  # full: detect is far behind; it decodes and enriches these itself
-        self.reuse.setdefault(shard, {})[key] = (len(msg), zlib.crc32(msg), enriched, unknown, self.inventory, labels)
+        self.reuse.setdefault(shard, {})[key] = _Kept(msg, enriched, unknown, self.inventory, labels)
         self.reuse_records += len(enriched)
 
     def _reused(self, shard: int, source: tuple | None, value: bytes):
@@ -424,8 +435,8 @@ class Processors:
         message, else None.
 
         Entries of the shard remembered before it are dropped (detect reads a shard in production order, so
-        they were skipped). A hit needs the same bytes (length + CRC32) and the current inventory, so the
-        rows equal what decoding and enriching the message would give.
+        they were skipped). A hit needs the very same message bytes and the current inventory, so the rows
+        equal what decoding and enriching the message would give.
         """
         entries = self.reuse.get(shard)
         if not entries or source is None:
@@ -434,18 +445,18 @@ class Processors:
         if key not in entries:
             return None
         while True:
-            k, (n_bytes, crc, enriched, unknown, inventory, labels) = next(iter(entries.items()))
+            k, kept = next(iter(entries.items()))
             del entries[k]
-            self.reuse_records -= len(enriched)
+            self.reuse_records -= len(kept.enriched)
             if k == key:
                 break
-        if n_bytes != len(value) or inventory is not self.inventory or crc != zlib.crc32(value):
+        if kept.inventory is not self.inventory or kept.message != value:  # a memcmp
             return None
-        return enriched, unknown, labels
+        return kept.enriched, kept.unknown, kept.labels
 
     def _forget(self, shard: int) -> None:
-        for _n, _c, enriched, _u, _i, _l in self.reuse.pop(shard, {}).values():
-            self.reuse_records -= len(enriched)
+        for kept in self.reuse.pop(shard, {}).values():
+            self.reuse_records -= len(kept.enriched)
 
     def core_for(self, partition: int) -> ProcessorCore:
         core = self.cores.get(partition)
