@@ -383,7 +383,7 @@ class Processors:
                 self.metrics.unknown.inc(self.prepare_core.stats.unknown_addresses - before)
                 coded = self.prepare_core.enricher.label_codes(enriched)
                 self.publisher.enriched(key or b"", enriched, self.settings.processors.enriched_max_records, coded)
-                shards = shard_of(enriched, self.partitions)
+                shards = shard_of(enriched, self.partitions, coded)
                 # The shuffle carries the raw records of each shard (.npy: a copy to write, a view to read); detect
                 # enriches them again with the same inventory unless it finds them in the reuse cache below.
                 step = self.settings.processors.enriched_max_records

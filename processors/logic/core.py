@@ -208,7 +208,7 @@ class ProcessorCore:
         self.stats = CoreStats(**snap["stats"])
 
 
-def shard_of(enriched: np.ndarray, partitions: int) -> np.ndarray:
+def shard_of(enriched: np.ndarray, partitions: int, labels=None) -> np.ndarray:
     """Shard (partition) per enriched flow so each shard sees whole detector inputs.
 
     Key: the destination's job, else the destination node, else the destination
@@ -216,11 +216,15 @@ def shard_of(enriched: np.ndarray, partitions: int) -> np.ndarray:
     flow (straggler, pattern: collectives stay inside a job) and every
     (src, dst) pair (matrix cells, segmentation) lands in one shard. Stable
     across processes (CRC32 of the key text, not Python's salted hash).
-    Vectorised: one CRC32 per distinct key.
+    Vectorised: one CRC32 per distinct key. ``labels``: the enricher's label
+    codes of exactly these rows (``Enricher.label_codes``); the keys are then
+    looked up per code instead of read from the string columns.
     """
     n = len(enriched)
     if n == 0 or partitions <= 1:
         return np.zeros(n, dtype=np.int64)
+    if labels is not None and "dst_job" in labels and "dst_node" in labels:
+        return _coded_shards(enriched, partitions, labels["dst_job"], labels["dst_node"])
     job = enriched["dst_job"]
     node = enriched["dst_node"]
     try:
@@ -247,6 +251,39 @@ def _text_shards(col: np.ndarray, partitions: int) -> tuple[np.ndarray, np.ndarr
     lut = np.array([zlib.crc32(u.encode()) % partitions for u in names] + [0], dtype=np.int64)
     valid = np.array([u != "" for u in names] + [False], dtype=bool)
     return lut[idx], valid[idx], idx < 0
+
+
+_TABLE_SHARDS: dict[int, tuple] = {}  # id(label table) -> (table, partitions, shard / has-key / is-None per code)
+
+
+def _table_shards(table, partitions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(CRC32 shard, non-empty key, is None) per code of a label table (``StringTable``), cached per table."""
+    hit = _TABLE_SHARDS.get(id(table))
+    if hit is not None and hit[0] is table and hit[1] == partitions:
+        return hit[2]
+    names = table.strings.tolist()
+    luts = (
+        np.array([zlib.crc32(str(u).encode()) % partitions if u is not None else 0 for u in names], dtype=np.int64),
+        np.array([u is not None and u != "" for u in names], dtype=bool),
+        np.array([u is None for u in names], dtype=bool),
+    )
+    if len(_TABLE_SHARDS) >= 16:  # tables live as long as their inventory: a few at a time
+        _TABLE_SHARDS.clear()
+    _TABLE_SHARDS[id(table)] = (table, partitions, luts)
+    return luts
+
+
+def _coded_shards(enriched: np.ndarray, partitions: int, job: tuple, node: tuple) -> np.ndarray:
+    """``shard_of`` from the label codes of the dst_job and dst_node columns."""
+    (jc, jt), (nc, nt) = job, node
+    j_shard, j_ok, j_null = (lut.take(jc) for lut in _table_shards(jt, partitions))
+    n_shard, n_ok, _ = (lut.take(nc) for lut in _table_shards(nt, partitions))
+    by_node = ~j_ok & ~j_null & n_ok
+    out = np.where(by_node, n_shard, j_shard)
+    missing = np.flatnonzero(~j_ok & ~by_node)
+    if len(missing):
+        out[missing] = _addr_shards(enriched["dst_addr"][missing], partitions)
+    return out
 
 
 def _addr_shards(addr: np.ndarray, partitions: int) -> np.ndarray:

@@ -2,6 +2,7 @@
 policy membership on codes) give exactly what the straightforward implementations give."""
 
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,6 +125,37 @@ def test_shard_of_equals_reference(rows, partitions):
     b["dst_addr"][:, 10:12] = 0xFF
     want = _shard_of_ref(b, partitions) if partitions > 1 else [0] * len(rows)
     assert shard_of(b, partitions).tolist() == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 3)), max_size=40), st.sampled_from([2, 4, 7]))
+def test_shard_of_from_label_codes_equals_reference(rows, partitions):
+    """With the enricher's label codes the keys come from per-code tables: same shards as the string columns."""
+    from schemas.codec import StringTable
+
+    jobs = StringTable(["", "job-1", "job-2", "", "ü-job", None, "job-3"])
+    nodes = StringTable(["", "node-7", "", "n2", "é", "n5", None])
+    jc = np.array([r[0] for r in rows], dtype=np.intp)
+    nc = np.array([r[1] for r in rows], dtype=np.intp)
+    b = np.zeros(len(rows), dtype=ENRICHED)
+    b["dst_job"] = jobs.strings[jc]
+    b["dst_node"] = nodes.strings[nc]
+    b["dst_addr"][:, 15] = [r[2] for r in rows]
+    labels = {"dst_job": (jc, jobs), "dst_node": (nc, nodes)}
+    assert shard_of(b, partitions, labels).tolist() == _shard_of_ref(b, partitions)
+
+
+def test_shard_of_with_enricher_codes_equals_plain():
+    from processors.logic.enrich import Enricher
+    from processors.logic.inventory import Inventory
+    from tests.synth import training_batches
+
+    inv = Inventory.load(Path(__file__).parents[2] / "data" / "cluster_inventory.yaml")
+    e = Enricher(inv)
+    for _exp, batch in training_batches(seconds=3):
+        enriched = e.enrich(batch)
+        for parts in (2, 5):
+            assert shard_of(enriched, parts, e.label_codes(enriched)).tolist() == shard_of(enriched, parts).tolist()
 
 
 def test_shard_of_non_str_labels_use_general_path():
