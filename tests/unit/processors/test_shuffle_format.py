@@ -40,6 +40,9 @@ def test_message_is_a_standard_npy_file():
     flows = _flows(5)
     loaded = np.load(io.BytesIO(shuffle.encode_flows(flows)), allow_pickle=False)
     assert loaded.tobytes() == flows.tobytes()
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, flows, version=(1, 0), allow_pickle=False)
+    assert shuffle.encode_flows(flows) == buf.getvalue()  # what numpy itself writes
 
 
 def test_avro_and_other_messages_are_told_apart():
