@@ -193,16 +193,20 @@ class ExfiltrationRule(_VolumeRule):
         cfg = self.cfg
         if not cfg.enabled or ctx.n == 0:
             return []
-        m = ctx.isin("src_group", cfg.source_groups) & ctx.isin("dst_group", cfg.watch_dst_groups)
-        m &= ~ctx.isin("dst_group", cfg.authorized_groups)
+        m = ctx.isin("src_group", cfg.source_groups)
+        if not m.any():  # most batches have no source group row: no destination tests
+            self.vol.prune(now_ms)
+            return []
+        m = m & ctx.isin("dst_group", cfg.watch_dst_groups)
+        rows = np.flatnonzero(m & ~ctx.isin("dst_group", cfg.authorized_groups))
+        hi, lo = ctx.halves("dst", rows)  # the address test only on the rows the group tests leave
         if self.authorized:
-            m &= ~self.authorized.contains_halves(*ctx.dst_halves)
-        rows = np.flatnonzero(m)
+            keep = ~self.authorized.contains_halves(hi, lo)
+            rows, hi, lo = rows[keep], hi[keep], lo[keep]
         if len(rows) == 0:
             self.vol.prune(now_ms)
             return []
         b = ctx.batch
-        hi, lo = ctx.dst_halves[0][rows], ctx.dst_halves[1][rows]
         touched = self._accumulate(ctx, rows, [b["src_group"][rows], hi, lo], b["src_node"][rows])
         out = []
         for key, sample_rows in sorted(touched.items()):
@@ -277,7 +281,7 @@ class OffHoursRule(_VolumeRule):
             return []
         m = ctx.isin("src_group", cfg.source_groups)
         if cfg.exclude_dst_groups:
-            m &= ~ctx.isin("dst_group", cfg.exclude_dst_groups)
+            m = m & ~ctx.isin("dst_group", cfg.exclude_dst_groups)
         rows = np.flatnonzero(m)
         if len(rows):
             rows = rows[off_hours_mask(ctx.t_end[rows], cfg.schedule)]
