@@ -185,9 +185,14 @@ class DenseGroups:
 
 
 class GroupBy:
-    """Group rows by several key columns; groups come out sorted by key values."""
+    """Group rows by several key columns; groups come out sorted by key values.
 
-    def __init__(self, *keys: np.ndarray):
+    ``desc``: rows of each group come in ``order`` by descending ``desc`` (ties: lower index first), so
+    ``top(k)`` gives ``top_rows(desc, k)`` without a second sort, and ``first`` is each group's top row.
+    Otherwise rows of a group are in index order.
+    """
+
+    def __init__(self, *keys: np.ndarray, desc: np.ndarray | None = None):
         n = len(keys[0]) if keys else 0
         codes = []
         for k in keys:
@@ -204,7 +209,10 @@ class GroupBy:
             self.first = np.zeros(0, dtype=np.int64)
             self.ngroups = 0
             return
-        order = np.lexsort(tuple(reversed(codes))) if codes else np.arange(n)
+        sort_keys = tuple(reversed(codes))
+        if desc is not None:  # least significant: lexsort is stable, so equal weights stay in index order
+            sort_keys = (-np.asarray(desc, dtype=np.float64), *sort_keys)
+        order = np.lexsort(sort_keys) if sort_keys else np.arange(n)
         change = np.zeros(n, dtype=bool)
         change[0] = True
         for c in codes:
@@ -254,6 +262,13 @@ class GroupBy:
         # lexsort is stable: rows of equal group and weight stay in index order; groups come in the order
         # of their numbers, so group g starts where it starts in ``order`` too
         order = np.lexsort((-np.asarray(weight, dtype=np.float64), self.gid))
+        return self._slices(order, k)
+
+    def top(self, k: int) -> list[np.ndarray]:
+        """Per group, its first ``k`` rows in ``order`` (built with ``desc``: the ``top_rows(desc, k)``)."""
+        return self._slices(self.order, k)
+
+    def _slices(self, order: np.ndarray, k: int) -> list[np.ndarray]:
         starts = self.starts.tolist()
         ends = starts[1:] + [self.n]
         return [order[s : min(e, s + k)] for s, e in zip(starts, ends)]
@@ -302,6 +317,11 @@ class BatchContext:
     @cached_property
     def bytes_est(self) -> np.ndarray:
         return self.batch["bytes_est"].astype(np.int64)
+
+    def bytes_at(self, rows: np.ndarray) -> np.ndarray:
+        """``bytes_est`` (int64) of ``rows``: gathers only those rows unless the whole column is cached."""
+        full = self.__dict__.get("bytes_est")
+        return full[rows] if full is not None else self.batch["bytes_est"][rows].astype(np.int64)
 
     @cached_property
     def src_halves(self) -> tuple[np.ndarray, np.ndarray]:

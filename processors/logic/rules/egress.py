@@ -43,10 +43,11 @@ class ExternalDependencyRule:
         sg = b["src_group"][rows]
         bucket = ctx.t_end[rows] // self.bucket_ms
         gb = GroupBy(sg, hi, lo, bucket)
-        byt, cnt = gb.sum(ctx.bytes_est[rows]), gb.count()
+        weight = ctx.bytes_at(rows)
+        byt, cnt = gb.sum(weight), gb.count()
         first, last = gb.min(ctx.t_start[rows]), gb.max(ctx.t_end[rows])
         kg = GroupBy(sg, hi, lo)
-        tops = kg.top_rows(ctx.bytes_est[rows], 20)
+        tops = kg.top_rows(weight, 20)
         samples_for = {}
         for g in range(kg.ngroups):
             i = rows[kg.first[g]]

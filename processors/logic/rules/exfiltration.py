@@ -147,14 +147,15 @@ class _VolumeRule:
         """Add rows to the window; return (touched keys, per-key sample rows)."""
         bucket = ctx.t_end[rows] // self.vol.bucket_ms
         gb = GroupBy(*keycols, bucket)
-        byt, cnt = gb.sum(ctx.bytes_est[rows]), gb.count()
+        weight = ctx.bytes_at(rows)
+        byt, cnt = gb.sum(weight), gb.count()
         first, last = gb.min(ctx.t_start[rows]), gb.max(ctx.t_end[rows])
         for g in range(gb.ngroups):
             r0 = gb.first[g]
             key = tuple(_key_str(c[r0]) for c in keycols[: self._nkey])
             self.vol.add(key, int(bucket[r0]), int(byt[g]), int(cnt[g]), int(first[g]), int(last[g]))
         kg = GroupBy(*keycols)
-        tops = kg.top_rows(ctx.bytes_est[rows], 20)
+        tops = kg.top_rows(weight, 20)
         kcnt = kg.count()
         touched = {}
         for g in range(kg.ngroups):

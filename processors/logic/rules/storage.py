@@ -99,7 +99,7 @@ class CheckpointRule:
         gb = DenseGroups(ids * span + off, len(labels) * span)  # groups of (job, bucket)
         first = gb.first
         for i, bk, nbytes, nflows in zip(ids[first].tolist(), bucket[first].tolist(),
-                                         gb.sum(ctx.bytes_est[rows]).tolist(), gb.count().tolist()):
+                                         gb.sum(ctx.bytes_at(rows)).tolist(), gb.count().tolist()):
             st = self._job(str(labels[i]))
             if st["final_until"] is not None and bk < st["final_until"]:
                 continue  # too late for an already final bucket
@@ -266,9 +266,10 @@ class StorageOnComputeRule(StatelessRule):
         return out
 
     def _conds(self, ctx, rows, gb, keyf, entf) -> list[Condition]:
-        byt, cnt = gb.sum(ctx.bytes_est[rows]), gb.count()
+        weight = ctx.bytes_at(rows)
+        byt, cnt = gb.sum(weight), gb.count()
         first, last = gb.min(ctx.t_start[rows]), gb.max(ctx.t_end[rows])
-        tops = gb.top_rows(ctx.bytes_est[rows], 20)
+        tops = gb.top_rows(weight, 20)
         out = []
         for g in range(gb.ngroups):
             key = keyf(rows[gb.first[g]])

@@ -34,14 +34,16 @@ class UnregisteredHostRule(StatelessRule):
         addr16 = np.concatenate([src16, dst16])
         b = ctx.batch
         peer = np.concatenate([b["dst_group"][rs], b["src_group"][rd]])
-        gb = GroupBy(*addr_halves(addr16))
-        byt = gb.sum(ctx.bytes_est[rows]).tolist()
+        weight = ctx.bytes_at(rows)
+        gb = GroupBy(*addr_halves(addr16), desc=weight)  # per address, heaviest rows first (samples)
+        byt = gb.sum(weight).tolist()
         cnt = gb.count().tolist()
         first = gb.min(ctx.t_start[rows]).tolist()
         last = gb.max(ctx.t_end[rows]).tolist()
         as_src = gb.any(is_src).tolist()
         as_dst = gb.any(~is_src).tolist()
-        samples = ctx.samples_of([rows[t] for t in gb.top_rows(ctx.bytes_est[rows], 20)])
+        tops = gb.top(20)
+        samples = ctx.samples_of([rows[t] for t in tops])
         addrs = [addr_text(k) for k in addr_keys(addr16[gb.first])]
         peers_sorted = peer[gb.order].tolist()  # each group's peers are one slice of this
         bounds = gb.starts.tolist() + [len(rows)]
