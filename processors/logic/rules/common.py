@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping, Sequence
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -284,6 +285,16 @@ def format_tuple(proto: int, src16, sport: int, dst16, dport: int) -> str:
     return f"{_PROTO.get(int(proto), str(int(proto)))} {ep(src16, int(sport))} -> {ep(dst16, int(dport))}"
 
 
+class GroupAddrs(NamedTuple):
+    """Rows of a batch with one side's address: (n, 16) bytes, ``addr_halves``, inside the cluster ranges."""
+
+    rows: np.ndarray
+    a16: np.ndarray
+    hi: np.ndarray
+    lo: np.ndarray
+    inside: np.ndarray
+
+
 class BatchContext:
     """An enriched flow batch plus cached derived columns."""
 
@@ -299,6 +310,7 @@ class BatchContext:
         self.n = len(batch)
         self._codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._masks: dict[tuple[str, tuple], np.ndarray] = {}
+        self._addrs: dict[tuple[str, tuple], GroupAddrs] = {}
         if interned is not None:  # (codes, strings, string -> code)
             index = interned[2] if len(interned) > 2 else {s: i for i, s in enumerate(interned[1])}
             interned = (interned[0], interned[1], index)
@@ -342,6 +354,21 @@ class BatchContext:
     def halves(self, side: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``addr_halves`` of the ``side`` (``"src"``/``"dst"``) address of ``rows`` only."""
         return addr_halves(self.batch[f"{side}_addr"][rows])
+
+    def group_addrs(self, side: str, groups) -> GroupAddrs:
+        """The rows whose ``{side}_group`` is in ``groups``, with their ``side`` addresses and cluster
+        membership (tested for those rows only); once per batch and (side, groups), arrays read-only."""
+        key = (side, tuple(groups))
+        sel = self._addrs.get(key)
+        if sel is None:
+            rows = self.isin(f"{side}_group", key[1]).nonzero()[0]
+            a16 = self.batch[f"{side}_addr"][rows]
+            hi, lo = addr_halves(a16)
+            inside = self.cluster.contains_halves(hi, lo) if len(rows) else np.zeros(0, dtype=bool)
+            sel = self._addrs[key] = GroupAddrs(rows, a16, hi, lo, inside)
+            for a in sel:
+                a.flags.writeable = False
+        return sel
 
     # --- string columns
     def codes(self, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -111,13 +111,12 @@ class ExternalDependencyRule:
         The group tests (integer codes) run first, the address tests only on the few rows they leave.
         """
         cfg = self.cfg
-        m = ctx.isin("dst_group", cfg.watch_dst_groups) & ctx.isin("src_group", cfg.source_groups)
-        rows = np.flatnonzero(m & ~ctx.isin("dst_group", cfg.documented_groups))
-        hi, lo = ctx.halves("dst", rows)
-        keep = ~ctx.cluster.contains_halves(hi, lo)
+        sel = ctx.group_addrs("dst", cfg.watch_dst_groups)
+        keep = ~sel.inside & ctx.isin("src_group", cfg.source_groups)[sel.rows]
+        keep &= ~ctx.isin("dst_group", cfg.documented_groups)[sel.rows]
         if self.documented:
-            keep &= ~self.documented.contains_halves(hi, lo)
-        return rows[keep], hi[keep], lo[keep]
+            keep &= ~self.documented.contains_halves(sel.hi, sel.lo)
+        return sel.rows[keep], sel.hi[keep], sel.lo[keep]
 
     def _period(self, starts: list[int]) -> tuple[float, float] | None:
         if len(starts) < self.cfg.min_occurrences:

@@ -70,12 +70,8 @@ class UnregisteredHostRule(StatelessRule):
         """(rows, their (n, 16) ``side`` addresses) of the rows whose ``side`` is an unknown group at an
         in-range, not excluded address. The group test (integer codes) runs first, the address tests only
         on the few rows it leaves."""
-        rows = np.flatnonzero(ctx.eq(f"{side}_group", UNKNOWN_GROUP))
-        a16 = ctx.batch[f"{side}_addr"][rows]
-        if len(rows) == 0:
-            return rows, a16
-        hi, lo = addr_halves(a16)
-        keep = ctx.cluster.contains_halves(hi, lo)
+        sel = ctx.group_addrs(side, (UNKNOWN_GROUP,))
+        keep = sel.inside
         if self.exclude:
-            keep &= ~self.exclude.contains_halves(hi, lo)
-        return rows[keep], a16[keep]
+            keep = keep & ~self.exclude.contains_halves(sel.hi, sel.lo)
+        return sel.rows[keep], sel.a16[keep]
