@@ -140,6 +140,20 @@ def _lut_limit(n: int) -> int:
     return 8 * n + 4096
 
 
+def min_max_by(ids: Sequence[np.ndarray], k: int, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per id in ``[0, k)``: min of ``lo`` and max of ``hi`` over the rows having that id in any of the id
+    columns ``ids`` (each aligned with ``lo`` / ``hi``); the int64 max / min for an id without rows.
+    With ``lo <= hi`` row by row, an id has rows exactly where its min <= its max. No sort, no bincount."""
+    mins = np.empty(k, dtype=np.int64)
+    mins.fill(_I64_MAX)
+    maxs = np.empty(k, dtype=np.int64)
+    maxs.fill(_I64_MIN)
+    for col in ids:
+        np.minimum.at(mins, col, lo)
+        np.maximum.at(maxs, col, hi)
+    return mins, maxs
+
+
 class DenseGroups:
     """Groups of rows by one non-negative integer key, in key order (as ``GroupBy(key)``), without a sort.
 

@@ -29,7 +29,7 @@ import numpy as np
 from processors.logic.alerts import Condition
 from schemas.columns import addr16, addr_str
 
-from .common import BatchContext, DenseGroups, GroupBy, StatelessRule, addr_halves
+from .common import BatchContext, DenseGroups, GroupBy, StatelessRule, addr_halves, min_max_by
 from .config import CheckpointConfig, StorageOnComputeConfig, ms
 
 
@@ -75,10 +75,9 @@ class CheckpointRule:
     def _note_activity(self, ctx: BatchContext) -> None:
         """First seen / last active of every job in the batch (either side; ``""`` is no job)."""
         ids, labels = ctx.label_ids("src_job", "dst_job")
-        gb = DenseGroups(np.concatenate(ids), len(labels))
-        first = gb.min(np.concatenate([ctx.t_start, ctx.t_start])).tolist()
-        last = gb.max(np.concatenate([ctx.t_end, ctx.t_end])).tolist()
-        for i, f0, l0 in zip(gb.keys.tolist(), first, last):
+        first, last = min_max_by(ids, len(labels), ctx.t_start, ctx.t_end)
+        seen = (first <= last).nonzero()[0]  # t_start <= t_end on every row: exactly the jobs with rows
+        for i, f0, l0 in zip(seen.tolist(), first[seen].tolist(), last[seen].tolist()):
             if labels[i] == "":
                 continue
             st = self._job(str(labels[i]))

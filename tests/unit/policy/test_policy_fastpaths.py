@@ -1,6 +1,6 @@
 """Fast paths of the policy rules give exactly what the plain definitions give.
 
-Covers the sort-free groups (``DenseGroups``), the lookup-table ``factorize_interned``, ``GroupBy(desc=)``,
+Covers the sort-free groups (``DenseGroups``, ``min_max_by``), the lookup-table ``factorize_interned``, ``GroupBy(desc=)``,
 ``samples_of`` against ``format_tuple``, ``label_ids``, the shared read-only masks, the checkpoint buckets
 of far-apart times, and whole engines with and without the caller's string codes.
 """
@@ -15,6 +15,7 @@ from processors.logic.policy import PolicyEngine
 from processors.logic.rules import CheckpointRule, CheckpointConfig
 from processors.logic.rules.common import (
     BatchContext, DenseGroups, GroupBy, Networks, addr_keys, factorize, factorize_interned, format_tuple,
+    min_max_by,
 )
 from processors.logic.windows import Interner, addr_text, addr_texts
 
@@ -39,6 +40,23 @@ def test_dense_groups_equal_groupby(rows, size):
     assert dg.sum(vals).tolist() == gb.sum(vals).tolist()
     assert dg.min(vals).tolist() == gb.min(vals).tolist()
     assert dg.max(vals).tolist() == gb.max(vals).tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(-(2**61), 2**61), st.integers(0, 2**61)),
+                max_size=50))
+def test_min_max_by_equals_groupby_over_both_columns(rows):
+    a = np.array([r[0] for r in rows], dtype=np.int32)
+    b = np.array([r[1] for r in rows], dtype=np.int64)
+    lo = np.array([r[2] for r in rows], dtype=np.int64)
+    hi = lo + np.array([r[3] for r in rows], dtype=np.int64)  # lo <= hi row by row, as t_start <= t_end
+    mins, maxs = min_max_by([a, b], 7, lo, hi)
+    gb = GroupBy(np.concatenate([a, b]).astype(np.int64))
+    both_lo, both_hi = np.concatenate([lo, lo]), np.concatenate([hi, hi])
+    seen = (mins <= maxs).nonzero()[0]
+    assert seen.tolist() == np.concatenate([a, b])[gb.first].tolist()
+    assert mins[seen].tolist() == gb.min(both_lo).tolist()
+    assert maxs[seen].tolist() == gb.max(both_hi).tolist()
 
 
 @settings(max_examples=80, deadline=None)
