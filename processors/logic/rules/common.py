@@ -309,6 +309,12 @@ class GroupAddrs(NamedTuple):
     inside: np.ndarray
 
 
+_NO_ADDRS = GroupAddrs(np.zeros(0, dtype=np.int64), np.zeros((0, 16), dtype=np.uint8), np.zeros(0, dtype=np.uint64),
+                       np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=bool))
+for _a in _NO_ADDRS:
+    _a.flags.writeable = False
+
+
 class BatchContext:
     """An enriched flow batch plus cached derived columns."""
 
@@ -376,12 +382,15 @@ class BatchContext:
         sel = self._addrs.get(key)
         if sel is None:
             rows = self.isin(f"{side}_group", key[1]).nonzero()[0]
-            a16 = self.batch[f"{side}_addr"][rows]
-            hi, lo = addr_halves(a16)
-            inside = self.cluster.contains_halves(hi, lo) if len(rows) else np.zeros(0, dtype=bool)
-            sel = self._addrs[key] = GroupAddrs(rows, a16, hi, lo, inside)
-            for a in sel:
-                a.flags.writeable = False
+            sel = self._addrs[key] = self._group_addrs(side, rows) if len(rows) else _NO_ADDRS
+        return sel
+
+    def _group_addrs(self, side: str, rows: np.ndarray) -> GroupAddrs:
+        a16 = self.batch[f"{side}_addr"][rows]
+        hi, lo = addr_halves(a16)
+        sel = GroupAddrs(rows, a16, hi, lo, self.cluster.contains_halves(hi, lo))
+        for a in sel:
+            a.flags.writeable = False
         return sel
 
     # --- string columns
