@@ -4,9 +4,12 @@
   (addresses as two big-endian uint64 halves, one masked compare per CIDR).
 - :class:`GroupBy`: sort-based group-by over integer/string/address key
   columns (``np.unique`` factorisation + ``np.lexsort``), exact int64 sums,
-  min/max per group, top rows per group for samples.
+  min/max per group, top rows per group for samples (``desc=``: in the same sort).
+- :class:`DenseGroups` / :func:`min_max_by`: groups by one small integer key
+  (string codes, job x bucket) through ``bincount`` / ``ufunc.at`` tables, no sort.
 - :class:`BatchContext`: one enriched batch with lazily computed, cached
-  derived columns shared by all rules.
+  derived columns, masks and address selections shared by all rules (the
+  cheap string-code tests first, address work only on the rows they leave).
 - :func:`format_tuple`: the ``'proto src:sport -> dst:dport'`` sample string
   (only for the few rows reported).
 

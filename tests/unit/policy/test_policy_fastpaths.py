@@ -1,8 +1,8 @@
 """Fast paths of the policy rules give exactly what the plain definitions give.
 
-Covers the sort-free groups (``DenseGroups``, ``min_max_by``), the lookup-table ``factorize_interned``, ``GroupBy(desc=)``,
-``samples_of`` against ``format_tuple``, ``label_ids``, the shared read-only masks, the checkpoint buckets
-of far-apart times, and whole engines with and without the caller's string codes.
+Covers the sort-free groups (``DenseGroups``, ``min_max_by``), the lookup-table ``factorize_interned``,
+``GroupBy(desc=)``, ``samples_of`` against ``format_tuple``, ``label_ids``, the shared read-only masks, the
+checkpoint buckets of far-apart times, and whole engines with and without the caller's string codes.
 """
 
 import numpy as np
