@@ -40,8 +40,7 @@ class UnregisteredHostRule(StatelessRule):
         cnt = gb.count().tolist()
         first = gb.min(ctx.t_start[rows]).tolist()
         last = gb.max(ctx.t_end[rows]).tolist()
-        as_src = gb.any(is_src).tolist()
-        as_dst = gb.any(~is_src).tolist()
+        nsrc = gb.sum(is_src.astype(np.int64)).tolist()  # rows seen as source; the others as destination
         tops = gb.top(20)
         samples = ctx.samples_of([rows[t] for t in tops])
         addrs = [addr_text(k) for k in addr_keys(addr16[gb.first])]
@@ -50,7 +49,7 @@ class UnregisteredHostRule(StatelessRule):
         out = []
         for g, addr in enumerate(addrs):
             peers = sorted({str(p) for p in peers_sorted[bounds[g] : bounds[g + 1]]})
-            roles = ",".join(r for r, f in (("src", as_src[g]), ("dst", as_dst[g])) if f)
+            roles = ",".join(r for r, f in (("src", nsrc[g] > 0), ("dst", nsrc[g] < cnt[g])) if f)
             out.append(
                 Condition(
                     rule="unregistered_host",
