@@ -38,6 +38,9 @@ class RuleAlertSettings:
     severity: str = "warning"
 
 
+_DEFAULT_SETTINGS = RuleAlertSettings()  # frozen: one shared instance for rules without settings
+
+
 @dataclass
 class Condition:
     """One observation of a keyed condition by a rule (evidence is an increment)."""
@@ -95,7 +98,8 @@ class AlertManager:
         self._states: dict[str, _State] = {}
 
     def _settings(self, rule: str) -> RuleAlertSettings:
-        return self.settings.get(rule, RuleAlertSettings())
+        s = self.settings.get(rule)
+        return _DEFAULT_SETTINGS if s is None else s
 
     def window_index(self, now_ms: int) -> int:
         """Index of the window ``((i-1)*w, i*w]`` that contains ``now_ms``."""

@@ -46,6 +46,7 @@ __all__ = [
     "dump_columns",
     "load_columns",
     "addr_text",
+    "addr_texts",
 ]
 
 
@@ -353,6 +354,12 @@ def addr_text(a16) -> str:
             _ADDR_TEXT.clear()
         s = _ADDR_TEXT[key] = addr_str(a16)
     return s
+
+
+def addr_texts(keys: list[bytes]) -> list[str]:
+    """``addr_text`` of several 16-byte ``bytes`` values: one cache lookup each, ``addr_text`` for the misses."""
+    found = list(map(_ADDR_TEXT.get, keys))
+    return [s if s is not None else addr_text(k) for s, k in zip(found, keys)]
 
 
 def group_reduce(

@@ -36,22 +36,18 @@ class ExternalDependencyRule:
         cfg = self.cfg
         if not cfg.enabled or ctx.n == 0:
             return []
-        m = ~ctx.dst_in_cluster & ctx.isin("dst_group", cfg.watch_dst_groups) & ctx.isin("src_group", cfg.source_groups)
-        m &= ~ctx.isin("dst_group", cfg.documented_groups)
-        if self.documented:
-            m &= ~self.documented.contains_halves(*ctx.dst_halves)
-        rows = np.flatnonzero(m)
+        rows, hi, lo = self._rows(ctx)
         if len(rows) == 0:
             return []
         b = ctx.batch
         sg = b["src_group"][rows]
-        hi, lo = ctx.dst_halves[0][rows], ctx.dst_halves[1][rows]
         bucket = ctx.t_end[rows] // self.bucket_ms
         gb = GroupBy(sg, hi, lo, bucket)
-        byt, cnt = gb.sum(ctx.bytes_est[rows]), gb.count()
+        weight = ctx.bytes_at(rows)
+        byt, cnt = gb.sum(weight), gb.count()
         first, last = gb.min(ctx.t_start[rows]), gb.max(ctx.t_end[rows])
         kg = GroupBy(sg, hi, lo)
-        tops = kg.top_rows(ctx.bytes_est[rows], 20)
+        tops = kg.top_rows(weight, 20)
         samples_for = {}
         for g in range(kg.ngroups):
             i = rows[kg.first[g]]
@@ -108,6 +104,19 @@ class ExternalDependencyRule:
                 c.samples = ctx.samples(rows_k)
             out.append(c)
         return out
+
+    def _rows(self, ctx: BatchContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, destination hi, lo) of the watched, undocumented rows to outside the cluster ranges.
+
+        The group tests (integer codes) run first, the address tests only on the few rows they leave.
+        """
+        cfg = self.cfg
+        sel = ctx.group_addrs("dst", cfg.watch_dst_groups)
+        keep = ~sel.inside & ctx.isin("src_group", cfg.source_groups)[sel.rows]
+        keep &= ~ctx.isin("dst_group", cfg.documented_groups)[sel.rows]
+        if self.documented:
+            keep &= ~self.documented.contains_halves(sel.hi, sel.lo)
+        return sel.rows[keep], sel.hi[keep], sel.lo[keep]
 
     def _period(self, starts: list[int]) -> tuple[float, float] | None:
         if len(starts) < self.cfg.min_occurrences:

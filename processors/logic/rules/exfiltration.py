@@ -147,14 +147,15 @@ class _VolumeRule:
         """Add rows to the window; return (touched keys, per-key sample rows)."""
         bucket = ctx.t_end[rows] // self.vol.bucket_ms
         gb = GroupBy(*keycols, bucket)
-        byt, cnt = gb.sum(ctx.bytes_est[rows]), gb.count()
+        weight = ctx.bytes_at(rows)
+        byt, cnt = gb.sum(weight), gb.count()
         first, last = gb.min(ctx.t_start[rows]), gb.max(ctx.t_end[rows])
         for g in range(gb.ngroups):
             r0 = gb.first[g]
             key = tuple(_key_str(c[r0]) for c in keycols[: self._nkey])
             self.vol.add(key, int(bucket[r0]), int(byt[g]), int(cnt[g]), int(first[g]), int(last[g]))
         kg = GroupBy(*keycols)
-        tops = kg.top_rows(ctx.bytes_est[rows], 20)
+        tops = kg.top_rows(weight, 20)
         kcnt = kg.count()
         touched = {}
         for g in range(kg.ngroups):
@@ -193,16 +194,20 @@ class ExfiltrationRule(_VolumeRule):
         cfg = self.cfg
         if not cfg.enabled or ctx.n == 0:
             return []
-        m = ctx.isin("src_group", cfg.source_groups) & ctx.isin("dst_group", cfg.watch_dst_groups)
-        m &= ~ctx.isin("dst_group", cfg.authorized_groups)
+        m = ctx.isin("src_group", cfg.source_groups)
+        if not m.any():  # most batches have no source group row: no destination tests
+            self.vol.prune(now_ms)
+            return []
+        m = m & ctx.isin("dst_group", cfg.watch_dst_groups)
+        rows = np.flatnonzero(m & ~ctx.isin("dst_group", cfg.authorized_groups))
+        hi, lo = ctx.halves("dst", rows)  # the address test only on the rows the group tests leave
         if self.authorized:
-            m &= ~self.authorized.contains_halves(*ctx.dst_halves)
-        rows = np.flatnonzero(m)
+            keep = ~self.authorized.contains_halves(hi, lo)
+            rows, hi, lo = rows[keep], hi[keep], lo[keep]
         if len(rows) == 0:
             self.vol.prune(now_ms)
             return []
         b = ctx.batch
-        hi, lo = ctx.dst_halves[0][rows], ctx.dst_halves[1][rows]
         touched = self._accumulate(ctx, rows, [b["src_group"][rows], hi, lo], b["src_node"][rows])
         out = []
         for key, sample_rows in sorted(touched.items()):
@@ -277,7 +282,7 @@ class OffHoursRule(_VolumeRule):
             return []
         m = ctx.isin("src_group", cfg.source_groups)
         if cfg.exclude_dst_groups:
-            m &= ~ctx.isin("dst_group", cfg.exclude_dst_groups)
+            m = m & ~ctx.isin("dst_group", cfg.exclude_dst_groups)
         rows = np.flatnonzero(m)
         if len(rows):
             rows = rows[off_hours_mask(ctx.t_end[rows], cfg.schedule)]

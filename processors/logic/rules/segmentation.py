@@ -99,11 +99,12 @@ class SegmentationRule(StatelessRule):
         b = ctx.batch
         sg, dg = b["src_group"][rows], b["dst_group"][rows]
         gb = GroupBy(ctx.code_col("src_group", rows), ctx.code_col("dst_group", rows))
-        byt = gb.sum(ctx.bytes_est[rows])
+        weight = ctx.bytes_at(rows)
+        byt = gb.sum(weight)
         cnt = gb.count()
         first = gb.min(ctx.t_start[rows])
         last = gb.max(ctx.t_end[rows])
-        tops = gb.top_rows(ctx.bytes_est[rows], 20)
+        tops = gb.top_rows(weight, 20)
         out = []
         for g in range(gb.ngroups):
             r0 = gb.first[g]

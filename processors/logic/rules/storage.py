@@ -29,7 +29,7 @@ import numpy as np
 from processors.logic.alerts import Condition
 from schemas.columns import addr16, addr_str
 
-from .common import BatchContext, GroupBy, StatelessRule, addr_halves
+from .common import BatchContext, DenseGroups, GroupBy, StatelessRule, addr_halves, min_max_by
 from .config import CheckpointConfig, StorageOnComputeConfig, ms
 
 
@@ -64,45 +64,54 @@ class CheckpointRule:
         cfg = self.cfg
         if not cfg.enabled:
             return []
-        b = ctx.batch
         if ctx.n:
-            # job activity (either side) for first/last seen
-            for side in ("src_job", "dst_job"):
-                rows = np.flatnonzero(~ctx.eq(side, ""))
-                if len(rows) == 0:
-                    continue
-                gb = GroupBy(ctx.code_col(side, rows))
-                fmin, lmax = gb.min(ctx.t_start[rows]), gb.max(ctx.t_end[rows])
-                for g in range(gb.ngroups):
-                    st = self._job(str(b[side][rows[gb.first[g]]]))
-                    f0, l0 = int(fmin[g]), int(lmax[g])
-                    st["first_seen"] = f0 if st["first_seen"] is None else min(st["first_seen"], f0)
-                    st["last_active"] = l0 if st["last_active"] is None else max(st["last_active"], l0)
-            m = ctx.isin("category", cfg.categories) & ctx.isin("dst_group", cfg.storage_groups)
-            m &= ~ctx.eq("src_job", "")
-            rows = np.flatnonzero(m)
-            if len(rows):
-                bucket = ctx.t_end[rows] // self.bucket_ms
-                gb = GroupBy(ctx.code_col("src_job", rows), bucket)
-                byt, cnt = gb.sum(ctx.bytes_est[rows]), gb.count()
-                for g in range(gb.ngroups):
-                    r0 = gb.first[g]
-                    st = self._job(str(b["src_job"][rows[r0]]))
-                    bk = int(bucket[r0])
-                    if st["final_until"] is not None and bk < st["final_until"]:
-                        continue  # too late for an already final bucket
-                    e = st["pending"].setdefault(bk, [0, 0])
-                    e[0] += int(byt[g])
-                    e[1] += int(cnt[g])
+            self._note_activity(ctx)
+            self._add_storage_bytes(ctx)
         out: list[Condition] = []
         for job in sorted(self.jobs):
             out.extend(self._finalize(job, now_ms))
         return out
 
+    def _note_activity(self, ctx: BatchContext) -> None:
+        """First seen / last active of every job in the batch (either side; ``""`` is no job)."""
+        ids, labels = ctx.label_ids("src_job", "dst_job")
+        first, last = min_max_by(ids, len(labels), ctx.t_start, ctx.t_end)
+        seen = (first <= last).nonzero()[0]  # t_start <= t_end on every row: exactly the jobs with rows
+        for i, f0, l0 in zip(seen.tolist(), first[seen].tolist(), last[seen].tolist()):
+            if labels[i] == "":
+                continue
+            st = self._job(str(labels[i]))
+            st["first_seen"] = f0 if st["first_seen"] is None else min(st["first_seen"], f0)
+            st["last_active"] = l0 if st["last_active"] is None else max(st["last_active"], l0)
+
+    def _add_storage_bytes(self, ctx: BatchContext) -> None:
+        """Add the batch's storage bytes from job nodes to the storage groups into each job's pending buckets."""
+        cfg = self.cfg
+        m = ctx.isin("category", cfg.categories) & ctx.isin("dst_group", cfg.storage_groups)
+        rows = np.flatnonzero(m & ~ctx.eq("src_job", ""))
+        if len(rows) == 0:
+            return
+        (ids,), labels = ctx.label_ids("src_job")
+        ids = ids[rows].astype(np.int64)
+        bucket = ctx.t_end[rows] // self.bucket_ms
+        off, span = _offsets(bucket, len(labels))
+        gb = DenseGroups(ids * span + off, len(labels) * span)  # groups of (job, bucket)
+        first = gb.first
+        for i, bk, nbytes, nflows in zip(ids[first].tolist(), bucket[first].tolist(),
+                                         gb.sum(ctx.bytes_at(rows)).tolist(), gb.count().tolist()):
+            st = self._job(str(labels[i]))
+            if st["final_until"] is not None and bk < st["final_until"]:
+                continue  # too late for an already final bucket
+            e = st["pending"].setdefault(bk, [0, 0])
+            e[0] += nbytes
+            e[1] += nflows
+
     def _finalize(self, job: str, now_ms: int) -> list[Condition]:
         """Close buckets whose end <= now; detect burst starts; report late arrivals."""
         st = self.jobs[job]
         out = []
+        if not st["pending"]:
+            return out
         closable = sorted(bk for bk in st["pending"] if (bk + 1) * self.bucket_ms <= now_ms)
         gap_buckets = ms(self.cfg.merge_gap) // self.bucket_ms
         for bk in closable:
@@ -196,6 +205,18 @@ class CheckpointRule:
             self.jobs[job] = d
 
 
+def _offsets(bucket: np.ndarray, nlabels: int) -> tuple[np.ndarray, int]:
+    """(offset, span): each bucket as an int in ``[0, span)``, in bucket order, small enough that
+    ``id * span + offset`` of ids below ``nlabels`` fits an int64 (the offset from the first bucket,
+    or the bucket's rank when the buckets spread absurdly far)."""
+    b0 = int(bucket.min())
+    span = int(bucket.max()) - b0 + 1
+    if span * max(nlabels, 1) < 2**62:
+        return bucket - b0, span
+    uniq, rank = np.unique(bucket, return_inverse=True)
+    return rank.reshape(-1), len(uniq)
+
+
 class StorageOnComputeRule(StatelessRule):
     names = ("storage_on_compute",)
 
@@ -244,9 +265,10 @@ class StorageOnComputeRule(StatelessRule):
         return out
 
     def _conds(self, ctx, rows, gb, keyf, entf) -> list[Condition]:
-        byt, cnt = gb.sum(ctx.bytes_est[rows]), gb.count()
+        weight = ctx.bytes_at(rows)
+        byt, cnt = gb.sum(weight), gb.count()
         first, last = gb.min(ctx.t_start[rows]), gb.max(ctx.t_end[rows])
-        tops = gb.top_rows(ctx.bytes_est[rows], 20)
+        tops = gb.top_rows(weight, 20)
         out = []
         for g in range(gb.ngroups):
             key = keyf(rows[gb.first[g]])

@@ -12,7 +12,7 @@ import numpy as np
 
 from processors.logic.alerts import Condition
 
-from .common import BatchContext, GroupBy, Networks, StatelessRule, addr_text
+from .common import BatchContext, GroupBy, Networks, StatelessRule, addr_halves, addr_keys, addr_text
 from .config import UNKNOWN_GROUP, UnregisteredConfig
 
 
@@ -26,47 +26,51 @@ class UnregisteredHostRule(StatelessRule):
     def observe(self, ctx: BatchContext, now_ms: int) -> list[Condition]:
         if not self.cfg.enabled or ctx.n == 0 or not ctx.cluster:
             return []
-        src_m = ctx.eq("src_group", UNKNOWN_GROUP) & ctx.src_in_cluster
-        dst_m = ctx.eq("dst_group", UNKNOWN_GROUP) & ctx.dst_in_cluster
-        if self.exclude:
-            src_m &= ~self.exclude.contains_halves(*ctx.src_halves)
-            dst_m &= ~self.exclude.contains_halves(*ctx.dst_halves)
-        rs, rd = np.flatnonzero(src_m), np.flatnonzero(dst_m)
+        (rs, src16), (rd, dst16) = self._rows(ctx, "src"), self._rows(ctx, "dst")
         if len(rs) + len(rd) == 0:
             return []
         rows = np.concatenate([rs, rd])
-        is_src = np.concatenate([np.ones(len(rs), bool), np.zeros(len(rd), bool)])
-        hi = np.concatenate([ctx.src_halves[0][rs], ctx.dst_halves[0][rd]])
-        lo = np.concatenate([ctx.src_halves[1][rs], ctx.dst_halves[1][rd]])
+        is_src = np.arange(len(rows)) < len(rs)
+        addr16 = np.concatenate([src16, dst16])
         b = ctx.batch
         peer = np.concatenate([b["dst_group"][rs], b["src_group"][rd]])
-        gb = GroupBy(hi, lo)
-        byt = gb.sum(ctx.bytes_est[rows])
-        cnt = gb.count()
-        first = gb.min(ctx.t_start[rows])
-        last = gb.max(ctx.t_end[rows])
-        as_src = gb.any(is_src)
-        as_dst = gb.any(~is_src)
-        tops = gb.top_rows(ctx.bytes_est[rows], 20)
+        weight = ctx.bytes_at(rows)
+        gb = GroupBy(*addr_halves(addr16), desc=weight)  # per address, heaviest rows first (samples)
+        byt = gb.sum(weight).tolist()
+        cnt = gb.count().tolist()
+        first = gb.min(ctx.t_start[rows]).tolist()
+        last = gb.max(ctx.t_end[rows]).tolist()
+        nsrc = gb.sum(is_src.astype(np.int64)).tolist()  # rows seen as source; the others as destination
+        tops = gb.top(20)
+        samples = ctx.samples_of([rows[t] for t in tops])
+        addrs = [addr_text(k) for k in addr_keys(addr16[gb.first])]
+        peers_sorted = peer[gb.order].tolist()  # each group's peers are one slice of this
+        bounds = gb.starts.tolist() + [len(rows)]
         out = []
-        for g in range(gb.ngroups):
-            r0 = gb.first[g]
-            a16 = b["src_addr"][rows[r0]] if is_src[r0] else b["dst_addr"][rows[r0]]
-            addr = addr_text(a16)
-            members = gb.order[gb.starts[g] : gb.starts[g] + cnt[g]]
-            peers = sorted({str(p) for p in set(peer[members].tolist())})
-            roles = ",".join(r for r, f in (("src", as_src[g]), ("dst", as_dst[g])) if f)
+        for g, addr in enumerate(addrs):
+            peers = sorted({str(p) for p in peers_sorted[bounds[g] : bounds[g + 1]]})
+            roles = ",".join(r for r, f in (("src", nsrc[g] > 0), ("dst", nsrc[g] < cnt[g])) if f)
             out.append(
                 Condition(
                     rule="unregistered_host",
                     key=(addr,),
                     summary=f"{addr} is inside the cluster ranges but not in the inventory (seen as {roles})",
                     entities={"addr": addr, "seen_as": roles, "peer_groups": ",".join(peers[:5])},
-                    first_seen_ms=int(first[g]),
-                    last_seen_ms=int(last[g]),
-                    bytes_est=int(byt[g]),
-                    flows=int(cnt[g]),
-                    samples=ctx.samples(rows[tops[g]]),
+                    first_seen_ms=first[g],
+                    last_seen_ms=last[g],
+                    bytes_est=byt[g],
+                    flows=cnt[g],
+                    samples=samples[g],
                 )
             )
         return out
+
+    def _rows(self, ctx: BatchContext, side: str) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, their (n, 16) ``side`` addresses) of the rows whose ``side`` is an unknown group at an
+        in-range, not excluded address. The group test (integer codes) runs first, the address tests only
+        on the few rows it leaves."""
+        sel = ctx.group_addrs(side, (UNKNOWN_GROUP,))
+        keep = sel.inside
+        if self.exclude:
+            keep = keep & ~self.exclude.contains_halves(sel.hi, sel.lo)
+        return sel.rows[keep], sel.a16[keep]
