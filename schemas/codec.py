@@ -466,6 +466,23 @@ def _string_array(col: np.ndarray) -> pa.Array:
     return a.cast(pa.string()) if a.type == pa.null() else a
 
 
+def utf8_buffers(a: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 start of every string and the end, from 0; the UTF-8 bytes) of an Arrow string array."""
+    _, offs_buf, data_buf = a.buffers()
+    offs = np.frombuffer(offs_buf, dtype=np.int32, count=len(a) + 1, offset=4 * a.offset).astype(np.int64)
+    o0, o1 = int(offs[0]), int(offs[-1])
+    data = np.frombuffer(data_buf, dtype=np.uint8, count=o1 - o0, offset=o0) if o1 > o0 else np.zeros(0, np.uint8)
+    return offs - o0, data
+
+
+def varint_widths(u: np.ndarray, umax: int) -> np.ndarray:
+    """Bytes in the varint of each value of a non-negative integer column whose maximum is ``umax``."""
+    w = np.ones(len(u), dtype=np.int64)
+    for k in range(1, _width(umax)):
+        w += u >= _LIMIT[k]
+    return w
+
+
 def _encode_strings(col: np.ndarray) -> bytes:
     n = len(col)
     if n <= _SMALL_STRINGS:  # the same normalisation as _string_array, one string at a time
@@ -474,23 +491,17 @@ def _encode_strings(col: np.ndarray) -> bytes:
             b = _text(x).encode()
             out += (_varint_one(len(b) << 1), b)
         return b"".join(out)
-    a = _string_array(col)
-    _, offs_buf, data_buf = a.buffers()
-    offs = np.frombuffer(offs_buf, dtype=np.int32, count=n + 1, offset=4 * a.offset).astype(np.int64)
-    o0, o1 = int(offs[0]), int(offs[-1])
-    data = np.frombuffer(data_buf, dtype=np.uint8, count=o1 - o0, offset=o0) if o1 > o0 else np.zeros(0, np.uint8)
+    offs, data = utf8_buffers(_string_array(col))
     z = np.diff(offs) << 1  # zig-zag of the (non-negative) lengths; nulls have length 0
     zmax = int(z.max())
     if zmax < 0x80:  # 1-byte length prefixes
         heads = z.astype(np.uint8)
-        hpos = offs[:-1] - o0 + np.arange(n)
+        hpos = offs[:-1] + np.arange(n)
     else:
         heads = np.frombuffer(_varint_bytes(z.view(np.uint64), None, zmax), dtype=np.uint8)
-        w = np.ones(n, dtype=np.int64)
-        for k in range(1, _width(zmax)):
-            w += z >= _LIMIT[k]
+        w = varint_widths(z, zmax)
         before = np.cumsum(w) - w  # prefix bytes before string i
-        first = offs[:-1] - o0 + before  # position of string i's first prefix byte
+        first = offs[:-1] + before  # position of string i's first prefix byte
         hpos = np.repeat(first - before, w) + np.arange(len(heads))
     out = np.empty(len(heads) + len(data), dtype=np.uint8)
     is_data = np.ones(len(out), dtype=bool)

@@ -28,7 +28,7 @@ from functools import cache
 import numpy as np
 import pyarrow as pa
 
-from .codec import _LIMIT, _varint_bytes, _zigzag, encode_record, header, schema_json
+from .codec import _varint_bytes, _zigzag, encode_record, header, schema_json, utf8_buffers, varint_widths
 
 __all__ = ["encode_records", "flat_plan"]
 
@@ -84,22 +84,15 @@ def _parts(values: list, kind: str, symbols: dict | None) -> list[tuple[np.ndarr
     arr = pa.array(values, type=pa.string())  # raises for non-str values
     if arr.null_count:
         raise TypeError("None in a string field")
-    offs = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * arr.offset).astype(np.int64)
-    size = int(offs[-1] - offs[0])
-    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8, count=size, offset=int(offs[0])) if size else np.zeros(0, np.uint8)
+    offs, data = utf8_buffers(arr)
     lens = np.diff(offs)
     return [_varints((lens << 1).view(np.uint64)), (data, lens)]
 
 
 def _varints(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(concatenated varints of a uint64 column, width of each)."""
-    widths = np.ones(len(u), dtype=np.int64)
-    for limit in _LIMIT[1:]:
-        above = u >= np.uint64(limit)
-        if not above.any():
-            break
-        widths += above
-    return np.frombuffer(_varint_bytes(u), dtype=np.uint8), widths
+    """(concatenated varints of a non-empty uint64 column, width of each)."""
+    umax = int(u.max())
+    return np.frombuffer(_varint_bytes(u, None, umax), dtype=np.uint8), varint_widths(u, umax)
 
 
 def _assemble(head: bytes, n: int, parts: list[tuple[np.ndarray, np.ndarray]]) -> list[bytes]:
