@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import base64
 import json
-from itertools import repeat
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Protocol
 
 import numpy as np
@@ -380,19 +380,15 @@ def group_reduce(
             [np.zeros(0, dtype=v.dtype) for v in maxes],
         )
     comb = _combined_key(keys)
-    if comb is None:  # keys of huge ranges: sort on the columns
+    if comb is None:  # keys of huge ranges: sort on the columns, then the groups are runs
         order = np.lexsort(tuple(keys[::-1]))
-        change = np.zeros(n, dtype=bool)
-        change[0] = True
-        for k in keys:
-            ks = k[order]
-            change[1:] |= ks[1:] != ks[:-1]
-    else:  # one int64 key with the same order as the columns: one stable argsort instead of a lexsort
-        order = np.argsort(comb, kind="stable")
-        cs = comb[order]
-        change = np.empty(n, dtype=bool)
-        change[0] = True
-        np.not_equal(cs[1:], cs[:-1], out=change[1:])
+        return reduce_runs([k[order] for k in keys], [v[order] for v in sums], [v[order] for v in maxes])
+    # one int64 key with the same order as the columns: one stable argsort instead of a lexsort
+    order = np.argsort(comb, kind="stable")
+    cs = comb[order]
+    change = np.empty(n, dtype=bool)
+    change[0] = True
+    np.not_equal(cs[1:], cs[:-1], out=change[1:])
     starts = np.flatnonzero(change)
     first = order[starts]
     ukeys = [k[first] for k in keys]
