@@ -294,12 +294,21 @@ class GroupBy:
 
 def format_tuple(proto: int, src16, sport: int, dst16, dport: int) -> str:
     """``'tcp 10.0.0.1:5555 -> 10.0.1.2:2049'`` (IPv6 in brackets)."""
+    src, dst = _host_text(addr_text(src16)), _host_text(addr_text(dst16))
+    return _tuple_text(_proto_text(proto), src, int(sport), dst, int(dport))
 
-    def ep(a16, port):
-        s = addr_text(a16)
-        return f"[{s}]:{port}" if ":" in s else f"{s}:{port}"
 
-    return f"{_PROTO.get(int(proto), str(int(proto)))} {ep(src16, int(sport))} -> {ep(dst16, int(dport))}"
+def _tuple_text(proto: str, src: str, sport: int, dst: str, dport: int) -> str:
+    return f"{proto} {src}:{sport} -> {dst}:{dport}"
+
+
+def _host_text(addr: str) -> str:
+    """An address text as it stands before ``:port`` (IPv6 in brackets)."""
+    return f"[{addr}]" if ":" in addr else addr
+
+
+def _proto_text(proto: int) -> str:
+    return _PROTO.get(int(proto)) or str(int(proto))
 
 
 class GroupAddrs(NamedTuple):
@@ -473,7 +482,7 @@ class BatchContext:
         proto, sport, dport = (b[f][rows].tolist() for f in ("ip_protocol", "src_port", "dst_port"))
         src, dst = addr_keys(b["src_addr"][rows]), addr_keys(b["dst_addr"][rows])
         hosts = list({*src, *dst})
-        host = {a: f"[{t}]" if ":" in t else t for a, t in zip(hosts, addr_texts(hosts))}  # IPv6 in brackets
+        host = {a: _host_text(t) for a, t in zip(hosts, addr_texts(hosts))}
         name = {p: _proto_text(p) for p in set(proto)}
         out = []
         end = 0
@@ -481,7 +490,7 @@ class BatchContext:
             start, end = end, end + size
             picked: list[str] = []
             for i in range(start, end):
-                t = f"{name[proto[i]]} {host[src[i]]}:{sport[i]} -> {host[dst[i]]}:{dport[i]}"
+                t = _tuple_text(name[proto[i]], host[src[i]], sport[i], host[dst[i]], dport[i])
                 if t not in picked:
                     picked.append(t)
                     if len(picked) >= k:
@@ -493,10 +502,6 @@ class BatchContext:
 def addr_keys(a16: np.ndarray) -> list[bytes]:
     """The 16-byte values of an (n, 16) address column as ``bytes`` (what ``addr_text`` caches on)."""
     return np.ascontiguousarray(a16, dtype=np.uint8).view("V16").reshape(-1).tolist()
-
-
-def _proto_text(proto: int) -> str:
-    return _PROTO.get(int(proto)) or str(int(proto))
 
 
 class StatelessRule:
