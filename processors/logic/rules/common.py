@@ -270,9 +270,6 @@ class GroupBy:
             return np.zeros(0, dtype=np.asarray(values).dtype)
         return np.maximum.reduceat(np.asarray(values)[self.order], self.starts)
 
-    def any(self, mask: np.ndarray) -> np.ndarray:
-        return self.max(np.asarray(mask, dtype=np.int8)) > 0
-
     def top_rows(self, weight: np.ndarray, k: int) -> list[np.ndarray]:
         """Per group, up to ``k`` row indices by descending weight (ties: lower index first)."""
         if self.ngroups == 0:
