@@ -95,16 +95,22 @@ class StragglerDetector:
         mask = np.isin(cells["cat"], cats) if len(cells["cat"]) else np.zeros(0, bool)
         sel = {k: v[mask] for k, v in cells.items()}
         per_job: dict[str, dict[str, list[int]]] = {}  # job -> node -> [sent, received, busiest link]
-        for side, (kj, kn) in enumerate((("sj", "sn"), ("dj", "dn"))):
-            ok = (sel[kj] != empty) & (sel[kn] != empty)
-            keys, sums, _ = group_reduce([sel[kj][ok], sel[kn][ok]], [sel["bytes_est"][ok]])
-            for j, n, b in zip(interner.lookup(keys[0]).tolist(), interner.lookup(keys[1]).tolist(), sums[0].tolist()):
-                per_job.setdefault(j, {}).setdefault(n, [0, 0, 0])[side] += b
-            if side == 0:  # bytes per (job, source, destination node) -> each source's busiest destination
-                pk, psum, _ = group_reduce([sel["sj"][ok], sel["sn"][ok], sel["dn"][ok]], [sel["bytes_est"][ok]])
-                lk, _, lmax = group_reduce(pk[:2], (), [psum[0]])
-                for j, n, b in zip(interner.lookup(lk[0]).tolist(), interner.lookup(lk[1]).tolist(), lmax[0].tolist()):
-                    per_job[j][n][2] = b
+
+        def named(keys):  # (job, node) names of group keys
+            return zip(interner.lookup(keys[0]).tolist(), interner.lookup(keys[1]).tolist())
+
+        ok = (sel["sj"] != empty) & (sel["sn"] != empty)
+        # bytes per (job, source, destination node), then per source: total sent and busiest link
+        pk, psum, _ = group_reduce([sel["sj"][ok], sel["sn"][ok], sel["dn"][ok]], [sel["bytes_est"][ok]])
+        keys, sent, link = group_reduce(pk[:2], psum, psum)
+        for (j, n), b, most in zip(named(keys), sent[0].tolist(), link[0].tolist()):
+            node = per_job.setdefault(j, {}).setdefault(n, [0, 0, 0])
+            node[0], node[2] = b, most
+        ok = (sel["dj"] != empty) & (sel["dn"] != empty)
+        keys, recv, _ = group_reduce([sel["dj"][ok], sel["dn"][ok]], [sel["bytes_est"][ok]])
+        for (j, n), b in zip(named(keys), recv[0].tolist()):
+            per_job.setdefault(j, {}).setdefault(n, [0, 0, 0])[1] = b
+
         out: list[dict] = []
         for job in sorted(set(per_job) | set(self.members)):
             mem = self.members.setdefault(job, {})
