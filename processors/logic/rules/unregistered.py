@@ -12,7 +12,7 @@ import numpy as np
 
 from processors.logic.alerts import Condition
 
-from .common import BatchContext, GroupBy, Networks, StatelessRule, addr_halves, addr_keys, addr_text
+from .common import BatchContext, GroupBy, Networks, StatelessRule, addr_keys, addr_text
 from .config import UNKNOWN_GROUP, UnregisteredConfig
 
 
@@ -26,16 +26,16 @@ class UnregisteredHostRule(StatelessRule):
     def observe(self, ctx: BatchContext, now_ms: int) -> list[Condition]:
         if not self.cfg.enabled or ctx.n == 0 or not ctx.cluster:
             return []
-        (rs, src16), (rd, dst16) = self._rows(ctx, "src"), self._rows(ctx, "dst")
+        src, dst = self._rows(ctx, "src"), self._rows(ctx, "dst")
+        rs, rd = src[0], dst[0]
         if len(rs) + len(rd) == 0:
             return []
-        rows = np.concatenate([rs, rd])
+        rows, addr16, hi, lo = (np.concatenate([a, b]) for a, b in zip(src, dst))
         is_src = np.arange(len(rows)) < len(rs)
-        addr16 = np.concatenate([src16, dst16])
         b = ctx.batch
         peer = np.concatenate([b["dst_group"][rs], b["src_group"][rd]])
         weight = ctx.bytes_at(rows)
-        gb = GroupBy(*addr_halves(addr16), desc=weight)  # per address, heaviest rows first (samples)
+        gb = GroupBy(hi, lo, desc=weight)  # per address, heaviest rows first (samples)
         byt = gb.sum(weight).tolist()
         cnt = gb.count().tolist()
         first = gb.min(ctx.t_start[rows]).tolist()
@@ -65,12 +65,12 @@ class UnregisteredHostRule(StatelessRule):
             )
         return out
 
-    def _rows(self, ctx: BatchContext, side: str) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, their (n, 16) ``side`` addresses) of the rows whose ``side`` is an unknown group at an
-        in-range, not excluded address. The group test (integer codes) runs first, the address tests only
-        on the few rows it leaves."""
+    def _rows(self, ctx: BatchContext, side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, their (n, 16) ``side`` addresses, the addresses' halves hi and lo) of the rows whose ``side``
+        is an unknown group at an in-range, not excluded address. The group test (integer codes) runs first,
+        the address tests only on the few rows it leaves."""
         sel = ctx.group_addrs(side, (UNKNOWN_GROUP,))
         keep = sel.inside
         if self.exclude:
             keep = keep & ~self.exclude.contains_halves(sel.hi, sel.lo)
-        return sel.rows[keep], sel.a16[keep]
+        return sel.rows[keep], sel.a16[keep], sel.hi[keep], sel.lo[keep]
