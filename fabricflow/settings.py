@@ -141,6 +141,11 @@ class ProcessorSettings(_Section):
     policy: str | None = Field(None, description="Segmentation / security policy file (YAML); see docs/alerts.md")
     tick_s: float = Field(1.0, gt=0, description="Wall-clock timer that closes idle windows and flushes outputs")
     enriched_max_records: int = Field(2000, ge=1, description="Max flow records per flows.enriched.v1 / shuffle message")
+    output_linger_ms: int = Field(
+        20, ge=0, le=5000,
+        description="Batching delay of the producer for the shuffle, enriched and output topics; offsets are committed "
+        "only once what it holds is delivered",
+    )
     snapshot_every_messages: int = Field(
         64, ge=1, description="Write a shard's state snapshot (core-state table) after this many shuffle messages of its partition; "
         "shuffle offsets are committed only up to the last snapshot, so a crash re-processes at most this many messages per partition"

@@ -31,8 +31,11 @@ re-delivered events at or below its offset are skipped and the ones after it
 are applied again to the restored state, so state is exact; outputs are
 at-least-once with deterministic keys. On partition revocation and on
 shutdown the pending snapshots are written too (fewer events to re-apply;
-exactness does not depend on it). Output and enriched topics are produced
-with confluent-kafka (throughput; platform teams read them).
+exactness does not depend on it). The shuffle, output and enriched topics
+are produced with confluent-kafka (throughput; platform teams read them);
+every offset commit waits until those messages are delivered first
+(:class:`_FetchWaitConsumer`), so no committed raw or shuffle offset covers
+a message that a crash could still lose.
 
 Timer: every ``processors.tick_s`` seconds each core's windows are closed on
 wall-clock time when its stream is idle, and the output producer is polled.
@@ -132,8 +135,25 @@ class _FetchWaitConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 
 class _FetchWaitConsumer(faust_aiokafka.Consumer):
+    """Faust's consumer with :class:`_FetchWaitConsumerThread`, committing offsets only after our outputs are out.
+
+    Faust flushes its own producer (the ``core-state`` changelog) before it
+    commits offsets, but the shuffle, enriched and output messages go through
+    the confluent-kafka :class:`OutputPublisher`, which Faust does not know.
+    Committing a raw (or shuffle) offset while the messages produced for it
+    still sit in librdkafka's queue would lose them if the worker died before
+    they were sent: ``app.outputs_delivered()`` flushes that queue first, and
+    the commit is skipped (retried at the next commit interval) while it cannot.
+    """
+
     def _new_consumer_thread(self):
         return _FetchWaitConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def _commit_offsets(self, offsets, start_new_transaction: bool = True) -> bool:
+        delivered = getattr(self.app, "outputs_delivered", None)
+        if delivered is not None and not delivered():
+            return False
+        return await super()._commit_offsets(offsets, start_new_transaction=start_new_transaction)
 
 
 class _FetchWaitTransport(faust_aiokafka.Transport):
@@ -144,6 +164,7 @@ class _App(faust.App):
     """faust.App whose Kafka transport applies ``fetch_max_wait_ms`` (see :class:`_FetchWaitConsumerThread`)."""
 
     fetch_max_wait_ms: int | None = None
+    outputs_delivered = None  # () -> bool, called before every offset commit (see _FetchWaitConsumer)
 
     def _new_transport(self):
         return _FetchWaitTransport(self.conf.broker_consumer, self)
@@ -160,7 +181,7 @@ class OutputPublisher:
                 **k.client_config(),
                 "enable.idempotence": True,
                 "compression.type": settings.ingest.producer.compression,
-                "linger.ms": 20,
+                "linger.ms": settings.processors.output_linger_ms,
                 "partitioner": "murmur2_random",
                 "message.max.bytes": 8_000_000,
                 # delivery reports only for failures: no Python callback per delivered output message
@@ -284,6 +305,7 @@ class Processors:
             value_serializer="raw",
         )
         app.fetch_max_wait_ms = p.fetch_max_wait_ms
+        app.outputs_delivered = self.outputs_delivered
         t = s.kafka.topics
         raw = app.topic(t.flows_raw, t.counters_raw, value_serializer="raw", key_serializer="raw")
         shuffle = app.topic(t.shuffle, value_serializer="raw", key_serializer="raw", partitions=self.partitions)
@@ -352,6 +374,17 @@ class Processors:
 
         self._shuffle_topic = t.shuffle
         return app
+
+    def outputs_delivered(self, timeout_s: float = 10.0) -> bool:
+        """Wait (blocking, bounded) until every message the publisher holds is sent; False if some are not.
+
+        Called before each offset commit: blocking the event loop here also keeps the agents from producing
+        more meanwhile, so the flush ends as soon as what was queued is acknowledged (~linger + one round trip).
+        """
+        left = self.publisher.flush(timeout_s)
+        if left:
+            log.warning("%d output messages not delivered within %.0f s: offsets not committed yet", left, timeout_s)
+        return left == 0
 
     # ------------------------------------------------------------------ handlers (testable without Faust)
 

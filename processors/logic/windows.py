@@ -199,8 +199,11 @@ class WindowManager:
         self.closed_upto_ms = int(snap["closed_upto_ms"])
         self.too_late = int(snap["too_late"])
         self.accepted = int(snap["accepted"])
-        self._idle_seen_max = int(snap["idle_seen_max"])
-        self._idle_since_ms = None if snap["idle_since_ms"] is None else int(snap["idle_since_ms"])
+        # Idle time counts from the first tick after the restore, not from the snapshot's clock: the time the
+        # worker was down is not idle time (the stream's backlog has not been delivered yet), and closing the
+        # restored windows at once would drop that backlog as too late.
+        self._idle_seen_max = _NO_TIME
+        self._idle_since_ms = None
 
 
 def _by_window(

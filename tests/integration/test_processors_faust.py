@@ -161,6 +161,9 @@ def test_worker_killed_mid_stream_recovers_same_outputs(kafka_bootstrap, unique_
         consume(kafka_bootstrap, s.kafka.topics.matrix, until=lambda ms: len(ms) >= 10, timeout_s=90)
     finally:
         stop_worker(proc, signal.SIGKILL)
+    # Down for longer than idle_close_s: downtime is not idle time, the restored windows must wait for the
+    # re-delivered backlog (they were closed at the first tick after the restore before this was fixed).
+    time.sleep(s.processors.idle_close_s + 1)
     proc = start_worker(cfg, tmp_path / "worker2.log")
     try:
         produce_batches(kafka_bootstrap, s.kafka.topics.flows_raw, second)
@@ -171,3 +174,40 @@ def test_worker_killed_mid_stream_recovers_same_outputs(kafka_bootstrap, unique_
     # At-least-once outputs with deterministic keys: the set of distinct outputs equals an uninterrupted run.
     alerts = s.kafka.topics.alerts
     assert set(comparable(got, alerts)) == set(comparable(expected, alerts)), log[-3000:]
+
+
+def test_raw_offsets_are_committed_only_after_the_shuffle_is_delivered(kafka_bootstrap, unique_topic, tmp_path):
+    """A worker killed right after it committed its raw offsets has delivered every shuffle message for them.
+
+    The publisher holds messages up to 5 s (output_linger_ms) while Faust commits every ~3 s: a commit that did not
+    wait for the publisher would cover raw records whose shuffle messages die with the worker (lost for good: the
+    restarted worker resumes after the committed offset)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from processors import shuffle
+
+    s = _settings(kafka_bootstrap, unique_topic, tmp_path, output_linger_ms=5000)
+    create_topics(s)
+    batches = training_batches(seconds=20, seed=3)
+    produced = produce_batches(kafka_bootstrap, s.kafka.topics.flows_raw, batches)
+    probe = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": s.processors.app_id, "enable.auto.commit": False})
+    try:
+        tps = [TopicPartition(s.kafka.topics.flows_raw, i) for i in range(s.kafka.partitions)]
+        proc = start_worker(write_config(tmp_path / "c.yaml", s), tmp_path / "worker.log")
+        try:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                # one message per batch, offsets from 0 (Tansu's high watermark is not to be trusted)
+                committed = sum(max(tp.offset, 0) for tp in probe.committed(tps, timeout=10))
+                if committed >= len(batches):
+                    break
+                time.sleep(0.05)
+            else:
+                raise AssertionError(f"raw offsets not committed: {committed} of {len(batches)} messages")
+        finally:
+            stop_worker(proc, signal.SIGKILL)  # at once: nothing left in the publisher gets out after this
+    finally:
+        probe.close()
+    msgs = consume(kafka_bootstrap, s.kafka.topics.shuffle, idle_s=3)
+    shuffled = sum(len(shuffle.decode_flows(m.value())) for m in msgs if shuffle.is_flow_batch(m.value()))
+    assert shuffled == produced, (tmp_path / "worker.log").read_text(errors="replace")[-3000:]

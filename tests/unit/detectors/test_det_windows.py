@@ -85,6 +85,21 @@ def test_snapshot_restore_continues_identically():
     assert a.snapshot() == b.snapshot()
 
 
+def test_restored_windows_do_not_count_downtime_as_idle():
+    """A worker restarted after idle_close_s of downtime must not close the restored windows at its first tick
+    (before the backlog of the stream is delivered): idle time counts from the restore."""
+    cfg = WindowConfig(size_ms=10_000, lateness_ms=5_000, idle_close_s=30)
+    a = WindowManager(cfg, SumAgg())
+    feed(a, [1_000, 12_000], [1, 2])
+    assert a.tick(100_000) == []  # the idle clock starts in the first worker
+    b = WindowManager(cfg, SumAgg())
+    b.restore(a.snapshot())
+    assert b.tick(500_000) == []  # restarted long after: not idle yet
+    assert feed(b, [9_000], [4]) == []  # the backlog still lands in its window
+    assert b.tick(529_999) == []
+    assert b.tick(530_000) == [(0, 10_000, 5), (10_000, 20_000, 2)]
+
+
 def test_group_reduce_sorted_sums_and_max():
     keys, sums, maxes = group_reduce(
         [np.array([2, 1, 2, 1]), np.array([0, 5, 0, 4])], [np.array([1, 2, 3, 4])], [np.array([7, 1, 9, 2])]

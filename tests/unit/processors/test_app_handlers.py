@@ -304,3 +304,39 @@ def test_enriched_messages_from_label_codes_are_the_plain_encoding(tmp_path):
         sent.clear()
         p.publisher.enriched(b"k", enriched, step)
         assert with_codes == [v for _t, _k, v, _p, _h in sent]
+
+
+def test_offsets_are_committed_only_after_the_publisher_delivered(tmp_path):
+    """Shuffle/output messages go through confluent-kafka, not Faust's producer: a raw or shuffle offset must not be
+    committed while messages produced for it are still queued (a crash would lose them)."""
+    import asyncio
+
+    from faust.transport.drivers import aiokafka as faust_aiokafka
+
+    from processors.app import _FetchWaitConsumer
+
+    p, _sent = _proc(tmp_path)
+    queued = [3]
+    flushed = []
+
+    def flush(timeout):
+        flushed.append(timeout)
+        return queued[0]
+
+    p.publisher.producer.flush = flush
+    assert p.app.outputs_delivered is not None
+    committed = []
+
+    async def base_commit(self, offsets, start_new_transaction=True):
+        committed.append(dict(offsets))
+        return True
+
+    consumer = object.__new__(_FetchWaitConsumer)
+    consumer.app = p.app
+    with mock.patch.object(faust_aiokafka.Consumer, "_commit_offsets", base_commit):
+        assert asyncio.run(consumer._commit_offsets({"tp": 7})) is False  # 3 messages not delivered: no commit
+        assert committed == []
+        queued[0] = 0
+        assert asyncio.run(consumer._commit_offsets({"tp": 7})) is True
+    assert committed == [{"tp": 7}]
+    assert len(flushed) == 2
