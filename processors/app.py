@@ -422,7 +422,7 @@ class Processors:
                 unknown_rows = self.prepare_core.enricher.last_unknown_rows
                 for shard in np.unique(shards).tolist():
                     sel = shards == shard
-                    part = flows[sel]
+                    part = flows.compress(sel)  # ~4x faster than flows[sel] for structured records
                     # this worker's detect owns the shard (assigned by Faust, or already detecting it)
                     reuse = offset >= 0 and (shard in self.cores or (self.assigned is not None and shard in self.assigned))
                     if reuse:

@@ -29,6 +29,7 @@ __all__ = ["Enricher", "ENRICHED_DTYPE"]
 
 ENRICHED_DTYPE = dtype_for("flow_enriched")
 CHUNK = 8192  # records per internal slice
+_FLOW_NAMES = list(FLOW_DTYPE.names)  # the flow fields of ENRICHED_DTYPE
 # Rows of the per-batch code array: source and destination inventory entry (lookup + 1), their job rows, category.
 _SRC, _DST, _SRC_JOB, _DST_JOB, _CATEGORY = _CODE_ROWS = range(5)
 # label column -> (code row, table it is gathered from)
@@ -118,8 +119,11 @@ class Enricher:
 
     def _enrich_into(self, out: np.ndarray, flows: np.ndarray, unknown_rows: np.ndarray, codes: np.ndarray) -> int:
         inv = self.inventory
-        for name in FLOW_DTYPE.names:
-            out[name] = flows[name]
+        if flows.dtype == FLOW_DTYPE:  # one structured copy (assignment is by field position): ~1/3 faster
+            out[_FLOW_NAMES] = flows
+        else:  # other field order or extra fields: by name
+            for name in FLOW_DTYPE.names:
+                out[name] = flows[name]
 
         src_addr = flows["src_addr"]
         dst_addr = flows["dst_addr"]
