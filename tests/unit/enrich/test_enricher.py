@@ -49,6 +49,22 @@ def test_output_dtype_and_copied_fields():
         assert np.array_equal(out[name], f[name]), name
 
 
+def test_flow_fields_in_another_order_or_with_extras_copy_by_name():
+    """Exactly the flow dtype takes a positional structured copy; any other layout must still copy by name."""
+    e = Enricher(Inventory.load(EXAMPLE))
+    f = flows([("10.10.1.11", "10.10.2.11", 6, 45000, 51000, "2026-12-02T10:00:00")] * 3)
+    f["packets"] = [5, 6, 7]
+    f["vlan"] = [10, 11, 12]
+    names = list(FLOW_DTYPE.names)[::-1]
+    shuffled = np.zeros(len(f), dtype=[(n, FLOW_DTYPE.fields[n][0]) for n in names] + [("extra", "i8")])
+    for n in names:
+        shuffled[n] = f[n]
+    a, b = e.enrich(f), e.enrich(shuffled)
+    for name in ENRICHED_DTYPE.names:
+        assert np.array_equal(a[name], b[name]), name
+    assert b["vlan"].tolist() == [10, 11, 12] and b["packets"].tolist() == [5, 6, 7]
+
+
 def test_labels_jobs_and_categories():
     e = Enricher(Inventory.load(EXAMPLE))
     f = flows([
