@@ -375,12 +375,20 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
         c0, w0 = time.process_time(), time.perf_counter()
         if prof:
             prof.enable()
-        # As a worker that keeps up: shuffle messages are detected as soon as detect_batch_messages of them are
-        # waiting (the detect agent's take); it applies them and writes the snapshots that are due.
+        # As a worker that keeps up: prepare takes prepare_batch_messages raw messages at a time, detect applies
+        # each shuffle message as it comes and writes the snapshots that are due (code of earlier versions: their
+        # detect_batch_messages at a time).
+        group = getattr(settings.processors, "prepare_batch_messages", 1) if hasattr(proc, "handle_raw_many") else 1
         for i, (topic, key, value) in enumerate(raw_msgs):
+            if (i + 1) % group and i != len(raw_msgs) - 1:
+                continue
             t0 = time.perf_counter()
             n0 = len(cap.shuffle)
-            proc.handle_raw(topic, key, value, 0, i)
+            if group > 1:
+                first = i - i % group
+                proc.handle_raw_many([(t, k, v, 0, j) for j, (t, k, v) in enumerate(raw_msgs[first : i + 1], first)])
+            else:
+                proc.handle_raw(topic, key, value, 0, i)
             t_raw += time.perf_counter() - t0
             events = []
             for part, v, h in cap.shuffle[n0:]:
@@ -438,7 +446,7 @@ def _ready_wallclock(log: Path) -> float | None:
 
 
 def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: int, want_shuffle: int,
-               timeout_s: float, legacy: bool = False) -> dict:
+               timeout_s: float, legacy: bool = False, want_records: int = 0) -> dict:
     from confluent_kafka import Consumer, KafkaError
 
     t = settings.kafka.topics
@@ -481,8 +489,14 @@ def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: 
             if not legacy and now >= next_scrape and (detect_done is None or durable is None):
                 next_scrape = now + 0.1
                 mt = _scrape(port)
-                if detect_done is None and mt.get("fabricflow_processors_shuffle_messages_total", 0) >= want_shuffle:
+                if "fabricflow_processors_detect_records_total" in mt:  # every input flow record through the detectors
+                    finished = mt["fabricflow_processors_detect_records_total"] >= want_records
+                else:  # code before that metric: one shuffle message count for a given input
+                    finished = mt.get("fabricflow_processors_shuffle_messages_total", 0) >= want_shuffle
+                if detect_done is None and finished:
                     detect_done, cpu_done = time.time(), cpu_seconds(proc.pid)
+                    # how many shuffle messages the worker applied (prepare's grouping decides), for the commit check
+                    want_shuffle = int(mt.get("fabricflow_processors_shuffle_messages_total", want_shuffle))
                 if detect_done is not None and mt.get("fabricflow_processors_unsnapshotted_messages", 1) == 0:
                     durable = time.time()
             for m in c.consume(2000, 0.1):
@@ -576,7 +590,7 @@ def main() -> int:
     ap.add_argument("--skip-worker", action="store_true", help="in-process measurements only (no broker)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, config)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="processors setting for the in-process path and the worker, e.g. --set detect_batch_messages=1")
+                    help="processors setting for the in-process path and the worker, e.g. --set prepare_batch_messages=1")
     args = ap.parse_args()
 
     import yaml
@@ -680,7 +694,8 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
           f"starting one `fabricflow process` on CPU {args.cpu}")
     cfg = work / "config.yaml"
     cfg.write_text(yaml.safe_dump(settings.model_dump(mode="json", exclude={"stack"}, exclude_none=True)))
-    res = run_worker(settings, str(cfg), work, args.cpu, want_enriched, want_shuffle, args.timeout, legacy=wp["legacy"])
+    res = run_worker(settings, str(cfg), work, args.cpu, want_enriched, want_shuffle, args.timeout, legacy=wp["legacy"],
+                     want_records=n_records)
     ready_ms = int(res["ready"] * 1000) if res["ready"] else None
     en, cl, mx = topics["flows_enriched"], res["changelog"], topics["matrix"]
     print(f"    seen: enriched {res['seen'][en]}/{want_enriched} msgs, state snapshots {res['seen'][cl]}, "

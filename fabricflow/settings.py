@@ -140,7 +140,16 @@ class ProcessorSettings(_Section):
     )
     policy: str | None = Field(None, description="Segmentation / security policy file (YAML); see docs/alerts.md")
     tick_s: float = Field(1.0, gt=0, description="Wall-clock timer that closes idle windows and flushes outputs")
-    enriched_max_records: int = Field(2000, ge=1, description="Max flow records per flows.enriched.v1 / shuffle message")
+    enriched_max_records: int = Field(2000, ge=1, description="Max flow records per flows.enriched.v1 message")
+    prepare_batch_messages: int = Field(
+        4, ge=1, description="Raw messages the prepare agent takes at once: their flows are enriched together and each "
+        "shard gets one shuffle message for all of them (fewer, larger detector batches)",
+    )
+    prepare_batch_wait_s: float = Field(0.05, gt=0, description="Max wait for more raw messages before preparing the ones taken")
+    shuffle_max_records: int = Field(
+        8192, ge=1, description="Max flow records per shuffle message (one raw message's rows of a shard are split only "
+        "when they alone exceed it)",
+    )
     output_linger_ms: int = Field(
         20, ge=0, le=5000,
         description="Batching delay of the producer for the shuffle, enriched and output topics; offsets are committed "
@@ -153,10 +162,6 @@ class ProcessorSettings(_Section):
     snapshot_interval_s: float = Field(
         5.0, gt=0, description="... or once the oldest shuffle message not covered by a snapshot is this old (also when idle)"
     )
-    detect_batch_messages: int = Field(
-        16, ge=1, description="Shuffle messages the detect agent takes at once (then applies in order, writes due snapshots, acks)"
-    )
-    detect_batch_wait_s: float = Field(0.05, gt=0, description="Max wait for more shuffle messages before applying the ones taken")
     fetch_max_wait_ms: int = Field(
         100, ge=1, le=30_000,
         description="Longest a consumer fetch waits on the broker for new data (Faust hard-codes 1500 ms; a broker that does "

@@ -87,6 +87,38 @@ def source_of(headers) -> tuple[str, tuple[int, int]] | None:
     return None
 
 
+def segments_of(headers) -> list[tuple[str, tuple[int, int], int]] | None:
+    """[("topic:partition", (offset, chunk), rows), ...] from a shuffle message's ``seg`` header, in row order.
+
+    Only messages that combine the rows of several raw messages (or chunks) have one; None otherwise.
+    """
+    if not headers:
+        return None
+    items = headers.items() if hasattr(headers, "items") else headers
+    for k, v in items:
+        if k == "seg" or k == b"seg":
+            out = []
+            for piece in (v.decode() if isinstance(v, bytes) else v).split(","):
+                topic, part, off, chunk, rows = piece.rsplit(":", 4)
+                out.append((f"{topic}:{part}", (int(off), int(chunk)), int(rows)))
+            return out
+    return None
+
+
+def _fill(pieces: list, limit: int):
+    """Consecutive groups of ``(src, pos, rows)`` pieces with at most ``limit`` rows each (a bigger piece alone)."""
+    group: list = []
+    rows = 0
+    for piece in pieces:
+        if group and rows + piece[2] > limit:
+            yield group
+            group, rows = [], 0
+        group.append(piece)
+        rows += piece[2]
+    if group:
+        yield group
+
+
 class ProcessorMetrics:
     """Prometheus metrics of a processor worker (``fabricflow_processors_*``), served on ``processors.metrics_port``."""
 
@@ -104,6 +136,7 @@ class ProcessorMetrics:
         self.undecodable = Counter("fabricflow_processors_undecodable_messages_total", "Messages that are not fabricflow batches", ["topic"], registry=r)
         self.shards = Gauge("fabricflow_processors_shards", "Detector shards (shuffle partitions) owned by this worker", registry=r)
         self.shuffle_messages = Counter("fabricflow_processors_shuffle_messages_total", "Shuffle messages applied to a detector shard", registry=r)
+        self.detect_records = Counter("fabricflow_processors_detect_records_total", "Flow records applied to a detector shard", registry=r)
         self.reused = Counter("fabricflow_processors_reused_batches_total", "Shuffle flow batches whose records prepare had enriched in this worker (not decoded and enriched again)", registry=r)
         self.snapshots = Counter("fabricflow_processors_snapshots_total", "Shard state snapshots written to the core-state table", registry=r)
         self.unsnapshotted = Gauge("fabricflow_processors_unsnapshotted_messages", "Shuffle messages applied but not yet covered by a snapshot (not acked)", registry=r)
@@ -275,6 +308,8 @@ class Processors:
         self.reuse: dict[int, dict[tuple, _Kept]] = {}
         self.assigned: set[int] | None = None  # shuffle partitions assigned to this worker (None: not tracked, tests)
         self.reuse_records = 0
+        self._late_logged = 0  # too-late records already reported in the log
+        self._raw_pending: list = []  # raw messages taken by the prepare agent, not prepared yet
         self.publisher = OutputPublisher(s)
         self.metrics = ProcessorMetrics()
         self.prepare_core = ProcessorCore(self.inventory, self.config)  # enrichment only
@@ -313,23 +348,31 @@ class Processors:
 
         @app.agent(raw, name="prepare")
         async def prepare(stream):
+            # Raw messages are prepared prepare_batch_messages at a time. Faust acknowledges an event as soon as the
+            # next one is taken, so acknowledged events may still wait in _raw_pending: every offset commit
+            # prepares them first (outputs_delivered), and the timer below after prepare_batch_wait_s.
+            # Not stream.take_events()/noack_take(): in faust-streaming 0.15 they lost events now and then (the
+            # ones after a full buffer; docs/operations.md, "Detector state and recovery").
             async for event in stream.events():
-                await self._let_detect_catch_up()
-                try:
-                    m = event.message
-                    self.handle_raw(m.topic, event.key, event.value, m.partition, m.offset)
-                except Exception as e:  # a bug must not silently stop the agent (faust-streaming#175)
-                    self._failed("prepare", e)
+                m = event.message
+                self._raw_pending.append((m.topic, event.key, event.value, m.partition, m.offset))
+                if len(self._raw_pending) >= p.prepare_batch_messages:
+                    await self._let_detect_catch_up()
+                    self.prepare_pending()
+
+        @app.timer(interval=p.prepare_batch_wait_s)
+        async def prepare_waiting():
+            self.prepare_pending()
 
         @app.agent(shuffle, name="detect")
         async def detect(stream):
             # Manual acks: an event is acknowledged only once a snapshot covering it is in the table.
             self._detect_stream = stream
             try:
-                async for events in stream.noack_take(p.detect_batch_messages, within=p.detect_batch_wait_s):
+                async for event in stream.noack().events():
                     # Events of an older consumer generation (taken before a rebalance) are dropped unacked:
                     # their partition's current owner gets them again from the committed offset.
-                    self.handle_shuffle_events(events, app.consumer_generation_id)
+                    self.handle_shuffle_events([event], app.consumer_generation_id)
                     await self._ack(stream, self.write_due_snapshots(time.monotonic()))
             finally:  # shutdown: write what is pending (best effort; the acks may not be committed any more)
                 try:
@@ -381,10 +424,24 @@ class Processors:
         Called before each offset commit: blocking the event loop here also keeps the agents from producing
         more meanwhile, so the flush ends as soon as what was queued is acknowledged (~linger + one round trip).
         """
+        self.prepare_pending()  # acknowledged raw events still waiting for their batch
+        t0 = time.monotonic()
         left = self.publisher.flush(timeout_s)
+        waited = time.monotonic() - t0
+        if waited > 1.0:
+            log.warning("waited %.1f s for the output producer to deliver before committing offsets", waited)
         if left:
             log.warning("%d output messages not delivered within %.0f s: offsets not committed yet", left, timeout_s)
         return left == 0
+
+    def prepare_pending(self) -> None:
+        """Prepare the raw messages the prepare agent has taken so far (:meth:`handle_raw_many`)."""
+        items, self._raw_pending = self._raw_pending, []
+        if items:
+            try:
+                self.handle_raw_many(items)
+            except Exception as e:  # a bug must not silently stop the agent (faust-streaming#175)
+                self._failed("prepare", e)
 
     # ------------------------------------------------------------------ handlers (testable without Faust)
 
@@ -395,56 +452,91 @@ class Processors:
         log.exception("%s failed on a batch; it is skipped and counted", stage)
 
     def handle_raw(self, topic: str, key: bytes | None, value: bytes, partition: int = -1, offset: int = -1) -> None:
+        """One raw message (:meth:`handle_raw_many` of one)."""
+        self.handle_raw_many([(topic, key, value, partition, offset)])
+
+    def handle_raw_many(self, items) -> None:
         """Enrich, publish flows.enriched.v1, re-partition to the shuffle.
 
+        ``items``: raw messages ``(topic, key, value, partition, offset)`` in
+        consumption order. The flow batches among them are enriched together;
+        ``flows.enriched.v1`` still gets each raw message's rows under its key.
+        Each shard gets its rows of all of them in one shuffle message (up to
+        ``processors.shuffle_max_records``; one raw message's rows are split
+        in chunks only when they alone exceed it), in consumption order.
         Every shuffle message carries a ``src`` header (raw topic, partition,
-        offset, chunk) so a shard can skip batches that ``prepare`` produced
-        again after a restart (it is at-least-once like any Kafka consumer).
+        offset, chunk of its last piece) and, when it combines several pieces,
+        a ``seg`` header listing each with its row count, so a shard can skip
+        rows that ``prepare`` produced again after a restart (it is
+        at-least-once like any Kafka consumer), also when they come back
+        grouped with new ones. Counter batches go to the shuffle unchanged,
+        one message each.
         """
-
-        def src(chunk: int) -> list:
-            return [("src", f"{topic}:{partition}:{offset}:{chunk}".encode())]
-
-        try:
-            name = codec.schema_of(value)
-            if name == "flow_batch":
-                flows = codec.decode_batch(value)
-                before = self.prepare_core.stats.unknown_addresses
-                enriched = self.prepare_core.enrich(flows)
-                self.metrics.records.inc(len(flows))
-                self.metrics.unknown.inc(self.prepare_core.stats.unknown_addresses - before)
-                coded = self.prepare_core.enricher.label_codes(enriched)
-                self.publisher.enriched(key or b"", enriched, self.settings.processors.enriched_max_records, coded)
-                shards = shard_of(enriched, self.partitions, coded)
-                # The shuffle carries the raw records of each shard (.npy: a copy to write, a view to read); detect
-                # enriches them again with the same inventory unless it finds them in the reuse cache below.
-                step = self.settings.processors.enriched_max_records
-                unknown_rows = self.prepare_core.enricher.last_unknown_rows
-                for shard in np.unique(shards).tolist():
-                    sel = shards == shard
-                    part = flows.compress(sel)  # ~4x faster than flows[sel] for structured records
-                    # this worker's detect owns the shard (assigned by Faust, or already detecting it)
-                    reuse = offset >= 0 and (shard in self.cores or (self.assigned is not None and shard in self.assigned))
-                    if reuse:
-                        part_enriched, part_unknown = enriched[sel], unknown_rows[sel]
-                        part_labels = _rows(coded, sel)
-                    for chunk, i in enumerate(range(0, len(part), step)):
-                        msg = shuffle.encode_flows(part[i : i + step])
-                        if reuse:
-                            self._remember(shard, (f"{topic}:{partition}", offset, chunk), msg,
-                                           part_enriched[i : i + step], int(part_unknown[i : i + step].sum()),
-                                           _rows(part_labels, slice(i, i + step)))
-                        self.publisher.produce(self._shuffle_topic, str(shard).encode(), msg, partition=shard, headers=src(chunk))
-            elif name == "counter_batch":
-                shard = zlib.crc32(key or b"") % self.partitions
-                self.publisher.produce(self._shuffle_topic, key or b"", value, partition=shard, headers=src(0))
-            else:
+        flows = []
+        for topic, key, value, partition, offset in items:
+            try:
+                name = codec.schema_of(value)
+                if name == "flow_batch":
+                    flows.append((f"{topic}:{partition}", offset, key or b"", codec.decode_batch(value)))
+                elif name == "counter_batch":
+                    shard = zlib.crc32(key or b"") % self.partitions
+                    src = [("src", f"{topic}:{partition}:{offset}:0".encode())]
+                    self.publisher.produce(self._shuffle_topic, key or b"", value, partition=shard, headers=src)
+                else:
+                    self.metrics.undecodable.labels(topic).inc()
+                    log.warning("ignoring %s message on %s", name, topic)
+            except codec.CodecError as e:
                 self.metrics.undecodable.labels(topic).inc()
-                log.warning("ignoring %s message on %s", name, topic)
-        except codec.CodecError as e:
-            self.metrics.undecodable.labels(topic).inc()
-            log.warning("undecodable message on %s: %s", topic, e)
+                log.warning("undecodable message on %s: %s", topic, e)
+        if flows:
+            self._prepare_flows(flows)
         self.publisher.poll()
+
+    def _prepare_flows(self, parts: list) -> None:
+        """``parts``: ``("topic:partition", offset, key, flow records)`` of consecutive raw flow messages."""
+        p = self.settings.processors
+        flows = parts[0][3] if len(parts) == 1 else np.concatenate([f for *_x, f in parts])
+        before = self.prepare_core.stats.unknown_addresses
+        enriched = self.prepare_core.enrich(flows)
+        self.metrics.records.inc(len(flows))
+        self.metrics.unknown.inc(self.prepare_core.stats.unknown_addresses - before)
+        coded = self.prepare_core.enricher.label_codes(enriched)
+        unknown_rows = self.prepare_core.enricher.last_unknown_rows
+        lengths = [len(f) for *_x, f in parts]
+        a = 0
+        for (_src, _off, key, _f), n in zip(parts, lengths):
+            labels = {k: (codes[a : a + n], table) for k, (codes, table) in coded.items()} if coded else None
+            self.publisher.enriched(key, enriched[a : a + n], p.enriched_max_records, labels)
+            a += n
+        shards = shard_of(enriched, self.partitions, coded)
+        # The shuffle carries the raw records of each shard (.npy: a copy to write, a view to read); detect
+        # enriches them again with the same inventory unless it finds them in the reuse cache below.
+        piece_of = np.repeat(np.arange(len(parts)), lengths) if len(parts) > 1 else None
+        step = p.shuffle_max_records
+        local = all(off >= 0 for _s, off, _k, _f in parts)
+        for shard in np.unique(shards).tolist():
+            sel = shards == shard
+            part = flows.compress(sel)  # ~4x faster than flows[sel] for structured records
+            counts = np.bincount(piece_of[sel], minlength=len(parts)).tolist() if piece_of is not None else [len(part)]
+            pieces = [(src, (off, chunk), min(step, n - i))
+                      for (src, off, _k, _f), n in zip(parts, counts) for chunk, i in enumerate(range(0, n, step))]
+            # this worker's detect owns the shard (assigned by Faust, or already detecting it)
+            reuse = local and (shard in self.cores or (self.assigned is not None and shard in self.assigned))
+            if reuse:
+                part_enriched, part_unknown, part_labels = enriched[sel], unknown_rows[sel], _rows(coded, sel)
+            r0 = 0
+            for group in _fill(pieces, step):
+                r1 = r0 + sum(n for *_x, n in group)
+                msg = shuffle.encode_flows(part[r0:r1])
+                src, (off, chunk), _n = group[-1]
+                headers = [("src", f"{src}:{off}:{chunk}".encode())]
+                if len(group) > 1:
+                    headers.append(("seg", ",".join(f"{s}:{o}:{c}:{n}" for s, (o, c), n in group).encode()))
+                if reuse:
+                    self._remember(shard, (src, off, chunk), msg, part_enriched[r0:r1], int(part_unknown[r0:r1].sum()),
+                                   _rows(part_labels, slice(r0, r1)))
+                self.publisher.produce(self._shuffle_topic, str(shard).encode(), msg, partition=shard, headers=headers)
+                r0 = r1
 
     async def _let_detect_catch_up(self, max_wait_s: float = 0.5) -> None:
         """Backpressure for the reuse cache: while it is 3/4 full, wait (bounded) so detect reads what prepare kept."""
@@ -521,7 +613,7 @@ class Processors:
             if self.assigned is not None and part not in self.assigned:
                 continue  # revoked while the event waited in the take buffer
             try:
-                self.handle_shuffle(part, m.offset, ev.value, source_of(m.headers))
+                self.handle_shuffle(part, m.offset, ev.value, source_of(m.headers), segments_of(m.headers))
             except Exception as e:  # skipped and counted, like an undecodable message; acked with the next snapshot
                 self._failed("detect", e)
             pend = self.pending.setdefault(part, [])
@@ -567,7 +659,8 @@ class Processors:
         snap = {"offset": self.last_offset.get(partition, -1), "core": core.snapshot(), "sources": {k: list(v) for k, v in seen.items()}}
         return zlib.compress(json.dumps(snap, separators=(",", ":")).encode(), 1)
 
-    def handle_shuffle(self, partition: int, offset: int, value: bytes, source: tuple | None = None) -> bool:
+    def handle_shuffle(self, partition: int, offset: int, value: bytes, source: tuple | None = None,
+                       segments: list | None = None) -> bool:
         """Process one shuffle message; False when it was already applied (skipped).
 
         The state is not snapshotted here: see :meth:`write_due_snapshots`.
@@ -575,13 +668,27 @@ class Processors:
         Skipped: messages at or below the offset the restored snapshot covers
         (Kafka re-delivery), and messages whose ``source`` (raw partition,
         offset, chunk) this shard has already applied (``prepare`` re-produced
-        them after a restart).
+        them after a restart). A message with ``segments`` (:func:`segments_of`)
+        is skipped when every piece was applied; when only some were, the rows
+        of the others are applied.
         """
         core = self.core_for(partition)
         if offset <= self.last_offset.get(partition, -1):
             return False  # re-delivered after a restart: already in the restored state
         seen = self.sources.setdefault(partition, {})
-        if source is not None:
+        keep = None  # rows to apply when some pieces of the message were applied before
+        if segments:
+            fresh = [not (key in seen and pos <= seen[key]) for key, pos, _n in segments]
+            if not all(fresh):
+                self.metrics.duplicates.inc()
+                if not any(fresh):
+                    self.last_offset[partition] = offset
+                    return False
+                keep = np.repeat(np.array(fresh), [n for *_x, n in segments])
+            for (key, pos, _n), new in zip(segments, fresh):
+                if new:
+                    seen[key] = pos
+        elif source is not None:
             key, pos = source
             if key in seen and pos <= seen[key]:
                 self.metrics.duplicates.inc()
@@ -591,17 +698,28 @@ class Processors:
         try:
             name = "shuffle_flows" if shuffle.is_flow_batch(value) else codec.schema_of(value)
             if name == "shuffle_flows":
-                hit = self._reused(partition, source, value)
+                hit = self._reused(partition, source, value) if keep is None else None
                 if hit is not None:  # enriched by prepare in this worker: no decode, no second enrichment
                     self.metrics.reused.inc()
                     enriched, unknown, labels = hit
                     outs = core.process_enriched(core.adopt_enriched(enriched, unknown), labels)
+                    self.metrics.detect_records.inc(len(enriched))
                 else:
-                    _enriched, outs = core.process_raw(shuffle.decode_flows(value))
+                    flows = shuffle.decode_flows(value)
+                    if keep is not None:
+                        if len(keep) != len(flows):
+                            raise codec.CodecError(f"seg header counts {len(keep)} rows, the batch has {len(flows)}")
+                        flows = flows.compress(keep)
+                    _enriched, outs = core.process_raw(flows)
+                    self.metrics.detect_records.inc(len(flows))
             elif name == "flow_batch":  # written by workers before the shuffle carried .npy batches
-                _enriched, outs = core.process_raw(codec.decode_batch(value))
+                flows = codec.decode_batch(value)
+                _enriched, outs = core.process_raw(flows)
+                self.metrics.detect_records.inc(len(flows))
             elif name == "flow_enriched_batch":  # written by workers before the shuffle carried raw batches
-                outs = core.process_enriched(codec.decode_batch(value))
+                enriched = codec.decode_batch(value)
+                outs = core.process_enriched(enriched)
+                self.metrics.detect_records.inc(len(enriched))
             elif name == "counter_batch":
                 counters = codec.decode_batch(value)
                 self.metrics.counters.inc(len(counters))
@@ -647,13 +765,21 @@ class Processors:
                 self.metrics.reloads.labels("error").inc()
                 log.warning("inventory %s not reloaded (kept the previous one): %s", self.settings.processors.inventory, self.watcher.last_error)
         late_main = late_incast = 0
-        for core in list(self.cores.values()):
+        for shard, core in list(self.cores.items()):
             outs = core.tick(now_ms)
+            if any(o.kind != "alert" for o in outs):  # the timer closes windows only when the stream is idle
+                log.info("shard %d: no newer event time for processors.idle_close_s: closed its open windows (%d outputs)",
+                         shard, len(outs))
             self._count_outputs(outs)
             self.publisher.outputs(outs)
             st = core.engine.stats
             late_main += st["too_late_main"]
             late_incast += st["too_late_incast"]
+        if late_main + late_incast > self._late_logged:
+            log.warning("%d flow records arrived after their window had closed (counted, not applied; %d in all): "
+                        "see processors.allowed_lateness_s and idle_close_s", late_main + late_incast - self._late_logged,
+                        late_main + late_incast)
+        self._late_logged = late_main + late_incast
         self.metrics.too_late.labels("main").set(late_main)
         self.metrics.too_late.labels("incast").set(late_incast)
         self.metrics.shards.set(len(self.cores))

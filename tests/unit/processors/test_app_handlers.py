@@ -132,6 +132,123 @@ def test_batches_reproduced_by_prepare_after_a_restart_are_applied_once(tmp_path
     assert _metric(p, "fabricflow_processors_duplicate_batches_total") == len(shuffle)
 
 
+def _raw_items(batches, first_offset=0, partition=0):
+    return [("flows.raw.v1", exp.encode(), codec.encode_batch("flow_batch", b), partition, first_offset + i)
+            for i, (exp, b) in enumerate(batches)]
+
+
+def _shuffled(p, sent):
+    from processors.app import segments_of, source_of
+
+    return [(part, v, source_of(h), segments_of(h)) for t, _k, v, part, h in sent if t == p.settings.kafka.topics.shuffle]
+
+
+def _detector_outputs(p, sent):
+    """Matrix, incast, straggler and link outputs produced so far plus those of a final flush (alerts' evidence
+    depends on batching, docs/replay.md), canonical and sorted."""
+    import json
+
+    t = p.settings.kafka.topics
+    kinds = {t.matrix: "matrix", t.incast: "incast", t.straggler: "straggler", t.link_health: "link"}
+    out = [(kinds[tp], k, json.dumps(codec.decode_record(v), sort_keys=True, default=str))
+           for tp, k, v, _p, _h in sent if tp in kinds]
+    for core in p.cores.values():
+        out += [(o.kind, o.key.encode(), json.dumps(codec.decode_record(codec.encode_record(
+            {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health"}[o.kind],
+            o.value)), sort_keys=True, default=str)) for o in core.flush() if o.kind != "alert"]
+    assert out
+    return sorted(out)
+
+
+def test_prepare_combines_raw_messages_per_shard_and_keeps_enriched_per_message(tmp_path):
+    """handle_raw_many: one shuffle message per shard for all the raw messages taken (seg header: each raw
+    message's rows), and flows.enriched.v1 exactly as when each raw message is handled alone."""
+    from processors.app import segments_of
+
+    batches = training_batches(seconds=4)
+    one, sent1 = _proc(tmp_path)
+    for item in _raw_items(batches):
+        one.handle_raw(*item)
+    many, sent8 = _proc(tmp_path)
+    many.handle_raw_many(_raw_items(batches))
+    t = many.settings.kafka.topics
+    assert [(k, v) for tp, k, v, _p, _h in sent8 if tp == t.flows_enriched] == [(k, v) for tp, k, v, _p, _h in sent1 if tp == t.flows_enriched]
+    shuffled = [(part, v, h) for tp, _k, v, part, h in sent8 if tp == t.shuffle]
+    assert len(shuffled) == len({part for part, _v, _h in shuffled})  # one per shard
+    assert all(len(segments_of(h)) == len(batches) for _p, _v, h in shuffled)  # every raw message has rows there
+    for part, v, h in shuffled:
+        segs = segments_of(h)
+        rows = shuffle.decode_flows(v)
+        assert [pos[0] for _src, pos, _n in segs] == sorted(pos[0] for _src, pos, _n in segs)
+        assert sum(n for *_x, n in segs) == len(rows)
+        # the rows of each piece are that raw message's rows of this shard, in order
+        at = 0
+        for _src, (off, chunk), n in segs:
+            assert chunk == 0
+            b = batches[off][1]
+            assert rows[at : at + n].tobytes() == b[shard_of(many.prepare_core.enrich(b), 2) == part].tobytes()
+            at += n
+    # detect gives every shard the same state as from the one-message-per-raw-message shuffle
+    for p, sent in ((one, sent1), (many, sent8)):
+        for i, (part, v, src, segs) in enumerate(_shuffled(p, sent)):
+            p.handle_shuffle(part, i, v, src, segs)
+    assert set(one.cores) == set(many.cores) == {part for part, _v, _h in shuffled}
+    assert _detector_outputs(one, sent1) == _detector_outputs(many, sent8)
+
+
+def test_shuffle_pieces_respect_the_record_limit(tmp_path):
+    from processors.app import _fill
+
+    pieces = [("r:0", (1, 0), 3), ("r:0", (2, 0), 4), ("r:0", (3, 0), 9), ("r:0", (4, 0), 1)]
+    assert [[x[1][0] for x in g] for g in _fill(pieces, 8)] == [[1, 2], [3], [4]]
+    batches = training_batches(seconds=3)
+    limit = max(len(b) for _e, b in batches) // 3
+    p, sent = _proc(tmp_path, shuffle_max_records=limit)
+    p.handle_raw_many(_raw_items(batches))
+    shuffled = _shuffled(p, sent)
+    assert all(len(shuffle.decode_flows(v)) <= limit for _p, v, _s, _g in shuffled)
+    # a raw message whose rows of a shard alone exceed the limit is split in chunks, as before
+    assert any(src[1][1] > 0 for _p, _v, src, _g in shuffled)
+    assert sum(len(shuffle.decode_flows(v)) for _p, v, _s, _g in shuffled) == sum(len(b) for _e, b in batches)
+
+
+def test_reproduced_rows_regrouped_with_new_ones_are_applied_once(tmp_path):
+    """After a restart prepare re-reads raw messages from its committed offset and may group them with newer ones:
+    the shard applies only the rows of pieces it has not applied yet."""
+    batches = training_batches(seconds=8)
+    ref, ref_sent = _proc(tmp_path)
+    ref.handle_raw_many(_raw_items(batches[:4]))
+    ref.handle_raw_many(_raw_items(batches[4:], first_offset=4))
+    p, sent = _proc(tmp_path)
+    p.handle_raw_many(_raw_items(batches[:4]))  # raw offsets 0..3
+    n_first = len(sent)
+    p.handle_raw_many(_raw_items(batches[2:], first_offset=2))  # restart: 2..3 again, together with 4..7
+    for q, out in ((ref, ref_sent), (p, sent)):
+        for i, (part, v, src, segs) in enumerate(_shuffled(q, out)):
+            q.handle_shuffle(part, i, v, src, segs)
+    assert set(p.cores) == set(ref.cores)
+    assert _detector_outputs(p, sent) == _detector_outputs(ref, ref_sent)
+    for part in ref.cores:  # the same batches in the same order: the very same state
+        assert p.cores[part].snapshot() == ref.cores[part].snapshot()
+    assert n_first < len(sent)
+    assert _metric(p, "fabricflow_processors_duplicate_batches_total") >= 1
+    total = sum(len(b) for _e, b in batches)
+    assert _metric(p, "fabricflow_processors_detect_records_total") == _metric(ref, "fabricflow_processors_detect_records_total") == total
+
+
+def test_bad_seg_header_is_counted_not_fatal(tmp_path):
+    p, sent = _proc(tmp_path)
+    p.handle_raw_many(_raw_items(training_batches(seconds=3)))
+    part, v, _src, segs = _shuffled(p, sent)[0]
+    wrong = [(segs[0][0], (99, 0), 1)]  # one row where the batch has more
+    assert p.handle_shuffle(part, 0, v, ("flows.raw.v1:0", (99, 0)), wrong) is True
+    assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic=p.settings.kafka.topics.shuffle) == 0
+    # a partially new message whose counts do not add up is counted as undecodable, nothing applied
+    seen_first = [(segs[0][0], (0, 0), 1), (segs[0][0], (100, 0), 1)]
+    assert p.handle_shuffle(part, 1, v, ("flows.raw.v1:0", (100, 0)), seen_first) is True
+    assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic=p.settings.kafka.topics.shuffle) == 1
+
+
 # ---------------------------------------------------------------------------- manual acks, snapshots every N / T
 
 
