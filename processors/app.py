@@ -3,8 +3,10 @@
 Two agents in one consumer group (``processors.app_id``):
 
 1. ``prepare`` reads ``flows.raw.v1`` and ``counters.raw.v1`` (keyed by exporter),
-   enriches flow batches, publishes ``flows.enriched.v1`` (same key), and
-   re-partitions the flows to ``processors.shuffle.v1`` by
+   ``processors.prepare_batch_messages`` at a time, enriches the flow batches
+   together, publishes ``flows.enriched.v1`` (per raw message, same key), and
+   re-partitions the flows to ``processors.shuffle.v1`` (one message per shard
+   for the batch, its pieces listed in a ``seg`` header) by
    :func:`~processors.logic.core.shard_of` of the enriched records
    (destination job, else destination node), counters by exporter. The
    shuffle carries the raw flow records as ``.npy`` batches
