@@ -77,16 +77,24 @@ OUTPUT_SCHEMA = {
 }
 
 
-def source_of(headers) -> tuple[str, tuple[int, int]] | None:
-    """("topic:partition", (offset, chunk)) from a shuffle message's ``src`` header."""
+def _header(headers, name: str) -> str | None:
+    """The text of a Kafka message header (Faust gives a dict or a list of pairs), or None."""
     if not headers:
         return None
     items = headers.items() if hasattr(headers, "items") else headers
     for k, v in items:
-        if k == "src" or k == b"src":
-            topic, part, off, chunk = (v.decode() if isinstance(v, bytes) else v).rsplit(":", 3)
-            return f"{topic}:{part}", (int(off), int(chunk))
+        if k == name or k == name.encode():
+            return v.decode() if isinstance(v, bytes) else v
     return None
+
+
+def source_of(headers) -> tuple[str, tuple[int, int]] | None:
+    """("topic:partition", (offset, chunk)) from a shuffle message's ``src`` header."""
+    text = _header(headers, "src")
+    if text is None:
+        return None
+    topic, part, off, chunk = text.rsplit(":", 3)
+    return f"{topic}:{part}", (int(off), int(chunk))
 
 
 def segments_of(headers) -> list[tuple[str, tuple[int, int], int]] | None:
@@ -94,17 +102,14 @@ def segments_of(headers) -> list[tuple[str, tuple[int, int], int]] | None:
 
     Only messages that combine the rows of several raw messages (or chunks) have one; None otherwise.
     """
-    if not headers:
+    text = _header(headers, "seg")
+    if text is None:
         return None
-    items = headers.items() if hasattr(headers, "items") else headers
-    for k, v in items:
-        if k == "seg" or k == b"seg":
-            out = []
-            for piece in (v.decode() if isinstance(v, bytes) else v).split(","):
-                topic, part, off, chunk, rows = piece.rsplit(":", 4)
-                out.append((f"{topic}:{part}", (int(off), int(chunk)), int(rows)))
-            return out
-    return None
+    out = []
+    for piece in text.split(","):
+        topic, part, off, chunk, rows = piece.rsplit(":", 4)
+        out.append((f"{topic}:{part}", (int(off), int(chunk)), int(rows)))
+    return out
 
 
 def _fill(pieces: list, limit: int):
@@ -244,8 +249,8 @@ class OutputPublisher:
     def enriched(self, key: bytes, batch: np.ndarray, max_records: int, coded: codec.Coded | None = None) -> None:
         """Publish ``batch`` in messages of at most ``max_records`` (``coded``: ``Enricher.label_codes(batch)``)."""
         for i in range(0, len(batch), max_records):
-            part = {k: (codes[i : i + max_records], table) for k, (codes, table) in coded.items()} if coded else None
-            msg = codec.encode_batch("flow_enriched_batch", batch[i : i + max_records], part)
+            rows = slice(i, i + max_records)
+            msg = codec.encode_batch("flow_enriched_batch", batch[rows], codec.coded_rows(coded, rows))
             self.produce(self.topics.flows_enriched, key, msg)
 
     def outputs(self, outputs) -> None:
@@ -269,13 +274,6 @@ class OutputPublisher:
 
     def flush(self, timeout: float = 10.0) -> int:
         return self.producer.flush(timeout)
-
-
-def _rows(labels: codec.Coded | None, rows) -> codec.Coded | None:
-    """The label codes (``Enricher.label_codes``) the detectors use, of ``rows`` of their batch."""
-    if labels is None:
-        return None
-    return {k: (codes[rows], table) for k, (codes, table) in labels.items() if k in CODED_FIELDS}
 
 
 @dataclass(slots=True)
@@ -507,8 +505,8 @@ class Processors:
         lengths = [len(f) for *_x, f in parts]
         a = 0
         for (_src, _off, key, _f), n in zip(parts, lengths):
-            labels = {k: (codes[a : a + n], table) for k, (codes, table) in coded.items()} if coded else None
-            self.publisher.enriched(key, enriched[a : a + n], p.enriched_max_records, labels)
+            rows = slice(a, a + n)
+            self.publisher.enriched(key, enriched[rows], p.enriched_max_records, codec.coded_rows(coded, rows))
             a += n
         shards = shard_of(enriched, self.partitions, coded)
         # The shuffle carries the raw records of each shard (.npy: a copy to write, a view to read); detect
@@ -525,7 +523,8 @@ class Processors:
             # this worker's detect owns the shard (assigned by Faust, or already detecting it)
             reuse = local and (shard in self.cores or (self.assigned is not None and shard in self.assigned))
             if reuse:
-                part_enriched, part_unknown, part_labels = enriched[sel], unknown_rows[sel], _rows(coded, sel)
+                part_enriched, part_unknown = enriched[sel], unknown_rows[sel]
+                part_labels = codec.coded_rows(coded, sel, CODED_FIELDS)  # the label codes the detectors use
             r0 = 0
             for group in _fill(pieces, step):
                 r1 = r0 + sum(n for *_x, n in group)
@@ -536,7 +535,7 @@ class Processors:
                     headers.append(("seg", ",".join(f"{s}:{o}:{c}:{n}" for s, (o, c), n in group).encode()))
                 if reuse:
                     self._remember(shard, (src, off, chunk), msg, part_enriched[r0:r1], int(part_unknown[r0:r1].sum()),
-                                   _rows(part_labels, slice(r0, r1)))
+                                   codec.coded_rows(part_labels, slice(r0, r1)))
                 self.publisher.produce(self._shuffle_topic, str(shard).encode(), msg, partition=shard, headers=headers)
                 r0 = r1
 
@@ -613,7 +612,7 @@ class Processors:
             if generation is not None and getattr(m, "generation_id", generation) != generation:
                 continue
             if self.assigned is not None and part not in self.assigned:
-                continue  # revoked while the event waited in the take buffer
+                continue  # revoked while the event waited in Faust's buffers
             try:
                 self.handle_shuffle(part, m.offset, ev.value, source_of(m.headers), segments_of(m.headers))
             except Exception as e:  # skipped and counted, like an undecodable message; acked with the next snapshot
@@ -678,25 +677,19 @@ class Processors:
         if offset <= self.last_offset.get(partition, -1):
             return False  # re-delivered after a restart: already in the restored state
         seen = self.sources.setdefault(partition, {})
+        # the message's pieces: its seg header, else its src header as one piece (row count not needed)
+        pieces = segments or ([(*source, 0)] if source is not None else [])
+        fresh = [not (key in seen and pos <= seen[key]) for key, pos, _n in pieces]
         keep = None  # rows to apply when some pieces of the message were applied before
-        if segments:
-            fresh = [not (key in seen and pos <= seen[key]) for key, pos, _n in segments]
-            if not all(fresh):
-                self.metrics.duplicates.inc()
-                if not any(fresh):
-                    self.last_offset[partition] = offset
-                    return False
-                keep = np.repeat(np.array(fresh), [n for *_x, n in segments])
-            for (key, pos, _n), new in zip(segments, fresh):
-                if new:
-                    seen[key] = pos
-        elif source is not None:
-            key, pos = source
-            if key in seen and pos <= seen[key]:
-                self.metrics.duplicates.inc()
+        if not all(fresh):
+            self.metrics.duplicates.inc()
+            if not any(fresh):
                 self.last_offset[partition] = offset
                 return False
-            seen[key] = pos
+            keep = np.repeat(np.array(fresh), [n for *_x, n in pieces])
+        for (key, pos, _n), new in zip(pieces, fresh):
+            if new:
+                seen[key] = pos
         try:
             name = "shuffle_flows" if shuffle.is_flow_batch(value) else codec.schema_of(value)
             if name == "shuffle_flows":

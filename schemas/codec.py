@@ -706,6 +706,13 @@ def _reused_long(col: np.ndarray, last: tuple[np.ndarray, bytes] | None) -> byte
 Coded = Mapping[str, tuple[np.ndarray, StringTable]]  # string field -> (codes, table)
 
 
+def coded_rows(coded: Coded | None, rows, fields=None) -> dict | None:
+    """The codes of ``rows`` (a slice, mask or indices) of every field of ``coded`` (only ``fields`` if given)."""
+    if coded is None:
+        return None
+    return {k: (codes[rows], table) for k, (codes, table) in coded.items() if fields is None or k in fields}
+
+
 def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None) -> bytes:
     """Encode a structured array (dtype_for(record schema)) as one Avro batch message.
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from schemas.codec import Coded
+from schemas.codec import Coded, coded_rows
 from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_SFLOW5
 
 from .categories import CategoryRules
@@ -147,8 +147,7 @@ class ProcessorCore:
                 interned = (self.engine.last_codes, self.engine.interner.strings, self.engine.interner.index)
         else:  # one observation layer for the traffic detectors (no double counting)
             keep = np.isin(enriched["export_protocol"], self._detector_codes)
-            kept = None if labels is None else {k: (rows[keep], table) for k, (rows, table) in labels.items()}
-            out = self.engine.process_flows(enriched[keep], kept)
+            out = self.engine.process_flows(enriched[keep], coded_rows(labels, keep))
         self.watermark_ms = max(self.watermark_ms, int(enriched[self.config.time_field].max()))
         out.extend(Output("alert", a["dedup_key"], a) for a in self.policy.process(enriched, self.watermark_ms, interned))
         self.stats.outputs += len(out)

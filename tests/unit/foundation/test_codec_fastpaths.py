@@ -454,3 +454,16 @@ def test_equal_adjacent_long_columns_reuse_bytes_correctly(middle):
     for _ in every_path():
         msg = codec.encode_batch("flow_enriched_batch", arr)
         assert msg[codec.HEADER_LEN :] == fastavro_bytes("flow_enriched_batch", arr)
+
+
+def test_coded_rows_takes_the_same_rows_of_every_field():
+    from schemas.codec import StringTable, coded_rows
+
+    t = StringTable(["", "a", "b"])
+    coded = {"x": (np.array([0, 1, 2, 1]), t), "y": (np.array([2, 2, 1, 0]), t)}
+    assert coded_rows(None, slice(0, 2)) is None
+    part = coded_rows(coded, np.array([True, False, True, True]))
+    assert {k: v[0].tolist() for k, v in part.items()} == {"x": [0, 2, 1], "y": [2, 1, 0]}
+    assert all(v[1] is t for v in part.values())
+    only = coded_rows(coded, slice(1, 3), ("y",))
+    assert list(only) == ["y"] and only["y"][0].tolist() == [2, 1]
