@@ -395,7 +395,7 @@ class Processors:
         async def revoked(_app, revoked, **kw):
             gone = [tp.partition for tp in revoked if tp.topic == t.shuffle]
             if self.assigned is not None:
-                # Events of these partitions still in the take buffer must not be applied (nor snapshotted) here.
+                # Events of these partitions still in Faust's buffers must not be applied (nor snapshotted) here.
                 self.assigned.difference_update(gone)
             for part in gone:
                 if self.pending.get(part):
