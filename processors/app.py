@@ -186,6 +186,19 @@ class _FetchWaitConsumer(faust_aiokafka.Consumer):
     the commit is skipped (retried at the next commit interval) while it cannot.
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Faust's fetch loop hands each message to the streams with mode's wait_first(delivery, suspend_flow):
+        # when the flow is suspended (rebalance, recovery at start) while a delivery waits (a full stream
+        # buffer), mode cancels the delivery and Faust still counts the message as read: it is lost (seen as
+        # a raw offset that never reached prepare after a restart). The shield lets the delivery finish.
+        deliver = self.callback
+
+        async def deliver_shielded(message):
+            return await asyncio.shield(deliver(message))
+
+        self.callback = deliver_shielded
+
     def _new_consumer_thread(self):
         return _FetchWaitConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
