@@ -237,10 +237,11 @@ def pure_core(settings, inventory_path: str, flows, counters) -> dict:
     merged = sorted([(int(a["time_received_ms"].min()), 0, i) for i, (_e, a) in enumerate(flows)]
                     + [(int(a["time_received_ms"].min()), 1, i) for i, (_e, a) in enumerate(counters)])
     outs = []
+    enrich = getattr(prep, "enrich_labels", prep.enrich)  # FF_BENCH_CODE may be older code
     c0, w0 = time.process_time(), time.perf_counter()
     for _t, kind, i in merged:
         if kind == 0:
-            e = prep.enrich(flows[i][1])
+            e = enrich(flows[i][1])
             shards = shard_of(e, parts)
             for p in np.unique(shards):
                 outs += cores[int(p)].process_enriched(e[shards == p])
@@ -328,7 +329,9 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     if breakdown:
         timers.wrap(codec, "decode_batch", "Avro decode (raw + shuffle)")
         timers.wrap(codec, "encode_batch", "Avro encode (enriched + shuffle)")
-        timers.wrap(ProcessorCore, "enrich", "enrichment (prepare + detect)")
+        for attr in ("enrich", "enrich_labels"):  # the worker path calls enrich_labels (older code: enrich)
+            if hasattr(ProcessorCore, attr):
+                timers.wrap(ProcessorCore, attr, "enrichment (prepare + detect)")
         timers.wrap(app_mod, "shard_of", "shard_of")
         from processors.logic.engine import Engine
         from processors.logic.policy import PolicyEngine
@@ -453,7 +456,7 @@ def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: 
     changelog = f"{settings.processors.app_id}-core-state-changelog"
     log = workdir / "worker.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
-    env["PYTHONPATH"] = str(CODE)
+    env["PYTHONPATH"] = str(CODE) + (":" + os.environ["FF_XPATH"] if "FF_XPATH" in os.environ else "")
     proc = subprocess.Popen(
         [sys.executable, "-m", "fabricflow", "--config", cfg_path, "process"],
         stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(workdir),

@@ -62,7 +62,7 @@ from schemas import codec, records
 
 from . import shuffle
 from .logic.core import ProcessorCore, engine_config, shard_of
-from .logic.engine import CODED_FIELDS
+from .logic.enrich import LabeledFlows
 from .logic.inventory import Inventory, InventoryWatcher
 
 log = logging.getLogger("fabricflow.processors")
@@ -294,10 +294,9 @@ class _Kept:
     """What ``prepare`` enriched for one shuffle message that this worker's ``detect`` will read."""
 
     message: bytes  # the shuffle message as produced (a hit needs the same bytes)
-    enriched: np.ndarray
+    enriched: LabeledFlows  # with the label codes the detectors use
     unknown: int  # unknown addresses the enrichment counted
     inventory: Inventory
-    labels: codec.Coded | None  # the enricher's label codes of these rows (for the detectors)
 
 
 class Processors:
@@ -510,10 +509,10 @@ class Processors:
         p = self.settings.processors
         flows = parts[0][3] if len(parts) == 1 else np.concatenate([f for *_x, f in parts])
         before = self.prepare_core.stats.unknown_addresses
-        enriched = self.prepare_core.enrich(flows)
+        enriched = self.prepare_core.enrich_labels(flows)  # no string objects: rows are cheap to select
         self.metrics.records.inc(len(flows))
         self.metrics.unknown.inc(self.prepare_core.stats.unknown_addresses - before)
-        coded = self.prepare_core.enricher.label_codes(enriched)
+        coded = enriched.label_codes()
         unknown_rows = self.prepare_core.enricher.last_unknown_rows
         lengths = [len(f) for *_x, f in parts]
         a = 0
@@ -529,15 +528,15 @@ class Processors:
         local = all(off >= 0 for _s, off, _k, _f in parts)
         for shard in np.unique(shards).tolist():
             sel = shards == shard
-            part = flows.compress(sel)  # ~4x faster than flows[sel] for structured records
+            part_enriched = enriched[sel]
+            part = part_enriched.flows
             counts = np.bincount(piece_of[sel], minlength=len(parts)).tolist() if piece_of is not None else [len(part)]
             pieces = [(src, (off, chunk), min(step, n - i))
                       for (src, off, _k, _f), n in zip(parts, counts) for chunk, i in enumerate(range(0, n, step))]
             # this worker's detect owns the shard (assigned by Faust, or already detecting it)
             reuse = local and (shard in self.cores or (self.assigned is not None and shard in self.assigned))
             if reuse:
-                part_enriched, part_unknown = enriched[sel], unknown_rows[sel]
-                part_labels = codec.coded_rows(coded, sel, CODED_FIELDS)  # the label codes the detectors use
+                part_unknown = unknown_rows[sel]
             r0 = 0
             for group in _fill(pieces, step):
                 r1 = r0 + sum(n for *_x, n in group)
@@ -547,8 +546,7 @@ class Processors:
                 if len(group) > 1:
                     headers.append(("seg", ",".join(f"{s}:{o}:{c}:{n}" for s, (o, c), n in group).encode()))
                 if reuse:
-                    self._remember(shard, (src, off, chunk), msg, part_enriched[r0:r1], int(part_unknown[r0:r1].sum()),
-                                   codec.coded_rows(part_labels, slice(r0, r1)))
+                    self._remember(shard, (src, off, chunk), msg, part_enriched[r0:r1], int(part_unknown[r0:r1].sum()))
                 self.publisher.produce(self._shuffle_topic, str(shard).encode(), msg, partition=shard, headers=headers)
                 r0 = r1
 
@@ -561,15 +559,14 @@ class Processors:
         while self.reuse_records >= cap // 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
 
-    def _remember(self, shard: int, key: tuple, msg: bytes, enriched: np.ndarray, unknown: int,
-                  labels: codec.Coded | None = None) -> None:
+    def _remember(self, shard: int, key: tuple, msg: bytes, enriched: LabeledFlows, unknown: int) -> None:
         if self.reuse_records + len(enriched) > self.settings.processors.reuse_enriched_records:
             return  # full: detect is far behind; it decodes and enriches these itself
-        self.reuse.setdefault(shard, {})[key] = _Kept(msg, enriched, unknown, self.inventory, labels)
+        self.reuse.setdefault(shard, {})[key] = _Kept(msg, enriched, unknown, self.inventory)
         self.reuse_records += len(enriched)
 
     def _reused(self, shard: int, source: tuple | None, value: bytes):
-        """(enriched rows, unknown addresses, their label codes or None) prepare kept for this exact shuffle
+        """(enriched rows, unknown addresses) prepare kept for this exact shuffle
         message, else None.
 
         Entries of the shard remembered before it are dropped (detect reads a shard in production order, so
@@ -590,7 +587,7 @@ class Processors:
                 break
         if kept.inventory is not self.inventory or kept.message != value:  # a memcmp
             return None
-        return kept.enriched, kept.unknown, kept.labels
+        return kept.enriched, kept.unknown
 
     def _forget(self, shard: int) -> None:
         for kept in self.reuse.pop(shard, {}).values():
@@ -709,8 +706,8 @@ class Processors:
                 hit = self._reused(partition, source, value) if keep is None else None
                 if hit is not None:  # enriched by prepare in this worker: no decode, no second enrichment
                     self.metrics.reused.inc()
-                    enriched, unknown, labels = hit
-                    outs = core.process_enriched(core.adopt_enriched(enriched, unknown), labels)
+                    enriched, unknown = hit
+                    outs = core.process_enriched(core.adopt_enriched(enriched, unknown))
                     self.metrics.detect_records.inc(len(enriched))
                 else:
                     flows = shuffle.decode_flows(value)

@@ -172,7 +172,7 @@ def replay_batches(
     for kind, batch in _merged(flow_batches, counter_batches):
         if len(batch):
             if kind == "flows":
-                enriched = front.enrich(batch)
+                enriched = front.enrich_labels(batch)  # rows without string objects: cheap to split
                 for s, rows in _split(enriched, shard_of(enriched, partitions)):
                     out.extend(cores[s].process_enriched(rows))
             else:

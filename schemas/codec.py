@@ -733,6 +733,11 @@ def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None) -> byt
     last_long = None  # (column, its bytes) of the previous long field
     for name, kind in plan:
         parts.append(count)
+        if kind == "string" and name in coded:  # from the codes, without reading the column
+            codes, table = coded[name]
+            parts.append(table.encode(codes))
+            parts.append(b"\x00")
+            continue
         col = arr[name]
         if kind == "long":
             body = _reused_long(col, last_long) or _encode_long_column(col)
@@ -744,9 +749,6 @@ def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None) -> byt
             parts.append(np.ascontiguousarray(col, dtype=np.uint8).tobytes())
         elif kind == "double":
             parts.append(col.astype("<f8").tobytes())
-        elif name in coded:
-            codes, table = coded[name]
-            parts.append(table.encode(codes))
         else:
             parts.append(_encode_strings(col))
         parts.append(b"\x00")

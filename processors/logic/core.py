@@ -25,7 +25,7 @@ from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_S
 
 from .categories import CategoryRules
 from .engine import Engine, EngineConfig, Output
-from .enrich import Enricher
+from .enrich import Enricher, LabeledFlows
 from .incast import IncastConfig, as_capacity
 from .inventory import Inventory
 from .linkhealth import LinkHealthConfig
@@ -126,8 +126,16 @@ class ProcessorCore:
     # ------------------------------------------------------------------ data
 
     def enrich(self, flows: np.ndarray) -> np.ndarray:
+        """The ``flow_enriched`` array of ``flows`` (counted in the stats)."""
+        return self._counted(self.enricher.enrich, flows)
+
+    def enrich_labels(self, flows: np.ndarray) -> LabeledFlows:
+        """Same enrichment as :meth:`enrich`, as :class:`LabeledFlows` (no string objects gathered yet)."""
+        return self._counted(self.enricher.enrich_labels, flows)
+
+    def _counted(self, enrich, flows: np.ndarray):
         before = self.enricher.unknown_total
-        out = self.enricher.enrich(flows)
+        out = enrich(flows)
         self.stats.unknown_addresses += self.enricher.unknown_total - before
         self.stats.raw_records += len(flows)
         return out
@@ -153,8 +161,9 @@ class ProcessorCore:
         self.stats.outputs += len(out)
         return out
 
-    def process_raw(self, flows: np.ndarray) -> tuple[np.ndarray, list[Output]]:
-        enriched = self.enrich(flows)
+    def process_raw(self, flows: np.ndarray) -> tuple[LabeledFlows, list[Output]]:
+        """Enrich and detect; the enrichment comes back as :class:`LabeledFlows` (``to_array()`` for records)."""
+        enriched = self.enrich_labels(flows)
         return enriched, self.process_enriched(enriched)
 
     def adopt_enriched(self, enriched: np.ndarray, unknown_addresses: int) -> np.ndarray:
@@ -207,7 +216,7 @@ class ProcessorCore:
         self.stats = CoreStats(**snap["stats"])
 
 
-def shard_of(enriched: np.ndarray, partitions: int, labels=None) -> np.ndarray:
+def shard_of(enriched: np.ndarray | LabeledFlows, partitions: int, labels=None) -> np.ndarray:
     """Shard (partition) per enriched flow so each shard sees whole detector inputs.
 
     Key: the destination's job, else the destination node, else the destination
@@ -217,11 +226,14 @@ def shard_of(enriched: np.ndarray, partitions: int, labels=None) -> np.ndarray:
     across processes (CRC32 of the key text, not Python's salted hash).
     Vectorised: one CRC32 per distinct key. ``labels``: the enricher's label
     codes of exactly these rows (``Enricher.label_codes``); the keys are then
-    looked up per code instead of read from the string columns.
+    looked up per code instead of read from the string columns (a
+    ``LabeledFlows`` brings its own).
     """
     n = len(enriched)
     if n == 0 or partitions <= 1:
         return np.zeros(n, dtype=np.int64)
+    if labels is None and isinstance(enriched, LabeledFlows):
+        labels = enriched.label_codes()
     if labels is not None and "dst_job" in labels and "dst_node" in labels:
         return _coded_shards(enriched, partitions, labels["dst_job"], labels["dst_node"])
     job = enriched["dst_job"]
