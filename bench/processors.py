@@ -456,7 +456,7 @@ def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: 
     changelog = f"{settings.processors.app_id}-core-state-changelog"
     log = workdir / "worker.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
-    env["PYTHONPATH"] = str(CODE) + (":" + os.environ["FF_XPATH"] if "FF_XPATH" in os.environ else "")
+    env["PYTHONPATH"] = str(CODE)
     proc = subprocess.Popen(
         [sys.executable, "-m", "fabricflow", "--config", cfg_path, "process"],
         stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(workdir),
