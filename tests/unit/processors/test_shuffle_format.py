@@ -1,8 +1,9 @@
-"""The shuffle topic's flow batch format (processors/shuffle.py): exact round trip, standard .npy, and bad
-input always a CodecError (counted and skipped by detect), never another exception."""
+"""The shuffle topic's flow batch format (processors/shuffle.py): exact round trip, standard .npy inside an
+LZ4 block, and bad input always a CodecError (counted and skipped by detect), never another exception."""
 
 import io
 
+import cramjam
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -20,11 +21,13 @@ def _flows(n: int, seed: int = 1) -> np.ndarray:
     return np.frombuffer(raw.tobytes(), dtype=FLOW_DTYPE).copy()  # every byte pattern, incl. extreme values
 
 
+@pytest.mark.parametrize("compress", [True, False])
 @pytest.mark.parametrize("n", [0, 1, 7, 2000])
-def test_round_trip_is_exact(n):
+def test_round_trip_is_exact(n, compress):
     flows = _flows(n, seed=n)
-    msg = shuffle.encode_flows(flows)
+    msg = shuffle.encode_flows(flows, compress=compress)
     assert shuffle.is_flow_batch(msg)
+    assert msg.startswith(shuffle.LZ4_MAGIC if compress else shuffle.MAGIC)
     back = shuffle.decode_flows(msg)
     assert back.dtype == FLOW_DTYPE and len(back) == n
     assert back.tobytes() == flows.tobytes()
@@ -36,13 +39,35 @@ def test_real_batches_and_slices_round_trip():
         assert shuffle.decode_flows(shuffle.encode_flows(part)).tobytes() == np.ascontiguousarray(part).tobytes()
 
 
-def test_message_is_a_standard_npy_file():
+def test_message_is_a_standard_npy_file_in_an_lz4_block():
     flows = _flows(5)
-    loaded = np.load(io.BytesIO(shuffle.encode_flows(flows)), allow_pickle=False)
+    plain = shuffle.encode_flows(flows, compress=False)
+    loaded = np.load(io.BytesIO(plain), allow_pickle=False)
     assert loaded.tobytes() == flows.tobytes()
     buf = io.BytesIO()
     np.lib.format.write_array(buf, flows, version=(1, 0), allow_pickle=False)
-    assert shuffle.encode_flows(flows) == buf.getvalue()  # what numpy itself writes
+    assert plain == buf.getvalue()  # what numpy itself writes
+    msg = shuffle.encode_flows(flows)
+    size = int.from_bytes(msg[8:12], "little")
+    assert size == len(plain)
+    assert bytes(cramjam.lz4.decompress_block(msg[12:], output_len=size)) == plain  # any LZ4 block decoder
+
+
+def test_compression_pays_on_real_batches():
+    batch = np.concatenate([b for _exp, b in training_batches(seconds=10)])
+    assert len(batch) >= 80
+    assert len(shuffle.encode_flows(batch)) * 4 < len(shuffle.encode_flows(batch, compress=False))
+
+
+def test_lz4_length_and_block_mismatches_are_rejected():
+    msg = shuffle.encode_flows(_flows(4))
+    size = int.from_bytes(msg[8:12], "little")
+    for stated in (size - 1, size + 1, 0, (1 << 30) + 1, 2**32 - 1):
+        with pytest.raises(CodecError):
+            shuffle.decode_flows(msg[:8] + stated.to_bytes(4, "little") + msg[12:])
+    inner = shuffle.LZ4_MAGIC + bytes(cramjam.lz4.compress_block(b"not an npy file"))
+    with pytest.raises(CodecError):
+        shuffle.decode_flows(inner)
 
 
 def test_avro_and_other_messages_are_told_apart():
@@ -62,8 +87,9 @@ def test_wrong_dtype_and_shape_are_rejected():
             shuffle.decode_flows(buf.getvalue())
 
 
-def test_truncated_and_padded_messages_are_rejected():
-    msg = shuffle.encode_flows(_flows(4))
+@pytest.mark.parametrize("compress", [True, False])
+def test_truncated_and_padded_messages_are_rejected(compress):
+    msg = shuffle.encode_flows(_flows(4), compress=compress)
     for bad in (msg[:-1], msg + b"\x00", msg[:12], msg[:9]):
         with pytest.raises(CodecError):
             shuffle.decode_flows(bad)
@@ -73,10 +99,11 @@ def test_truncated_and_padded_messages_are_rejected():
 @given(st.binary(max_size=600), st.integers(0, 2000))
 def test_corrupt_messages_raise_codec_error_only(noise, cut):
     """Random bytes after the magic, or a real message cut / overwritten anywhere: a CodecError or a valid array."""
-    real = shuffle.encode_flows(_flows(2))
-    candidates = [shuffle.MAGIC + noise, shuffle.MAGIC + b"\x01\x00" + noise, real[: cut % (len(real) + 1)]]
-    pos = cut % len(real)
-    candidates.append(real[:pos] + noise[:8] + real[pos + len(noise[:8]) :])
+    candidates = [shuffle.MAGIC + noise, shuffle.MAGIC + b"\x01\x00" + noise, shuffle.LZ4_MAGIC + noise]
+    for real in (shuffle.encode_flows(_flows(2)), shuffle.encode_flows(_flows(2), compress=False)):
+        candidates.append(real[: cut % (len(real) + 1)])
+        pos = cut % len(real)
+        candidates.append(real[:pos] + noise[:8] + real[pos + len(noise[:8]) :])
     for msg in candidates:
         try:
             out = shuffle.decode_flows(msg)
