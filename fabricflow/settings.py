@@ -140,7 +140,10 @@ class ProcessorSettings(_Section):
     )
     policy: str | None = Field(None, description="Segmentation / security policy file (YAML); see docs/alerts.md")
     tick_s: float = Field(1.0, gt=0, description="Wall-clock timer that closes idle windows and flushes outputs")
-    enriched_max_records: int = Field(2000, ge=1, description="Max flow records per flows.enriched.v1 message")
+    enriched_max_records: int = Field(
+        4096, ge=1, description="Max flow records per flows.enriched.v1 message (the default equals "
+        "ingest.batch_max_records: one enriched message per raw message, ~700 kB before compression)",
+    )
     prepare_batch_messages: int = Field(
         4, ge=1, description="Raw messages the prepare agent takes at once: their flows are enriched together and each "
         "shard gets one shuffle message for all of them (fewer, larger detector batches)",

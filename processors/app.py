@@ -59,6 +59,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from fabricflow.settings import Settings
 from schemas import codec, records
+from schemas.columns import concat_rows
 
 from . import shuffle
 from .logic.core import ProcessorCore, engine_config, shard_of
@@ -507,7 +508,7 @@ class Processors:
     def _prepare_flows(self, parts: list) -> None:
         """``parts``: ``("topic:partition", offset, key, flow records)`` of consecutive raw flow messages."""
         p = self.settings.processors
-        flows = parts[0][3] if len(parts) == 1 else np.concatenate([f for *_x, f in parts])
+        flows = concat_rows([f for *_x, f in parts])
         before = self.prepare_core.stats.unknown_addresses
         enriched = self.prepare_core.enrich_labels(flows)  # no string objects: rows are cheap to select
         self.metrics.records.inc(len(flows))

@@ -142,3 +142,18 @@ def is_v4_mapped(a16: np.ndarray) -> np.ndarray:
     """Vectorised: which rows of an (n, 16) address column are IPv4-mapped."""
     a = np.asarray(a16).reshape(-1, 16)
     return (a[:, :10] == 0).all(axis=1) & (a[:, 10] == 0xFF) & (a[:, 11] == 0xFF)
+
+
+def concat_rows(parts: list[np.ndarray]) -> np.ndarray:
+    """Concatenate structured arrays of one dtype as raw bytes.
+
+    ``np.concatenate`` re-derives the structured dtype for every part (measured
+    ~30x slower on 160 parts of FLOW_DTYPE); identical packed dtypes can be
+    joined byte-wise. Falls back to ``np.concatenate`` otherwise.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    dt = parts[0].dtype
+    if all(p.dtype == dt and p.ndim == 1 for p in parts):
+        return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts]).view(dt)
+    return np.concatenate(parts)
