@@ -88,18 +88,21 @@ def test_shuffle_redelivery_after_restore_is_skipped(tmp_path):
     assert q.cores[0].snapshot() == p.cores[0].snapshot()
 
 
-def test_detect_still_reads_avro_shuffle_batches_of_earlier_versions(tmp_path):
-    """Before the shuffle carried .npy batches it carried Avro FlowBatch: both give the same shard state."""
+def test_detect_still_reads_shuffle_batches_of_earlier_versions(tmp_path):
+    """The shuffle carried Avro FlowBatch, then plain .npy batches, now LZ4-compressed .npy: all give the same state."""
     p, _ = _proc(tmp_path)
     q, _ = _proc(tmp_path)
+    r, _ = _proc(tmp_path)
     for off, (_e, b) in enumerate(training_batches(seconds=12)):
         for shard in (0, 1):
             part = b[shard_of(p.prepare_core.enrich(b), 2) == shard]
             p.handle_shuffle(shard, off, shuffle.encode_flows(part))
             q.handle_shuffle(shard, off, codec.encode_batch("flow_batch", part))
+            r.handle_shuffle(shard, off, shuffle.encode_flows(part, compress=False))
     assert sum(c.stats.raw_records for c in p.cores.values()) == sum(len(b) for _e, b in training_batches(seconds=12))
+    assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic=p.settings.kafka.topics.shuffle) == 0
     for shard in (0, 1):
-        assert p.cores[shard].snapshot() == q.cores[shard].snapshot()
+        assert p.cores[shard].snapshot() == q.cores[shard].snapshot() == r.cores[shard].snapshot()
 
 
 def test_undecodable_messages_are_counted_not_fatal(tmp_path):
@@ -107,8 +110,9 @@ def test_undecodable_messages_are_counted_not_fatal(tmp_path):
     p.handle_raw("flows.raw.v1", b"k", b"not avro")
     assert p.handle_shuffle(0, 0, b"\xc3\x01garbage") is True
     assert p.handle_shuffle(0, 1, shuffle.MAGIC + b"\x01\x00garbage") is True
+    assert p.handle_shuffle(0, 2, shuffle.LZ4_MAGIC + b"\x10\x00\x00\x00garbage") is True
     assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic="flows.raw.v1") == 1
-    assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic=p.settings.kafka.topics.shuffle) == 2
+    assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic=p.settings.kafka.topics.shuffle) == 3
     p._failed("detect", RuntimeError("boom"))
     assert _metric(p, "fabricflow_processors_errors_total", stage="detect") == 1
     assert not p.metrics.healthy()
