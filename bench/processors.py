@@ -498,7 +498,7 @@ def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: 
                     finished = applied >= want_records
                     # The end time is known to one scrape period: 0.1 s (~3 % of a run) while most records are
                     # ahead, 10 ms for the last 10 % (a scrape costs the worker ~1 ms of CPU).
-                    period = 0.01 if applied >= 0.9 * want_records else 0.1
+                    period = 0.01 if 0.9 * want_records <= applied < want_records else 0.1
                 else:  # code before that metric: one shuffle message count for a given input
                     finished = mt.get("fabricflow_processors_shuffle_messages_total", 0) >= want_shuffle
                 if detect_done is None and finished:
