@@ -165,12 +165,11 @@ class LinkHealthDetector:
         line = np.where(speed > 0, speed, cfg.unknown_speed_bps).astype(np.float64)
         lim_oct = line / 8.0 * secs * cfg.plausibility + 1.0
         lim_pkt = line / (8.0 * 64) * secs * cfg.plausibility + 1.0
-        deltas = {}
-        bad = np.zeros(len(b), dtype=bool)
-        for c in COUNTERS:
-            d, bd = self._delta(cur[c], st[c][slots], lim_oct if c in _OCTETS else lim_pkt)
-            deltas[c] = d.astype(np.float64)
-            bad |= bd
+        # all six counters in one (6, n) pass: _delta is elementwise, and numpy's per-call cost dominates here
+        d, bd = self._delta(np.stack([cur[c] for c in COUNTERS]), np.stack([st[c][slots] for c in COUNTERS]),
+                            np.stack([lim_oct if c in _OCTETS else lim_pkt for c in COUNTERS]))
+        deltas = dict(zip(COUNTERS, d.astype(np.float64)))
+        bad = bd.any(axis=0)
         reset = cmp_ & (uptime_reset | bad)
         ok = cmp_ & ~reset
         with np.errstate(divide="ignore", invalid="ignore"):
