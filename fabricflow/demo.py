@@ -31,6 +31,11 @@ SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 SHADES = ["grey23", "blue", "cyan", "green", "yellow", "dark_orange", "red"]
 
 
+def _iso(t: float) -> str:
+    """Unix seconds as the UTC ISO-8601 text ``fabricflow replay --from/--to`` take (no zone = UTC)."""
+    return datetime.fromtimestamp(int(t), timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def _ts(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S")
 
@@ -132,6 +137,7 @@ def run_demo(
     sim_rc: list[int] = []
     stop = threading.Event()
     detections: list[Detection] = []
+    sim_start = time.time()
     try:
         pipe.start()
         say(f"pipeline up in {time.monotonic() - t0:.1f}s (logs in {state}); sending {scen.stem} as sFlow/NetFlow/IPFIX to 127.0.0.1")
@@ -146,6 +152,7 @@ def run_demo(
             )
 
         sim = threading.Thread(target=simulate, name="simulator", daemon=True)
+        sim_start = time.time()  # the simulator's event time starts now and runs at ``speed``
         sim.start()
         end = time.monotonic() + duration_s + 8  # let the last windows close
         first: float | None = None
@@ -196,7 +203,8 @@ def run_demo(
         f"  fabricflow --config {cfg} query top-talkers",
         f"  fabricflow --config {cfg} query matrix --level group --format csv",
         f"  fabricflow --config {cfg} query sql \"SELECT category, sum(bytes_est) FROM flows_enriched GROUP BY 1\"",
-        f"  fabricflow --config {cfg} replay --set incast.min_sources=3 --report replay.json",
+        f"  fabricflow --config {cfg} replay --from {_iso(sim_start - 60)} --to {_iso(sim_start + duration_s * speed + 60)} "
+        "--set incast.min_sources=3 --report replay.json",
     ]
     for line in lines:
         print(line, flush=True)
