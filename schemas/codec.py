@@ -706,11 +706,11 @@ def _reused_long(col: np.ndarray, last: tuple[np.ndarray, bytes] | None) -> byte
 Coded = Mapping[str, tuple[np.ndarray, StringTable]]  # string field -> (codes, table)
 
 
-def coded_rows(coded: Coded | None, rows, fields=None) -> dict | None:
-    """The codes of ``rows`` (a slice, mask or indices) of every field of ``coded`` (only ``fields`` if given)."""
+def coded_rows(coded: Coded | None, rows) -> dict | None:
+    """The codes of ``rows`` (a slice, mask or indices) of every field of ``coded``."""
     if coded is None:
         return None
-    return {k: (codes[rows], table) for k, (codes, table) in coded.items() if fields is None or k in fields}
+    return {k: (codes[rows], table) for k, (codes, table) in coded.items()}
 
 
 def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None) -> bytes:

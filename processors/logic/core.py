@@ -166,7 +166,7 @@ class ProcessorCore:
         enriched = self.enrich_labels(flows)
         return enriched, self.process_enriched(enriched)
 
-    def adopt_enriched(self, enriched: np.ndarray, unknown_addresses: int) -> np.ndarray:
+    def adopt_enriched(self, enriched: np.ndarray | LabeledFlows, unknown_addresses: int) -> np.ndarray | LabeledFlows:
         """Stand-in for :meth:`enrich` when another core already enriched these raw records with the same inventory.
 
         ``unknown_addresses``: what that enrichment counted for exactly these records; the stats (part of the
