@@ -292,13 +292,14 @@ def _encode_long_column(col: np.ndarray) -> bytes:
 class _Message:
     """A batch message being decoded: the bytes, a uint8 view and unaligned 8-byte word loads."""
 
-    __slots__ = ("raw", "buf", "_padded", "_words")
+    __slots__ = ("raw", "buf", "_padded", "_words", "_direct")
 
     def __init__(self, message: bytes):
         self.raw = message
         self.buf = np.frombuffer(message, dtype=np.uint8)
         self._padded = None
         self._words = None
+        self._direct = None
 
     def terminators(self, pos: int, count: int, guess: int) -> np.ndarray:
         """Positions of the first ``count`` bytes < 0x80 from ``pos`` (fewer if the message ends first).
@@ -315,14 +316,32 @@ class _Message:
         return t[:count] + pos
 
     def words(self, starts: np.ndarray) -> np.ndarray:
-        """The 8 bytes at each of ``starts`` as little-endian uint64 (zeros past the end)."""
+        """The 8 bytes at each of ``starts`` (ascending) as little-endian uint64 (zeros past the end).
+
+        Read in place while no word runs past the end (the usual case: a
+        column is followed by others); else from a zero-padded copy.
+        """
+        n = len(self.buf)
+        if len(starts) and int(starts[-1]) <= n - 8:
+            if self._direct is None:  # one (unaligned) uint64 starting at every byte offset but the last 7
+                self._direct = np.ndarray(shape=(n - 7,), dtype="<u8", buffer=self.raw, strides=(1,))
+            return self._direct[starts]
+        return self._padded_words()[starts]
+
+    def strided_words(self, pos: int, count: int, width: int) -> np.ndarray:
+        """``words(arange(pos, pos + count * width, width))`` as a contiguous copy of a strided view."""
+        if pos + (count - 1) * width > len(self.buf) - 8:
+            return self.words(np.arange(pos, pos + count * width, width, dtype=np.int64))
+        return np.ndarray(shape=(count,), dtype="<u8", buffer=self.raw, offset=pos, strides=(width,)).copy()
+
+    def _padded_words(self) -> np.ndarray:
         if self._words is None:
             n = len(self.buf)
             self._padded = np.zeros(n + 16, dtype=np.uint8)
             self._padded[:n] = self.buf
             # one (unaligned) uint64 starting at every byte offset
             self._words = np.ndarray(shape=(n + 8,), dtype="<u8", buffer=self._padded, strides=(1,))
-        return self._words[starts]
+        return self._words
 
     def short_varints(self, ends: np.ndarray) -> np.ndarray:
         """Values of 1- or 2-byte zig-zag varints ending at ``ends`` (int64).
@@ -336,7 +355,8 @@ class _Message:
         return _short_table().take(word).astype(np.int64)
 
     def byte_at(self, idx: np.ndarray) -> np.ndarray:
-        self.words(idx[:0])
+        """The byte at each of ``idx`` (0 past the end)."""
+        self._padded_words()
         return self._padded[idx]
 
 
@@ -384,6 +404,10 @@ def _decode_varints(m: _Message, pos: int, count: int) -> tuple[np.ndarray, int]
         # every varint has the first one's width (timestamps, sequence numbers, ports)
         if w0 == 2:
             return m.short_varints(np.arange(pos + 1, end, 2, dtype=np.int64)), end
+        if w0 <= 8:
+            x = m.strided_words(pos, count, w0)
+            x &= _PAYLOAD[w0]
+            return _unzigzag(_pack(x, w0)), end
         starts = np.arange(pos, end, w0, dtype=np.int64)
         lens = np.full(count, w0, dtype=np.int64)
         lmax = w0
@@ -403,17 +427,23 @@ def _decode_varints(m: _Message, pos: int, count: int) -> tuple[np.ndarray, int]
         starts = ends - lens + 1
     x = m.words(starts)
     x &= _PAYLOAD.take(lens)
+    _pack(x, lmax)
+    if lmax > 8:  # bits 56..63 from bytes 8 and 9 (excess bits of a 10th byte are ignored)
+        b8 = (m.byte_at(starts + 8) & 0x7F).astype(np.uint64) * (lens > 8)
+        b9 = (m.byte_at(starts + 9) & 0x7F).astype(np.uint64) * (lens > 9)
+        x |= (b8 << _U64(56)) | (b9 << _U64(63))
+    return _unzigzag(x), end
+
+
+def _pack(x: np.ndarray, lmax: int) -> np.ndarray:
+    """Squeeze the 7-bit payloads of the first min(lmax, 8) bytes of each word together, in place."""
     t = np.empty_like(x)
     for keep, move, shift in _PACK[: 1 if lmax <= 2 else 2 if lmax <= 4 else 3]:
         np.bitwise_and(x, move, out=t)
         np.right_shift(t, shift, out=t)
         np.bitwise_and(x, keep, out=x)
         np.bitwise_or(x, t, out=x)
-    if lmax > 8:  # bits 56..63 from bytes 8 and 9 (excess bits of a 10th byte are ignored)
-        b8 = (m.byte_at(starts + 8) & 0x7F).astype(np.uint64) * (lens > 8)
-        b9 = (m.byte_at(starts + 9) & 0x7F).astype(np.uint64) * (lens > 9)
-        x |= (b8 << _U64(56)) | (b9 << _U64(63))
-    return _unzigzag(x), end
+    return x
 
 
 def _read_long(mv, pos: int) -> tuple[int, int]:
@@ -773,6 +803,7 @@ def decode_batch(message: bytes, expect: str | None = None) -> np.ndarray:
     pos = HEADER_LEN
     cols: dict[str, np.ndarray] = {}
     n_expected: int | None = None
+    last_long = (0, 0, None)  # (start, end, values) of the previous long block
     for fname, kind in _plan(name):
         chunks = []
         total = 0
@@ -786,7 +817,13 @@ def decode_batch(message: bytes, expect: str | None = None) -> np.ndarray:
             if cnt > size:
                 raise CodecError(f"{fname}: block count {cnt} larger than the message")
             if kind == "long":
-                vals, pos = _decode_varints(m, pos, cnt)
+                start, end, prev = last_long
+                if prev is not None and len(prev) == cnt and message[pos : pos + end - start] == message[start:end]:
+                    vals, pos = prev, pos + end - start  # the same bytes as the block before (sFlow's four times)
+                else:
+                    begin = pos
+                    vals, pos = _decode_varints(m, pos, cnt)
+                    last_long = (begin, pos, vals)
             elif kind == "bool":
                 if pos + cnt > size:
                     raise CodecError(f"{fname}: truncated")

@@ -215,6 +215,18 @@ def test_long_columns_from_other_writers_decode(cols, seed):
         assert_same(codec.decode_batch(msg), arr)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=RELAXED)
+@given(col=long_columns(), tail=st.integers(0, 12))
+def test_varint_column_at_the_end_of_a_message_decodes(col, tail):
+    """Varints whose 8-byte word loads run past the end of the message (read from a zero-padded copy)."""
+    body = b"".join(ref_long(int(v)) for v in col)
+    m = codec._Message(b"\x01" * 3 + body + b"\x00" * tail)
+    for _ in every_path():
+        vals, end = codec._decode_varints(m, 3, len(col))
+        assert end == 3 + len(body)
+        assert vals.tolist() == col.tolist()
+
+
 def test_varint_decode_rejects_eleven_byte_varint():
     arr = np.zeros(2, dtype=COUNTER_DTYPE)
     good = codec.encode_batch("counter_batch", arr)
@@ -454,6 +466,21 @@ def test_equal_adjacent_long_columns_reuse_bytes_correctly(middle):
     for _ in every_path():
         msg = codec.encode_batch("flow_enriched_batch", arr)
         assert msg[codec.HEADER_LEN :] == fastavro_bytes("flow_enriched_batch", arr)
+        assert_same(codec.decode_batch(msg), arr)  # decode reuses equal bytes of the column before
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=RELAXED)
+@given(col=long_columns(max_n=30), seed=st.integers(0, 2**32), change=st.integers(-1, 29))
+def test_equal_long_blocks_from_other_writers_decode(col, seed, change):
+    """Adjacent long fields with equal values in blocks of any layout (a block is reused only on equal bytes)."""
+    arr = np.zeros(len(col), dtype=COUNTER_DTYPE)
+    for name in ("in_octets", "in_ucast_pkts", "in_mcast_pkts", "in_bcast_pkts", "out_octets"):
+        arr[name] = col
+    if 0 <= change < len(col):
+        arr["in_ucast_pkts"][change] += 1
+    msg = other_writer("counter_batch", arr, random.Random(seed), pad_varints=bool(seed & 1))
+    for _ in every_path():
+        assert_same(codec.decode_batch(msg), arr)
 
 
 def test_coded_rows_takes_the_same_rows_of_every_field():
