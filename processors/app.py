@@ -51,6 +51,7 @@ import logging
 import time
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import faust
 import numpy as np
@@ -260,11 +261,19 @@ class OutputPublisher:
             except BufferError:  # outputs must not be dropped: wait for the buffer to drain
                 self.producer.poll(0.1)
 
-    def enriched(self, key: bytes, batch: np.ndarray, max_records: int, coded: codec.Coded | None = None) -> None:
-        """Publish ``batch`` in messages of at most ``max_records`` (``coded``: ``Enricher.label_codes(batch)``)."""
+    def enriched(self, key: bytes, batch: np.ndarray, max_records: int, coded: codec.Coded | None = None,
+                 raw: tuple[bytes, dict] | None = None) -> None:
+        """Publish ``batch`` in messages of at most ``max_records`` (``coded``: ``Enricher.label_codes(batch)``).
+
+        ``raw``: (the raw message whose rows ``batch`` enriches, its field spans from ``decode_batch``); when
+        one message carries them all, the flow fields' encodings are copied from it.
+        """
+        verbatim = None
+        if raw is not None and len(batch) <= max_records:
+            verbatim = codec.field_encodings(*raw, "flow_enriched_batch")
         for i in range(0, len(batch), max_records):
             rows = slice(i, i + max_records)
-            msg = codec.encode_batch("flow_enriched_batch", batch[rows], codec.coded_rows(coded, rows))
+            msg = codec.encode_batch("flow_enriched_batch", batch[rows], codec.coded_rows(coded, rows), verbatim)
             self.produce(self.topics.flows_enriched, key, msg)
 
     def outputs(self, outputs) -> None:
@@ -288,6 +297,16 @@ class OutputPublisher:
 
     def flush(self, timeout: float = 10.0) -> int:
         return self.producer.flush(timeout)
+
+
+class _RawPart(NamedTuple):
+    """One raw flow message taken by ``prepare``."""
+
+    src: str  # "topic:partition"
+    offset: int
+    key: bytes
+    flows: np.ndarray  # its decoded flow_record rows
+    raw: tuple[bytes, dict]  # (the message, its field spans): the enriched message copies the flow fields
 
 
 @dataclass(slots=True)
@@ -490,7 +509,9 @@ class Processors:
             try:
                 name = codec.schema_of(value)
                 if name == "flow_batch":
-                    flows.append((f"{topic}:{partition}", offset, key or b"", codec.decode_batch(value)))
+                    spans: dict = {}
+                    rows = codec.decode_batch(value, spans=spans)
+                    flows.append(_RawPart(f"{topic}:{partition}", offset, key or b"", rows, (value, spans)))
                 elif name == "counter_batch":
                     shard = zlib.crc32(key or b"") % self.partitions
                     src = [("src", f"{topic}:{partition}:{offset}:0".encode())]
@@ -505,35 +526,35 @@ class Processors:
             self._prepare_flows(flows)
         self.publisher.poll()
 
-    def _prepare_flows(self, parts: list) -> None:
-        """``parts``: ``("topic:partition", offset, key, flow records)`` of consecutive raw flow messages."""
+    def _prepare_flows(self, parts: list[_RawPart]) -> None:
+        """``parts``: consecutive raw flow messages."""
         p = self.settings.processors
-        flows = concat_rows([f for *_x, f in parts])
+        flows = concat_rows([part.flows for part in parts])
         before = self.prepare_core.stats.unknown_addresses
         enriched = self.prepare_core.enrich_labels(flows)  # no string objects: rows are cheap to select
         self.metrics.records.inc(len(flows))
         self.metrics.unknown.inc(self.prepare_core.stats.unknown_addresses - before)
         coded = enriched.label_codes()
         unknown_rows = self.prepare_core.enricher.last_unknown_rows
-        lengths = [len(f) for *_x, f in parts]
+        lengths = [len(part.flows) for part in parts]
         a = 0
-        for (_src, _off, key, _f), n in zip(parts, lengths):
+        for part, n in zip(parts, lengths):
             rows = slice(a, a + n)
-            self.publisher.enriched(key, enriched[rows], p.enriched_max_records, codec.coded_rows(coded, rows))
+            self.publisher.enriched(part.key, enriched[rows], p.enriched_max_records, codec.coded_rows(coded, rows), part.raw)
             a += n
         shards = shard_of(enriched, self.partitions, coded)
         # The shuffle carries the raw records of each shard (.npy: a copy to write, a view to read); detect
         # enriches them again with the same inventory unless it finds them in the reuse cache below.
         piece_of = np.repeat(np.arange(len(parts)), lengths) if len(parts) > 1 else None
         step = p.shuffle_max_records
-        local = all(off >= 0 for _s, off, _k, _f in parts)
+        local = all(part.offset >= 0 for part in parts)
         for shard in np.unique(shards).tolist():
             sel = shards == shard
             part_enriched = enriched[sel]
             part = part_enriched.flows
             counts = np.bincount(piece_of[sel], minlength=len(parts)).tolist() if piece_of is not None else [len(part)]
-            pieces = [(src, (off, chunk), min(step, n - i))
-                      for (src, off, _k, _f), n in zip(parts, counts) for chunk, i in enumerate(range(0, n, step))]
+            pieces = [(rp.src, (rp.offset, chunk), min(step, n - i))
+                      for rp, n in zip(parts, counts) for chunk, i in enumerate(range(0, n, step))]
             # this worker's detect owns the shard (assigned by Faust, or already detecting it)
             reuse = local and (shard in self.cores or (self.assigned is not None and shard in self.assigned))
             if reuse:

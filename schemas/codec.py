@@ -743,17 +743,33 @@ def coded_rows(coded: Coded | None, rows) -> dict | None:
     return {k: (codes[rows], table) for k, (codes, table) in coded.items()}
 
 
-def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None) -> bytes:
+def field_encodings(message: bytes, spans: Mapping[str, tuple[int, int]], batch: str) -> dict[str, bytes]:
+    """The encoded fields of ``message`` (``spans`` from :func:`decode_batch`) that ``batch`` has too, with the
+    same item type: ``encode_batch(batch, rows, verbatim=...)`` of the very rows of ``message`` copies them."""
+    source = dict(_plan(schema_of(message)))
+    out = {}
+    for f, kind in _plan(batch):
+        if source.get(f) == kind and f in spans:
+            a, b = spans[f]
+            out[f] = message[a:b]
+    return out
+
+
+def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None, verbatim: Mapping[str, bytes] | None = None) -> bytes:
     """Encode a structured array (dtype_for(record schema)) as one Avro batch message.
 
     ``coded``: string field -> (codes, table) with ``arr[field]`` equal to
     ``table.strings[codes]``; those columns are encoded from the codes (same bytes).
+    ``verbatim``: field -> its whole encoding (block counts, items, end) in
+    another message of exactly these rows (:func:`field_encodings`), copied
+    instead of encoding ``arr[field]``; the caller vouches that the values are equal.
     A long field equal to the one before it (the four times of an sFlow
     record) reuses that field's bytes.
     """
     n = len(arr)
     plan = _plan(batch)
     coded = coded or {}
+    verbatim = verbatim or {}
     if any(len(codes) != n for codes, _ in coded.values()):
         raise ValueError("coded string columns must have one code per record")
     if n == 0:
@@ -762,6 +778,11 @@ def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None) -> byt
     count = _encode_long(n)
     last_long = None  # (column, its bytes) of the previous long field
     for name, kind in plan:
+        copied = verbatim.get(name)
+        if copied is not None:
+            parts.append(copied)
+            last_long = None
+            continue
         parts.append(count)
         if kind == "string" and name in coded:  # from the codes, without reading the column
             codes, table = coded[name]
@@ -785,11 +806,12 @@ def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None) -> byt
     return b"".join(parts)
 
 
-def decode_batch(message: bytes, expect: str | None = None) -> np.ndarray:
+def decode_batch(message: bytes, expect: str | None = None, spans: dict | None = None) -> np.ndarray:
     """Decode a batch message into a structured array of the record dtype.
 
     Accepts any valid Avro encoding of the batch schema (several blocks per
     array, negative block counts with sizes), not only what we write.
+    ``spans``: a dict to receive field -> (start, end) of its whole encoding in ``message``.
     """
     name = schema_of(message)
     if name not in BATCHES:
@@ -807,6 +829,7 @@ def decode_batch(message: bytes, expect: str | None = None) -> np.ndarray:
     for fname, kind in _plan(name):
         chunks = []
         total = 0
+        fstart = pos
         while True:
             cnt, pos = _read_long(mv, pos)
             if cnt == 0:
@@ -848,6 +871,8 @@ def decode_batch(message: bytes, expect: str | None = None) -> np.ndarray:
         elif total != n_expected:
             raise CodecError(f"{fname}: {total} elements, expected {n_expected}")
         cols[fname] = np.concatenate(chunks) if len(chunks) > 1 else (chunks[0] if chunks else None)
+        if spans is not None:
+            spans[fname] = (fstart, pos)
     if pos != size:
         raise CodecError(f"{size - pos} trailing bytes")
     # np.zeros, not np.empty: numpy fills the object fields of an empty structured array one by one (~20x slower)

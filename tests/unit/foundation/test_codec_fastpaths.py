@@ -483,6 +483,48 @@ def test_equal_long_blocks_from_other_writers_decode(col, seed, change):
         assert_same(codec.decode_batch(msg), arr)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=RELAXED)
+@given(data=st.data(), seed=st.integers(0, 2**32), other=st.booleans())
+def test_enriched_batch_copies_the_flow_fields_of_the_raw_message(data, seed, other):
+    """``decode_batch(spans=)`` + ``field_encodings``: the enriched message of a raw message's rows copies its
+    flow fields; from our writer that is byte for byte the plain encoding, from another writer (blocks, padded
+    varints) it decodes to the same records."""
+    n = data.draw(st.integers(1, 40))
+    flows = np.zeros(n, dtype=FLOW_DTYPE)
+    for name in ("bytes", "packets", "time_start_ms", "time_end_ms", "src_port", "sampling_rate"):
+        flows[name] = np.resize(data.draw(long_columns(max_n=n)), n)
+    flows["src_addr"] = np.frombuffer(random.Random(seed).randbytes(16 * n), dtype=np.uint8).reshape(n, 16)
+    raw = other_writer("flow_batch", flows, random.Random(seed), pad_varints=True) if other else codec.encode_batch("flow_batch", flows)
+    spans: dict = {}
+    decoded = codec.decode_batch(raw, spans=spans)
+    assert_same(decoded, flows)
+    assert list(spans) == list(FLOW_DTYPE.names)
+    assert b"".join(raw[a:b] for a, b in spans.values()) == raw[codec.HEADER_LEN :]
+    copied = codec.field_encodings(raw, spans, "flow_enriched_batch")
+    assert set(copied) == set(FLOW_DTYPE.names)
+    enriched = np.zeros(n, dtype=ENRICHED)
+    for name in FLOW_DTYPE.names:
+        enriched[name] = decoded[name]
+    for k in STRING_FIELDS:
+        enriched[k] = "gpu-a01"
+    plain = codec.encode_batch("flow_enriched_batch", enriched)
+    msg = codec.encode_batch("flow_enriched_batch", enriched, verbatim=copied)
+    if not other:
+        assert msg == plain
+    assert_same(codec.decode_batch(msg), enriched)
+
+
+def test_field_encodings_only_of_fields_with_the_same_item_type():
+    flows = np.zeros(3, dtype=FLOW_DTYPE)
+    raw = codec.encode_batch("flow_batch", flows)
+    spans: dict = {}
+    codec.decode_batch(raw, spans=spans)
+    assert codec.field_encodings(raw, spans, "flow_batch").keys() == set(FLOW_DTYPE.names)
+    # counter_batch shares exporter_addr (fixed16) and time_received_ms (long) with flow_batch, nothing else
+    shared = {f for f, kind in codec._plan("counter_batch") if dict(codec._plan("flow_batch")).get(f) == kind}
+    assert codec.field_encodings(raw, spans, "counter_batch").keys() == shared
+
+
 def test_coded_rows_takes_the_same_rows_of_every_field():
     from schemas.codec import StringTable, coded_rows
 

@@ -461,3 +461,31 @@ def test_offsets_are_committed_only_after_the_publisher_delivered(tmp_path):
         assert asyncio.run(consumer._commit_offsets({"tp": 7})) is True
     assert committed == [{"tp": 7}]
     assert len(flushed) == 2
+
+
+def test_enriched_messages_copy_the_flow_fields_of_the_raw_message(tmp_path):
+    """prepare copies each raw message's encoded flow fields into its enriched message: the same bytes as
+    encoding the enriched records (our writer), the same records (another writer's blocks), and the plain
+    encoding when the rows are split over several enriched messages."""
+    import random
+
+    from tests.unit.foundation.test_codec_fastpaths import other_writer
+
+    _exp, batch = training_batches(seconds=2)[0]
+    batch = batch[:300]
+    for raw, step in ((codec.encode_batch("flow_batch", batch), 4096),
+                      (other_writer("flow_batch", batch, random.Random(3), pad_varints=True), 4096),
+                      (codec.encode_batch("flow_batch", batch), 64)):
+        p, sent = _proc(tmp_path, enriched_max_records=step)
+        p.handle_raw("flows.raw.v1", b"e1", raw, 0, 5)
+        got = [v for t, _k, v, _p, _h in sent if t == p.settings.kafka.topics.flows_enriched]
+        expect = p.prepare_core.enrich(batch)
+        plain = [codec.encode_batch("flow_enriched_batch", expect[i : i + step]) for i in range(0, len(batch), step)]
+        if raw[codec.HEADER_LEN:] == codec.encode_batch("flow_batch", batch)[codec.HEADER_LEN:]:
+            assert got == plain
+        else:
+            assert got != plain  # the other writer's blocks were copied ...
+            assert len(got) == 1
+            decoded = codec.decode_batch(got[0])  # ... and read back as the same records
+            for name in expect.dtype.names:
+                assert decoded[name].tolist() == expect[name].tolist(), name
