@@ -118,18 +118,37 @@ class Engine:
         return out
 
     def _label_codes(self, labels: Mapping | None) -> list[np.ndarray] | None:
-        """Interner codes of CODED_FIELDS from label codes, or None: no labels, or a string without an
-        interner code yet (the batch then goes through the row interner, which codes new strings in order)."""
+        """Interner codes of CODED_FIELDS from label codes, or None: no labels, or a label that is not a string
+        (the batch then goes through the row interner).
+
+        Strings without an interner code yet get one here, in the order the row interner would give them
+        (by column in CODED_FIELDS order, then by first row), so the codes do not depend on the path.
+        """
         if labels is None or any(f not in labels for f in CODED_FIELDS):
             return None
-        out = []
-        for f in CODED_FIELDS:
-            rows, table = labels[f]
-            codes = self._table_codes(table)[rows]
-            if len(codes) and int(codes.min()) < 0:
+        pairs = [labels[f] for f in CODED_FIELDS]
+        out = [self._table_codes(table)[rows] for rows, table in pairs]
+        if any(len(c) and int(c.min()) < 0 for c in out):
+            if not self._intern_new(pairs, out):
                 return None
-            out.append(codes)
+            out = [self._table_codes(table)[rows] for rows, table in pairs]
         return out
+
+    def _intern_new(self, pairs: list, codes: list[np.ndarray]) -> bool:
+        """Intern the labels of ``pairs`` ((rows, table) per column) that have no code (-1 in ``codes``) in
+        first-occurrence order over the columns one after the other; False (nothing interned) when one of
+        them is not a string."""
+        new = []
+        for (rows, table), c in zip(pairs, codes):
+            missing = rows[c < 0]
+            if len(missing):
+                distinct, first = np.unique(missing, return_index=True)
+                new += table.strings[distinct[np.argsort(first, kind="stable")]].tolist()
+        if not all(isinstance(s, str) for s in new):
+            return False
+        for s in new:
+            self.interner.code(s)
+        return True
 
     def _table_codes(self, table) -> np.ndarray:
         """Interner code (int32, -1: none yet) of each of ``table.strings``; kept per table until the
