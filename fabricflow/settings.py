@@ -158,6 +158,11 @@ class ProcessorSettings(_Section):
         description="Batching delay of the producer for the shuffle, enriched and output topics; offsets are committed "
         "only once what it holds is delivered",
     )
+    counter_batch_rows: int = Field(
+        256, ge=1, description="detect applies a shard's counter samples (link health) once this many are waiting, "
+        "before each snapshot of the shard and at every tick: fewer, larger link-health steps, same outputs per port; "
+        "1 = each counter message as it comes",
+    )
     snapshot_every_messages: int = Field(
         64, ge=1, description="Write a shard's state snapshot (core-state table) after this many shuffle messages of its partition; "
         "shuffle offsets are committed only up to the last snapshot, so a crash re-processes at most this many messages per partition"

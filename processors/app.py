@@ -335,6 +335,8 @@ class Processors:
         self.sources: dict[int, dict[str, tuple[int, int]]] = {}  # shard -> raw "topic:partition" -> (offset, chunk) applied
         self.pending: dict[int, list] = {}  # shard -> events applied but not yet covered by a snapshot (unacked)
         self.pending_since: dict[int, float] = {}  # shard -> monotonic time of its oldest pending event
+        # shard -> counter batches of applied shuffle messages not yet through link health (processors.counter_batch_rows)
+        self.counters_waiting: dict[int, list[np.ndarray]] = {}
         # shard -> {(raw "topic:partition", offset, chunk): _Kept}, in production order: what prepare enriched
         # for a shuffle message this worker's detect will read.
         self.reuse: dict[int, dict[tuple, _Kept]] = {}
@@ -438,6 +440,7 @@ class Processors:
                     except Exception:  # noqa: BLE001
                         log.warning("shard %d: snapshot on revocation failed (events are re-applied)", part, exc_info=True)
                 self.cores.pop(part, None)
+                self.counters_waiting.pop(part, None)  # the next owner applies them again (not acked)
                 self.last_offset.pop(part, None)
                 self.sources.pop(part, None)
                 self._forget(part)
@@ -686,7 +689,11 @@ class Processors:
             await stream.ack(ev)
 
     def snapshot(self, partition: int) -> bytes:
-        """The shard's state: core snapshot, last applied shuffle offset, raw sources applied (zlib'd JSON)."""
+        """The shard's state: core snapshot, last applied shuffle offset, raw sources applied (zlib'd JSON).
+
+        Waiting counter samples are applied first (their outputs produced): the state covers every applied message.
+        """
+        self._emit(self._apply_counters(partition))
         core = self.core_for(partition)
         seen = self.sources.get(partition, {})
         snap = {"offset": self.last_offset.get(partition, -1), "core": core.snapshot(), "sources": {k: list(v) for k, v in seen.items()}}
@@ -750,7 +757,7 @@ class Processors:
             elif name == "counter_batch":
                 counters = codec.decode_batch(value)
                 self.metrics.counters.inc(len(counters))
-                outs = core.process_counters(counters)
+                outs = self._add_counters(partition, counters)
             else:
                 outs = []
         except codec.CodecError as e:
@@ -762,6 +769,31 @@ class Processors:
         self.last_offset[partition] = offset
         self.metrics.shuffle_messages.inc()
         return True
+
+    def _add_counters(self, partition: int, counters: np.ndarray) -> list:
+        """Queue a shard's counter samples; apply the queue once it holds ``counter_batch_rows`` samples."""
+        waiting = self.counters_waiting.setdefault(partition, [])
+        waiting.append(counters)
+        if sum(len(c) for c in waiting) < self.settings.processors.counter_batch_rows:
+            return []
+        return self._apply_counters(partition)
+
+    def _apply_counters(self, partition: int) -> list:
+        """Link health over the shard's waiting counter samples, as if applied message by message."""
+        waiting = self.counters_waiting.pop(partition, None)
+        if not waiting:
+            return []
+        try:
+            number = np.repeat(np.arange(len(waiting)), [len(c) for c in waiting]) if len(waiting) > 1 else None
+            return self.core_for(partition).process_counters(concat_rows(waiting), number)
+        except Exception as e:  # like a failed shuffle message: skipped and counted
+            self._failed("detect", e)
+            return []
+
+    def apply_waiting_counters(self) -> None:
+        """Apply every shard's waiting counter samples (timer)."""
+        for partition in list(self.counters_waiting):
+            self._emit(self._apply_counters(partition))
 
     def _emit(self, outs) -> None:
         self._count_outputs(outs)
@@ -791,6 +823,7 @@ class Processors:
             elif self.watcher.errors_total > errors:
                 self.metrics.reloads.labels("error").inc()
                 log.warning("inventory %s not reloaded (kept the previous one): %s", self.settings.processors.inventory, self.watcher.last_error)
+        self.apply_waiting_counters()
         late_main = late_incast = 0
         for shard, core in list(self.cores.items()):
             outs = core.tick(now_ms)

@@ -176,9 +176,11 @@ class ProcessorCore:
         self.stats.raw_records += len(enriched)
         return enriched
 
-    def process_counters(self, counters: np.ndarray) -> list[Output]:
+    def process_counters(self, counters: np.ndarray, message: np.ndarray | None = None) -> list[Output]:
+        """Counter samples -> link health outputs; ``message``: the message number of each row when several
+        counter messages come in one array (the same outputs as processing them one after the other)."""
         self.stats.counter_samples += len(counters)
-        out = self.engine.process_counters(counters)
+        out = self.engine.process_counters(counters, message)
         self.stats.outputs += len(out)
         return out
 

@@ -210,11 +210,11 @@ class Engine:
         return [Output("incast", e["destination"], e) for e in self.incast.on_window(ws, res, self.interner)]
 
     # -- counters ----------------------------------------------------------------
-    def process_counters(self, batch: np.ndarray) -> list[Output]:
-        """Counter samples (COUNTER_DTYPE) -> link health outputs."""
+    def process_counters(self, batch: np.ndarray, message: np.ndarray | None = None) -> list[Output]:
+        """Counter samples (COUNTER_DTYPE) -> link health outputs (``message``: see LinkHealthDetector.process)."""
         if "link" not in self.config.enabled or len(batch) == 0:
             return []
-        return [Output("link", f"{d['exporter']}|{d['if_index']}", d) for d in self.link.process(batch)]
+        return [Output("link", f"{d['exporter']}|{d['if_index']}", d) for d in self.link.process(batch, message)]
 
     # -- timer -------------------------------------------------------------------
     def tick(self, now_ms: int) -> list[Output]:

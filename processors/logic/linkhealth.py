@@ -107,22 +107,29 @@ class LinkHealthDetector:
                 self.st[k] = new
         return lut[kinv.ravel()]
 
-    def process(self, batch: np.ndarray) -> list[dict]:
-        """Counter samples (COUNTER_DTYPE array) -> LinkHealth dicts, sorted by (time, exporter, if_index, kind)."""
+    def process(self, batch: np.ndarray, message: np.ndarray | None = None) -> list[dict]:
+        """Counter samples (COUNTER_DTYPE array) -> LinkHealth dicts, sorted by (time, exporter, if_index, kind).
+
+        ``message``: for the samples of several counter messages in one array, each row's message number
+        (non-decreasing): the result is what processing the messages one after the other would give (a
+        sample older than one of the same port in an earlier message is stale; outputs in message order).
+        """
         if len(batch) == 0:
             return []
         slots = self._slots(batch)
-        order = np.lexsort((batch["sample_sequence"], batch["time_received_ms"], slots))
+        part = np.zeros(len(batch), dtype=np.int64) if message is None else np.asarray(message, dtype=np.int64)
+        order = np.lexsort((batch["sample_sequence"], batch["time_received_ms"], part, slots))
         s_sorted = slots[order]
         first = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
         start_idx = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
         rank = np.arange(len(order)) - start_idx
-        out: list[dict] = []
+        out: list[tuple[int, dict]] = []
         for r in range(int(rank.max()) + 1):
             rows = order[rank == r]
-            out.extend(self._step(batch[rows], slots[rows]))
-        out.sort(key=lambda d: (d["time_ms"], d["exporter"], d["if_index"], _KIND_ORDER.get(d["kind"], 99)))
-        return out
+            out.extend(self._step(batch[rows], slots[rows], part[rows]))
+        out.sort(key=lambda pd: (pd[0], pd[1]["time_ms"], pd[1]["exporter"], pd[1]["if_index"],
+                                 _KIND_ORDER.get(pd[1]["kind"], 99)))
+        return [d for _p, d in out]
 
     def _delta(self, cur: np.ndarray, prev: np.ndarray, limit: np.ndarray):
         """(delta, bad) with 32/64-bit wrap handling; bad marks implausible steps."""
@@ -139,7 +146,8 @@ class LinkHealthDetector:
         bad = (fwd & (d_fwd.astype(np.float64) > lim)) | (~fwd & ~use32 & ~use64)
         return delta, bad
 
-    def _step(self, b: np.ndarray, slots: np.ndarray) -> list[dict]:
+    def _step(self, b: np.ndarray, slots: np.ndarray, part: np.ndarray) -> list[tuple[int, dict]]:
+        """One sample of each of ``slots`` (distinct ports) -> (message number, LinkHealth dict) pairs."""
         cfg = self.config
         st = self.st
         t = b["time_received_ms"].astype(np.int64)
@@ -214,18 +222,18 @@ class LinkHealthDetector:
             st[c][ls] = cur[c][live]
 
         # outputs (one dict per emitted record)
-        out: list[dict] = []
+        out: list[tuple[int, dict]] = []
         emit_rows = np.flatnonzero(cmp_ & (reset | speed_chg | oper_chg | burst_start | sustained | (ok & cfg.emit_samples)))
         if len(emit_rows) == 0:
             return out
         # Python values of the emitted rows, column by column (no numpy scalar per field)
         r = emit_rows
-        cols = [x[r].tolist() for x in (slots, t, interval, speed, p_speed, util_in, util_out, rate["in_errors"],
+        cols = [x[r].tolist() for x in (part, slots, t, interval, speed, p_speed, util_in, util_out, rate["in_errors"],
                                          rate["out_errors"], rate["in_discards"], rate["out_discards"], oper, reset,
                                          uptime_reset, speed_chg, oper_chg, burst_start, err_ps, sustained, since)]
         switch: dict[str, str] = {}
         for row in zip(*cols):
-            slot, t_i, iv, sp, psp, u_in, u_out, ie, oe, idc, odc, op, rst, upr, sch, och, bst, eps, sus, snc = row
+            m, slot, t_i, iv, sp, psp, u_in, u_out, ie, oe, idc, odc, op, rst, upr, sch, och, bst, eps, sus, snc = row
             exporter, if_index = self.keys[slot]
             sw = switch.get(exporter)
             if sw is None:
@@ -250,19 +258,19 @@ class LinkHealthDetector:
             }
             if rst:
                 why = "agent uptime went backwards" if upr else "counter step not explainable by a wrap"
-                out.append(base | {"kind": "counter_reset", "detail": why})
+                out.append((m, base | {"kind": "counter_reset", "detail": why}))
             elif cfg.emit_samples:
-                out.append(dict(base))
+                out.append((m, base))
             if sch:
                 kind = "link_downgrade" if sp < psp else "speed_change"
-                out.append(base | {"kind": kind, "detail": f"if_speed {psp} -> {sp} bps"})
+                out.append((m, base | {"kind": kind, "detail": f"if_speed {psp} -> {sp} bps"}))
             if och:
-                out.append(base | {"kind": "oper_up" if op else "oper_down", "detail": "oper status changed"})
+                out.append((m, base | {"kind": "oper_up" if op else "oper_down", "detail": "oper status changed"}))
             if bst:
-                out.append(base | {"kind": "error_burst", "detail": f"{eps:.1f} errors/s"})
+                out.append((m, base | {"kind": "error_burst", "detail": f"{eps:.1f} errors/s"}))
             if sus:
-                out.append(base | {"kind": "sustained_utilisation",
-                                   "detail": f"utilisation >= {cfg.util_threshold:g} since {snc} ms"})
+                out.append((m, base | {"kind": "sustained_utilisation",
+                                       "detail": f"utilisation >= {cfg.util_threshold:g} since {snc} ms"}))
         return out
 
     def snapshot(self) -> dict:

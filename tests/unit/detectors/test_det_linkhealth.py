@@ -1,5 +1,9 @@
 """Link health from counter samples: rates, wraps, resets, speed, oper, bursts, sustained load."""
 
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from processors.logic.linkhealth import LinkHealthConfig, LinkHealthDetector
 
 from .helpers import counters
@@ -113,3 +117,47 @@ def test_snapshot_restore():
     det2.restore(det.snapshot())
     nxt = counters([dict(t=30_000, in_octets=3_000_005)])
     assert det.process(nxt) == det2.process(nxt)
+
+
+_SAMPLE = st.fixed_dictionaries({
+    "exporter": st.sampled_from(["192.0.2.10", "192.0.2.11", "2001:db8::1"]),
+    "if_index": st.integers(1, 3),
+    "t": st.integers(0, 12).map(lambda k: k * 10_000),
+    "seq": st.integers(1, 4),
+    "uptime": st.integers(0, 130_000),
+    "speed": st.sampled_from([G25, 1_000_000_000, 0]),
+    "oper": st.booleans(),
+    "in_octets": st.integers(0, 2**64 - 1),
+    "out_octets": st.integers(0, 2**33),
+    "in_errors": st.integers(0, 5_000),
+    "out_discards": st.integers(0, 2**32 + 5),
+})
+
+
+@settings(max_examples=150, deadline=None)
+@given(messages=st.lists(st.lists(_SAMPLE, min_size=0, max_size=6), min_size=1, max_size=6),
+       burst=st.sampled_from([1.0, 1e9]), sustained_s=st.sampled_from([0.0, 20.0]))
+def test_messages_processed_together_equal_one_after_the_other(messages, burst, sustained_s):
+    """process(concatenated messages, message numbers) == process of each message in turn: outputs, their order,
+    stale samples and the per-port state (late samples in a later message stay stale)."""
+    cfg = dict(error_burst_per_s=burst, util_threshold=0.01, sustained_s=sustained_s)
+    together = LinkHealthDetector(LinkHealthConfig(**cfg))
+    rows = [s for m in messages for s in m]
+    number = np.repeat(np.arange(len(messages)), [len(m) for m in messages])
+    batch = counters(rows)
+    batch["sample_sequence"] = [s["seq"] for s in rows]  # counters() numbers rows of one message
+    by_one = LinkHealthDetector(LinkHealthConfig(**cfg))
+    each = []
+    for m in messages:
+        if m:
+            b = counters(m)
+            b["sample_sequence"] = [s["seq"] for s in m]
+            each += by_one.process(b)
+    assert together.process(batch, number) == each
+    assert together.stale == by_one.stale
+
+    def state(det):
+        snap = det.snapshot()
+        return {tuple(k): {f: v[i] for f, v in snap["state"].items()} for i, k in enumerate(snap["keys"])}
+
+    assert state(together) == state(by_one)

@@ -489,3 +489,39 @@ def test_enriched_messages_copy_the_flow_fields_of_the_raw_message(tmp_path):
             decoded = codec.decode_batch(got[0])  # ... and read back as the same records
             for name in expect.dtype.names:
                 assert decoded[name].tolist() == expect[name].tolist(), name
+
+
+def test_counter_samples_wait_for_a_batch_and_give_the_same_link_outputs(tmp_path):
+    """detect queues counter samples per shard (processors.counter_batch_rows) and applies them together, before
+    a snapshot and at the tick: the link-health outputs equal those of applying each message as it comes."""
+    from tests.unit.detectors.helpers import counters
+
+    def message(t, exporters, late=False):
+        rows = [dict(exporter=e, if_index=i, t=t - (25_000 if late and i == 1 else 0), in_octets=t * 1000 * (i + 1),
+                     in_errors=t // 100 if e.endswith("11") else 0) for e in exporters for i in (1, 2)]
+        return codec.encode_batch("counter_batch", counters(rows))
+
+    msgs = [message(10_000 * k, ["192.0.2.10", "192.0.2.11"] if k % 2 else ["192.0.2.11", "192.0.2.12"], late=k == 5)
+            for k in range(1, 9)]
+    right_away, sent1 = _proc(tmp_path / "a", counter_batch_rows=1)
+    queued, sent2 = _proc(tmp_path / "b")
+    link = right_away.settings.kafka.topics.link_health
+
+    def links(sent):
+        return [(k, v) for t, k, v, _p, _h in sent if t == link]
+
+    for off, m in enumerate(msgs[:6]):
+        right_away.handle_shuffle(1, off, m)
+        queued.handle_shuffle(1, off, m)
+    assert links(sent1) and not links(sent2)  # 24 samples wait (< 256)
+    assert queued.counters_waiting[1]
+    queued.write_snapshot(1)  # a snapshot covers them: applied first
+    assert links(sent2) == links(sent1)
+    assert not queued.counters_waiting
+    assert _metric(queued, "fabricflow_processors_counter_samples_total") == _metric(right_away, "fabricflow_processors_counter_samples_total")
+    for off, m in enumerate(msgs[6:], 6):
+        right_away.handle_shuffle(1, off, m)
+        queued.handle_shuffle(1, off, m)
+    queued.on_tick(int(2e12))  # and so does the timer
+    assert links(sent2) == links(sent1)
+    assert queued.cores[1].engine.link.stale == right_away.cores[1].engine.link.stale == 2
