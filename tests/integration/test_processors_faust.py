@@ -1,5 +1,5 @@
-"""Processors as a real Faust worker on the embedded broker, from flows.raw.v1 to the output topics
-(matrix, incast, straggler, alerts): the same outputs as `fabricflow replay` of the same input, also
+"""Processors as a real Faust worker on the embedded broker, from flows.raw.v1 and counters.raw.v1 to the output
+topics (matrix, incast, straggler, link health, alerts): the same outputs as `fabricflow replay` of the same input, also
 after the worker is killed mid-stream."""
 
 from __future__ import annotations
@@ -30,13 +30,32 @@ KIND_TOPIC = {"matrix": "matrix", "incast": "incast", "straggler": "straggler", 
 ALERT_IDENTITY = ("dedup_key", "rule", "severity", "state", "first_seen_ms", "entities")
 
 
-def expected_outputs(settings, batches) -> list[tuple]:
+def counter_batches(start_ms=1_767_225_600_000, seconds=60) -> list[tuple[str, np.ndarray]]:
+    """(exporter, CounterBatch) every 5 s from two switches, 3 ports each: an error burst on one port, a downgrade
+    on another, and one sample that arrives after a newer one of its port (stale)."""
+    from tests.unit.detectors.helpers import counters
+
+    out = []
+    for k, t in enumerate(range(start_ms, start_ms + seconds * 1000 + 1, 5000)):
+        for exporter in ("192.0.2.10", "192.0.2.11"):
+            rows = [dict(exporter=exporter, if_index=i, t=t, seq=k + 1, uptime=t - start_ms + 1000,
+                         in_octets=(t - start_ms) * 100 * i, out_octets=(t - start_ms) * 50 * i,
+                         in_errors=(t - start_ms) // 10 if (exporter, i) == ("192.0.2.11", 2) and k >= 6 else 0,
+                         speed=1_000_000_000 if (exporter, i) == ("192.0.2.10", 3) and k >= 8 else 25_000_000_000)
+                    for i in (1, 2, 3)]
+            out.append((exporter, counters(rows)))
+    late = counters([dict(exporter="192.0.2.10", if_index=1, t=start_ms + 2500, seq=1, uptime=3500)])
+    out.insert(len(out) // 2, ("192.0.2.10", late))
+    return out
+
+
+def expected_outputs(settings, batches, counters=()) -> list[tuple]:
     """What ``fabricflow replay`` computes for the same input (processors.replay.replay_batches)."""
     from processors.replay import core_factory_from, replay_batches
     from schemas import codec
 
     factory = core_factory_from(settings.processors, inventory=str(INVENTORY))
-    outs = replay_batches([b for _e, b in batches], [], factory, settings.kafka.partitions)
+    outs = replay_batches([b for _e, b in batches], [b for _e, b in counters], factory, settings.kafka.partitions)
     t = settings.kafka.topics
     schemas = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health", "alert": "alert"}
     res = []
@@ -123,14 +142,17 @@ def test_worker_outputs_equal_replay(kafka_bootstrap, unique_topic, tmp_path):
     s = _settings(kafka_bootstrap, unique_topic, tmp_path)
     create_topics(s)
     batches = training_batches()
-    expected = expected_outputs(s, batches)
+    ctrs = counter_batches()
+    expected = expected_outputs(s, batches, ctrs)
     kinds = Counter(t for t, _k, _v in expected)
+    assert kinds[s.kafka.topics.link_health] > 0
     assert kinds[s.kafka.topics.incast] == 2 and kinds[s.kafka.topics.straggler] > 0
     assert any('"rule": "unregistered_host"' in v and '"state": "firing"' in v for t, _k, v in expected if t == s.kafka.topics.alerts)
     cfg = write_config(tmp_path / "c.yaml", s)
     proc = start_worker(cfg, tmp_path / "worker.log")
     try:
         produce_batches(kafka_bootstrap, s.kafka.topics.flows_raw, batches)
+        produce_batches(kafka_bootstrap, s.kafka.topics.counters_raw, ctrs, schema="counter_batch")
         got = collect(s, expected, proc=proc)
     finally:
         stop_worker(proc)
@@ -151,12 +173,16 @@ def test_worker_killed_mid_stream_recovers_same_outputs(kafka_bootstrap, unique_
     s = _settings(kafka_bootstrap, unique_topic, tmp_path, snapshot_every_messages=3, snapshot_interval_s=600)
     create_topics(s)
     batches = training_batches(seed=2)
-    expected = expected_outputs(s, batches)
+    ctrs = counter_batches()  # link health: counter samples wait in detect (counter_batch_rows), lost at the kill
+    expected = expected_outputs(s, batches, ctrs)
+    assert any(t == s.kafka.topics.link_health and '"error_burst"' in v for t, _k, v in expected)
+    assert any(t == s.kafka.topics.link_health and '"link_downgrade"' in v for t, _k, v in expected)
     cfg = write_config(tmp_path / "c.yaml", s)
     first, second = batches[: len(batches) // 2], batches[len(batches) // 2 :]
     proc = start_worker(cfg, tmp_path / "worker1.log")
     try:
         produce_batches(kafka_bootstrap, s.kafka.topics.flows_raw, first)
+        produce_batches(kafka_bootstrap, s.kafka.topics.counters_raw, ctrs[: len(ctrs) // 2], schema="counter_batch")
         # Wait until the worker has produced some matrix windows, then kill it hard.
         consume(kafka_bootstrap, s.kafka.topics.matrix, until=lambda ms: len(ms) >= 10, timeout_s=90)
     finally:
@@ -167,6 +193,7 @@ def test_worker_killed_mid_stream_recovers_same_outputs(kafka_bootstrap, unique_
     proc = start_worker(cfg, tmp_path / "worker2.log")
     try:
         produce_batches(kafka_bootstrap, s.kafka.topics.flows_raw, second)
+        produce_batches(kafka_bootstrap, s.kafka.topics.counters_raw, ctrs[len(ctrs) // 2 :], schema="counter_batch")
         got = collect(s, expected, proc=proc)
     finally:
         stop_worker(proc)
