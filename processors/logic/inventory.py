@@ -710,6 +710,13 @@ class Inventory:
         self._job_node = np.array([r[0] for r in mem_rows], dtype=np.int64)
         self._job_until = np.array([r[2] for r in mem_rows], dtype=np.int64)
         self._job_name = np.array([r[3] for r in mem_rows] + [""], dtype=object)
+        self._job_from = self._job_keys & _TIME_MAX
+        # node id -> its only membership row; -1 none, -2 several (looked up by time); a last -1 for node id -1
+        only = np.full(len(self.node_names) + 1, -1, dtype=np.int64)
+        if len(mem_rows):
+            nodes, first, count = np.unique(self._job_node, return_index=True, return_counts=True)
+            only[nodes] = np.where(count == 1, first, -2)
+        self._job_only = only
         self.job_names: list[str] = sorted({j.name for j in spec.jobs})
 
         # switches: agent address -> switch, (switch, ifIndex) -> port
@@ -822,11 +829,22 @@ class Inventory:
         if len(self._job_keys) == 0:
             return np.full(len(nid), out_none, dtype=np.intp)
         t = np.clip(np.asarray(time_ms, dtype=np.int64), 0, _TIME_MAX)
-        q = (np.maximum(nid, 0) << _TIME_BITS) | t
-        i = np.searchsorted(self._job_keys, q, side="right") - 1
+        # A node in one job (the usual case) is a table lookup; nodes in several jobs over time, a binary search.
+        only = self._job_only
+        row = only.take(nid, mode="clip") if len(nid) else np.zeros(0, dtype=np.int64)
+        row[(nid < 0) | (nid >= len(only) - 1)] = -1
+        several = np.flatnonzero(row == -2)
+        if len(several):
+            row[several] = self._job_row_search(nid[several], t[several])
+        rc = np.maximum(row, 0)
+        ok = (row >= 0) & (t >= self._job_from[rc]) & (t < self._job_until[rc])
+        return np.where(ok, rc, out_none)
+
+    def _job_row_search(self, nid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Membership row of node ``nid`` (all >= 0) that started last at or before ``t`` (-1 when none)."""
+        i = np.searchsorted(self._job_keys, (nid << _TIME_BITS) | t, side="right") - 1
         ic = np.maximum(i, 0)
-        ok = (i >= 0) & (nid >= 0) & (self._job_node[ic] == nid) & (t < self._job_until[ic])
-        return np.where(ok, ic, out_none)
+        return np.where((i >= 0) & (self._job_node[ic] == nid), ic, -1)
 
     def node_capacity_bps(self, names: Iterable[str] | np.ndarray) -> np.ndarray:
         """float64 NIC link capacity (bits/s) per node name; NaN for unknown nodes or no capacity given."""

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from processors.logic.inventory import Inventory, InventoryError, parse_bps
 from schemas.columns import addr16, addr16_column
@@ -406,3 +408,36 @@ def test_csv_duplicate_port_and_millisecond_job_bounds(tmp_path):
     })
     t0 = ms("2026-12-01")
     assert inv.jobs_at(np.zeros(4, int), np.array([t0, t0 + 1, t0 + 2, t0 + 3])).tolist() == ["", "j", "j", ""]
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs=st.lists(st.tuples(st.lists(st.integers(0, 4), min_size=1, max_size=5, unique=True),
+                               st.integers(0, 20), st.integers(1, 10)), max_size=6),
+       queries=st.lists(st.tuples(st.integers(-2, 6), st.integers(-5, 40)), min_size=1, max_size=40))
+def test_job_codes_equal_a_search_over_all_memberships(jobs, queries):
+    """Nodes in one job are a table lookup, nodes in several a binary search: both give the membership that
+    started last at or before the time and has not ended (checked against a plain scan of the rows)."""
+    day = 86_400_000
+    busy: dict[int, list[tuple[int, int]]] = {}
+    spec_jobs = []
+    for k, (nodes, start, days) in enumerate(jobs):
+        t0, t1 = start * day, (start + days) * day
+        nodes = [n for n in nodes if all(t1 <= a or b <= t0 for a, b in busy.get(n, []))]  # no overlaps per node
+        if not nodes:
+            continue
+        for n in nodes:
+            busy.setdefault(n, []).append((t0, t1))
+        spec_jobs.append({"name": f"j{k}", "nodes": [f"g{n}" for n in nodes],
+                          "from": datetime.fromtimestamp(t0 / 1000, timezone.utc).isoformat(),
+                          "until": datetime.fromtimestamp(t1 / 1000, timezone.utc).isoformat()})
+    inv = Inventory.from_dict({"nodes": [{"name": f"g{i}", "addresses": [f"10.0.0.{i + 1}"], "group": "gpu"} for i in range(5)],
+                               "jobs": spec_jobs})
+    nid = np.array([q[0] for q in queries])
+    t = np.array([q[1] * day // 2 for q in queries])
+    want = []
+    for n, tt in zip(nid.tolist(), t.tolist()):
+        rows = [(j["name"], int(datetime.fromisoformat(j["from"]).timestamp() * 1000),
+                 int(datetime.fromisoformat(j["until"]).timestamp() * 1000)) for j in spec_jobs if f"g{n}" in j["nodes"]]
+        hit = [name for name, a, b in rows if a <= max(tt, 0) < b] if 0 <= n < 5 else []
+        want.append(hit[0] if hit else "")
+    assert inv.jobs_at(nid, t).tolist() == want
