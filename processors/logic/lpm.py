@@ -6,10 +6,11 @@ becomes ``::ffff:a.b.c.d/(96+L)``, so IPv4 prefixes only ever match
 IPv4-mapped addresses, while an IPv6 ``::/0`` matches everything.
 
 Lookup works one prefix length at a time, longest first. For one length the
-masked (hi, lo) 64-bit halves of each address are turned into ranks among the
-distinct halves of that length's prefixes (``np.searchsorted``), the two ranks
-form one int64 key, and a last ``searchsorted`` finds the prefix. Addresses
-matched at a longer length are not looked at again. No per-address Python.
+masked (hi, lo) 64-bit halves of each address are looked up in that length's
+open-addressing hash table (multiplicative hash, linear probing, at most 1/4
+full, so most addresses are settled by their first slot: a hit, or an empty
+slot). Addresses matched at a longer length are not looked at again. No
+per-address Python.
 """
 
 from __future__ import annotations
@@ -58,54 +59,77 @@ def addr_halves(addrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return w[:, 0].astype(np.uint64), w[:, 1].astype(np.uint64)
 
 
-class _Level:
-    """All prefixes of one length: sorted distinct halves and combined keys."""
+_MIX_HI = np.uint64(0xC2B2AE3D27D4EB4F)
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio (Fibonacci hashing)
 
-    __slots__ = ("length", "hmask", "lmask", "uhi", "ulo", "keys", "index")
+
+def _slots(hi: np.ndarray, lo: np.ndarray, shift: np.uint64) -> np.ndarray:
+    """Hash table slot (top bits of a multiplicative hash) of each (hi, lo) pair; uint64 arithmetic wraps."""
+    x = hi * _MIX_HI
+    x ^= lo
+    x *= _MIX
+    x >>= shift
+    return x.view(np.int64)
+
+
+class _Level:
+    """All prefixes of one length: an open-addressing hash table of their (hi, lo) halves."""
+
+    __slots__ = ("length", "hmask", "lmask", "shift", "smask", "t_hi", "t_lo", "t_idx", "max_probe")
 
     def __init__(self, length: int, values: list[int], index: list[int]):
         self.length = length
         self.hmask = np.uint64(_mask64(min(length, 64)))
         self.lmask = np.uint64(_mask64(max(length - 64, 0)))
+        seen: dict[int, int] = {}
+        for v, i in zip(values, index):
+            if v in seen:
+                raise ValueError(f"duplicate prefix {prefix_str(v, length)}")
+            seen[v] = i
+        size = 8
+        while size < 4 * len(values):
+            size *= 2
+        bits = size.bit_length() - 1
+        self.shift = np.uint64(64 - bits)
+        self.smask = size - 1
         his = np.array([v >> 64 for v in values], dtype=np.uint64)
         los = np.array([v & _ALL64 for v in values], dtype=np.uint64)
-        self.uhi = np.unique(his)
-        self.ulo = np.unique(los)
-        r = np.searchsorted(self.uhi, his).astype(np.int64)
-        s = np.searchsorted(self.ulo, los).astype(np.int64)
-        keys = r * len(self.ulo) + s
-        order = np.argsort(keys, kind="stable")
-        self.keys = keys[order]
-        self.index = np.asarray(index, dtype=np.int32)[order]
-        if len(self.keys) > 1 and (np.diff(self.keys) == 0).any():
-            j = int(self.index[np.flatnonzero(np.diff(self.keys) == 0)[0]])
-            dup = values[index.index(j)]
-            raise ValueError(f"duplicate prefix {prefix_str(dup, length)}")
-
-    @staticmethod
-    def _rank(table: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if len(table) == 1:
-            return np.zeros(len(q), dtype=np.int64), q == table[0]
-        r = np.searchsorted(table, q)
-        rc = np.minimum(r, len(table) - 1)
-        return rc.astype(np.int64), table[rc] == q
+        self.t_hi = np.zeros(size, dtype=np.uint64)
+        self.t_lo = np.zeros(size, dtype=np.uint64)
+        self.t_idx = np.full(size, -1, dtype=np.int32)
+        self.max_probe = 0
+        for slot, h, lo, i in zip(_slots(his, los, self.shift).tolist(), his.tolist(), los.tolist(), index):
+            d = 0
+            while self.t_idx[(slot + d) & self.smask] >= 0:
+                d += 1
+            at = (slot + d) & self.smask
+            self.t_hi[at], self.t_lo[at], self.t_idx[at] = h, lo, i
+            self.max_probe = max(self.max_probe, d)
 
     def match(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(positions of the matching addresses, their entry indexes)."""
-        r, ok = self._rank(self.uhi, hi & self.hmask)
-        sel = np.flatnonzero(ok)
-        s, okl = self._rank(self.ulo, lo[sel] & self.lmask)
-        sel = sel[okl]
-        r = r[sel]
-        s = s[okl]
-        if len(self.uhi) == 1:  # keys are exactly 0..len(ulo)-1
-            return sel, self.index[s]
-        if len(self.ulo) == 1:  # keys are exactly 0..len(uhi)-1
-            return sel, self.index[r]
-        key = r * len(self.ulo) + s
-        k = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
-        found = self.keys[k] == key
-        return sel[found], self.index[k[found]]
+        qh = hi & self.hmask
+        ql = lo & self.lmask
+        slot = _slots(qh, ql, self.shift)
+        rows = None  # positions still searched (None: all)
+        pos, idx = [], []
+        for d in range(self.max_probe + 1):
+            s = slot if d == 0 else (slot + d) & self.smask
+            entry = self.t_idx.take(s)
+            hit = (self.t_lo.take(s) == ql) & (self.t_hi.take(s) == qh) & (entry >= 0)
+            h = np.flatnonzero(hit)
+            pos.append(h if rows is None else rows[h])
+            idx.append(entry[h])
+            if d == self.max_probe:
+                break
+            more = np.flatnonzero((entry >= 0) & ~hit)  # another prefix in that slot: this one may come later
+            if len(more) == 0:
+                break  # the rest ended at an empty slot: no prefix of this length
+            rows = more if rows is None else rows[more]
+            slot, qh, ql = slot[more], qh[more], ql[more]
+        if len(pos) == 1:
+            return pos[0], idx[0]
+        return np.concatenate(pos), np.concatenate(idx)
 
 
 class PrefixTable:

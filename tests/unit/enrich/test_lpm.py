@@ -120,3 +120,21 @@ def test_matches_brute_force(tq):
     cidrs, queries = tq
     got = PrefixTable.from_cidrs(cidrs).lookup(addr16_column(queries)).tolist()
     assert got == brute(cidrs, queries)
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_many_host_routes_and_colliding_slots(monkeypatch, collide):
+    """Thousands of host routes (long probe runs in the hash tables); with ``collide`` every prefix of a length
+    hashes to one of two slots, so lookups walk long chains and stop at empty slots or the probe limit."""
+    from processors.logic import lpm
+
+    if collide:
+        monkeypatch.setattr(lpm, "_slots", lambda hi, lo, shift: (lo & np.uint64(1)).view(np.int64) * 7)
+    rng = np.random.default_rng(4)
+    hosts = sorted({f"10.{a}.{b}.{c}" for a, b, c in rng.integers(0, 8, (1500, 3)).tolist()})
+    cidrs = hosts + ["10.0.0.0/8", "10.1.0.0/16", "10.2.3.0/24", "fd00::/8", "fd00::5"]
+    table = PrefixTable.from_cidrs(cidrs)
+    assert max(lv.max_probe for lv in table._levels) > (20 if collide else 0)
+    queries = hosts[::7] + [f"10.{a}.{b}.{c}" for a, b, c in rng.integers(0, 12, (400, 3)).tolist()]
+    queries += ["11.0.0.1", "fd00::5", "fd00::6", "2001:db8::1"]
+    assert table.lookup(addr16_column(queries)).tolist() == brute(cidrs, queries)
