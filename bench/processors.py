@@ -413,6 +413,8 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
                 proc.write_due_snapshots(time.monotonic())
                 count_new_snapshots(before)
         if not legacy:
+            if hasattr(proc, "apply_waiting_counters"):  # what the worker's next tick does
+                proc.apply_waiting_counters()
             before = dict(store)
             proc.write_due_snapshots(time.monotonic(), force=True)
             count_new_snapshots(before)

@@ -159,9 +159,9 @@ class ProcessorSettings(_Section):
         "only once what it holds is delivered",
     )
     counter_batch_rows: int = Field(
-        256, ge=1, description="detect applies a shard's counter samples (link health) once this many are waiting, "
-        "before each snapshot of the shard and at every tick: fewer, larger link-health steps, same outputs per port; "
-        "1 = each counter message as it comes",
+        256, ge=1, description="detect applies a shard's counter samples (link health) once this many are waiting "
+        "and at every tick (waiting samples are part of the shard's snapshot): fewer, larger link-health steps, same "
+        "outputs per port; 1 = each counter message as it comes",
     )
     snapshot_every_messages: int = Field(
         64, ge=1, description="Write a shard's state snapshot (core-state table) after this many shuffle messages of its partition; "

@@ -46,6 +46,7 @@ wall-clock time when its stream is idle, and the output producer is polled.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import time
@@ -440,7 +441,7 @@ class Processors:
                     except Exception:  # noqa: BLE001
                         log.warning("shard %d: snapshot on revocation failed (events are re-applied)", part, exc_info=True)
                 self.cores.pop(part, None)
-                self.counters_waiting.pop(part, None)  # the next owner applies them again (not acked)
+                self.counters_waiting.pop(part, None)  # in the snapshot above (or re-applied: not acked)
                 self.last_offset.pop(part, None)
                 self.sources.pop(part, None)
                 self._forget(part)
@@ -628,6 +629,11 @@ class Processors:
                 core.restore(snap["core"])
                 self.last_offset[partition] = snap["offset"]
                 self.sources[partition] = {k: tuple(v) for k, v in snap.get("sources", {}).items()}
+                waiting = snap.get("counters_waiting")
+                if waiting:  # counter samples the snapshot's messages carried, not applied yet
+                    rows = codec.decode_batch(base64.b64decode(waiting["batch"]), expect="counter_batch")
+                    ends = np.cumsum(waiting["rows"]).tolist()
+                    self.counters_waiting[partition] = [rows[a:b] for a, b in zip([0] + ends[:-1], ends)]
                 log.info("shard %d restored at offset %d", partition, snap["offset"])
             self.cores[partition] = core
         return core
@@ -689,14 +695,19 @@ class Processors:
             await stream.ack(ev)
 
     def snapshot(self, partition: int) -> bytes:
-        """The shard's state: core snapshot, last applied shuffle offset, raw sources applied (zlib'd JSON).
+        """The shard's state: core snapshot, last applied shuffle offset, raw sources applied, and the counter
+        samples of applied messages still waiting for link health (zlib'd JSON).
 
-        Waiting counter samples are applied first (their outputs produced): the state covers every applied message.
+        The waiting samples are kept, not applied here: their link-health records would be produced just
+        before the snapshot that covers their messages, and lost if the worker died before delivering them.
         """
-        self._emit(self._apply_counters(partition))
         core = self.core_for(partition)
         seen = self.sources.get(partition, {})
         snap = {"offset": self.last_offset.get(partition, -1), "core": core.snapshot(), "sources": {k: list(v) for k, v in seen.items()}}
+        waiting = self.counters_waiting.get(partition)
+        if waiting:
+            batch = codec.encode_batch("counter_batch", concat_rows(waiting))
+            snap["counters_waiting"] = {"rows": [len(c) for c in waiting], "batch": base64.b64encode(batch).decode()}
         return zlib.compress(json.dumps(snap, separators=(",", ":")).encode(), 1)
 
     def handle_shuffle(self, partition: int, offset: int, value: bytes, source: tuple | None = None,
@@ -771,7 +782,8 @@ class Processors:
         return True
 
     def _add_counters(self, partition: int, counters: np.ndarray) -> list:
-        """Queue a shard's counter samples; apply the queue once it holds ``counter_batch_rows`` samples."""
+        """Queue a shard's counter samples; apply the queue once it holds ``counter_batch_rows`` samples
+        (and at every tick). The queue is part of the shard's snapshot."""
         waiting = self.counters_waiting.setdefault(partition, [])
         waiting.append(counters)
         if sum(len(c) for c in waiting) < self.settings.processors.counter_batch_rows:

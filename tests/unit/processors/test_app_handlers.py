@@ -492,8 +492,9 @@ def test_enriched_messages_copy_the_flow_fields_of_the_raw_message(tmp_path):
 
 
 def test_counter_samples_wait_for_a_batch_and_give_the_same_link_outputs(tmp_path):
-    """detect queues counter samples per shard (processors.counter_batch_rows) and applies them together, before
-    a snapshot and at the tick: the link-health outputs equal those of applying each message as it comes."""
+    """detect queues counter samples per shard (processors.counter_batch_rows) and applies them together at the
+    threshold and at the tick: the link-health outputs equal those of applying each message as it comes. A
+    snapshot keeps the waiting samples (it does not apply them), and a restore from it applies them later."""
     from tests.unit.detectors.helpers import counters
 
     def message(t, exporters, late=False):
@@ -502,9 +503,9 @@ def test_counter_samples_wait_for_a_batch_and_give_the_same_link_outputs(tmp_pat
         return codec.encode_batch("counter_batch", counters(rows))
 
     msgs = [message(10_000 * k, ["192.0.2.10", "192.0.2.11"] if k % 2 else ["192.0.2.11", "192.0.2.12"], late=k == 5)
-            for k in range(1, 9)]
+            for k in range(1, 13)]
     right_away, sent1 = _proc(tmp_path / "a", counter_batch_rows=1)
-    queued, sent2 = _proc(tmp_path / "b")
+    queued, sent2 = _proc(tmp_path / "b", counter_batch_rows=40)
     link = right_away.settings.kafka.topics.link_health
 
     def links(sent):
@@ -513,15 +514,20 @@ def test_counter_samples_wait_for_a_batch_and_give_the_same_link_outputs(tmp_pat
     for off, m in enumerate(msgs[:6]):
         right_away.handle_shuffle(1, off, m)
         queued.handle_shuffle(1, off, m)
-    assert links(sent1) and not links(sent2)  # 24 samples wait (< 256)
-    assert queued.counters_waiting[1]
-    queued.write_snapshot(1)  # a snapshot covers them: applied first
-    assert links(sent2) == links(sent1)
-    assert not queued.counters_waiting
-    assert _metric(queued, "fabricflow_processors_counter_samples_total") == _metric(right_away, "fabricflow_processors_counter_samples_total")
+    assert links(sent1) and not links(sent2)  # 24 samples wait (< 40)
+    queued.write_snapshot(1)
+    assert not links(sent2) and queued.counters_waiting[1]  # kept, in the snapshot
+    # the worker dies; the shard's next owner restores the snapshot with the waiting samples
+    restored, sent3 = _proc(tmp_path / "c", counter_batch_rows=40)
+    restored.state = dict(queued.state)
+    restored.core_for(1)
+    assert [len(c) for c in restored.counters_waiting[1]] == [4] * 6
     for off, m in enumerate(msgs[6:], 6):
         right_away.handle_shuffle(1, off, m)
-        queued.handle_shuffle(1, off, m)
-    queued.on_tick(int(2e12))  # and so does the timer
-    assert links(sent2) == links(sent1)
-    assert queued.cores[1].engine.link.stale == right_away.cores[1].engine.link.stale == 2
+        restored.handle_shuffle(1, off, m)
+    assert len(links(sent3)) > 0  # 24 + 16 samples reached the threshold
+    restored.on_tick(int(2e12))  # the rest at the tick
+    assert not restored.counters_waiting
+    assert links(sent3) == links(sent1)
+    assert restored.cores[1].engine.link.stale == right_away.cores[1].engine.link.stale == 2
+    assert _metric(restored, "fabricflow_processors_counter_samples_total") == 24
