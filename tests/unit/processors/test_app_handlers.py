@@ -531,3 +531,32 @@ def test_counter_samples_wait_for_a_batch_and_give_the_same_link_outputs(tmp_pat
     assert links(sent3) == links(sent1)
     assert restored.cores[1].engine.link.stale == right_away.cores[1].engine.link.stale == 2
     assert _metric(restored, "fabricflow_processors_counter_samples_total") == 24
+
+
+def test_snapshot_waits_for_the_outputs_of_the_messages_it_covers(tmp_path):
+    """The output producer is flushed before a snapshot goes to the changelog; a snapshot whose outputs cannot
+    be delivered is postponed (nothing written, its events stay pending and unacknowledged)."""
+    p, _sent = _proc(tmp_path)
+    order = []
+    left = {"n": 3}
+    p.publisher.flush = lambda timeout=10.0: order.append("flush") or left["n"]
+    p.state = _RecordingStore(order)
+    events = [_Event(0, off, m) for off, m in enumerate(_shard_msgs(p))]
+    p.handle_shuffle_events(events)
+    assert p.write_due_snapshots(now=0.0, force=True) == []  # 3 outputs not acknowledged: no snapshot
+    assert order == ["flush"] and not p.state and len(p.pending[0]) == len(events)
+    assert _metric(p, "fabricflow_processors_snapshots_total") == 0
+    left["n"] = 0
+    order.clear()
+    assert p.write_due_snapshots(now=0.0, force=True) == events
+    assert order == ["flush", "write"] and not p.pending.get(0)
+
+
+class _RecordingStore(dict):
+    def __init__(self, order):
+        super().__init__()
+        self.order = order
+
+    def __setitem__(self, key, value):
+        self.order.append("write")
+        super().__setitem__(key, value)
