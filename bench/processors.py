@@ -32,8 +32,9 @@ Three measurements on the same data, each on one core (``--cpu``):
    their windows, see docs/performance.md), then ONE
    ``fabricflow process`` subprocess pinned to ``--cpu`` starts. Done = every
    enriched message is on flows.enriched.v1 (CreateTime of the last one) and
-   the worker's /metrics (polled every 0.1 s) say every shuffle message went
-   through the detectors (``fabricflow_processors_shuffle_messages_total``);
+   the worker's /metrics (its three progress metrics, polled every 0.1 s, every
+   10 ms for the last 10 % of the records) say every input flow record went
+   through the detectors (``fabricflow_processors_detect_records_total``);
    "state durable" = additionally no applied message left without a snapshot
    (``fabricflow_processors_unsnapshotted_messages`` 0; up to
    ``processors.snapshot_interval_s`` later by design). Times are measured

@@ -711,8 +711,8 @@ class Inventory:
         self._job_until = np.array([r[2] for r in mem_rows], dtype=np.int64)
         self._job_name = np.array([r[3] for r in mem_rows] + [""], dtype=object)
         self._job_from = self._job_keys & _TIME_MAX
-        # node id -> its only membership row; -1 none, -2 several (looked up by time); a last -1 for node id -1
-        only = np.full(len(self.node_names) + 1, -1, dtype=np.int64)
+        # node id -> its only membership row; -1 none, -2 several (looked up by time)
+        only = np.full(len(self.node_names), -1, dtype=np.int64)
         if len(mem_rows):
             nodes, first, count = np.unique(self._job_node, return_index=True, return_counts=True)
             only[nodes] = np.where(count == 1, first, -2)
@@ -831,8 +831,8 @@ class Inventory:
         t = np.clip(np.asarray(time_ms, dtype=np.int64), 0, _TIME_MAX)
         # A node in one job (the usual case) is a table lookup; nodes in several jobs over time, a binary search.
         only = self._job_only
-        row = only.take(nid, mode="clip") if len(nid) else np.zeros(0, dtype=np.int64)
-        row[(nid < 0) | (nid >= len(only) - 1)] = -1
+        row = only.take(nid, mode="clip")
+        row[(nid < 0) | (nid >= len(only))] = -1  # not a node id (-1: an address without a node)
         several = np.flatnonzero(row == -2)
         if len(several):
             row[several] = self._job_row_search(nid[several], t[several])

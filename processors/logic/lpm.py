@@ -81,11 +81,11 @@ class _Level:
         self.length = length
         self.hmask = np.uint64(_mask64(min(length, 64)))
         self.lmask = np.uint64(_mask64(max(length - 64, 0)))
-        seen: dict[int, int] = {}
-        for v, i in zip(values, index):
+        seen: set[int] = set()
+        for v in values:
             if v in seen:
                 raise ValueError(f"duplicate prefix {prefix_str(v, length)}")
-            seen[v] = i
+            seen.add(v)
         size = 8
         while size < 4 * len(values):
             size *= 2
