@@ -1,12 +1,12 @@
 """Detection quality: every shipped scenario through the whole pipeline, scored against ground truth.
 
 For each scenario: start the local pipeline (embedded broker, ``fabricflow ingest``,
-``fabricflow process``; :class:`fabricflow.runner.LocalPipeline`) on its own ports,
+``fabricflow process``; :class:`devtools.runner.LocalPipeline`) on its own ports,
 send the scenario as real sFlow / NetFlow v9 / IPFIX datagrams on loopback at
 ``--speed`` times real time, read the detector topics with a
-:class:`fabricflow.detections.DetectionFeed` until the scenario ended and the last
+:class:`devtools.detections.DetectionFeed` until the scenario ended and the last
 windows closed, write the simulator's truth file, and score with
-:mod:`fabricflow.scoring`: per detector TP / FP / FN, precision, recall, median time
+:mod:`devtools.scoring`: per detector TP / FP / FN, precision, recall, median time
 to detect (in truth windows), and the traffic-matrix error against the sampling bound.
 Prints one table per scenario and a final table; writes a JSON report.
 
@@ -45,9 +45,9 @@ if str(REPO) not in sys.path:
 
 import yaml  # noqa: E402
 
-from fabricflow.detections import Detection, DetectionFeed  # noqa: E402
-from fabricflow.runner import LocalPipeline, PipelinePorts  # noqa: E402
-from fabricflow.scoring import (  # noqa: E402
+from devtools.detections import Detection, DetectionFeed  # noqa: E402
+from devtools.runner import LocalPipeline, PipelinePorts  # noqa: E402
+from devtools.scoring import (  # noqa: E402
     MatrixReport,
     Observed,
     ScoreReport,
@@ -55,9 +55,9 @@ from fabricflow.scoring import (  # noqa: E402
     merge_scores,
     score_detections,
 )
-from fabricflow.simulator.engine import Simulation  # noqa: E402
-from fabricflow.simulator.sender import UdpSender, pace_and_send, parse_targets  # noqa: E402
-from fabricflow.simulator.truth import read_truth  # noqa: E402
+from devtools.simulator.engine import Simulation  # noqa: E402
+from devtools.simulator.sender import UdpSender, pace_and_send, parse_targets  # noqa: E402
+from devtools.simulator.truth import read_truth  # noqa: E402
 
 SCENARIOS = ("healthy", "straggler", "link_downgrade", "incast", "segmentation", "mixed")
 SCENARIO_DIR = REPO / "scenarios"

@@ -597,10 +597,10 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = None
         if "fabricflow" in collectors and a.sink == "kafka":
             from fabricflow.settings import load_settings
-            from fabricflow.stack import EmbeddedStack
-            from fabricflow.topics import ensure_topics
+            from devtools.stack import EmbeddedStack
+            from fabricflow.streams import ensure_topics
 
-            from fabricflow.stack import port_free
+            from devtools.stack import port_free
 
             kport = a.kafka_port if port_free(a.kafka_port) else _free_tcp_port()
             if kport != a.kafka_port:

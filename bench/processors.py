@@ -228,7 +228,7 @@ def pure_core(settings, inventory_path: str, flows, counters) -> dict:
     """Enrich + shard + detectors per shard, no codec, no Kafka (replay's path). Matrix outputs before the final flush."""
     from processors.logic.core import ProcessorCore, engine_config, shard_of
     from processors.logic.inventory import Inventory
-    from processors.replay import counter_shard_of
+    from replay.core import counter_shard_of
 
     inv = Inventory.load(inventory_path)
     cfg = engine_config(settings.processors)
@@ -461,7 +461,7 @@ def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: 
     env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
     env["PYTHONPATH"] = str(CODE)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fabricflow", "--config", cfg_path, "process"],
+        [sys.executable, "-m", "cli", "--config", cfg_path, "process"],
         stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(workdir),
         preexec_fn=lambda: os.sched_setaffinity(0, {cpu}) if cpu >= 0 else None,
     )
@@ -645,7 +645,7 @@ def main() -> int:
     print(f"code: {CODE}")
     print(f"partitions: {args.partitions}  cpu: {args.cpu}  (machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})")
 
-    from fabricflow.stack import EmbeddedStack
+    from devtools.stack import EmbeddedStack
 
     with EmbeddedStack(settings, with_s3=False) as st:
         if args.cpu >= 0:
@@ -662,7 +662,7 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     import yaml
     from confluent_kafka import Producer
 
-    from fabricflow.topics import ensure_topics
+    from fabricflow.streams import ensure_topics
 
     if args.cpu >= 0:
         pin(0, args.cpu)

@@ -1,8 +1,8 @@
 """fabricflow: flow telemetry pipeline for AI training clusters.
 
-This package holds the CLI (:mod:`fabricflow.cli`), the typed settings
-(:mod:`fabricflow.settings`), topic definitions (:mod:`fabricflow.topics`)
-and the embedded stack launcher (:mod:`fabricflow.stack`). The data path
+This package holds the CLI (:mod:`cli.main`), the typed settings
+(:mod:`fabricflow.settings`), topic definitions (:mod:`fabricflow.streams`)
+and the embedded stack launcher (:mod:`devtools.stack`). The data path
 itself lives in the top-level packages ``ingest``, ``processors``,
 ``schemas`` and ``sinks``.
 """

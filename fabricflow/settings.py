@@ -199,8 +199,10 @@ class ArchiveSettings(_Section):
                     "(0 = write on the consumer thread, no overlap)",
     )
     retention_days: dict[str, int] = Field(
-        default_factory=lambda: {"flows_raw": 7, "counters_raw": 7, "flows_enriched": 14, "default": 90},
-        description="Days to keep per dataset ('default' for the rest); enforced by `fabricflow sink retention`",
+        default_factory=dict,
+        description="Archive retention overrides in days by dataset ('default' for every dataset not named; "
+        "negative = forever) on top of the stream catalog's defaults (docs/archive.md, Retention); enforced by "
+        "`fabricflow sink retention`",
     )
 
     @field_validator("url")

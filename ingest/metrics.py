@@ -1,4 +1,4 @@
-"""Prometheus metrics of the ingest service and the /metrics + /healthz HTTP endpoint.
+"""Prometheus metrics of the ingest service (served by :class:`fabricflow.service.Service`).
 
 Names follow ``fabricflow_<component>_<what>_<unit>``; labels come from bounded
 sets only: exporter addresses are capped (``max_exporters``; beyond it they are
@@ -7,11 +7,7 @@ reported as ``other``), protocols and reasons are closed sets, never ports.
 
 from __future__ import annotations
 
-import threading
-import time
-from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
 class IngestMetrics:
@@ -42,7 +38,6 @@ class IngestMetrics:
         self.queue = Gauge("fabricflow_ingest_kafka_queue_messages", "Messages buffered in the producer", registry=r)
         self.socket_drops = Counter("fabricflow_ingest_socket_drops_total", "Datagrams dropped by the kernel (receive buffer full)", ["listener"], registry=r)
         self.rcvbuf = Gauge("fabricflow_ingest_socket_rcvbuf_bytes", "Granted SO_RCVBUF", ["listener"], registry=r)
-        self.last_loop = time.monotonic()
 
     def exporter_label(self, exporter: str) -> str:
         if exporter in self._exporters:
@@ -51,32 +46,3 @@ class IngestMetrics:
             self._exporters.add(exporter)
             return exporter
         return "other"
-
-    def healthy(self, max_age_s: float = 10.0) -> bool:
-        return time.monotonic() - self.last_loop < max_age_s
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, *args):  # no access log on stderr
-        pass
-
-
-def serve_metrics(metrics: IngestMetrics, host: str, port: int, health=None):
-    """Serve /metrics and /healthz in a daemon thread; returns the server (``.shutdown()`` to stop)."""
-    metrics_app = make_wsgi_app(metrics.registry)
-    health = health or metrics.healthy
-
-    def app(environ, start_response):
-        if environ.get("PATH_INFO") == "/healthz":
-            ok = health()
-            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"ok\n" if ok else b"unhealthy: receive loop stalled\n"]
-        if environ.get("PATH_INFO") in ("/metrics", "/"):
-            return metrics_app(environ, start_response)
-        start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found: try /metrics or /healthz\n"]
-
-    server = make_server(host, port, app, handler_class=_QuietHandler)
-    t = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
-    t.start()
-    return server

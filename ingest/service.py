@@ -23,10 +23,11 @@ import signal
 import sys
 import time
 
+from fabricflow.service import Service
 from fabricflow.settings import Settings
 
 from .listener import ListenSpec, open_socket, parse_listen, socket_drops
-from .metrics import IngestMetrics, serve_metrics
+from .metrics import IngestMetrics
 from .pipeline import IngestPipeline
 from .publish import KafkaSink, StdoutSink
 
@@ -69,11 +70,11 @@ class IngestWorker:
         cfg = settings.ingest
         self.sink = sink or (StdoutSink(self.metrics) if stdout else KafkaSink(settings.kafka, cfg.producer, self.metrics))
         self.pipeline = IngestPipeline(cfg, self.sink, self.metrics)
-        self.stopping = False
+        self.service = Service(f"ingest worker {index}", self.metrics.registry, stall_s=10.0)
+        self.service.add_check("kafka", lambda: not getattr(self.sink, "fatal", None) or "producer failed fatally")
         self.sockets = []
         self._ready = ready
         self._drops: dict[str, int] = {}
-        self.http = None
 
     def open(self) -> None:
         cfg = self.settings.ingest
@@ -89,14 +90,18 @@ class IngestWorker:
                 )
             log.info("worker %d listening on %s (%s)", self.index, spec.url, sock.getsockname())
         if cfg.metrics_port:
-            self.http = serve_metrics(self.metrics, cfg.metrics_bind, cfg.metrics_port + self.index, health=self._health)
-            log.info("metrics on http://%s:%d/metrics", cfg.metrics_bind, cfg.metrics_port + self.index)
+            self.service.serve_http(cfg.metrics_bind, cfg.metrics_port + self.index)
         if not cfg.allowlist:
             log.warning("ingest.allowlist is empty: datagrams from any source are accepted (spoofed UDP can inject flows)")
 
-    def _health(self) -> bool:
-        fatal = getattr(self.sink, "fatal", None)
-        return self.metrics.healthy() and not fatal
+    @property
+    def stopping(self) -> bool:
+        return self.service.stopping
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:  # tests and benches stop the loop this way
+        if value:
+            self.service.request_stop()
 
     def _update_socket_drops(self) -> None:
         for sock, spec in self.sockets:
@@ -157,7 +162,7 @@ class IngestWorker:
                 self.pipeline.maybe_flush()
                 self.sink.poll()
                 mono = time.monotonic()
-                self.metrics.last_loop = mono
+                self.service.beat()
                 if mono - last_housekeeping > 1.0:
                     self._update_socket_drops()
                     last_housekeeping = mono
@@ -175,18 +180,8 @@ class IngestWorker:
         for sock, _ in self.sockets:
             sock.close()
         self.sockets = []
-        if self.http is not None:
-            self.http.shutdown()
-            self.http.server_close()
+        self.service.stop()
         return report
-
-
-def _install_signals(worker: IngestWorker) -> None:
-    def stop(signum, _frame):
-        worker.stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
 
 
 def _report(report: dict, index: int) -> None:
@@ -202,9 +197,9 @@ def _worker_main(settings: Settings, urls: list[str], stdout: bool, index: int) 
 
     setup_logging(settings.log_level)
     w = IngestWorker(settings, [parse_listen(u) for u in urls], stdout=stdout, index=index)
-    _install_signals(w)
-    w.open()
-    _report(w.run(), index)
+    with w.service.signals():
+        w.open()
+        _report(w.run(), index)
 
 
 def run_ingest(settings: Settings, listen: list[str] | None = None, stdout: bool = False) -> int:
@@ -214,14 +209,14 @@ def run_ingest(settings: Settings, listen: list[str] | None = None, stdout: bool
         log.warning("--stdout uses one worker")
     n = 1 if stdout else settings.ingest.workers
     if not stdout:
-        from fabricflow.topics import ensure_topics
+        from fabricflow.streams import ensure_topics
 
-        ensure_topics(settings.kafka)
+        ensure_topics(settings.kafka)  # before forking: every worker publishes at once
     if n == 1:
         w = IngestWorker(settings, specs, stdout=stdout)
-        _install_signals(w)
-        w.open()
-        _report(w.run(), 0)
+        with w.service.signals():
+            w.open()
+            _report(w.run(), 0)
         return 0
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_worker_main, args=(settings, urls, stdout, i), name=f"ingest-{i}") for i in range(n)]

@@ -60,7 +60,10 @@ from confluent_kafka import Producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from fabricflow.settings import Settings
-from schemas import codec, records
+from fabricflow import streams
+from fabricflow.service import Service
+from schemas import codec
+from schemas.outputs import encode_outputs
 from schemas.columns import concat_rows
 
 from . import shuffle
@@ -69,16 +72,6 @@ from .logic.enrich import LabeledFlows
 from .logic.inventory import Inventory, InventoryWatcher
 
 log = logging.getLogger("fabricflow.processors")
-
-OUTPUT_SCHEMA = {
-    "matrix": ("matrix", "matrix_cell"),
-    "incast": ("incast", "incast_event"),
-    "straggler": ("straggler", "straggler_score"),
-    "link": ("link_health", "link_health"),
-    "alert": ("alerts", "alert"),
-    "pattern": ("patterns", None),  # JSON
-}
-
 
 def _header(headers, name: str) -> str | None:
     """The text of a Kafka message header (Faust gives a dict or a list of pairs), or None."""
@@ -232,6 +225,7 @@ class OutputPublisher:
     def __init__(self, settings: Settings):
         k = settings.kafka
         self.topics = k.topics
+        self.output_topics = streams.output_topics(k)
         self.producer = Producer(
             {
                 **k.client_config(),
@@ -282,16 +276,9 @@ class OutputPublisher:
         by_kind: dict[str, list] = {}
         for o in outputs:
             by_kind.setdefault(o[0], []).append(o[2])
-        encoded = {kind: iter(self._encode(kind, values)) for kind, values in by_kind.items()}
+        encoded = {kind: iter(encode_outputs(kind, values)) for kind, values in by_kind.items()}
         for kind, key, _value in outputs:
-            self.produce(getattr(self.topics, OUTPUT_SCHEMA[kind][0]), key.encode(), next(encoded[kind]))
-
-    @staticmethod
-    def _encode(kind: str, values: list) -> list[bytes]:
-        schema = OUTPUT_SCHEMA[kind][1]
-        if schema is None:
-            return [json.dumps(v, sort_keys=True).encode() for v in values]
-        return records.encode_records(schema, values)
+            self.produce(self.output_topics[kind], key.encode(), next(encoded[kind]))
 
     def poll(self):
         self.producer.poll(0)
@@ -350,6 +337,9 @@ class Processors:
         self._raw_pending: list = []  # raw messages taken by the prepare agent, not prepared yet
         self.publisher = OutputPublisher(s)
         self.metrics = ProcessorMetrics()
+        # stalled when the timer (every tick_s) has not run for a while: the event loop is stuck
+        self.service = Service("processors", self.metrics.registry, stall_s=max(30.0, 10 * p.tick_s))
+        self.service.add_check("batches", lambda: self.metrics.healthy() or self.metrics.last_error)
         self.prepare_core = ProcessorCore(self.inventory, self.config)  # enrichment only
         self.app = self._make_app()
 
@@ -420,6 +410,7 @@ class Processors:
 
         @app.timer(interval=p.tick_s)
         async def tick():
+            self.service.beat()
             self.on_tick(int(time.time() * 1000))
             stream = getattr(self, "_detect_stream", None)
             if stream is not None:  # idle partitions: snapshot (and ack) what is older than snapshot_interval_s
@@ -874,27 +865,22 @@ class Processors:
 
 
 def run_processors(settings: Settings) -> int:
-    from fabricflow.topics import ensure_topics
-
-    ensure_topics(settings.kafka)
+    """Run one worker until Faust stops it (SIGTERM/SIGINT are Faust's); flush the outputs on the way out."""
     proc = Processors(settings)
     p = settings.processors
-    http = None
-    if p.metrics_port:
-        from ingest.metrics import serve_metrics
-
-        try:
-            http = serve_metrics(proc.metrics, p.web_bind, p.metrics_port)
-            log.info("metrics on http://%s:%d/metrics", p.web_bind, p.metrics_port)
-        except OSError as e:  # e.g. a second worker on the same host: run without metrics, say so
-            log.warning("processors.metrics_port %d unavailable (%s): running without /metrics", p.metrics_port, e)
+    svc = proc.service
+    svc.ensure_topics(settings.kafka)
+    svc.serve_http(p.web_bind, p.metrics_port)
+    svc.on_stop(lambda: _flush_on_exit(proc.publisher), "output producer")
     worker = faust.Worker(proc.app, loglevel=settings.log_level.lower(), quiet=True)
     try:
         worker.execute_from_commandline()
     finally:
-        left = proc.publisher.flush(10)
-        if left:
-            log.warning("%d output messages were not delivered before shutdown", left)
-        if http is not None:
-            http.shutdown()
+        svc.stop()
     return 0
+
+
+def _flush_on_exit(publisher: OutputPublisher) -> None:
+    left = publisher.flush(10)
+    if left:
+        log.warning("%d output messages were not delivered before shutdown", left)

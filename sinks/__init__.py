@@ -6,5 +6,5 @@ Avro schemas), :mod:`sinks.layout` (paths and keys), :mod:`sinks.archive`
 (exactly-once writer core), :mod:`sinks.retention`, :mod:`sinks.summaries`,
 :mod:`sinks.query`. The Kafka side: :mod:`sinks.service` (the consumer loop
 feeding them), :mod:`sinks.fs` (archive filesystem from the settings) and
-:mod:`sinks.commands` (``fabricflow sink ...`` and ``fabricflow query ...``).
+:mod:`cli.archive` (``fabricflow sink ...`` and ``fabricflow query ...``).
 """

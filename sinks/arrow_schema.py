@@ -107,10 +107,6 @@ def _arrow_type(t, named: dict, namespace: str | None) -> tuple[pa.DataType, boo
 def _avsc(avsc: str | Mapping) -> dict:
     if isinstance(avsc, Mapping):
         return dict(avsc)
-    if avsc == "summary_hourly":
-        from sinks.summaries import summary_avsc
-
-        return summary_avsc()
     return load_avsc(avsc)
 
 

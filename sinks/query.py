@@ -359,3 +359,50 @@ def render(table: pa.Table, fmt: str = "table", path: str | None = None, title: 
             out.write("(no rows)\n")
         return out.getvalue()
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def segmentation_review(q, cfg, frm=None, to=None):
+    """Observed group x group traffic checked against ``cfg.segmentation``.
+
+    One row per (src_group, dst_group, category, status, rule): ``status`` is
+    ``allowed``, ``violation``, or ``ignored`` (a side is 'unknown' and the policy
+    has ``skip_unknown``); ``rule`` names the allow rule that matched. Ports are
+    taken into account (flows grouped by destination and source port) only when
+    some allow rule restricts ports.
+    """
+    from processors.logic.policy import segmentation_matrix  # the policy's own matcher: same verdicts as live
+
+    seg = cfg.segmentation
+    by_port = any(r.ports for r in seg.allow)
+    ports = ", dst_port, src_port" if by_port else ""
+    t = q.sql(f"""
+        SELECT src_group, dst_group, category{ports}, sum(bytes_est)::BIGINT AS bytes,
+               count(*)::BIGINT AS flows, sum(packets_est)::BIGINT AS packets
+        FROM flows_enriched GROUP BY ALL""", frm, to)
+    rows = t.to_pylist()
+    packets: dict[tuple, int] = {}
+    for r in rows:
+        k = (r["src_group"], r["dst_group"], r["category"], r.get("dst_port"), r.get("src_port"))
+        packets[k] = packets.get(k, 0) + r["packets"]
+    checked = segmentation_matrix(rows, seg)
+    agg: dict[tuple, list[int]] = {}
+    for r in checked:
+        k = (r["src_group"], r["dst_group"], r["category"], r.get("dst_port"), r.get("src_port"))
+        if seg.skip_unknown and "unknown" in (r["src_group"], r["dst_group"]):
+            status = "ignored"
+        else:
+            status = "allowed" if r["allowed"] else "violation"
+        key = (r["src_group"], r["dst_group"], r["category"], status, r["rule"] or "")
+        a = agg.setdefault(key, [0, 0, 0])
+        a[0] += r["bytes"]
+        a[1] += packets.get(k, 0)
+        a[2] += r["flows"]
+    keys = sorted(agg, key=lambda k: (k[3] != "violation", k[0], k[1], k[2], k[4]))
+    cols = list(zip(*keys)) if keys else [[], [], [], [], []]
+    vals = list(zip(*(agg[k] for k in keys))) if keys else [[], [], []]
+    return pa.table({
+        "src_group": pa.array(cols[0], pa.string()), "dst_group": pa.array(cols[1], pa.string()),
+        "category": pa.array(cols[2], pa.string()), "status": pa.array(cols[3], pa.string()),
+        "rule": pa.array(cols[4], pa.string()), "bytes_est": pa.array(vals[0], pa.int64()),
+        "packets_est": pa.array(vals[1], pa.int64()), "flow_records": pa.array(vals[2], pa.int64()),
+    })

@@ -13,20 +13,25 @@ import posixpath
 from dataclasses import dataclass
 from datetime import datetime
 
+from fabricflow import streams
 from sinks import layout
 
-#: Default lifecycle in days (see docs/archive.md, "Retention").
-DEFAULT_POLICY: dict[str, int | None] = {
-    "flows_raw": 7,
-    "flows_enriched": 30,
-    "counters_raw": 30,
-    "matrix_windows": 90,
-    "incast_events": 90,
-    "straggler_scores": 90,
-    "link_health": 90,
-    "alerts": 90,
-    "summaries_hourly": 365,
-}
+#: Default lifecycle in days per dataset: the stream catalog's ``archive_days`` (see docs/archive.md, "Retention").
+DEFAULT_POLICY: dict[str, int | None] = {name: s.archive_days for name, s in streams.DATASETS.items()}
+
+
+def retention_policy(retention_days: dict[str, int]) -> dict[str, int | None]:
+    """``archive.retention_days`` (overrides by dataset, ``default`` for every dataset not named) on top of
+    :data:`DEFAULT_POLICY`. A negative value keeps the dataset forever. Unknown dataset names raise ValueError."""
+    unknown = sorted(k for k in retention_days if k != "default" and k not in DEFAULT_POLICY)
+    if unknown:
+        raise ValueError(f"archive.retention_days names unknown dataset(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(DEFAULT_POLICY)} or 'default'")
+    out: dict[str, int | None] = {}
+    for name, days in DEFAULT_POLICY.items():
+        days = retention_days.get(name, retention_days.get("default", days))
+        out[name] = None if days is None or days < 0 else int(days)
+    return out
 
 
 @dataclass(frozen=True)

@@ -48,19 +48,13 @@ The consumer thread, per poll (and every ``FLUSH_EVERY_MESSAGES`` of a large one
   memory: an hour whose rows were partly consumed before a restart is
   summarised from what this process read and flagged with the quality figure
   ``summary_partial = 1``.
-* Test hook (never set it in production): ``FABRICFLOW_SINK_CRASH_AT`` =
-  ``before_write`` | ``mid_write`` | ``after_write`` | ``after_commit`` |
-  ``in_flight`` (consumer thread, right after queueing the plan's files while
-  the writer thread writes them) with ``FABRICFLOW_SINK_CRASH_AFTER=N``
-  (default 1) makes the process ``os._exit(99)`` at that step of the N-th plan
-  that has files (``before_write``/``mid_write`` run on the writer thread).
+* Steps of a plan (``STEPS``) can be observed with ``on_step`` (the crash tests kill the
+  process at one of them: tests/integration/crashing_sink.py).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -71,6 +65,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from fabricflow.logs import RateLimitedLog
+from fabricflow import streams
+from fabricflow.service import Service
 from schemas import codec
 from sinks import layout
 from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenIndex, ParquetWriter, batch_dtype
@@ -84,8 +80,8 @@ log = logging.getLogger("fabricflow.sink")
 DEFAULT_GROUP = "fabricflow-archive"
 DEFAULT_METRICS_PORT = 9182
 DEFAULT_WRITE_QUEUE_ROWS = 1_000_000
-CRASH_STEPS = ("before_write", "mid_write", "after_write", "after_commit", "in_flight")
-CRASH_EXIT_CODE = 99
+#: Steps of writing a plan that ``on_step`` observers see, in order (``in_flight``: queued for the writer thread).
+STEPS = ("before_write", "mid_write", "after_write", "after_commit", "in_flight")
 COMMIT_INTERVAL_S = 1.0
 FLUSH_EVERY_MESSAGES = 64  # plan (and queue due files) at least this often while a large poll is handled
 PARTIAL_METRIC = "summary_partial"
@@ -103,32 +99,17 @@ class Route:
     event_kind: str | None = None  # SummaryBook kind for detector topics
 
 
-# topic key in TopicNames -> (dataset, wire schema, SummaryBook event kind)
-ARCHIVED: tuple[tuple[str, str, str, str | None], ...] = (
-    ("flows_raw", "flows_raw", "flow_batch", None),
-    ("flows_enriched", "flows_enriched", "flow_enriched_batch", None),
-    ("counters_raw", "counters_raw", "counter_batch", None),
-    ("matrix", "matrix_windows", "matrix_cell", None),
-    ("incast", "incast_events", "incast_event", "incast"),
-    ("straggler", "straggler_scores", "straggler_score", "straggler"),
-    ("link_health", "link_health", "link_health", "link"),
-    ("alerts", "alerts", "alert", "alert"),
-    ("summaries", "summaries_hourly", "summary_hourly", None),
-)
-
-
 def routes_for(kafka) -> dict[str, Route]:
-    """Topic name -> :class:`Route` for every archived topic of ``kafka.topics``."""
-    names = kafka.topics
+    """Topic name -> :class:`Route` for every archived stream of the catalog (:mod:`fabricflow.streams`)."""
     out = {}
-    for key, dataset, schema, kind in ARCHIVED:
-        topic = getattr(names, key)
-        out[topic] = Route(key, topic, dataset, schema, schema in codec.BATCHES, kind)
+    for s in streams.DATASETS.values():
+        topic = streams.topic_of(kafka, s)
+        out[topic] = Route(s.name, topic, s.dataset, s.schema, s.batch, s.event_kind)
     return out
 
 
 class SinkMetrics:
-    """Prometheus metrics of the archive sink (own registry; serve with :func:`ingest.metrics.serve_metrics`)."""
+    """Prometheus metrics of the archive sink (own registry, served by the service's /metrics)."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
         r = self.registry = registry or CollectorRegistry()
@@ -145,10 +126,6 @@ class SinkMetrics:
         self.buffered = Gauge("fabricflow_sink_buffered_rows", "Rows buffered, not yet written", ["dataset"], registry=r)
         self.summaries = Counter("fabricflow_sink_summaries_total", "Hourly summaries produced", ["partial"], registry=r)
         self.summary_late = Counter("fabricflow_sink_summary_late_rows_total", "Flow rows for an hour whose summary was already produced", registry=r)
-        self.last_loop = time.monotonic()
-
-    def healthy(self, max_age_s: float = 30.0) -> bool:
-        return time.monotonic() - self.last_loop < max_age_s
 
 
 def _reason(err: Exception) -> str:
@@ -165,25 +142,6 @@ def _reason(err: Exception) -> str:
             return "empty"
         return "corrupt"
     return "corrupt"
-
-
-class _Crash:
-    """The ``FABRICFLOW_SINK_CRASH_AT`` test hook."""
-
-    def __init__(self, environ=os.environ):
-        self.step = environ.get("FABRICFLOW_SINK_CRASH_AT") or None
-        if self.step is not None and self.step not in CRASH_STEPS:
-            raise ValueError(f"FABRICFLOW_SINK_CRASH_AT must be one of {', '.join(CRASH_STEPS)}, got {self.step!r}")
-        self.after = int(environ.get("FABRICFLOW_SINK_CRASH_AFTER", "1"))
-        self.plans = 0
-
-    def at(self, step: str, plan: int | None = None) -> None:
-        """Crash at ``step`` of plan number ``plan`` (default: the latest plan counted)."""
-        n = self.plans if plan is None else plan
-        if self.step == step and n >= self.after:
-            log.error("test hook: crashing at %s of plan %d", step, n)
-            logging.shutdown()
-            os._exit(CRASH_EXIT_CODE)
 
 
 class ArchiveService:
@@ -207,6 +165,7 @@ class ArchiveService:
         summaries: bool = True,
         clock=time.time,
         write_queue_rows: int | None = None,
+        on_step=None,
     ) -> None:
         self.settings = settings
         a = settings.archive
@@ -235,7 +194,8 @@ class ArchiveService:
         self.metrics_port = metrics_port if metrics_port is not None else getattr(a, "metrics_port", DEFAULT_METRICS_PORT)
         self.metrics_bind = getattr(a, "metrics_bind", settings.ingest.metrics_bind)
         self.ratelog = RateLimitedLog(log)
-        self.crash = _Crash()
+        self.on_step = on_step  # (step, plan number) observer, e.g. a test that kills the process at one step
+        self._plans = 0
         self.summaries_enabled = summaries
         self.book = SummaryBook(grace_ms=self.grace_ms)
         self._enriched_wm: dict[int, tuple[int, float]] = {}  # partition -> (event-time watermark, last add)
@@ -250,10 +210,9 @@ class ArchiveService:
         self._retry_at = 0.0
         self._retry_s = 1.0
         self._last_commit = 0.0
-        self._stopping = False
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
-        self.http = None
+        self.service = Service("archive sink", self.metrics.registry)
         self.report = {"messages": 0, "rows_in": 0, "rows_written": 0, "files_written": 0, "undecodable": 0,
                        "duplicates": 0, "summaries": 0, "commits": 0, "plans": 0}
 
@@ -512,9 +471,9 @@ class ArchiveService:
             return True
         if self.write_queue_rows > 0:
             return self._submit(plan, commits, force)
-        self.crash.plans += 1
+        self._plans += 1
         self.report["plans"] += 1
-        self.crash.at("before_write")
+        self._step("before_write")
         for i, f in enumerate(plan.files):
             try:
                 self.writer.write(f)
@@ -523,14 +482,18 @@ class ArchiveService:
                 return False
             self._written(f)
             if i == 0:
-                self.crash.at("mid_write")
-        self.crash.at("after_write")
+                self._step("mid_write")
+        self._step("after_write")
         if commits:
             self._commit(commits)  # files are durable: confirm even if the commit failed (re-reads are de-duplicated)
-        self.crash.at("after_commit")
+        self._step("after_commit")
         self.sink.confirm(plan)
         self._write_ok()
         return True
+
+    def _step(self, step: str, plan: int | None = None) -> None:
+        if self.on_step is not None:
+            self.on_step(step, self._plans if plan is None else plan)
 
     def _written(self, f) -> None:
         self.metrics.files.labels(f.dataset).inc()
@@ -549,8 +512,8 @@ class ArchiveService:
     def _queue(self) -> WriteQueue:
         if self._wq is None:
             self._wq = WriteQueue(self.writer.write, max_rows=self.write_queue_rows,
-                                  before=lambda job: self.crash.at("before_write", job.seq),
-                                  on_file=lambda job, i: i == 0 and self.crash.at("mid_write", job.seq))
+                                  before=lambda job: self._step("before_write", job.seq),
+                                  on_file=lambda job, i: i == 0 and self._step("mid_write", job.seq))
         return self._wq
 
     def _submit(self, plan: FlushPlan, commits: dict, force: bool) -> bool:
@@ -563,9 +526,9 @@ class ArchiveService:
         if files:
             job = wq.submit(plan, files, commits)
             self._inflight.update(f.ident for f in files)
-            self.crash.plans = job.seq
+            self._plans = job.seq
             self.report["plans"] += 1
-            self.crash.at("in_flight", job.seq)
+            self._step("in_flight", job.seq)
         if force:
             self.drain()
         return not (self._wq.halted or self._retry_at > time.monotonic())
@@ -598,12 +561,12 @@ class ArchiveService:
     def _job_written(self, job: WriteJob) -> None:
         for f in job.files:
             self._written(f)
-        self.crash.at("after_write", job.seq)
+        self._step("after_write", job.seq)
         commits = {tp: off for tp, off in job.commits.items()
                    if tp not in self._lost and off > self._committed.get(tp, -1)}
         if commits:
             self._commit(commits)  # files are durable: confirm even if the commit failed (re-reads are de-duplicated)
-        self.crash.at("after_commit", job.seq)
+        self._step("after_commit", job.seq)
         self.sink.confirm(FlushPlan(job.files))
         self._write_ok()
 
@@ -695,27 +658,24 @@ class ArchiveService:
 
     def stop(self, *_args) -> None:
         """Ask the loop to stop (signal handler): it flushes, commits and returns."""
-        self._stopping = True
+        self.service.request_stop()
 
     def run(self, max_seconds: float | None = None, stop_event: threading.Event | None = None,
             idle_exit_s: float | None = None) -> dict:
         """Consume until stopped (SIGTERM/SIGINT, ``stop_event``, ``max_seconds``, or ``idle_exit_s`` without
         a message after the first assignment); then flush everything, commit and close. Returns counters."""
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, self.stop)
-        try:
-            from fabricflow.topics import ensure_topics
+        svc = self.service
+        with svc.signals():
+            svc.ensure_topics(self.settings.kafka, required=False)  # topics may be managed elsewhere
+            if self.metrics_port:
+                svc.serve_http(self.metrics_bind, self.metrics_port)
+            try:
+                self._consume(max_seconds, stop_event, idle_exit_s)
+            finally:
+                svc.stop()
+        return dict(self.report)
 
-            ensure_topics(self.settings.kafka)
-        except Exception as e:  # topics may be managed elsewhere
-            log.warning("cannot ensure topics exist: %s", e)
-        if self.metrics_port:
-            from ingest.metrics import serve_metrics
-
-            self.http = serve_metrics(self.metrics, self.metrics_bind, self.metrics_port)
-            log.info("metrics on http://%s:%d/metrics", self.metrics_bind, self.metrics_port)
+    def _consume(self, max_seconds, stop_event, idle_exit_s) -> None:
         self.consumer = Consumer(self._consumer_config())
         self.consumer.subscribe(list(self.routes), on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_lost)
@@ -723,7 +683,7 @@ class ArchiveService:
         start = time.monotonic()
         last_msg = None
         try:
-            while not self._stopping:
+            while not self.service.stopping:
                 now = time.monotonic()
                 if stop_event is not None and stop_event.is_set():
                     break
@@ -734,7 +694,7 @@ class ArchiveService:
                     if now - last_msg >= idle_exit_s:
                         break
                 msgs = self.consumer.consume(self.batch_messages, timeout=0.2)
-                self.metrics.last_loop = time.monotonic()
+                self.service.beat()
                 for i in range(0, len(msgs), FLUSH_EVERY_MESSAGES):  # files due are queued while decoding goes on
                     self.handle(msgs[i:i + FLUSH_EVERY_MESSAGES])
                     self.flush()
@@ -757,8 +717,4 @@ class ArchiveService:
             if self.producer is not None:
                 self.producer.flush(10)
                 self.producer = None  # destroyed: no client threads left behind
-            if self.http is not None:
-                self.http.shutdown()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        return dict(self.report)
+

@@ -3,107 +3,33 @@ destinations, event counts and data-quality figures for one UTC hour.
 
 Pure: flows come in as Arrow tables (or numpy structured arrays) of
 ``flow_enriched``, events as the detector dicts, quality figures as a dict;
-:meth:`HourlySummary.result` returns a dict matching ``summary_hourly.avsc``
-(:data:`SUMMARY_HOURLY_AVSC` until that file exists in ``schemas/avro``).
+:meth:`HourlySummary.result` returns a dict matching ``schemas/avro/summary_hourly.avsc``.
 Flow aggregation is done by Arrow group-by per batch, never per record.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.columns import AVRO_DIR
+from fabricflow import streams
+from schemas.columns import load_avsc
 from sinks import layout
 
-_ENTITY = {
-    "type": "record", "name": "EntityTraffic",
-    "fields": [
-        {"name": "name", "type": "string", "doc": "node or job name; 'unknown' for addresses outside the inventory"},
-        {"name": "category", "type": "string"},
-        {"name": "sent_bytes_est", "type": "long"},
-        {"name": "recv_bytes_est", "type": "long"},
-        {"name": "sent_packets_est", "type": "long"},
-        {"name": "recv_packets_est", "type": "long"},
-        {"name": "sent_flow_records", "type": "long"},
-        {"name": "recv_flow_records", "type": "long"},
-    ],
-}
-
-#: Proposed ``schemas/avro/summary_hourly.avsc`` (used while that file does not exist).
-SUMMARY_HOURLY_AVSC: dict = {
-    "type": "record", "name": "SummaryHourly", "namespace": "fabricflow.v1",
-    "doc": "One UTC hour of enriched flows and detector events, summarised. Flow record counts are NOT "
-           "connection counts (active/inactive timeouts split long flows).",
-    "fields": [
-        {"name": "hour_start_ms", "type": "long"},
-        {"name": "hour_end_ms", "type": "long"},
-        {"name": "flow_records", "type": "long"},
-        {"name": "bytes_est", "type": "long"},
-        {"name": "packets_est", "type": "long"},
-        {"name": "nodes", "type": {"type": "array", "items": _ENTITY},
-         "doc": "per node and category; bytes sent and received"},
-        {"name": "jobs", "type": {"type": "array", "items": "fabricflow.v1.EntityTraffic"},
-         "doc": "per job and category (flows whose endpoint has no job are not counted)"},
-        {"name": "top_talkers", "type": {"type": "array", "items": {
-            "type": "record", "name": "PairTraffic",
-            "fields": [
-                {"name": "src", "type": "string", "doc": "node name, else the source IP"},
-                {"name": "dst", "type": "string", "doc": "node name, else the destination IP"},
-                {"name": "bytes_est", "type": "long"},
-                {"name": "packets_est", "type": "long"},
-                {"name": "flow_records", "type": "long"},
-            ]}}, "doc": "largest src -> dst pairs by bytes_est"},
-        {"name": "top_destinations", "type": {"type": "array", "items": {
-            "type": "record", "name": "DestinationTraffic",
-            "fields": [
-                {"name": "dst", "type": "string", "doc": "node name, else the destination IP"},
-                {"name": "bytes_est", "type": "long"},
-                {"name": "packets_est", "type": "long"},
-                {"name": "flow_records", "type": "long"},
-                {"name": "sources", "type": "long", "doc": "distinct sources"},
-            ]}}, "doc": "largest destinations by bytes_est"},
-        {"name": "events", "type": {"type": "array", "items": {
-            "type": "record", "name": "EventCount",
-            "fields": [
-                {"name": "kind", "type": "string", "doc": "incast, straggler, link, alert"},
-                {"name": "detail", "type": "string",
-                 "doc": "incast: destination group; straggler: job; link: kind; alert: rule"},
-                {"name": "count", "type": "long",
-                 "doc": "distinct incast event_id / straggler node / alert dedup_key; link: non-sample records"},
-            ]}}},
-        {"name": "quality", "type": {"type": "array", "items": {
-            "type": "record", "name": "QualityFigure",
-            "fields": [
-                {"name": "metric", "type": "string",
-                 "doc": "e.g. sampling_rate_missing, records_lost_est, loss_ratio, clock_skew_ms"},
-                {"name": "exporter", "type": "string", "doc": "exporter address; empty for a total"},
-                {"name": "value", "type": "double"},
-            ]}}},
-    ],
-}
-
 EVENT_KINDS = ("incast", "straggler", "link", "alert")
-_KIND_ALIASES = {
-    "incast_events": "incast", "incast_event": "incast",
-    "straggler_scores": "straggler", "straggler_score": "straggler",
-    "link_health": "link", "alerts": "alert",
-}
+# dataset and row-schema names of the detector streams -> the event kind they are counted as
+_KIND_ALIASES = {alias: s.event_kind for s in streams.STREAMS if s.event_kind for alias in (s.dataset, s.row_schema)}
 _EVENT_TIME = {
     "incast": "window_start_ms", "straggler": "window_start_ms", "link": "time_ms", "alert": "window_start_ms",
 }
 
 
 def summary_avsc() -> dict:
-    """``schemas/avro/summary_hourly.avsc`` if present, else :data:`SUMMARY_HOURLY_AVSC`."""
-    path = AVRO_DIR / "summary_hourly.avsc"
-    if path.exists():
-        return json.loads(path.read_text())
-    return SUMMARY_HOURLY_AVSC
+    """``schemas/avro/summary_hourly.avsc``: the schema :meth:`HourlySummary.result` matches."""
+    return load_avsc("summary_hourly")
 
 
 def _as_table(batch) -> pa.Table:

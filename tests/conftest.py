@@ -47,7 +47,7 @@ class Backend:
 
 def _embedded(tmp_path_factory) -> Backend:
     from fabricflow.settings import load_settings
-    from fabricflow.stack import EmbeddedStack, StackError
+    from devtools.stack import EmbeddedStack, StackError
 
     state = tmp_path_factory.mktemp("stack")
     settings = load_settings(

@@ -1,6 +1,6 @@
 """End to end: simulator UDP datagrams -> ingest -> Kafka -> processors -> output topics, and the archive.
 
-Three short runs, each on a fresh local pipeline (:class:`fabricflow.runner.LocalPipeline`:
+Three short runs, each on a fresh local pipeline (:class:`devtools.runner.LocalPipeline`:
 embedded broker + object store, ``fabricflow ingest``, ``fabricflow process``,
 ``fabricflow sink archive`` as subprocesses) on ports clear of the test stack
 (``PipelinePorts.offset(12000)``: every port below the ephemeral range), driven by
@@ -25,8 +25,8 @@ import os
 import pytest
 
 from bench.detection import run_scenario, score_run
-from fabricflow.runner import PipelineError, PipelinePorts
-from fabricflow.stack import port_free
+from devtools.runner import PipelineError, PipelinePorts
+from devtools.stack import port_free
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

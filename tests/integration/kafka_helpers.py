@@ -9,7 +9,7 @@ import numpy as np
 from confluent_kafka import Consumer
 
 from fabricflow.settings import load_settings
-from fabricflow.topics import ensure_topics
+from fabricflow.streams import ensure_topics
 from schemas import codec
 
 

@@ -29,7 +29,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from schemas import codec
 from schemas.columns import addr16, dtype_for, empty_counters, empty_flows, load_avsc
 from sinks import layout
-from sinks.service import CRASH_EXIT_CODE, ArchiveService
+from sinks.service import ArchiveService
+
+from .crashing_sink import CRASH_EXIT_CODE
 
 from .kafka_helpers import consume, create_topics, settings_for
 
@@ -401,14 +403,15 @@ def write_config(path: Path, s) -> Path:
 
 
 def spawn(config: Path, group: str, *args, crash: str | None = None, after: int = 2):
-    """Start ``python -m fabricflow sink archive``; returns (process, stderr log path)."""
+    """Start ``fabricflow sink archive`` (``crash``: killed at that step, tests/integration/crashing_sink.py);
+    returns (process, stderr log path)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
     env["FABRICFLOW_CONFIG"] = str(config)
+    sink_args = ["--group", group, "--metrics-port", "0", "--batch-messages", "4", *args]
     if crash:
-        env["FABRICFLOW_SINK_CRASH_AT"] = crash
-        env["FABRICFLOW_SINK_CRASH_AFTER"] = str(after)
-    cmd = [sys.executable, "-m", "fabricflow", "sink", "archive", "--group", group, "--metrics-port", "0",
-           "--batch-messages", "4", *args]
+        cmd = [sys.executable, str(Path(__file__).with_name("crashing_sink.py")), crash, str(after), "--", *sink_args]
+    else:
+        cmd = [sys.executable, "-m", "cli", "sink", "archive", *sink_args]
     errlog = config.with_suffix(f".{uuid.uuid4().hex[:6]}.log")
     with open(errlog, "wb") as fh:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=fh)

@@ -7,8 +7,8 @@ import pytest
 from confluent_kafka import Producer
 
 from fabricflow.settings import load_settings
-from fabricflow.stack import EmbeddedStack, StackError
-from fabricflow.topics import ensure_topics, topic_specs
+from devtools.stack import EmbeddedStack, StackError
+from fabricflow.streams import ensure_topics, topic_specs
 from schemas import codec
 from schemas.columns import empty_flows, v4_column_to_addr16
 
@@ -29,7 +29,7 @@ def test_topics_created_idempotently(kafka_bootstrap, unique_topic):
 def test_flow_batch_through_broker(kafka_bootstrap, unique_topic):
     topic = unique_topic + "flows"
     s = load_settings(None, kafka={"bootstrap_servers": kafka_bootstrap, "partitions": 2})
-    from fabricflow.topics import TopicSpec
+    from fabricflow.streams import TopicSpec
 
     ensure_topics(s.kafka, [TopicSpec("x", topic, 2)])
     p = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "compression.type": "lz4", "partitioner": "murmur2_random"})
@@ -91,7 +91,7 @@ def test_missing_binary_gives_clear_error(tmp_path, monkeypatch):
 
 def test_startup_failure_shows_log_tail(tmp_path, monkeypatch):
     """A broker that dies at start-up is reported with the last lines of its log."""
-    import fabricflow.stack as stack
+    import devtools.stack as stack
 
     fake = tmp_path / "tansu"
     fake.write_text("#!/bin/sh\necho 'fatal: storage engine exploded' >&2\nexit 3\n")
@@ -112,7 +112,7 @@ def test_stack_cli_up_status_down(tmp_path):
         "FABRICFLOW_STACK__KAFKA_PORT": "29097",
         "PATH": "/usr/bin:/bin",
     }
-    exe = [sys.executable, "-m", "fabricflow"]
+    exe = [sys.executable, "-m", "cli"]
     try:
         up = subprocess.run([*exe, "stack", "up", "--no-s3"], env=env, capture_output=True, text=True, timeout=60)
         assert up.returncode == 0, up.stderr

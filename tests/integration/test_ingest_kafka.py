@@ -179,7 +179,7 @@ def test_malformed_flood_does_not_stall_ingest(kafka_bootstrap, unique_topic):
 def s3_broker(tmp_path):
     """A separate broker on the persistent s3 storage engine, which tests may stop and restart."""
     from fabricflow.settings import load_settings
-    from fabricflow.stack import EmbeddedStack, StackError
+    from devtools.stack import EmbeddedStack, StackError
 
     s = load_settings(
         None,

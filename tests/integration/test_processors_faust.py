@@ -50,8 +50,8 @@ def counter_batches(start_ms=1_767_225_600_000, seconds=60) -> list[tuple[str, n
 
 
 def expected_outputs(settings, batches, counters=()) -> list[tuple]:
-    """What ``fabricflow replay`` computes for the same input (processors.replay.replay_batches)."""
-    from processors.replay import core_factory_from, replay_batches
+    """What ``fabricflow replay`` computes for the same input (replay.core.replay_batches)."""
+    from replay.core import core_factory_from, replay_batches
     from schemas import codec
 
     factory = core_factory_from(settings.processors, inventory=str(INVENTORY))
@@ -81,7 +81,7 @@ def comparable(outputs, alerts_topic):
 def start_worker(cfg_path: str, log_path: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
     return subprocess.Popen(
-        [sys.executable, "-m", "fabricflow", "--config", cfg_path, "process"],
+        [sys.executable, "-m", "cli", "--config", cfg_path, "process"],
         stdout=open(log_path, "ab"),
         stderr=subprocess.STDOUT,
         env=env,

@@ -11,11 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from fabricflow.cli import app
-from fabricflow.commands import register
+from cli.main import app
+from cli.pipeline import register
 from sinks.archive import HourlyBuffer, ParquetWriter
 from sinks.arrow_schema import table_from_columns
-from sinks.commands import parse_duration_ms, retention_policy
+from cli.options import parse_duration_ms
+from sinks.retention import retention_policy
 from sinks.layout import HOUR_MS
 from tests.unit.sinks.helpers import T0, enriched
 

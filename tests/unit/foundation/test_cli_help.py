@@ -3,8 +3,8 @@
 import typer.main
 from typer.testing import CliRunner
 
-from fabricflow.cli import app
-from fabricflow.commands import register
+from cli.main import app
+from cli.pipeline import register
 
 register(app)
 runner = CliRunner()

@@ -5,8 +5,8 @@ from pathlib import Path
 import typer.main
 import yaml
 
-from fabricflow.cli import app
-from fabricflow.commands import register
+from cli.main import app
+from cli.pipeline import register
 from fabricflow.settings import Settings, iter_fields, load_settings
 
 REPO = Path(__file__).resolve().parents[3]

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fabricflow.cli import app
-from fabricflow.commands import register
+from cli.main import app
+from cli.pipeline import register
 from fabricflow.settings import ConfigError, configuration_markdown, iter_fields, load_settings
 
 REPO = Path(__file__).resolve().parents[3]

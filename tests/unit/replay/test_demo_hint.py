@@ -1,6 +1,6 @@
 """The replay command the demo prints must be one the replay CLI accepts (it needs --from/--to)."""
 
-from fabricflow.demo import _iso
+from devtools.demo import _iso
 from sinks.query import parse_time
 
 

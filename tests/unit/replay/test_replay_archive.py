@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from fabricflow.settings import load_settings
-from processors.replay import (
+from replay.core import (
     ReplayError,
     archive_source,
     canonical,

@@ -9,10 +9,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fabricflow.cli import State
+from cli.main import State
 from fabricflow.settings import load_settings
-from processors.replay import archive_source, canonical, core_factory_from, output_records, replay_batches
-from processors.replay_commands import register
+from replay.core import archive_source, canonical, core_factory_from, output_records, replay_batches
+from cli.replay import register
 from sinks.layout import HOUR_MS
 from tests.unit.replay import helpers as h
 from tests.unit.replay.test_replay_archive import write_archive
@@ -50,7 +50,7 @@ def run(env, *args):
 
 
 def direct(env, sets=()):
-    from processors.replay import parse_set
+    from replay.core import parse_set
 
     s = load_settings(None)
     src = archive_source(None, str(env / "archive"), int(FRM), int(TO))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from fabricflow.settings import load_settings
 from processors.logic.core import ProcessorCore, shard_of
-from processors.replay import (
+from replay.core import (
     ReplayError,
     canonical,
     core_factory_from,

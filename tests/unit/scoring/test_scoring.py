@@ -1,4 +1,4 @@
-"""fabricflow.scoring: expectations from faults, matching, consequence rules, traffic-matrix error."""
+"""devtools.scoring: expectations from faults, matching, consequence rules, traffic-matrix error."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricflow.scoring import (
+from devtools.scoring import (
     Observed,
     entity_tokens,
     expected_detections,
@@ -102,7 +102,7 @@ def test_error_burst_expected_only_at_or_above_the_detector_threshold():
 
 
 def test_expected_detections_of_the_shipped_mixed_scenario():
-    from fabricflow.simulator.engine import Simulation
+    from devtools.simulator.engine import Simulation
 
     lines = list(Simulation("mixed").truth.lines())  # labels only: nothing generated
     exp, uncovered = expected_detections(faults_from_truth(lines), lines[0]["inventory"])

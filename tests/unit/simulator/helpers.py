@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from fabricflow.simulator import scenario_from_dict
+from devtools.simulator import scenario_from_dict
 
 BASE = {
     "cluster_ranges": ["10.9.0.0/16"],

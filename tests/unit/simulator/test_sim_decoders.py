@@ -8,7 +8,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from fabricflow.simulator import Simulation
+from devtools.simulator import Simulation
 
 from .helpers import small
 from .wire import parse_sflow

@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from fabricflow.simulator import Simulation, scenario_from_dict
+from devtools.simulator import Simulation, scenario_from_dict
 
 from .helpers import small, small_doc
 from .wire import parse_sflow, parse_v9

@@ -8,7 +8,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from fabricflow.simulator import Simulation, generate
+from devtools.simulator import Simulation, generate
 
 from .helpers import small
 from .wire import parse_ipfix, parse_sflow, parse_v9
@@ -204,7 +204,7 @@ def test_sampled_netflow_scales():
 
 
 def test_truth_file_roundtrip(tmp_path):
-    from fabricflow.simulator.truth import read_truth
+    from devtools.simulator.truth import read_truth
 
     sim, _ = run_small()
     sim.truth.write(tmp_path / "t.jsonl")

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabricflow.simulator import ScenarioError, load_scenario, scenario_from_dict
-from fabricflow.simulator.model import format_speed, parse_speed
+from devtools.simulator import ScenarioError, load_scenario, scenario_from_dict
+from devtools.simulator.model import format_speed, parse_speed
 
 from .helpers import small_doc
 
@@ -82,7 +82,7 @@ def test_bad_scenarios_are_rejected(mutate, message):
 
 
 def test_healthy_minute_is_a_few_thousand_datagrams():
-    from fabricflow.simulator import generate
+    from devtools.simulator import generate
 
     n = sum(1 for _ in generate(SCENARIOS / "healthy.yaml", duration_s=60))
     assert 1000 <= n <= 10000
@@ -90,7 +90,7 @@ def test_healthy_minute_is_a_few_thousand_datagrams():
 
 @pytest.mark.parametrize("name", SHIPPED[1:])
 def test_shipped_fault_scenarios_label_their_faults(name):
-    from fabricflow.simulator.faults import fault_labels
+    from devtools.simulator.faults import fault_labels
 
     scen = load_scenario(SCENARIOS / f"{name}.yaml")
     labels = fault_labels(scen, scen.start_ms, int(scen.duration_s * 1000))

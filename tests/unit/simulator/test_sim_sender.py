@@ -5,8 +5,8 @@ import socket
 import pytest
 import yaml
 
-from fabricflow.simulator.cli import run_simulate
-from fabricflow.simulator.sender import TargetError, UdpSender, pace_and_send, parse_targets
+from devtools.simulator.cli import run_simulate
+from devtools.simulator.sender import TargetError, UdpSender, pace_and_send, parse_targets
 
 from .helpers import small_doc
 

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from fabricflow.simulator import Simulation
-from fabricflow.simulator.exporters.pcap import write_pcap
+from devtools.simulator import Simulation
+from devtools.simulator.exporters.pcap import write_pcap
 
 from .helpers import small
 from .wire import parse_sflow

@@ -14,7 +14,7 @@ from fabricflow.settings import load_settings
 from schemas import codec
 from sinks import layout
 from sinks.fs import ArchiveUrlError, archive_filesystem
-from sinks.service import PARTIAL_METRIC, ArchiveService, _Crash, routes_for
+from sinks.service import PARTIAL_METRIC, ArchiveService, routes_for
 from tests.unit.sinks.helpers import T0, FakeConsumer, FakeProducer, Msg, enriched, flows
 
 HOUR = layout.HOUR_MS
@@ -136,13 +136,21 @@ def test_routes_cover_archived_topics_only():
         assert layout.spec(x.dataset).avsc == want
 
 
-def test_crash_hook_parsing():
-    c = _Crash({"FABRICFLOW_SINK_CRASH_AT": "after_write", "FABRICFLOW_SINK_CRASH_AFTER": "3"})
-    assert c.step == "after_write" and c.after == 3
-    c.at("after_write")  # plan 0 < 3: no crash
-    with pytest.raises(ValueError, match="must be one of"):
-        _Crash({"FABRICFLOW_SINK_CRASH_AT": "sometime"})
-    assert _Crash({}).step is None
+def test_on_step_sees_every_step_of_each_plan_in_order(write_mode):
+    """The step observer (the crash tests kill the sink at one step) sees each plan's steps in order."""
+    svc = service()
+    seen = []
+    svc.on_step = lambda step, plan: seen.append((step, plan))
+    t = svc.settings.kafka.topics
+    svc.handle([Msg(t.flows_raw, 0, 0, codec.encode_batch("flow_batch", flows([T0, T0 + 1])))])
+    flushed(svc, force=True)
+    svc.handle([Msg(t.flows_raw, 0, 1, codec.encode_batch("flow_batch", flows([T0 + 2])))])
+    flushed(svc, force=True)
+    if write_mode == "synchronous":
+        want = [(s, n) for n in (1, 2) for s in ("before_write", "mid_write", "after_write", "after_commit")]
+    else:  # in_flight on the consumer thread as the job is queued; the writer thread's steps follow
+        want = [(s, n) for n in (1, 2) for s in ("in_flight", "before_write", "mid_write", "after_write", "after_commit")]
+    assert seen == want
 
 
 def test_archive_filesystem(tmp_path, monkeypatch):

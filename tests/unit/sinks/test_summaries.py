@@ -6,7 +6,7 @@ import fastavro
 
 from sinks.arrow_schema import table_from_columns, table_from_dicts
 from sinks.layout import HOUR_MS
-from sinks.summaries import SUMMARY_HOURLY_AVSC, HourlySummary, SummaryBook
+from sinks.summaries import HourlySummary, SummaryBook, summary_avsc
 from tests.unit.sinks.helpers import T0, enriched
 
 ROWS = [
@@ -66,7 +66,7 @@ def _talkers_top10():
 
 def test_result_is_valid_avro_and_archivable():
     r = summary()
-    fastavro.validation.validate(r, fastavro.parse_schema(SUMMARY_HOURLY_AVSC))
+    fastavro.validation.validate(r, fastavro.parse_schema(summary_avsc()))
     t = table_from_dicts([r], "summary_hourly")
     assert t.num_rows == 1 and t["nodes"].to_pylist()[0] == r["nodes"]
 

@@ -3,7 +3,7 @@
 A *segment* is one 5-tuple sending ``bytes`` in ``packets`` packets of at most
 ``pkt_size`` IP bytes (the last packet carries the remainder) uniformly over
 ``[t0, t1)`` (ms relative to scenario start). Segments never cross a chunk
-boundary. Fault effects are applied by :mod:`fabricflow.simulator.faults`.
+boundary. Fault effects are applied by :mod:`devtools.simulator.faults`.
 Pure: no sockets, no clock; randomness comes from the generator passed in.
 """
 

@@ -2,7 +2,7 @@
 
 Starts the embedded broker and object store, ingest, a processor worker and
 the archive sink (each a ``fabricflow`` subprocess, see
-:mod:`fabricflow.runner`), runs a scenario through the simulator as real
+:mod:`devtools.runner`), runs a scenario through the simulator as real
 sFlow/NetFlow/IPFIX datagrams on loopback, and shows detections as they
 arrive: a rich terminal view (traffic-matrix heatmap, top talkers, events) or,
 with ``--no-ui``, one plain line per detection naming its kind.

@@ -1,4 +1,4 @@
-"""The ``fabricflow replay`` command: option parsing, progress and output around :mod:`processors.replay`.
+"""The ``fabricflow replay`` command: option parsing, progress and output around :mod:`replay.core`.
 
 ``register(app)`` adds the command; :func:`run_replay` does the work and is
 callable without the CLI. Problems the user can fix (empty or missing range,
@@ -46,8 +46,8 @@ def run_replay(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> dict:
-    """Run one replay; returns a summary dict. Raises :class:`processors.replay.ReplayError` on user errors."""
-    from processors import replay as rp
+    """Run one replay; returns a summary dict. Raises :class:`replay.core.ReplayError` on user errors."""
+    from replay import core as rp
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -167,8 +167,8 @@ def register(app: typer.Typer) -> None:
         Same code as the live workers (one ProcessorCore per shard); open windows are closed at the end of
         the range. See docs/replay.md.
         """
-        from fabricflow.cli import fail, settings_of
-        from processors.replay import ReplayError
+        from cli.context import fail, settings_of
+        from replay.core import ReplayError
 
         s = settings_of(ctx)
         if archive:

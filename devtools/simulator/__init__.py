@@ -1,6 +1,6 @@
 """Cluster traffic simulator: scenario YAML -> sFlow v5 / NetFlow v9 / IPFIX datagrams + ground truth.
 
-    from fabricflow.simulator import generate, load_scenario
+    from devtools.simulator import generate, load_scenario
     truth = []
     for send_time_ms, kind, datagram in generate("healthy", seed=1, truth=truth):
         ...

@@ -1,6 +1,6 @@
 """Registers the data-path subcommands (decode, ingest, process, sink, query, replay, simulate, demo).
 
-Kept apart from :mod:`fabricflow.cli` so each command imports its heavy
+Kept apart from :mod:`cli.main` so each command imports its heavy
 dependencies only when it runs.
 """
 
@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         no_send: bool = typer.Option(False, "--no-send", help="Do not send (with --pcap: just write the capture)."),
     ):
         """Generate AI-cluster traffic as real sFlow v5 / NetFlow v9 / IPFIX datagrams (with injected faults) to UDP targets."""
-        from fabricflow.simulator.cli import run_simulate
+        from devtools.simulator.cli import run_simulate
 
         start_ms, start_now = None, False
         if start == "now":
@@ -74,13 +74,13 @@ def register(app: typer.Typer) -> None:
         state_dir: str = typer.Option(".fabricflow/demo", help="Where logs, config and the archive of the demo go (wiped at start)."),
     ):
         """Run everything on the embedded stack with simulated cluster traffic and show detections live."""
-        from fabricflow.demo import run_demo
-        from fabricflow.runner import PipelineError
+        from devtools.demo import run_demo
+        from devtools.runner import PipelineError
 
         try:
             raise typer.Exit(run_demo(scenario, duration, speed, no_ui, state_dir))
         except PipelineError as e:
-            from fabricflow.cli import fail
+            from cli.context import fail
 
             fail(str(e), 1)
 
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
 
         Several workers with the same processors.app_id share the partitions.
         """
-        from fabricflow.cli import fail, settings_of
+        from cli.context import fail, settings_of
         from fabricflow.logs import setup_logging
         from processors.logic.core import CoreConfigError
         from processors.logic.inventory import InventoryError
@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Worker processes per port (SO_REUSEPORT)."),
     ):
         """Receive sFlow/NetFlow/IPFIX on UDP, decode, publish batches to Kafka (flows.raw.v1, counters.raw.v1, ingest.dlq.v1)."""
-        from fabricflow.cli import fail, settings_of
+        from cli.context import fail, settings_of
         from fabricflow.logs import setup_logging
         from ingest.listener import ListenError
         from ingest.service import run_ingest
@@ -137,13 +137,3 @@ def register(app: typer.Typer) -> None:
             fail(str(e))
         except ValueError as e:
             fail(str(e))
-
-    try:  # the archive sink and query commands (sinks/commands.py)
-        from sinks.commands import register as register_sinks
-    except ImportError as e:  # pragma: no cover - keeps the other commands usable
-        import logging
-
-        logging.getLogger("fabricflow").warning("sink/query commands unavailable: %s", e)
-    else:
-        register_sinks(app)
-    with __import__("contextlib").suppress(ModuleNotFoundError): __import__("processors.replay_commands", fromlist=["register"]).register(app)  # fabricflow replay

@@ -2,8 +2,8 @@
 
 Pure: plain records in, plain records out (no Kafka, sockets, clock or files).
 Used by ``bench/detection.py`` and the end-to-end tests; the truth is the
-JSON-lines file of :mod:`fabricflow.simulator.truth` as a list of dicts
-(:func:`fabricflow.simulator.truth.read_truth`).
+JSON-lines file of :mod:`devtools.simulator.truth` as a list of dicts
+(:func:`devtools.simulator.truth.read_truth`).
 
 Detections
   Every labelled fault says what should be detected (:func:`expected_detections`):

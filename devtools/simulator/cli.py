@@ -1,5 +1,5 @@
 """Command-line entry of the simulator: ``run_simulate`` (wired into ``fabricflow simulate``) and
-``python -m fabricflow.simulator`` (argparse, same options)."""
+``python -m devtools.simulator`` (argparse, same options)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def run_simulate(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fabricflow.simulator", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m devtools.simulator", description=__doc__)
     ap.add_argument("scenario", help="scenario YAML path or shipped name (healthy, straggler, ...)")
     ap.add_argument("--target", action="append", default=None,
                     help="kind=host:port or host:port (all kinds); repeatable; default loopback 6343/2055/4739")

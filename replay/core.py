@@ -41,9 +41,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from fabricflow import streams
 from processors.logic.core import CoreConfigError, ProcessorCore, engine_config, shard_of
 from processors.logic.engine import Output
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, dtype_for
+from schemas.outputs import encode_outputs, plain
 
 __all__ = [
     "ReplayError",
@@ -61,7 +63,6 @@ __all__ = [
     "parse_offsets",
     "find_offset_for_time",
     "partition_end",
-    "OUTPUT_TOPIC_KEYS",
     "output_records",
     "canonical",
     "write_report",
@@ -73,20 +74,6 @@ DEFAULT_SLICE_MS = 10_000
 HOUR_MS = 3_600_000
 FLOW_TIME = "time_end_ms"
 COUNTER_TIME = "time_received_ms"
-
-#: Output kind -> attribute of ``TopicNames`` whose replay twin receives it.
-OUTPUT_TOPIC_KEYS = {
-    "matrix": "matrix",
-    "incast": "incast",
-    "straggler": "straggler",
-    "link": "link_health",
-    "alert": "alerts",
-    "pattern": "patterns",
-}
-#: Output kind -> Avro schema of the value (pattern values are JSON).
-OUTPUT_SCHEMAS = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score",
-                  "link": "link_health", "alert": "alert"}
-
 
 class ReplayError(Exception):
     """A replay cannot run; the message is one line saying why (CLI exit 2)."""
@@ -701,21 +688,9 @@ def kafka_source(
 # ----------------------------------------------------------------------------- outputs
 
 
-def _plain(v):
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, bytes):
-        return v.hex()
-    return v
-
-
 def output_records(outputs: Iterable[Output]) -> list[dict]:
     """``[{"kind", "key", "value"}]`` with plain JSON-compatible values."""
-    return [{"kind": o.kind, "key": o.key, "value": _plain(o.value)} for o in outputs]
+    return [{"kind": o.kind, "key": o.key, "value": plain(o.value)} for o in outputs]
 
 
 def canonical(outputs: Iterable[Output]) -> list[str]:
@@ -750,18 +725,12 @@ def write_report(outputs: Sequence[Output], path: str, meta: Mapping[str, Any] |
 
 def replay_topic_names(kafka_settings) -> dict[str, str]:
     """Output kind -> replay topic name (``replay_prefix`` + live topic)."""
-    t = kafka_settings.topics
-    return {kind: t.replay_prefix + getattr(t, key) for kind, key in OUTPUT_TOPIC_KEYS.items()}
+    return streams.output_topics(kafka_settings, prefix=kafka_settings.topics.replay_prefix)
 
 
 def encode_output(o: Output) -> bytes:
-    """Message value of one output: Avro single-object encoding (pattern: JSON)."""
-    from schemas import codec
-
-    schema = OUTPUT_SCHEMAS.get(o.kind)
-    if schema is None:
-        return json.dumps(_plain(o.value), sort_keys=True).encode()
-    return codec.encode_record(schema, o.value)
+    """Message value of one output (as the live workers write it)."""
+    return encode_outputs(o.kind, [o.value])[0]
 
 
 def publish(outputs: Sequence[Output], kafka_settings, *, producer=None, timeout_s: float = 30.0) -> dict[str, int]:
@@ -771,13 +740,13 @@ def publish(outputs: Sequence[Output], kafka_settings, *, producer=None, timeout
     """
     from confluent_kafka import Producer
 
-    from fabricflow.topics import TopicSpec, ensure_topics, topic_specs
+    from fabricflow.streams import TopicSpec, ensure_topics, topic_specs
 
     names = replay_topic_names(kafka_settings)
     live = {s.key: s for s in topic_specs(kafka_settings)}
-    specs = [TopicSpec("replay_" + key, names[kind], live[key].partitions, dict(live[key].config),
-                       live[key].schema, "replay of " + live[key].name)
-             for kind, key in OUTPUT_TOPIC_KEYS.items()]
+    specs = [TopicSpec("replay_" + s.name, names[kind], live[s.name].partitions, dict(live[s.name].config),
+                       live[s.name].schema, "replay of " + live[s.name].name)
+             for kind, s in streams.OUTPUTS.items()]
     ensure_topics(kafka_settings, specs)
     own = producer is None
     if own:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from .settings import Settings, load_settings
+from fabricflow.settings import Settings, load_settings
 from .stack import EmbeddedStack, StackError, port_free, tail
 
 
@@ -126,7 +126,7 @@ class LocalPipeline:
         except StackError as e:
             self.stack.down()
             raise PipelineError(str(e)) from None
-        from .topics import ensure_topics
+        from fabricflow.streams import ensure_topics
 
         ensure_topics(s.kafka)
         self._spawn("ingest", ["ingest"])
@@ -175,7 +175,7 @@ class LocalPipeline:
         log = open(self.log_path(name), "ab")
         try:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "fabricflow", "--config", str(self.config_path), *args],
+                [sys.executable, "-m", "cli", "--config", str(self.config_path), *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

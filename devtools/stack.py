@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .settings import Settings, StackSettings
+from fabricflow.settings import Settings, StackSettings
 
 
 class StackError(Exception):

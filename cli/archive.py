@@ -1,0 +1,246 @@
+"""``fabricflow sink ...`` (archive service, retention) and ``fabricflow query ...`` (archive reports).
+
+Query time range: ``--from``/``--to`` (ISO-8601, naive = UTC, or unix ms),
+or ``--last 2h``; without any of them a query covers the whole archive.
+Errors (no archive, dataset missing, nothing in range, bad time) are one line
+on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .context import fail, settings_of
+from .options import QueryOptions, parse_duration_ms, with_query_options
+
+sink_app = typer.Typer(help="Sinks: the hourly Parquet archive and its retention.", no_args_is_help=True)
+query_app = typer.Typer(
+    help="Query the Parquet archive (DuckDB). Range: --from/--to or --last; default the whole archive.",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``sink`` and ``query`` command groups to ``app``."""
+    app.add_typer(sink_app, name="sink")
+    app.add_typer(query_app, name="query")
+
+
+# ---------------------------------------------------------------------- sink
+
+
+@sink_app.command("archive")
+def sink_archive(
+    ctx: typer.Context,
+    max_seconds: Optional[float] = typer.Option(None, "--max-seconds", help="Stop after this long (default: run until SIGTERM)."),
+    idle_exit: Optional[float] = typer.Option(
+        None, "--idle-exit", help="Stop once no message arrived for this many seconds (backfills, tests)."),
+    metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Prometheus /metrics port (0 = off; default 9182)."),
+    group: str = typer.Option("fabricflow-archive", "--group", help="Kafka consumer group."),
+    batch_messages: int = typer.Option(1000, "--batch-messages", min=1, help="Max messages per poll."),
+    max_rows: int = typer.Option(1_000_000, "--max-rows", min=1, help="Max rows per Parquet file."),
+):
+    """Consume the archived topics and write hourly Parquet files (exactly once); produce hourly summaries."""
+    from fabricflow.logs import setup_logging
+    from sinks.fs import ArchiveUrlError
+    from sinks.service import ArchiveService
+
+    s = settings_of(ctx)
+    setup_logging(s.log_level)
+    try:
+        svc = ArchiveService(s, group_id=group, metrics_port=metrics_port, batch_messages=batch_messages,
+                             max_rows=max_rows)
+    except (ArchiveUrlError, ValueError) as e:
+        fail(str(e))
+    report = svc.run(max_seconds=max_seconds, idle_exit_s=idle_exit)
+    typer.echo(" ".join(f"{k}={v}" for k, v in report.items()), err=True)
+
+
+@sink_app.command("retention")
+def sink_retention(
+    ctx: typer.Context,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be deleted."),
+):
+    """Delete archive partitions older than archive.retention_days (per dataset, 'default' for the rest)."""
+    import time
+
+    from sinks.fs import ArchiveUrlError, archive_filesystem
+    from sinks.retention import apply_retention, retention_policy
+
+    s = settings_of(ctx)
+    try:
+        policy = retention_policy(s.archive.retention_days)
+        fs, root = archive_filesystem(s.archive)
+    except (ArchiveUrlError, ValueError) as e:
+        fail(str(e))
+    deleted = apply_retention(fs, root, int(time.time() * 1000), policy, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    for d in deleted:
+        typer.echo(f"{verb} {d.dataset} dt={d.dt}" + ("" if d.hour is None else f" hour={d.hour:02d}"))
+    typer.echo(f"{len(deleted)} partition(s) {verb}" + (" (dry run)" if dry_run else ""), err=True)
+
+
+# ---------------------------------------------------------------------- query
+
+
+def _open(ctx):
+    from sinks.fs import ArchiveUrlError, archive_filesystem
+    from sinks.query import ArchiveError, ArchiveQuery
+
+    s = settings_of(ctx)
+    if s.archive.url.startswith("file://"):
+        import os
+
+        path = os.path.abspath(s.archive.url[len("file://"):])
+        if not os.path.isdir(path):
+            fail(f"no archive at {path} (archive.url = {s.archive.url})")
+    try:
+        fs, root = archive_filesystem(s.archive)
+        return ArchiveQuery(fs, root)
+    except (ArchiveUrlError, ArchiveError) as e:
+        fail(str(e))
+
+
+def _range(opts: QueryOptions) -> tuple[int | None, int | None]:
+    from sinks.query import parse_time
+
+    if opts.last is not None:
+        if opts.frm is not None or opts.to is not None:
+            fail("give either --last or --from/--to, not both")
+        import time
+
+        try:
+            span = parse_duration_ms(opts.last)
+        except ValueError as e:
+            fail(str(e))
+        now = int(time.time() * 1000)
+        return now - span, now
+    try:
+        lo = parse_time(opts.frm) if opts.frm is not None else None
+        hi = parse_time(opts.to) if opts.to is not None else None
+    except (ValueError, TypeError) as e:
+        fail(str(e))
+    if lo is not None and hi is not None and hi <= lo:
+        fail(f"empty time range: --from {opts.frm} is not before --to {opts.to}")
+    return lo, hi
+
+
+def _run(ctx, fn, opts: QueryOptions, title: str) -> None:
+    """Open the archive, run ``fn(query, lo, hi)`` over the options' range and write the table as asked."""
+    import duckdb
+
+    from sinks.query import FORMATS, ArchiveError, render
+
+    fmt, output = opts.fmt, opts.output
+    if fmt not in FORMATS:
+        fail(f"unknown --format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt == "parquet" and output is None:
+        fail("--format parquet needs --output PATH")
+    lo, hi = _range(opts)
+    q = _open(ctx)
+    try:
+        table = fn(q, lo, hi)
+    except (ArchiveError, ValueError, TypeError) as e:
+        fail(" ".join(str(e).split()))
+    except duckdb.Error as e:  # parser/binder errors in `query sql`
+        fail("query failed: " + " ".join(str(e).split()))
+    if fmt == "parquet":
+        render(table, "parquet", path=str(output))
+        typer.echo(f"{table.num_rows} rows -> {output}", err=True)
+        return
+    text = render(table, fmt, title=title)
+    if output is not None:
+        output.write_text(text)
+        typer.echo(f"{table.num_rows} rows -> {output}", err=True)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+@query_app.command("sql")
+@with_query_options
+def query_sql(
+    ctx: typer.Context,
+    sql: str = typer.Argument(..., help="SQL over the dataset views, e.g. \"SELECT category, sum(bytes_est) FROM flows_enriched GROUP BY 1\"."),
+    opts: QueryOptions = QueryOptions(),
+):
+    """Run SQL; every dataset named (flows_raw, flows_enriched, counters_raw, matrix_windows, incast_events,
+    straggler_scores, link_health, alerts, summaries_hourly) is a view over the range."""
+    _run(ctx, lambda q, lo, hi: q.sql(sql, lo, hi), opts, "query")
+
+
+@query_app.command("top-talkers")
+@with_query_options
+def query_top(
+    ctx: typer.Context,
+    n: int = typer.Option(10, "--limit", "-n", min=1, help="Number of pairs."),
+    opts: QueryOptions = QueryOptions(),
+):
+    """Largest source -> destination pairs by estimated bytes (node name, else IP) from flows_enriched."""
+    _run(ctx, lambda q, lo, hi: q.top_talkers(lo, hi, n=n), opts, "top talkers")
+
+
+@query_app.command("matrix")
+@with_query_options
+def query_matrix(
+    ctx: typer.Context,
+    level: str = typer.Option("node", "--level", help="node or group."),
+    source: str = typer.Option("auto", "--source", help="matrix (matrix_windows), flows (flows_enriched) or auto."),
+    opts: QueryOptions = QueryOptions(),
+):
+    """Traffic matrix (src, dst, category) summed over the range."""
+    if level not in ("node", "group"):
+        fail(f"--level must be node or group, got {level!r}")
+    _run(ctx, lambda q, lo, hi: q.matrix(lo, hi, level=level, source=source), opts, f"matrix ({level})")
+
+
+@query_app.command("node")
+@with_query_options
+def query_node(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="Node name (inventory) or IP address."),
+    opts: QueryOptions = QueryOptions(),
+):
+    """One node's traffic: direction, peer, category, bytes/packets/flow records."""
+    _run(ctx, lambda q, lo, hi: q.node(name, lo, hi), opts, f"node {name}")
+
+
+@query_app.command("job")
+@with_query_options
+def query_job(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="Job name (inventory)."),
+    opts: QueryOptions = QueryOptions(),
+):
+    """A job's nodes: bytes and flow records sent and received per node and category."""
+    _run(ctx, lambda q, lo, hi: q.job(name, lo, hi), opts, f"job {name}")
+
+
+@query_app.command("segmentation")
+@with_query_options
+def query_segmentation(
+    ctx: typer.Context,
+    policy: Optional[Path] = typer.Option(
+        None, "--policy", help="Policy file (YAML, docs/alerts.md): mark each row allowed / violation."),
+    opts: QueryOptions = QueryOptions(),
+):
+    """Group x group bytes and flow records by category; with --policy, each row allowed or a violation."""
+    from sinks.query import segmentation_review
+
+    cfg = None
+    if policy is not None:
+        if not policy.is_file():
+            fail(f"policy file not found: {policy}")
+        from processors.logic.policy import load_policy_config
+
+        try:
+            cfg = load_policy_config(policy)
+        except Exception as e:  # pydantic / YAML errors: one line
+            fail(f"policy file {policy}: {str(e).splitlines()[0]}")
+    if cfg is None:
+        _run(ctx, lambda q, lo, hi: q.segmentation(lo, hi), opts, "segmentation")
+    else:
+        _run(ctx, lambda q, lo, hi: segmentation_review(q, cfg, lo, hi), opts, "segmentation review")

@@ -1,0 +1,71 @@
+"""Options shared by the archive query commands: one declaration of the time range and the output."""
+
+from __future__ import annotations
+
+import functools
+import re
+import typing
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+
+FROM_HELP = "Start of the range (ISO-8601, naive = UTC, or unix ms). Default: the whole archive."
+TO_HELP = "End of the range, exclusive (ISO-8601 or unix ms). Default: the end of the archive."
+LAST_HELP = "Instead of --from/--to: the last DURATION up to now, e.g. 90m, 6h, 2d."
+FORMAT_HELP = "Output format: table, csv, json or parquet (parquet needs --output)."
+OUTPUT_HELP = "Write the result to this file instead of stdout (required for parquet)."
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    """The range and output options every ``fabricflow query`` command takes."""
+
+    frm: str | None = None
+    to: str | None = None
+    last: str | None = None
+    fmt: str = "table"
+    output: Path | None = None
+
+
+_K = inspect.Parameter.KEYWORD_ONLY
+_SHARED = [
+    inspect.Parameter("frm", _K, default=None, annotation=Annotated[Optional[str], typer.Option("--from", help=FROM_HELP)]),
+    inspect.Parameter("to", _K, default=None, annotation=Annotated[Optional[str], typer.Option("--to", help=TO_HELP)]),
+    inspect.Parameter("last", _K, default=None, annotation=Annotated[Optional[str], typer.Option("--last", help=LAST_HELP)]),
+    inspect.Parameter("fmt", _K, default="table", annotation=Annotated[str, typer.Option("--format", "-f", help=FORMAT_HELP)]),
+    inspect.Parameter("output", _K, default=None,
+                      annotation=Annotated[Optional[Path], typer.Option("--output", "-o", help=OUTPUT_HELP)]),
+]
+
+
+def with_query_options(fn: Callable) -> Callable:
+    """Give a command the shared options; ``fn`` receives them as ``opts: QueryOptions``."""
+    sig = inspect.signature(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)
+    own = [p.replace(kind=_K, annotation=hints.get(name, p.annotation))
+           for name, p in sig.parameters.items() if name != "opts"]
+
+    @functools.wraps(fn)
+    def command(**kwargs):
+        opts = QueryOptions(**{p.name: kwargs.pop(p.name) for p in _SHARED})
+        return fn(**kwargs, opts=opts)
+
+    params = own + _SHARED
+    command.__signature__ = sig.replace(parameters=params)
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
+
+
+_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """Milliseconds of ``90m``, ``6h``, ``2d``, ``30s``."""
+    m = _DUR.match(text)
+    if not m:
+        raise ValueError(f"cannot read {text!r} as a duration (e.g. 90m, 6h, 2d)")
+    return int(float(m.group(1)) * _UNIT_MS[m.group(2)])

@@ -1,0 +1,7 @@
+"""``python -m devtools.simulator SCENARIO ...``"""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,3 +1,0 @@
-from fabricflow.cli import main
-
-main()

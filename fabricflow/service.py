@@ -1,0 +1,167 @@
+"""The lifecycle every fabricflow service shares: start, run until stopped, stop in reverse order.
+
+A :class:`Service` owns what a running process holds open (HTTP server,
+Kafka clients, threads) as a stack of stop callbacks, turns SIGTERM/SIGINT
+into a stop request, serves ``/metrics`` and ``/healthz``, creates the
+catalog's topics, and keeps a health flag: the service's loop calls
+:meth:`Service.beat` and ``/healthz`` answers 503 once the loop has not beaten
+for ``stall_s`` (or a check the service added fails).
+
+    svc = Service("ingest", registry=metrics.registry)
+    svc.serve_http(bind, port)
+    svc.on_stop(sink.close)
+    with svc.signals():
+        while not svc.stopping:
+            ...; svc.beat()
+    svc.stop()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+log = logging.getLogger("fabricflow.service")
+
+Check = Callable[[], "bool | str | None"]
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args):  # no access log on stderr
+        pass
+
+
+def serve_http(registry, host: str, port: int, health: Callable[[], tuple[bool, str]]):
+    """Serve ``/metrics`` (Prometheus text of ``registry``) and ``/healthz`` in a daemon thread.
+
+    ``health()`` returns (ok, reason). Returns the server (``.shutdown()`` and ``.server_close()`` to stop).
+    """
+    from prometheus_client import make_wsgi_app
+
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ, start_response):
+        path = environ.get("PATH_INFO")
+        if path == "/healthz":
+            ok, reason = health()
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"ok\n" if ok else f"unhealthy: {reason}\n".encode()]
+        if path in ("/metrics", "/"):
+            return metrics_app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found: try /metrics or /healthz\n"]
+
+    server = make_server(host, port, app, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    return server
+
+
+class Service:
+    """Start/stop bookkeeping, signals, ``/metrics`` + ``/healthz`` and the health flag of one service."""
+
+    def __init__(self, name: str, registry=None, *, stall_s: float = 30.0, clock=time.monotonic):
+        self.name = name
+        self.registry = registry
+        self.stall_s = stall_s
+        self.clock = clock
+        self.last_beat = clock()
+        self.http = None
+        self._stopping = threading.Event()
+        self._stops: list[tuple[str, Callable[[], object]]] = []
+        self._checks: list[tuple[str, Check]] = []
+
+    # -- running
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def request_stop(self, *_args) -> None:
+        """Ask the service's loop to stop (signal handlers, tests, other threads)."""
+        self._stopping.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Sleep until a stop is requested (True) or ``timeout`` passes (False)."""
+        return self._stopping.wait(timeout)
+
+    def beat(self) -> None:
+        """The service's loop is alive (clears a stall)."""
+        self.last_beat = self.clock()
+
+    @contextlib.contextmanager
+    def signals(self) -> Iterator[None]:
+        """SIGTERM/SIGINT request a stop while inside (main thread only; elsewhere a no-op)."""
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self.request_stop)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # -- health
+
+    def add_check(self, name: str, check: Check) -> None:
+        """``check()`` returns True/None when fine, False or a reason text when not."""
+        self._checks.append((name, check))
+
+    def health(self) -> tuple[bool, str]:
+        age = self.clock() - self.last_beat
+        if age > self.stall_s:
+            return False, f"{self.name} loop stalled for {age:.0f} s"
+        for name, check in self._checks:
+            r = check()
+            if r is False or isinstance(r, str):
+                return False, f"{name}: {r}" if isinstance(r, str) else name
+        return True, ""
+
+    def healthy(self) -> bool:
+        return self.health()[0]
+
+    # -- resources
+
+    def on_stop(self, fn: Callable[[], object], name: str = "") -> None:
+        """Run ``fn`` at :meth:`stop`, after everything registered later (reverse order)."""
+        self._stops.append((name or getattr(fn, "__qualname__", "resource"), fn))
+
+    def serve_http(self, bind: str, port: int, registry=None) -> bool:
+        """Serve ``/metrics`` and ``/healthz`` on ``bind:port`` (0 = off); False (logged) when the port is taken."""
+        if not port:
+            return False
+        try:
+            self.http = serve_http(registry or self.registry, bind, port, self.health)
+        except OSError as e:  # e.g. a second worker on the same host: run without metrics, say so
+            log.warning("%s: metrics port %s:%d unavailable (%s): running without /metrics", self.name, bind, port, e)
+            return False
+        server = self.http
+        self.on_stop(lambda: (server.shutdown(), server.server_close()), "metrics http")
+        log.info("%s: metrics on http://%s:%d/metrics", self.name, bind, port)
+        return True
+
+    def ensure_topics(self, kafka, required: bool = True) -> None:
+        """Create the catalog's topics; ``required=False``: log and go on when that fails (managed elsewhere)."""
+        from .streams import ensure_topics
+
+        try:
+            ensure_topics(kafka)
+        except Exception as e:
+            if required:
+                raise
+            log.warning("%s: cannot ensure topics exist: %s", self.name, e)
+
+    def stop(self) -> None:
+        """Stop everything registered, newest first; a failing stop is logged and the rest still run."""
+        self._stopping.set()
+        while self._stops:
+            name, fn = self._stops.pop()
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - stopping goes on
+                log.warning("%s: stopping %s failed: %s", self.name, name, e)

@@ -1,0 +1,163 @@
+"""The one catalog of fabricflow's Kafka streams, and topic creation.
+
+Each :class:`Stream` says what a topic carries (kind, Avro schema, what its key
+means), where it is archived (dataset, row schema, event-time column) and how
+long it is kept. The topic list, the archive's datasets, the processors' output
+schemas and replay's tables are all derived from :data:`STREAMS`: adding an
+output kind means one entry here and its producer.
+
+Topics are created idempotently with their final partition count (the embedded
+broker cannot add partitions later). Compaction is never relied on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from .settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One Kafka stream of fabricflow.
+
+    ``name``: attribute of :class:`fabricflow.settings.TopicNames` holding the topic name.
+    ``schema``: Avro schema of a message value ("" = raw bytes); ``batch``: the value is a columnar batch.
+    ``output``: processor output kind published here (``Output.kind``), if any.
+    ``dataset``/``row_schema``/``time_column``: the archive dataset, the Avro schema of one archived row and
+    its event-time column (unix ms); no dataset = not archived.
+    ``topic_days``: Kafka retention; ``archive_days``: default archive retention (None = forever).
+    ``event_kind``: what the hourly summaries count of it (``sinks.summaries``), if anything.
+    """
+
+    name: str
+    schema: str
+    key: str
+    doc: str
+    batch: bool = False
+    output: str | None = None
+    dataset: str | None = None
+    row_schema: str | None = None
+    time_column: str | None = None
+    topic_days: int = 30
+    archive_days: int | None = 90
+    event_kind: str | None = None
+    partitions: int | None = None  # None = kafka.partitions
+    internal: bool = False
+
+
+STREAMS: tuple[Stream, ...] = (
+    Stream("flows_raw", "flow_batch", "exporter address", "FlowBatch per message (records of one datagram or a bounded batch)",
+           batch=True, dataset="flows_raw", row_schema="flow_record", time_column="time_end_ms", topic_days=7, archive_days=7),
+    Stream("counters_raw", "counter_batch", "exporter address", "CounterBatch per message (sFlow counter samples)",
+           batch=True, dataset="counters_raw", row_schema="counter_sample", time_column="time_received_ms", topic_days=7,
+           archive_days=7),
+    Stream("dlq", "", "exporter address", "capped sample of undecodable datagrams; headers exporter/protocol/reason",
+           topic_days=7, partitions=1),
+    Stream("flows_enriched", "flow_enriched_batch", "exporter address", "EnrichedFlowBatch per message",
+           batch=True, dataset="flows_enriched", row_schema="flow_enriched", time_column="time_end_ms", topic_days=7,
+           archive_days=14),
+    Stream("matrix", "matrix_cell", "window|level|src|dst|category", "one traffic-matrix cell per message",
+           output="matrix", dataset="matrix_windows", row_schema="matrix_cell", time_column="window_start_ms"),
+    Stream("incast", "incast_event", "destination", "incast detections", output="incast", dataset="incast_events",
+           row_schema="incast_event", time_column="window_start_ms", event_kind="incast"),
+    Stream("straggler", "straggler_score", "job", "straggler scores per job/window/node", output="straggler",
+           dataset="straggler_scores", row_schema="straggler_score", time_column="window_start_ms", event_kind="straggler"),
+    Stream("link_health", "link_health", "switch|ifIndex", "link health samples and events from counters", output="link",
+           dataset="link_health", row_schema="link_health", time_column="time_ms", event_kind="link"),
+    Stream("alerts", "alert", "dedup key", "policy and security alerts", output="alert", dataset="alerts",
+           row_schema="alert", time_column="window_start_ms", event_kind="alert"),
+    Stream("patterns", "", "job", "JSON job pattern deviations (no Avro schema yet; not archived)", output="pattern"),
+    Stream("shuffle", "", "shard", "internal: raw flows and counters re-partitioned to detector shards "
+           "(processors/worker/shuffle.py)", topic_days=1, internal=True),
+    Stream("summaries", "summary_hourly", "hour start (ms)", "hourly summaries", dataset="summaries_hourly",
+           row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365),
+)
+
+BY_NAME: dict[str, Stream] = {s.name: s for s in STREAMS}
+#: Processor output kind -> its stream.
+OUTPUTS: dict[str, Stream] = {s.output: s for s in STREAMS if s.output}
+#: Archive dataset -> its stream.
+DATASETS: dict[str, Stream] = {s.dataset: s for s in STREAMS if s.dataset}
+
+
+def topic_of(kafka: KafkaSettings, stream: Stream | str) -> str:
+    """The configured topic name of a stream (or of a stream name)."""
+    s = BY_NAME[stream] if isinstance(stream, str) else stream
+    return getattr(kafka.topics, s.name)
+
+
+def output_topics(kafka: KafkaSettings, prefix: str = "") -> dict[str, str]:
+    """Processor output kind -> topic name (``prefix`` + name: replay publishes to ``replay.<topic>``)."""
+    return {kind: prefix + topic_of(kafka, s) for kind, s in OUTPUTS.items()}
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    key: str  # the stream name (attribute of TopicNames)
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+    schema: str = ""  # avsc name of the message value
+    doc: str = ""
+
+
+def topic_specs(kafka: KafkaSettings) -> list[TopicSpec]:
+    """Every topic of the catalog with its configured name, partition count and retention."""
+    return [
+        TopicSpec(s.name, topic_of(kafka, s), s.partitions or kafka.partitions,
+                  {"retention.ms": str(s.topic_days * DAY_MS)}, s.schema, f"{s.doc}; key = {s.key}")
+        for s in STREAMS
+    ]
+
+
+def topic_names(kafka: KafkaSettings) -> dict[str, str]:
+    return {s.key: s.name for s in topic_specs(kafka)}
+
+
+def ensure_topics(
+    kafka: KafkaSettings,
+    specs: list[TopicSpec] | None = None,
+    timeout_s: float = 15.0,
+) -> dict[str, str]:
+    """Create missing topics; return {topic: "created" | "exists"}.
+
+    An existing topic with fewer partitions than wanted is reported (not fixed:
+    the embedded broker cannot add partitions; on Apache Kafka use
+    ``kafka-topics --alter``).
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    specs = specs if specs is not None else topic_specs(kafka)
+    admin = AdminClient(kafka.client_config())
+    md = admin.list_topics(timeout=timeout_s)
+    result: dict[str, str] = {}
+    new = []
+    for s in specs:
+        existing = md.topics.get(s.name)
+        if existing is not None and existing.error is None:
+            have = len(existing.partitions)
+            result[s.name] = "exists"
+            if have < s.partitions:
+                log.warning("topic %s has %d partitions, configured %d; keys keep their placement", s.name, have, s.partitions)
+            continue
+        new.append(NewTopic(s.name, num_partitions=s.partitions, replication_factor=kafka.replication_factor, config=s.config))
+    if new:
+        futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
+        for name, fut in futures.items():
+            try:
+                fut.result(timeout=timeout_s)
+                result[name] = "created"
+            except KafkaException as e:
+                err = e.args[0]
+                if err.code() == 36:  # TOPIC_ALREADY_EXISTS: created concurrently
+                    result[name] = "exists"
+                else:
+                    raise
+    return result
