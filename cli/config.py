@@ -22,10 +22,14 @@ def config_dump(ctx: typer.Context, show_secrets: bool = typer.Option(False, hel
 
 @config_app.command("check")
 def config_check(ctx: typer.Context, file: Path = typer.Argument(..., help="YAML settings file to validate.")):
-    """Validate a settings file (with the current environment); exit 2 with one line per problem if invalid."""
+    """Validate a settings file (with the current environment) and its detector parameters; exit 2 with one
+    line naming the problem if invalid."""
+    from processors.logic.core import CoreConfigError, engine_config
+
     try:
-        load_settings(str(file))
-    except ConfigError as e:
+        s = load_settings(str(file))
+        engine_config(s.processors)
+    except (ConfigError, CoreConfigError) as e:
         fail(str(e))
     typer.echo(f"{file}: OK")
 
@@ -33,11 +37,39 @@ def config_check(ctx: typer.Context, file: Path = typer.Argument(..., help="YAML
 @config_app.command("docs")
 def config_docs(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout.")):
     """Print docs/configuration.md generated from the settings model."""
-    text = configuration_markdown()
+    text = configuration_docs()
     if output:
         output.write_text(text)
     else:
         typer.echo(text, nl=False)
+
+
+def configuration_docs() -> str:
+    """docs/configuration.md: the settings model, then every detector parameter (declared beside its code)."""
+    import yaml
+
+    from processors.logic.core import DETECTORS
+    from processors.logic.params import describe_params
+
+    lines = [
+        configuration_markdown().rstrip("\n"),
+        "",
+        "## Detector parameters",
+        "",
+        "Declared beside each detector's code (`processors/logic/*.py`), validated when a worker or a replay",
+        "starts and by `fabricflow config check` (exit 2 with one line naming the parameter). Set them under",
+        "`processors.detectors.<detector>` in the YAML file, as `FABRICFLOW_PROCESSORS__DETECTORS` (JSON, e.g.",
+        "`'{\"incast\": {\"min_sources\": 3}}'`), or for one replay with `--set <detector>.<parameter>=VALUE`.",
+        "",
+        "| parameter | default | description |",
+        "|---|---|---|",
+    ]
+    for name, cls in DETECTORS.items():
+        for param, default, desc in describe_params(cls):
+            d = "`" + yaml.safe_dump(list(default) if isinstance(default, tuple) else default,
+                                     default_flow_style=True).strip().removesuffix("...").strip() + "`"
+            lines.append(f"| `processors.detectors.{name}.{param}` | {d} | {desc.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
 
 
 def register(app: typer.Typer) -> None:

@@ -28,6 +28,7 @@ from .engine import Engine, EngineConfig, Output
 from .enrich import Enricher, LabeledFlows
 from .incast import IncastConfig, as_capacity
 from .inventory import Inventory
+from .params import ParamsError, build_params
 from .linkhealth import LinkHealthConfig
 from .matrix import MatrixConfig
 from .pattern import PatternConfig
@@ -50,18 +51,22 @@ class CoreConfigError(ValueError):
     """Bad detector overrides; the message names the detector and parameter."""
 
 
-def _build(cls, overrides: dict[str, Any], where: str):
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    clean = {}
-    for k, v in overrides.items():
-        if k not in names:
-            raise CoreConfigError(f"processors.detectors.{where}.{k}: unknown parameter (known: {', '.join(sorted(names))})")
-        default = names[k].default
-        clean[k] = tuple(v) if isinstance(default, tuple) and isinstance(v, list) else v
+#: Detector name in ``processors.detectors`` -> its parameter class (defaults and descriptions beside its code).
+DETECTORS = _SECTIONS
+
+
+def detector_params(processors_settings, overrides: dict[str, dict] | None = None) -> dict[str, object]:
+    """Validated parameters of every detector: defaults, ``processors.detectors`` and ``overrides`` on top."""
+    det = {k: dict(v) for k, v in (processors_settings.detectors or {}).items()}
+    for name, params in (overrides or {}).items():
+        det.setdefault(name, {}).update(params)
+    unknown = set(det) - set(_SECTIONS)
+    if unknown:
+        raise CoreConfigError(f"processors.detectors.{sorted(unknown)[0]}: unknown detector (known: {', '.join(_SECTIONS)})")
     try:
-        return cls(**clean)
-    except (TypeError, ValueError) as e:
-        raise CoreConfigError(f"processors.detectors.{where}: {e}") from None
+        return {name: build_params(cls, det.get(name, {}), f"processors.detectors.{name}") for name, cls in _SECTIONS.items()}
+    except ParamsError as e:
+        raise CoreConfigError(str(e)) from None
 
 
 def engine_config(processors_settings, overrides: dict[str, dict] | None = None) -> EngineConfig:
@@ -70,13 +75,10 @@ def engine_config(processors_settings, overrides: dict[str, dict] | None = None)
     det = {k: dict(v) for k, v in (p.detectors or {}).items()}
     for name, params in (overrides or {}).items():
         det.setdefault(name, {}).update(params)
-    unknown = set(det) - set(_SECTIONS)
-    if unknown:
-        raise CoreConfigError(f"processors.detectors.{sorted(unknown)[0]}: unknown detector (known: {', '.join(_SECTIONS)})")
     window = WindowConfig(
         size_ms=int(p.window_s * 1000), lateness_ms=int(p.allowed_lateness_s * 1000), idle_close_s=float(p.idle_close_s)
     )
-    parts = {name: _build(cls, det.get(name, {}), name) for name, cls in _SECTIONS.items()}
+    parts = detector_params(p, overrides)
     if "default_capacity_bps" not in det.get("incast", {}):
         parts["incast"] = dataclasses.replace(parts["incast"], default_capacity_bps=p.default_capacity_bps)
     if "window_ms" not in det.get("incast", {}):

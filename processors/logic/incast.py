@@ -24,40 +24,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import numpy as np
+from pydantic import Field
 
+from .params import detector_params
 from .windows import Interner, addr_text, dump_columns, group_reduce, load_columns, reduce_runs
 
 __all__ = ["IncastConfig", "IncastAggregator", "IncastDetector", "endpoint_codes", "as_capacity"]
 
 
-@dataclass(frozen=True)
+@detector_params
 class IncastConfig:
-    """Incast settings.
+    """Incast detector parameters (docs/detectors.md, "Incast")."""
 
-    window_ms: short window length (default 1 s).
-    lateness_ms: allowed lateness of the short windows (kept small so events are
-      timely; NetFlow/IPFIX records older than this count as too late here).
-    min_sources: distinct sources needed to open an event.
-    open_fraction / close_fraction: hysteresis thresholds on aggregate/capacity.
-    close_after_windows: consecutive windows below close_fraction that close it.
-    categories: only these app categories count. Default: compute-fabric
-      traffic; storage checkpoint bursts are excluded unless added here.
-    default_capacity_bps: capacity when the capacity function knows no value.
-    z: normal quantile for the fraction bounds (1.96 ~ 95 %).
-    """
-
-    window_ms: int = 1_000
-    lateness_ms: int = 2_000
-    min_sources: int = 4
-    open_fraction: float = 0.8
-    close_fraction: float = 0.5
-    close_after_windows: int = 3
-    categories: tuple[str, ...] = ("collective", "rocev2", "other")
-    default_capacity_bps: float = 100e9
-    z: float = 1.96
+    window_ms: int = Field(1_000, ge=1, description="Short window length (ms); processors.incast_window_s sets it unless given here")
+    lateness_ms: int = Field(2_000, ge=0, description="Allowed lateness of the short windows (kept small so events are timely; older NetFlow/IPFIX records count as too late here)")
+    min_sources: int = Field(4, ge=1, description="Distinct sources needed to open an event")
+    open_fraction: float = Field(0.8, gt=0, description="Aggregate rate / destination capacity that opens an event")
+    close_fraction: float = Field(0.5, ge=0, description="Aggregate rate / capacity below which a window counts as quiet (hysteresis)")
+    close_after_windows: int = Field(3, ge=1, description="Consecutive quiet windows that close an event; processors.incast_close_after_s sets it unless given here")
+    categories: tuple[str, ...] = Field(("collective", "rocev2", "other"), description="App categories that count (storage checkpoint bursts are excluded unless added)")
+    default_capacity_bps: float = Field(100e9, gt=0, description="Capacity when the inventory knows none; processors.default_capacity_bps sets it unless given here")
+    z: float = Field(1.96, gt=0, description="Normal quantile of the fraction bounds (1.96 ~ 95 %)")
 
 
 KEYS = ("dst", "src", "dgrp")

@@ -28,11 +28,13 @@ Pure logic: no clock, no Kafka.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
+from pydantic import Field
 
 from schemas.columns import addr_str
+
+from .params import detector_params
 
 __all__ = ["LinkHealthConfig", "LinkHealthDetector"]
 
@@ -44,23 +46,16 @@ _KIND_ORDER = {k: i for i, k in enumerate(
      "sustained_utilisation"])}
 
 
-@dataclass(frozen=True)
+@detector_params
 class LinkHealthConfig:
-    """Link health settings.
+    """Link health parameters (docs/detectors.md, "Link health")."""
 
-    emit_samples: emit one kind=sample record per counter sample (after the first).
-    error_burst_per_s: in+out errors per second that start an error burst.
-    util_threshold / sustained_s: sustained utilisation episode definition.
-    plausibility: allowed factor over line rate before a delta counts as a reset.
-    unknown_speed_bps: line rate assumed for plausibility when ifSpeed is 0.
-    """
-
-    emit_samples: bool = True
-    error_burst_per_s: float = 10.0
-    util_threshold: float = 0.7
-    sustained_s: float = 600.0
-    plausibility: float = 1.5
-    unknown_speed_bps: float = 400e9
+    emit_samples: bool = Field(True, description="Emit one kind=sample record per counter sample (after the first)")
+    error_burst_per_s: float = Field(10.0, ge=0, description="In + out errors per second that start an error burst")
+    util_threshold: float = Field(0.7, gt=0, le=1, description="Utilisation above which a sustained-utilisation episode runs")
+    sustained_s: float = Field(600.0, ge=0, description="Seconds above util_threshold that make the episode an event")
+    plausibility: float = Field(1.5, ge=1, description="Allowed factor over line rate before a counter delta counts as a reset")
+    unknown_speed_bps: float = Field(400e9, gt=0, description="Line rate assumed for plausibility when ifSpeed is 0")
 
 
 _STATE_FIELDS = {

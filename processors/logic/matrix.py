@@ -14,10 +14,11 @@ dst, category) keys gives the cluster-wide cell.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
+from pydantic import Field
 
+from .params import detector_params
 from .windows import Interner, dump_columns, group_reduce, load_columns
 
 __all__ = ["MatrixConfig", "CellAggregator", "KEY_COLUMNS", "VALUE_COLUMNS", "matrix_cells", "UNKNOWN"]
@@ -28,19 +29,13 @@ VALUE_COLUMNS = ("bytes_est", "packets_est", "flow_records", "samples")
 UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
+@detector_params
 class MatrixConfig:
-    """Traffic matrix settings.
+    """Traffic matrix parameters (docs/detectors.md, "Traffic matrix")."""
 
-    levels: which matrices to emit ("node", "group").
-    min_bytes_est: cells with fewer estimated bytes are not emitted (0 = all).
-    compact_rows: a window state re-aggregates its pending partial groups once
-      they exceed this many rows (memory/CPU trade-off only; results identical).
-    """
-
-    levels: tuple[str, ...] = ("node", "group")
-    min_bytes_est: int = 0
-    compact_rows: int = 50_000
+    levels: tuple[str, ...] = Field(("node", "group"), description="Matrices to emit per window")
+    min_bytes_est: int = Field(0, ge=0, description="Cells with fewer estimated bytes are not emitted (0 = all)")
+    compact_rows: int = Field(50_000, ge=1, description="A window re-aggregates its pending partial groups beyond this many rows (memory/CPU only; results identical)")
 
 
 class CellAggregator:

@@ -30,25 +30,28 @@ Pure logic: no clock, no Kafka.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
+from pydantic import Field
 
+from .params import detector_params
 from .windows import Interner, group_reduce
 
 __all__ = ["PatternConfig", "PatternDetector", "estimate_period"]
 
 
-@dataclass(frozen=True)
+@detector_params
 class PatternConfig:
-    categories: tuple[str, ...] = ("collective", "rocev2")
-    baseline_windows: int = 30
-    recent_windows: int = 6
-    presence: float = 0.5
-    min_pair_share: float = 0.01
-    min_acf: float = 0.3
-    period_tolerance: float = 0.2
-    max_history: int = 120
+    """Job pattern parameters (docs/detectors.md, "Patterns")."""
+
+    categories: tuple[str, ...] = Field(("collective", "rocev2"), description="App categories of the collective traffic whose pattern is tracked")
+    baseline_windows: int = Field(30, ge=2, description="Windows of history that make a job's baseline (and the period estimate)")
+    recent_windows: int = Field(6, ge=1, description="Recent windows the structure is judged on")
+    presence: float = Field(0.5, gt=0, le=1, description="Share of the recent windows a pair must be present in")
+    min_pair_share: float = Field(0.01, ge=0, le=1, description="Share of the job's window bytes a pair needs to count")
+    min_acf: float = Field(0.3, gt=0, le=1, description="Autocorrelation a period needs to be accepted")
+    period_tolerance: float = Field(0.2, gt=0, description="Relative period change that is a period shift")
+    max_history: int = Field(120, ge=1, description="Windows of history kept per job")
 
 
 def estimate_period(series: np.ndarray, min_acf: float = 0.3) -> int | None:

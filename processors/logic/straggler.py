@@ -28,28 +28,29 @@ Pure logic: no clock, no Kafka.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
+from pydantic import Field
 
+from .params import detector_params
 from .windows import Interner, group_reduce
 
 __all__ = ["StragglerConfig", "StragglerDetector", "leave_one_out_median"]
 
 
-@dataclass(frozen=True)
+@detector_params
 class StragglerConfig:
-    """Straggler settings (defaults documented in docs/detectors.md)."""
+    """Straggler detector parameters (docs/detectors.md, "Stragglers")."""
 
-    categories: tuple[str, ...] = ("collective", "rocev2")
-    min_peers: int = 3
-    ratio_threshold: float = 0.7
-    z_threshold: float = -3.0
-    persist_windows: int = 3
-    smoothing_windows: int = 3
-    membership_windows: int = 6
-    mad_floor_fraction: float = 0.05
-    z_clip: float = 10.0
+    categories: tuple[str, ...] = Field(("collective", "rocev2"), description="App categories whose bytes a node sends to its job peers")
+    min_peers: int = Field(3, ge=2, description="Nodes a job needs before its nodes are scored")
+    ratio_threshold: float = Field(0.7, gt=0, description="Sent / peer median below which a window is evidence")
+    z_threshold: float = Field(-3.0, description="Robust z below which a window is evidence (and the score must stay)")
+    persist_windows: int = Field(3, ge=1, description="Consecutive evidence windows that flag a straggler")
+    smoothing_windows: int = Field(3, ge=1, description="Windows of the rolling median that gives the score")
+    membership_windows: int = Field(6, ge=1, description="A node counts as a job member for this many windows after it was last seen")
+    mad_floor_fraction: float = Field(0.05, gt=0, description="Floor of the MAD as a fraction of the peer median (identical peers)")
+    z_clip: float = Field(10.0, gt=0, description="Raw z values are clipped to +- this")
 
 
 def leave_one_out_median(values: np.ndarray) -> np.ndarray:

@@ -3,11 +3,13 @@
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from cli.main import app
 from cli.pipeline import register
-from fabricflow.settings import ConfigError, configuration_markdown, iter_fields, load_settings
+from cli.config import configuration_docs
+from fabricflow.settings import ConfigError, iter_fields, load_settings
 
 REPO = Path(__file__).resolve().parents[3]
 register(app)
@@ -97,6 +99,34 @@ def test_config_dump_masks_secrets(monkeypatch):
 
 def test_configuration_doc_in_sync():
     doc = (REPO / "docs" / "configuration.md").read_text()
-    assert doc == configuration_markdown(), "docs/configuration.md is stale: run `fabricflow config docs -o docs/configuration.md`"
+    assert doc == configuration_docs(), "docs/configuration.md is stale: run `fabricflow config docs -o docs/configuration.md`"
     for path, env, _default, desc in iter_fields():
         assert env in doc and desc, f"{path} undocumented"
+
+
+@pytest.mark.parametrize("detectors, expect", [
+    ({"incast": {"min_sources": 0}}, "processors.detectors.incast.min_sources: Input should be greater than or equal to 1"),
+    ({"incast": {"min_source": 3}}, "processors.detectors.incast.min_source: unknown parameter (known: window_ms,"),
+    ({"straggler": {"persist_windows": "three"}}, "processors.detectors.straggler.persist_windows: Input should be a valid integer"),
+    ({"incst": {}}, "processors.detectors.incst: unknown detector"),
+])
+def test_config_check_validates_detector_parameters(tmp_path, detectors, expect):
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump({"processors": {"detectors": detectors}}))
+    r = runner.invoke(app, ["config", "check", str(f)])
+    assert r.exit_code == 2
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and expect in lines[0], r.output
+
+
+def test_detector_parameters_are_typed_and_documented():
+    from processors.logic.core import DETECTORS, detector_params
+    from processors.logic.params import describe_params
+
+    s = load_settings(None, processors={"detectors": {"incast": {"min_sources": "3", "categories": ["rocev2"]}}})
+    params = detector_params(s.processors)
+    assert params["incast"].min_sources == 3 and params["incast"].categories == ("rocev2",)
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    for name, cls in DETECTORS.items():
+        for param, _default, desc in describe_params(cls):
+            assert desc and f"`processors.detectors.{name}.{param}`" in doc
