@@ -177,10 +177,13 @@ def query_sql(
 def query_top(
     ctx: typer.Context,
     n: int = typer.Option(10, "--limit", "-n", min=1, help="Number of pairs."),
+    exporter: Optional[str] = typer.Option(
+        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
     opts: QueryOptions = QueryOptions(),
 ):
-    """Largest source -> destination pairs by estimated bytes (node name, else IP) from flows_enriched."""
-    _run(ctx, lambda q, lo, hi: q.top_talkers(lo, hi, n=n), opts, "top talkers")
+    """Largest source -> destination pairs by estimated bytes (node name, else IP) from flows_enriched,
+    each packet counted once (docs/detectors.md, "Counting each packet once")."""
+    _run(ctx, lambda q, lo, hi: q.top_talkers(lo, hi, n=n, exporter=exporter), opts, "top talkers")
 
 
 @query_app.command("matrix")
@@ -189,12 +192,15 @@ def query_matrix(
     ctx: typer.Context,
     level: str = typer.Option("node", "--level", help="node or group."),
     source: str = typer.Option("auto", "--source", help="matrix (matrix_windows), flows (flows_enriched) or auto."),
+    exporter: Optional[str] = typer.Option(
+        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
     opts: QueryOptions = QueryOptions(),
 ):
     """Traffic matrix (src, dst, category) summed over the range."""
     if level not in ("node", "group"):
         fail(f"--level must be node or group, got {level!r}")
-    _run(ctx, lambda q, lo, hi: q.matrix(lo, hi, level=level, source=source), opts, f"matrix ({level})")
+    _run(ctx, lambda q, lo, hi: q.matrix(lo, hi, level=level, source=source, exporter=exporter), opts,
+         f"matrix ({level})")
 
 
 @query_app.command("node")
@@ -202,10 +208,12 @@ def query_matrix(
 def query_node(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="Node name (inventory) or IP address."),
+    exporter: Optional[str] = typer.Option(
+        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
     opts: QueryOptions = QueryOptions(),
 ):
     """One node's traffic: direction, peer, category, bytes/packets/flow records."""
-    _run(ctx, lambda q, lo, hi: q.node(name, lo, hi), opts, f"node {name}")
+    _run(ctx, lambda q, lo, hi: q.node(name, lo, hi, exporter=exporter), opts, f"node {name}")
 
 
 @query_app.command("job")
@@ -213,10 +221,12 @@ def query_node(
 def query_job(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="Job name (inventory)."),
+    exporter: Optional[str] = typer.Option(
+        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
     opts: QueryOptions = QueryOptions(),
 ):
     """A job's nodes: bytes and flow records sent and received per node and category."""
-    _run(ctx, lambda q, lo, hi: q.job(name, lo, hi), opts, f"job {name}")
+    _run(ctx, lambda q, lo, hi: q.job(name, lo, hi, exporter=exporter), opts, f"job {name}")
 
 
 @query_app.command("segmentation")
@@ -225,6 +235,8 @@ def query_segmentation(
     ctx: typer.Context,
     policy: Optional[Path] = typer.Option(
         None, "--policy", help="Policy file (YAML, docs/alerts.md): mark each row allowed / violation."),
+    exporter: Optional[str] = typer.Option(
+        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
     opts: QueryOptions = QueryOptions(),
 ):
     """Group x group bytes and flow records by category; with --policy, each row allowed or a violation."""
@@ -241,6 +253,6 @@ def query_segmentation(
         except Exception as e:  # pydantic / YAML errors: one line
             fail(f"policy file {policy}: {str(e).splitlines()[0]}")
     if cfg is None:
-        _run(ctx, lambda q, lo, hi: q.segmentation(lo, hi), opts, "segmentation")
+        _run(ctx, lambda q, lo, hi: q.segmentation(lo, hi, exporter=exporter), opts, "segmentation")
     else:
-        _run(ctx, lambda q, lo, hi: segmentation_review(q, cfg, lo, hi), opts, "segmentation review")
+        _run(ctx, lambda q, lo, hi: segmentation_review(q, cfg, lo, hi, exporter=exporter), opts, "segmentation review")

@@ -129,6 +129,11 @@ class ProcessorSettings(_Section):
         "observation layer when several exporters see the same packets (e.g. [sflow5] for ToR sFlow + core NetFlow). "
         "Enrichment, archive and policy alerts always use every record",
     )
+    observation_exporters: dict[str, Literal["primary", "secondary", "ignore"]] = Field(
+        default_factory=dict,
+        description="Observation policy overrides by exporter address: primary (its records always count), "
+        "secondary (count only paths no primary sees) or ignore; see docs/detectors.md, Counting each packet once",
+    )
     default_capacity_bps: float = Field(100e9, gt=0, description="Link capacity for nodes without one in the inventory")
     datadir: str = Field("./var/faust", description="Faust data directory (table stores)")
     web_bind: str = Field("127.0.0.1", description="Faust web server bind address")
@@ -181,6 +186,18 @@ class ProcessorSettings(_Section):
         "at most this many records are kept waiting (~500 bytes each with their shuffle message; 0 = off)"
     )
     table_store: str = Field("memory://", description="Faust table store: memory:// (state rebuilt from changelog topics) or rocksdb://")
+
+    @field_validator("observation_exporters")
+    @classmethod
+    def _exporter_addresses(cls, v: dict[str, str]) -> dict[str, str]:
+        import ipaddress
+
+        for addr in v:
+            try:
+                ipaddress.ip_address(addr)
+            except ValueError:
+                raise ValueError(f"{addr!r} is not an exporter IP address") from None
+        return v
 
 
 class ArchiveSettings(_Section):

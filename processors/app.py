@@ -340,7 +340,7 @@ class Processors:
         # stalled when the timer (every tick_s) has not run for a while: the event loop is stuck
         self.service = Service("processors", self.metrics.registry, stall_s=max(30.0, 10 * p.tick_s))
         self.service.add_check("batches", lambda: self.metrics.healthy() or self.metrics.last_error)
-        self.prepare_core = ProcessorCore(self.inventory, self.config)  # enrichment only
+        self.prepare_core = ProcessorCore(self.inventory, self.config, observation=p.observation_exporters)  # enrichment only
         self.app = self._make_app()
 
     # ------------------------------------------------------------------ faust
@@ -616,7 +616,9 @@ class Processors:
     def core_for(self, partition: int) -> ProcessorCore:
         core = self.cores.get(partition)
         if core is None:
-            core = ProcessorCore(self.inventory, self.config, self.policy, detector_protocols=self.settings.processors.detector_protocols)
+            p = self.settings.processors
+            core = ProcessorCore(self.inventory, self.config, self.policy, detector_protocols=p.detector_protocols,
+                                 observation=p.observation_exporters)
             data = self.state.get(str(partition).encode()) if hasattr(self, "state") else None
             if data:
                 snap = json.loads(zlib.decompress(data))

@@ -311,7 +311,8 @@ def core_factory_from(
             raise ReplayError(f"policy: {' '.join(first[:3])}") from None
 
     def factory() -> ProcessorCore:
-        return ProcessorCore(inv, config, pol, detector_protocols=tuple(processors_settings.detector_protocols))
+        return ProcessorCore(inv, config, pol, detector_protocols=tuple(processors_settings.detector_protocols),
+                             observation=dict(processors_settings.observation_exporters))
 
     return factory
 

@@ -231,51 +231,58 @@ class ArchiveQuery:
 
     # -- named reports
 
-    def _flows(self) -> str:
+    def flows_view(self, exporter: str | None = None) -> tuple[str, dict]:
+        """The flow records a report reads, as SQL, and its parameters: counted records only (each packet
+        once: docs/detectors.md, "Counting each packet once"), or every record of one ``exporter``'s view."""
         self._need("flows_enriched")
-        return "flows_enriched"
+        if exporter is None:
+            return "(SELECT * FROM flows_enriched WHERE NOT coalesce(duplicate, false))", {}
+        return "(SELECT * FROM flows_enriched WHERE exporter = $exporter)", {"exporter": exporter}
 
-    def top_talkers(self, frm, to, n: int = 10) -> pa.Table:
+    def top_talkers(self, frm, to, n: int = 10, exporter: str | None = None) -> pa.Table:
         """Largest src -> dst pairs by estimated bytes (node name, else IP)."""
-        f = self._flows()
+        f, params = self.flows_view(exporter)
         return self.sql(f"""
             SELECT CASE WHEN src_node <> '' THEN src_node ELSE src_ip END AS src,
                    CASE WHEN dst_node <> '' THEN dst_node ELSE dst_ip END AS dst,
                    sum(bytes_est)::BIGINT AS bytes_est, sum(packets_est)::BIGINT AS packets_est,
                    count(*)::BIGINT AS flow_records
-            FROM {f} GROUP BY 1, 2 ORDER BY bytes_est DESC, src, dst LIMIT {int(n)}""", frm, to)
+            FROM {f} GROUP BY 1, 2 ORDER BY bytes_est DESC, src, dst LIMIT {int(n)}""", frm, to, params=params)
 
-    def matrix(self, frm, to, level: str = "node", source: str = "auto") -> pa.Table:
+    def matrix(self, frm, to, level: str = "node", source: str = "auto", exporter: str | None = None) -> pa.Table:
         """Traffic matrix (src, dst, category) summed over [frm, to).
 
         ``source``: ``matrix`` (matrix_windows cells), ``flows`` (flows_enriched) or
-        ``auto`` (matrix_windows when it has data in range, else flows_enriched).
+        ``auto`` (matrix_windows when it has data in range, else flows_enriched). ``exporter``: one
+        exporter's view, from flows_enriched.
         """
         if level not in ("node", "group"):
             raise ValueError("level must be 'node' or 'group'")
         if source not in ("auto", "matrix", "flows"):
             raise ValueError("source must be auto, matrix or flows")
+        if exporter is not None and source == "matrix":
+            raise ValueError("one exporter's view comes from the flow records: use source flows or auto")
         if source == "matrix":
             self._need("matrix_windows")
-        if source == "matrix" or (source == "auto" and "matrix_windows" in self._present
-                                  and self.files("matrix_windows", frm, to)):
+        if exporter is None and (source == "matrix" or (source == "auto" and "matrix_windows" in self._present
+                                                        and self.files("matrix_windows", frm, to))):
             return self.sql("""
                 SELECT src, dst, category, sum(bytes_est)::BIGINT AS bytes_est,
                        sum(packets_est)::BIGINT AS packets_est, sum(flow_records)::BIGINT AS flow_records
                 FROM matrix_windows WHERE level = ? GROUP BY 1, 2, 3
                 ORDER BY bytes_est DESC, src, dst, category""", frm, to, params=[level])
-        f = self._flows()
+        f, params = self.flows_view(exporter)
         col = "node" if level == "node" else "group"
         return self.sql(f"""
             SELECT CASE WHEN src_{col} <> '' THEN src_{col} ELSE 'unknown' END AS src,
                    CASE WHEN dst_{col} <> '' THEN dst_{col} ELSE 'unknown' END AS dst,
                    category, sum(bytes_est)::BIGINT AS bytes_est, sum(packets_est)::BIGINT AS packets_est,
                    count(*)::BIGINT AS flow_records
-            FROM {f} GROUP BY 1, 2, 3 ORDER BY bytes_est DESC, src, dst, category""", frm, to)
+            FROM {f} GROUP BY 1, 2, 3 ORDER BY bytes_est DESC, src, dst, category""", frm, to, params=params)
 
-    def node(self, name: str, frm, to) -> pa.Table:
+    def node(self, name: str, frm, to, exporter: str | None = None) -> pa.Table:
         """One node's (or IP's) traffic: direction, peer, category, bytes/packets/records."""
-        f = self._flows()
+        f, params = self.flows_view(exporter)
         return self.sql(f"""
             SELECT direction, peer, category, sum(bytes_est)::BIGINT AS bytes_est,
                    sum(packets_est)::BIGINT AS packets_est, count(*)::BIGINT AS flow_records FROM (
@@ -285,11 +292,12 @@ class ArchiveQuery:
               UNION ALL
               SELECT 'recv', CASE WHEN src_node <> '' THEN src_node ELSE src_ip END, category, bytes_est, packets_est
               FROM {f} WHERE dst_node = $name OR dst_ip = $name)
-            GROUP BY 1, 2, 3 ORDER BY direction DESC, bytes_est DESC, peer, category""", frm, to, params={"name": name})
+            GROUP BY 1, 2, 3 ORDER BY direction DESC, bytes_est DESC, peer, category""", frm, to,
+            params={**params, "name": name})
 
-    def job(self, name: str, frm, to) -> pa.Table:
+    def job(self, name: str, frm, to, exporter: str | None = None) -> pa.Table:
         """A job's nodes: bytes sent and received per node and category."""
-        f = self._flows()
+        f, params = self.flows_view(exporter)
         return self.sql(f"""
             WITH tx AS (SELECT src_node AS node, category, sum(bytes_est) AS b, count(*) AS n
                         FROM {f} WHERE src_job = $job GROUP BY 1, 2),
@@ -298,15 +306,16 @@ class ArchiveQuery:
             SELECT node, category,
                    coalesce(tx.b, 0)::BIGINT AS sent_bytes_est, coalesce(rx.b, 0)::BIGINT AS recv_bytes_est,
                    coalesce(tx.n, 0)::BIGINT AS sent_flow_records, coalesce(rx.n, 0)::BIGINT AS recv_flow_records
-            FROM tx FULL OUTER JOIN rx USING (node, category) ORDER BY node, category""", frm, to, params={"job": name})
+            FROM tx FULL OUTER JOIN rx USING (node, category) ORDER BY node, category""", frm, to,
+            params={**params, "job": name})
 
-    def segmentation(self, frm, to) -> pa.Table:
+    def segmentation(self, frm, to, exporter: str | None = None) -> pa.Table:
         """Group x group traffic by category (the input to a segmentation review)."""
-        f = self._flows()
+        f, params = self.flows_view(exporter)
         return self.sql(f"""
             SELECT src_group, dst_group, category, sum(bytes_est)::BIGINT AS bytes_est,
                    sum(packets_est)::BIGINT AS packets_est, count(*)::BIGINT AS flow_records
-            FROM {f} GROUP BY 1, 2, 3 ORDER BY src_group, dst_group, category""", frm, to)
+            FROM {f} GROUP BY 1, 2, 3 ORDER BY src_group, dst_group, category""", frm, to, params=params)
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -361,7 +370,7 @@ def render(table: pa.Table, fmt: str = "table", path: str | None = None, title: 
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
-def segmentation_review(q, cfg, frm=None, to=None):
+def segmentation_review(q, cfg, frm=None, to=None, exporter: str | None = None):
     """Observed group x group traffic checked against ``cfg.segmentation``.
 
     One row per (src_group, dst_group, category, status, rule): ``status`` is
@@ -375,10 +384,11 @@ def segmentation_review(q, cfg, frm=None, to=None):
     seg = cfg.segmentation
     by_port = any(r.ports for r in seg.allow)
     ports = ", dst_port, src_port" if by_port else ""
+    f, params = q.flows_view(exporter)
     t = q.sql(f"""
         SELECT src_group, dst_group, category{ports}, sum(bytes_est)::BIGINT AS bytes,
                count(*)::BIGINT AS flows, sum(packets_est)::BIGINT AS packets
-        FROM flows_enriched GROUP BY ALL""", frm, to)
+        FROM {f} GROUP BY ALL""", frm, to, params=params)
     rows = t.to_pylist()
     packets: dict[tuple, int] = {}
     for r in rows:

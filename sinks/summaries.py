@@ -76,8 +76,11 @@ class HourlySummary:
     # -- flows
 
     def add_flows(self, enriched_batch) -> None:
-        """Add a ``flow_enriched`` batch (Arrow table or numpy structured array)."""
+        """Add a ``flow_enriched`` batch (Arrow table or numpy structured array); only its counted records
+        (each packet once: docs/detectors.md, "Counting each packet once")."""
         t = _as_table(enriched_batch)
+        if "duplicate" in t.column_names and t.num_rows:
+            t = t.filter(pc.invert(pc.fill_null(t["duplicate"], False)))
         if t.num_rows == 0:
             return
         n = pa.array(np.ones(t.num_rows, dtype=np.int64))

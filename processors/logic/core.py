@@ -105,9 +105,10 @@ class ProcessorCore:
         policy=None,
         rules: CategoryRules | None = None,
         detector_protocols: tuple[str, ...] | list[str] | None = None,
+        observation: dict[str, str] | None = None,
     ):
         self.inventory = inventory or Inventory.empty()
-        self.enricher = Enricher(self.inventory, rules)
+        self.enricher = Enricher(self.inventory, rules, observation)
         self.config = config or EngineConfig()
         caps = self.inventory.node_capacities()
         self.engine = Engine(self.config, capacity_bps=caps, switch_name=self.inventory.switch_name)
@@ -151,12 +152,15 @@ class ProcessorCore:
         interned = None
         if labels is None:
             labels = self.enricher.label_codes(enriched)
-        if self._detector_codes is None:
+        # the traffic detectors see each packet once: counted records (observation policy) of the wanted protocols
+        keep = ~np.asarray(enriched["duplicate"], dtype=bool)
+        if self._detector_codes is not None:
+            keep = keep & np.isin(enriched["export_protocol"], self._detector_codes)
+        if keep.all():
             out = self.engine.process_flows(enriched, labels)
             if self.engine.last_codes is not None:  # policy reuses the engine's string codes of this very batch
                 interned = (self.engine.last_codes, self.engine.interner.strings, self.engine.interner.index)
-        else:  # one observation layer for the traffic detectors (no double counting)
-            keep = np.isin(enriched["export_protocol"], self._detector_codes)
+        else:
             out = self.engine.process_flows(enriched[keep], coded_rows(labels, keep))
         self.watermark_ms = max(self.watermark_ms, int(enriched[self.config.time_field].max()))
         out.extend(Output("alert", a["dedup_key"], a) for a in self.policy.process(enriched, self.watermark_ms, interned))

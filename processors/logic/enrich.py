@@ -15,7 +15,7 @@ label once instead of every record's string.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from schemas.columns import FLOW_DTYPE, dtype_for
 
 from .categories import CategoryRules, categorize, category_table
 from .inventory import Inventory
+from .observation import ObservationPolicy
 
 __all__ = ["Enricher", "ENRICHED_DTYPE", "LabeledFlows"]
 
@@ -68,14 +69,17 @@ class LabeledFlows:
     codes to ``schemas.codec.encode_batch`` and the detectors.
     """
 
-    __slots__ = ("flows", "codes", "inventory", "tables", "_columns")
+    __slots__ = ("flows", "codes", "duplicate", "inventory", "tables", "_columns")
     dtype = ENRICHED_DTYPE
 
-    def __init__(self, flows: np.ndarray, codes: np.ndarray, inventory: Inventory, tables: dict[str, StringTable]):
+    def __init__(self, flows: np.ndarray, codes: np.ndarray, inventory: Inventory, tables: dict[str, StringTable],
+                 duplicate: np.ndarray | None = None):
         if flows.dtype != FLOW_DTYPE or codes.shape != (len(_CODE_ROWS), len(flows)):
             raise ValueError("LabeledFlows needs flow_record rows and one code per row and code column")
         self.flows = flows  # flow_record rows
         self.codes = codes  # (5, n) intp: the rows of _CODE_ROWS
+        # another observation point counts these packets (observation policy, processors/logic/observation.py)
+        self.duplicate = duplicate if duplicate is not None else np.zeros(len(flows), dtype=bool)
         self.inventory = inventory  # the inventory the codes index
         self.tables = tables  # table name (as in _LABEL_CODES) -> StringTable
         self._columns: dict[str, np.ndarray] = {}
@@ -91,25 +95,25 @@ class LabeledFlows:
         if isinstance(key, str):
             label = _LABEL_CODES.get(key)
             if label is None:
-                return self.flows[key]
+                return self.duplicate if key == "duplicate" else self.flows[key]
             col = self._columns.get(key)
             if col is None:
                 row, name = label
                 col = self._columns[key] = self.tables[name].strings.take(self.codes[row])
             return col
         if isinstance(key, slice):
-            flows, codes = self.flows[key], self.codes[:, key]
+            flows, codes, dup = self.flows[key], self.codes[:, key], self.duplicate[key]
         else:
             key = np.asarray(key)
             if key.dtype == bool:
                 if key.shape != (len(self.flows),):
                     raise IndexError(f"boolean index of {key.shape} for {len(self.flows)} rows")
-                flows, codes = self.flows.compress(key), self.codes.compress(key, axis=1)
+                flows, codes, dup = self.flows.compress(key), self.codes.compress(key, axis=1), self.duplicate.compress(key)
             elif key.dtype.kind in "iu" and key.ndim == 1:
-                flows, codes = self.flows.take(key), self.codes.take(key, axis=1)
+                flows, codes, dup = self.flows.take(key), self.codes.take(key, axis=1), self.duplicate.take(key)
             else:
                 raise IndexError(f"LabeledFlows rows are selected by a slice, a boolean mask or indices, not {key.dtype}")
-        return LabeledFlows(flows, codes, self.inventory, self.tables)
+        return LabeledFlows(flows, codes, self.inventory, self.tables, dup)
 
     def label_codes(self) -> dict[str, tuple[np.ndarray, StringTable]]:
         """Label column -> (codes, table) with ``self[column] == table.strings[codes]``."""
@@ -125,6 +129,7 @@ class LabeledFlows:
             part[_FLOW_NAMES] = self.flows[a:a + CHUNK]  # one structured copy (by field position)
             for col, (row, name) in _LABEL_CODES.items():
                 part[col] = self.tables[name].strings.take(self.codes[row, a:a + CHUNK])
+        out["duplicate"] = self.duplicate
         return out
 
 
@@ -137,9 +142,12 @@ class Enricher:
     (``ip_version`` 0) are labelled unknown but not counted.
     """
 
-    def __init__(self, inventory: Inventory | None = None, rules: CategoryRules | None = None):
+    def __init__(self, inventory: Inventory | None = None, rules: CategoryRules | None = None,
+                 observation: Mapping[str, str] | None = None):
         self.inventory = inventory if inventory is not None else Inventory.empty()
         self.rules = rules if rules is not None else CategoryRules()
+        self.observation_roles = dict(observation or {})  # exporter address -> primary | secondary | ignore
+        self._policy: ObservationPolicy | None = None
         self.records_total = 0
         self.unknown_src_total = 0
         self.unknown_dst_total = 0
@@ -185,7 +193,14 @@ class Enricher:
             for name in FLOW_DTYPE.names:
                 plain[name] = flows[name]
             flows = plain
-        return LabeledFlows(flows, codes, inv, self._string_tables(inv))
+        duplicate = ~self._observation(inv).counted(flows, codes[_SRC], codes[_DST])
+        return LabeledFlows(flows, codes, inv, self._string_tables(inv), duplicate)
+
+    def _observation(self, inv: Inventory) -> ObservationPolicy:
+        """The observation policy of ``inv``, compiled once per inventory."""
+        if self._policy is None or self._policy.inventory is not inv:
+            self._policy = ObservationPolicy(inv, self.observation_roles)
+        return self._policy
 
     def label_codes(self, rows) -> dict[str, tuple[np.ndarray, StringTable]] | None:
         """Label column -> (codes, table) with ``rows[column] == table.strings[codes]``, or None.

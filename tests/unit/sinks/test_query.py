@@ -202,3 +202,29 @@ def test_render_formats(archive, tmp_path):
         render(t, "xml")
     raw = ArchiveQuery(None, root).sql("SELECT src_addr FROM flows_enriched LIMIT 1")
     assert json.loads(render(raw, "json"))[0]["src_addr"].count(".") == 3
+
+
+def test_reports_count_each_packet_once_and_one_exporters_view_on_request(tmp_path):
+    """Two exporters saw the same g1 -> g2 traffic; the second copy is not counted (observation policy)."""
+    root = str(tmp_path)
+    base = {"time_end_ms": T0 + 1000, "src_node": "g1", "dst_node": "g2", "category": "collective",
+            "src_group": "gpu", "dst_group": "gpu", "src_job": "jobA", "dst_job": "jobA",
+            "src_addr": "10.0.0.1", "dst_addr": "10.0.0.2"}
+    rows = [{**base, "bytes_est": 5000, "packets_est": 5, "exporter_addr": "10.0.255.1", "duplicate": False},
+            {**base, "bytes_est": 4900, "packets_est": 5, "exporter_addr": "10.0.255.10", "duplicate": True},
+            {**base, "bytes_est": 700, "packets_est": 1, "exporter_addr": "10.0.255.1", "duplicate": False,
+             "dst_node": "g3", "dst_addr": "10.0.0.3"}]
+    b = HourlyBuffer("flows_enriched", 0)
+    b.add(table_from_columns(enriched(rows), "flow_enriched"), 0)
+    ParquetWriter(None, root).write_plan(b.flush_plan(force=True))
+    q = ArchiveQuery(fsspec.filesystem("file"), root)
+    top = {(r["src"], r["dst"]): r["bytes_est"] for r in q.top_talkers(None, None).to_pylist()}
+    assert top == {("g1", "g2"): 5000, ("g1", "g3"): 700}
+    core = {(r["src"], r["dst"]): r["bytes_est"] for r in q.top_talkers(None, None, exporter="10.0.255.10").to_pylist()}
+    assert core == {("g1", "g2"): 4900}
+    sent = {r["peer"]: r["bytes_est"] for r in q.node("g1", None, None).to_pylist()}
+    assert sent == {"g2": 5000, "g3": 700}
+    m = q.matrix(None, None, source="flows").to_pylist()
+    assert sum(r["bytes_est"] for r in m) == 5700
+    with pytest.raises(ValueError, match="one exporter's view comes from the flow records"):
+        q.matrix(None, None, source="matrix", exporter="10.0.255.10")

@@ -1,0 +1,105 @@
+"""Observation policy: which flow records count, so that every packet is counted once.
+
+Several observation points can see one packet: the source ToR's sFlow, the destination ToR's uplink,
+core NetFlow, border IPFIX, host exporters. Each record keeps its exporter in the raw archive; this
+module decides, per record and without state, whether it is the one that counts (column ``duplicate``
+of ``flow_enriched`` is true for the others), and the matrix, incast, straggler and pattern detectors, the archive queries
+and the hourly summaries use only counted records. The rule (docs/detectors.md, "Counting each packet once"):
+
+* A node is *covered* when the inventory lists it as the peer of a port on a switch with sFlow agents.
+* sFlow sampled on a host port of an inventory switch (a listed port with a peer): counted (the primary
+  view: the packet entering the fabric from its host).
+* sFlow sampled on any other port of an inventory switch (uplinks, unlisted ports): counted only when the
+  source is not covered (otherwise the source's ToR counted it already).
+* Every other record (NetFlow, IPFIX, sFlow from agents not in the inventory): counted only when neither
+  end is covered (a secondary view, used for the paths no primary sees).
+* ``exporters`` overrides by exporter address: ``primary`` (always counted), ``secondary`` (the rule
+  above) or ``ignore`` (never counted).
+
+With no switches in the inventory nothing is covered and every record counts, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from schemas.columns import PROTO_SFLOW5, addr16
+
+from .inventory import Inventory
+
+__all__ = ["ObservationPolicy", "ROLES"]
+
+ROLES = ("primary", "secondary", "ignore")
+_PRIMARY, _SECONDARY, _IGNORE = 0, 1, 2
+
+
+def _addr_key(addrs: np.ndarray) -> np.ndarray:
+    """(n, 16) uint8 address column -> (n,) void keys comparable with ``==`` and usable in ``np.unique``."""
+    a = np.ascontiguousarray(addrs, dtype=np.uint8).reshape(len(addrs), 16)
+    return a.view(np.dtype((np.void, 16))).ravel()
+
+
+class ObservationPolicy:
+    """The counting rule compiled for one inventory (see the module docstring)."""
+
+    def __init__(self, inventory: Inventory, exporters: Mapping[str, str] | None = None):
+        self.inventory = inventory
+        bad = {k: v for k, v in (exporters or {}).items() if v not in ROLES}
+        if bad:
+            k, v = next(iter(bad.items()))
+            raise ValueError(f"exporter {k}: role {v!r} is not one of {', '.join(ROLES)}")
+        self.exporter_role: dict[bytes, int] = {addr16(k): ROLES.index(v) for k, v in (exporters or {}).items()}
+        spec = inventory.spec
+        covered = {p.peer for sw in spec.switches if sw.agents for p in sw.ports.values() if p.peer}
+        self.covered_nodes = frozenset(covered)
+        # entry table row (lookup + 1; row 0 = unknown) -> covered
+        self.covered_entry = np.array([name in covered and name != "" for name in inventory.entry_node], dtype=bool)
+        # (switch name, ifIndex) of host ports, keyed (switch number << 32 | ifIndex), sorted
+        self._switch_no = {name: i for i, name in enumerate(inventory.switch_names)}
+        keys = sorted((self._switch_no[sw.name] << 32) | int(i)
+                      for sw in spec.switches if sw.agents and sw.name in self._switch_no
+                      for i, p in sw.ports.items() if p.peer)
+        self._host_ports = np.array(keys, dtype=np.int64)
+        self.active = bool(covered) or bool(self.exporter_role)
+
+    def counted(self, flows: np.ndarray, src_entry: np.ndarray, dst_entry: np.ndarray) -> np.ndarray:
+        """Boolean per record: does it count? ``src_entry``/``dst_entry``: inventory entry rows (lookup + 1)."""
+        n = len(flows)
+        if not self.active or n == 0:
+            return np.ones(n, dtype=bool)
+        src_cov = self.covered_entry[src_entry]
+        dst_cov = self.covered_entry[dst_entry]
+        out = ~(src_cov | dst_cov)  # secondary views: only paths no primary sees
+        sflow = flows["export_protocol"] == PROTO_SFLOW5
+        if sflow.any() and len(self._host_ports):
+            idx = np.flatnonzero(sflow)
+            sw = self._switch_numbers(flows["exporter_addr"][idx])
+            known = sw >= 0
+            if known.any():
+                k, sw_k = idx[known], sw[known]
+                if_index = flows["in_if"][k].astype(np.int64) & 0xFFFFFFFF
+                key = (sw_k << 32) | if_index
+                pos = np.minimum(np.searchsorted(self._host_ports, key), len(self._host_ports) - 1)
+                host_port = self._host_ports[pos] == key
+                # host port: the primary view; other ports of an inventory switch: only uncovered sources
+                out[k] = host_port | ~src_cov[k]
+        if self.exporter_role:
+            self._apply_overrides(flows["exporter_addr"], out, ~(src_cov | dst_cov))
+        return out
+
+    def _switch_numbers(self, agents: np.ndarray) -> np.ndarray:
+        """Switch number per (n, 16) agent address, -1 when the agent is not in the inventory."""
+        keys = _addr_key(agents)
+        uniq, inv = np.unique(keys, return_inverse=True) if len(keys) > 1 and not (keys == keys[0]).all() \
+            else (keys[:1], np.zeros(len(keys), dtype=np.intp))
+        names = self.inventory.switch_for_agents(np.frombuffer(uniq.tobytes(), dtype=np.uint8).reshape(-1, 16))
+        per = np.array([self._switch_no.get(s, -1) for s in names.tolist()], dtype=np.int64)
+        return per[inv.ravel()]
+
+    def _apply_overrides(self, exporters: np.ndarray, out: np.ndarray, secondary: np.ndarray) -> None:
+        keys = _addr_key(exporters)
+        for addr, role in self.exporter_role.items():
+            rows = keys == np.frombuffer(addr, dtype=np.dtype((np.void, 16)))[0]
+            out[rows] = True if role == _PRIMARY else False if role == _IGNORE else secondary[rows]
