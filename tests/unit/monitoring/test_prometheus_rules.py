@@ -127,3 +127,11 @@ def test_checkpoint_example_is_not_loaded_by_default():
     """Copying it is a decision; a fresh install silences nothing."""
     assert not (DEPLOY / "rules" / "checkpoint-schedule.yml").exists()
     assert Path(DEPLOY / "checkpoint-schedule.example.yml").exists()
+
+
+def test_monitoring_doc_lists_every_alert_and_dashboard():
+    doc = (REPO / "docs" / "monitoring.md").read_text()
+    for name in ALERTS:
+        assert f"| `{name}` |" in doc, f"docs/monitoring.md does not describe {name}"
+    for p in (REPO / "deploy" / "grafana" / "dashboards").glob("*.json"):
+        assert f"`{p.stem}`" in doc, p.stem
