@@ -17,9 +17,8 @@ Use it as a context manager::
         prom.value("sum(node_to_node_flow_traffic_bytes_total)")   # -> float or None
         prom.wait_for_alert("FabricLinkSpeedDowngrade", state="firing", timeout=120)
 
-or through the ``prometheus_factory`` fixture (import it into your test
-module: ``from tests.prom import prometheus_factory  # noqa: F401``), which
-stops every server it made at teardown::
+or through the ``prometheus_factory`` fixture (tests/conftest.py makes it
+available to every test), which stops every server it made at teardown::
 
     def test_x(prometheus_factory):
         prom = prometheus_factory(targets={"fabricflow-metrics": ["127.0.0.1:31183"]})

@@ -6,7 +6,8 @@ shipped rules. Then every rule expression and every dashboard query (Grafana
 variables substituted) goes through /api/v1/query: any error fails, and so
 does an empty answer where the stand-in data must give one.
 
-Ports: FABRICFLOW_TEST_PROM_PORT (default 29090) for Prometheus, +1 for the target.
+Ports: FABRICFLOW_TEST_PROM_PORT (default 29090) for Prometheus, +1 for the target,
++2 for a second Prometheus, +3 a port where nothing listens.
 """
 
 from __future__ import annotations
@@ -86,3 +87,17 @@ def test_alerts_reach_firing(prom):
     prom.wait_for_alert("FabricStraggler", labels={"job": "train-a", "node": "gpu03"}, timeout=60)
     prom.wait_for_alert("FabricExfiltration", labels={"severity": "critical"}, timeout=60)
     prom.wait_for_alert("FabricIncastSustained", labels={"dst_node": "gpu01"}, timeout=60)
+
+
+def test_factory_fixture_with_other_jobs_and_per_alert_for(prometheus_factory, prom):
+    """The fixture the end-to-end tests use: several jobs, rules with one alert's `for` changed."""
+    second = prometheus_factory(
+        targets={"fabricflow-metrics": [f"127.0.0.1:{DEFAULT_PORT + 1}"], "fabricflow-ingest": [f"127.0.0.1:{DEFAULT_PORT + 3}"]},
+        port=DEFAULT_PORT + 2, for_override={"FabricflowTargetDown": "1s"},
+    )
+    second.wait_for_scrape("fabricflow-metrics")
+    a = second.wait_for_alert("FabricflowTargetDown", labels={"job": "fabricflow-ingest"}, timeout=60)
+    assert a["labels"]["instance"] == f"127.0.0.1:{DEFAULT_PORT + 3}"   # nothing listens there
+    down = [r for g in second.rules() for r in g["rules"] if r["name"] == "FabricflowTargetDown"][0]
+    straggler = [r for g in second.rules() for r in g["rules"] if r["name"] == "FabricStraggler"][0]
+    assert down["duration"] == 1 and straggler["duration"] == 300   # only the named alert changed
