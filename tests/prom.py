@@ -29,7 +29,7 @@ Arguments of :class:`PrometheusServer`:
 - ``targets``: ``"host:port"``, a list of them (both: the ``fabricflow-metrics``
   job), or ``{job_name: [host:port, ...]}``; job names of the shipped config keep
   their settings, other names become plain jobs. Shipped jobs not named are dropped.
-- ``port``: listen port on 127.0.0.1; default ``FABRICFLOW_TEST_PROM_PORT`` (29090).
+- ``port``: listen port on 127.0.0.1; default ``FABRICFLOW_TEST_PROM_PORT`` (29690).
 - ``rule_files``: paths; default the shipped ``deploy/prometheus/rules/*.yml``.
   ``[]`` loads no rules.
 - ``scrape_interval`` / ``evaluation_interval``: default ``"1s"``.
@@ -64,7 +64,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy" / "prometheus"
 SHIPPED_CONFIG = DEPLOY / "prometheus.yml"
 METRICS_JOB = "fabricflow-metrics"
-DEFAULT_PORT = int(os.environ.get("FABRICFLOW_TEST_PROM_PORT", "29090"))
+DEFAULT_PORT = int(os.environ.get("FABRICFLOW_TEST_PROM_PORT", "29690"))
 REQUIRE = os.environ.get("FABRICFLOW_REQUIRE_BROKER") == "1"
 
 __all__ = [

@@ -84,11 +84,12 @@ def stat(title, expr, unit="", w=6, h=4, desc="", thresholds=None):
                   options={"reduceOptions": {"calcs": ["lastNotNull"], "values": False}, "colorMode": "background"})
 
 
-def table(title, targets, unit="", w=12, h=8, desc="", organize=None):
+def table(title, targets, unit="", w=12, h=8, desc="", organize=None, overrides=None):
     transformations = [{"id": "merge", "options": {}}]
     if organize:
         transformations.append({"id": "organize", "options": {"excludeByName": {k: True for k in organize}}})
     return _panel("table", title, targets, w, h, unit, desc, transformations=transformations,
+                  overrides=overrides or [],
                   options={"showHeader": True, "cellHeight": "sm"})
 
 
@@ -307,14 +308,20 @@ def links() -> dict:
                 desc="How many ports sit in each utilisation band, over time."),
         bars("Busiest ports", f"topk(10, switch_port_direction:sflow_port_utilization:ratio_rate5m{{{port}}})",
              "{{switch}}/{{port}} {{node}} {{direction}}", "percentunit"),
+        # three queries with the same labels (switch, port, node), merged into one row per port
         table("Per-port utilisation", [
-            target(f'switch_port_direction:sflow_port_utilization:ratio_rate5m{{direction="tx", {port}}}',
-                   instant=True, fmt="table"),
-            target(f'switch_port_direction:sflow_port_utilization:ratio_rate5m{{direction="rx", {port}}}',
-                   instant=True, fmt="table", ref="B"),
+            target(f'max by (switch, port, node) (switch_port_direction:sflow_port_utilization:ratio_rate5m'
+                   f'{{direction="tx", {port}}})', instant=True, fmt="table"),
+            target(f'max by (switch, port, node) (switch_port_direction:sflow_port_utilization:ratio_rate5m'
+                   f'{{direction="rx", {port}}})', instant=True, fmt="table", ref="B"),
             target(f"max by (switch, port, node) (sflow_port_speed_bps{{{port}}})", instant=True, fmt="table",
-                   ref="C")], "percentunit", w=24, organize=["Time", "direction"],
-            desc="Value #A: tx utilisation, Value #B: rx, Value #C: ifSpeed (bit/s)."),
+                   ref="C")], "percentunit", w=24, organize=["Time"],
+            overrides=[{"matcher": {"id": "byName", "options": "Value #C"},
+                        "properties": [{"id": "unit", "value": "bps"}, {"id": "displayName", "value": "ifSpeed"}]},
+                       {"matcher": {"id": "byName", "options": "Value #A"},
+                        "properties": [{"id": "displayName", "value": "tx utilisation"}]},
+                       {"matcher": {"id": "byName", "options": "Value #B"},
+                        "properties": [{"id": "displayName", "value": "rx utilisation"}]}]),
         row("Errors, discards, speed"),
         timeseries("Errors per port", [target(
             f"switch_port_direction:sflow_port_errors:rate5m{{{port}}} > 0", PORT_LEGEND)],

@@ -6,7 +6,7 @@ shipped rules. Then every rule expression and every dashboard query (Grafana
 variables substituted) goes through /api/v1/query: any error fails, and so
 does an empty answer where the stand-in data must give one.
 
-Ports: FABRICFLOW_TEST_PROM_PORT (default 29090) for Prometheus, +1 for the target,
+Ports: FABRICFLOW_TEST_PROM_PORT (default 29690) for Prometheus, +1 for the target,
 +2 for a second Prometheus, +3 a port where nothing listens.
 """
 
