@@ -328,6 +328,9 @@ class PrometheusServer:
 
     def wait_for_rules_evaluated(self, timeout: float = 60.0) -> list[dict]:
         """Wait until every loaded rule has been evaluated at least once; returns the groups."""
+        if not self.rule_files:
+            return self.rules()
+
         def check():
             groups = self.rules()
             rules = [r for g in groups for r in g["rules"]]

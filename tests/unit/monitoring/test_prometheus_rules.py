@@ -135,3 +135,16 @@ def test_monitoring_doc_lists_every_alert_and_dashboard():
         assert f"| `{name}` |" in doc, f"docs/monitoring.md does not describe {name}"
     for p in (REPO / "deploy" / "grafana" / "dashboards").glob("*.json"):
         assert f"`{p.stem}`" in doc, p.stem
+
+
+def test_missing_tools_skip_or_fail(monkeypatch):
+    """Skip without promtool/prometheus, except under FABRICFLOW_REQUIRE_BROKER=1 (make test): fail."""
+    import tests.prom as prom
+
+    monkeypatch.setattr(prom, "find_tool", lambda name: None)
+    monkeypatch.setattr(prom, "REQUIRE", False)
+    with pytest.raises(pytest.skip.Exception):
+        prom.promtool_or_skip()
+    monkeypatch.setattr(prom, "REQUIRE", True)
+    with pytest.raises(pytest.fail.Exception):
+        prom.prometheus_or_skip()
