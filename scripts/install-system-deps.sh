@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the interop tests and benchmarks use:
 # real exporters (softflowd, pmacct), an independent decoder (tshark),
-# a peer collector (nfdump) and tcpdump. Idempotent: does nothing when present.
+# a peer collector (nfdump), tcpdump, and Prometheus + promtool (the rules'
+# unit tests and the real-Prometheus tests; tests/prom.py starts its own
+# instance on loopback, whatever the package's service does).
+# Idempotent: does nothing when present.
 set -euo pipefail
 need=()
 command -v softflowd >/dev/null || need+=(softflowd)
@@ -9,6 +12,7 @@ command -v pmacctd >/dev/null || need+=(pmacct)
 command -v tshark >/dev/null || need+=(tshark)
 command -v nfcapd >/dev/null || need+=(nfdump)
 command -v tcpdump >/dev/null || need+=(tcpdump)
+{ command -v prometheus >/dev/null && command -v promtool >/dev/null; } || need+=(prometheus)
 if [ ${#need[@]} -eq 0 ]; then
   echo "system deps: all present"
   exit 0

@@ -134,3 +134,7 @@ def s3_fs(backend):
 def unique_topic():
     """A fresh topic-name prefix per test (topics are never shared between tests)."""
     return f"t{uuid.uuid4().hex[:10]}."
+
+
+# A real Prometheus on loopback for the monitoring tests (tests/prom.py).
+from tests.prom import prometheus_factory  # noqa: E402,F401
