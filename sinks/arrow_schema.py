@@ -23,7 +23,6 @@ No I/O here beyond reading the ``.avsc`` files through :mod:`schemas.columns`.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Mapping
 from functools import cache
 
@@ -31,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.columns import load_avsc
+from schemas.columns import addr_strs, load_avsc
 
 _PRIMITIVE = {
     "int": pa.int32(),
@@ -153,23 +152,6 @@ def arrow_schema(avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Sche
 # ----------------------------------------------------------------------------- addresses
 
 
-_TEXT_CACHE: dict[bytes, str] = {}
-_TEXT_CACHE_MAX = 1 << 20
-
-
-def _format_addr(b: bytes) -> str:
-    s = _TEXT_CACHE.get(b)
-    if s is None:
-        if b[:12] == b"\x00" * 10 + b"\xff\xff":
-            s = str(ipaddress.IPv4Address(b[12:]))
-        else:
-            s = str(ipaddress.IPv6Address(b))
-        if len(_TEXT_CACHE) >= _TEXT_CACHE_MAX:
-            _TEXT_CACHE.clear()
-        _TEXT_CACHE[b] = s
-    return s
-
-
 def addr_text_array(addrs: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
     """Text form of a binary(16) address column, dictionary-encoded.
 
@@ -178,7 +160,7 @@ def addr_text_array(addrs: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
     if isinstance(addrs, pa.ChunkedArray):
         addrs = addrs.combine_chunks() if addrs.num_chunks != 1 else addrs.chunk(0)
     enc = pc.dictionary_encode(addrs)
-    texts = pa.array([_format_addr(b) for b in enc.dictionary.to_pylist()], type=pa.string())
+    texts = pa.array(addr_strs(enc.dictionary.to_pylist()), type=pa.string())
     return pa.DictionaryArray.from_arrays(enc.indices, texts)
 
 

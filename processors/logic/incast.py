@@ -28,7 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .windows import Interner, addr_text, dump_columns, group_reduce, load_columns, reduce_runs
+from schemas.columns import addr_str
+
+from .windows import Interner, dump_columns, group_reduce, load_columns, reduce_runs
 
 __all__ = ["IncastConfig", "IncastAggregator", "IncastDetector", "endpoint_codes", "as_capacity"]
 
@@ -88,7 +90,7 @@ def endpoint_codes(
     at = unknown if rows is None else rows[unknown]
     view = np.ascontiguousarray(addrs[at], dtype=np.uint8).view(np.dtype((np.void, 16))).ravel()
     uniq, inv = np.unique(view, return_inverse=True)
-    lut = np.fromiter((interner.code(addr_text(u.tobytes())) for u in uniq), dtype=np.int32, count=len(uniq))
+    lut = np.fromiter((interner.code(addr_str(u.tobytes())) for u in uniq), dtype=np.int32, count=len(uniq))
     out[unknown] = lut[inv.ravel()]
     return out
 

@@ -33,8 +33,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.columns import addr_str
-
 __all__ = [
     "WindowConfig",
     "Aggregator",
@@ -45,8 +43,6 @@ __all__ = [
     "reduce_runs",
     "dump_columns",
     "load_columns",
-    "addr_text",
-    "addr_texts",
 ]
 
 
@@ -343,26 +339,6 @@ class RowInterner:
         self.table[:, base : base + m] = codes
         self.size = base + m
         return np.arange(base, base + m, dtype=np.int32)
-
-
-_ADDR_TEXT: dict[bytes, str] = {}  # 16-byte address -> text; bounded cache (formatting goes through ipaddress)
-
-
-def addr_text(a16) -> str:
-    """``addr_str`` of one 16-byte address (array or bytes), cached: formatting goes through ipaddress."""
-    key = a16.tobytes() if hasattr(a16, "tobytes") else bytes(a16)
-    s = _ADDR_TEXT.get(key)
-    if s is None:
-        if len(_ADDR_TEXT) >= 65_536:
-            _ADDR_TEXT.clear()
-        s = _ADDR_TEXT[key] = addr_str(a16)
-    return s
-
-
-def addr_texts(keys: list[bytes]) -> list[str]:
-    """``addr_text`` of several 16-byte ``bytes`` values: one cache lookup each, ``addr_text`` for the misses."""
-    found = list(map(_ADDR_TEXT.get, keys))
-    return [s if s is not None else addr_text(k) for s, k in zip(found, keys)]
 
 
 def group_reduce(

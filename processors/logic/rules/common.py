@@ -26,21 +26,13 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from processors.logic.windows import addr_text, addr_texts
-from schemas.columns import dtype_for
+from schemas.columns import addr_halves, addr_keys, addr_str, addr_strs, dtype_for
 
 ENRICHED_DTYPE = dtype_for("flow_enriched")
 _ENRICHED_FIELDS = frozenset(ENRICHED_DTYPE.names)
 _I64_MAX, _I64_MIN = int(np.iinfo(np.int64).max), int(np.iinfo(np.int64).min)
 _V4_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
 _PROTO = {1: "icmp", 6: "tcp", 17: "udp", 47: "gre", 50: "esp", 58: "ipv6-icmp", 132: "sctp"}
-
-
-def addr_halves(a16: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(n, 16) uint8 -> (hi, lo) uint64 columns, big-endian (so order = address order)."""
-    a = np.ascontiguousarray(np.asarray(a16, dtype=np.uint8).reshape(-1, 16))
-    v = a.view(">u8").astype(np.uint64)
-    return v[:, 0], v[:, 1]
 
 
 class Networks:
@@ -291,7 +283,7 @@ class GroupBy:
 
 def format_tuple(proto: int, src16, sport: int, dst16, dport: int) -> str:
     """``'tcp 10.0.0.1:5555 -> 10.0.1.2:2049'`` (IPv6 in brackets)."""
-    src, dst = _host_text(addr_text(src16)), _host_text(addr_text(dst16))
+    src, dst = _host_text(addr_str(src16)), _host_text(addr_str(dst16))
     return _tuple_text(_proto_text(proto), src, int(sport), dst, int(dport))
 
 
@@ -479,7 +471,7 @@ class BatchContext:
         proto, sport, dport = (b[f][rows].tolist() for f in ("ip_protocol", "src_port", "dst_port"))
         src, dst = addr_keys(b["src_addr"][rows]), addr_keys(b["dst_addr"][rows])
         hosts = list({*src, *dst})
-        host = {a: _host_text(t) for a, t in zip(hosts, addr_texts(hosts))}
+        host = {a: _host_text(t) for a, t in zip(hosts, addr_strs(hosts))}
         name = {p: _proto_text(p) for p in set(proto)}
         out = []
         end = 0
@@ -494,11 +486,6 @@ class BatchContext:
                         break
             out.append(picked)
         return out
-
-
-def addr_keys(a16: np.ndarray) -> list[bytes]:
-    """The 16-byte values of an (n, 16) address column as ``bytes`` (what ``addr_text`` caches on)."""
-    return np.ascontiguousarray(a16, dtype=np.uint8).view("V16").reshape(-1).tolist()
 
 
 class StatelessRule:

@@ -27,9 +27,9 @@ import ipaddress
 import numpy as np
 
 from processors.logic.alerts import Condition
-from schemas.columns import addr16, addr_str
+from schemas.columns import addr16, addr_halves, addr_str
 
-from .common import BatchContext, DenseGroups, GroupBy, StatelessRule, addr_halves, min_max_by
+from .common import BatchContext, DenseGroups, GroupBy, StatelessRule, min_max_by
 from .config import CheckpointConfig, StorageOnComputeConfig, ms
 
 
