@@ -30,7 +30,9 @@ import numpy as np
 
 from schemas.columns import addr_str
 
-from .windows import Interner, dump_columns, group_reduce, load_columns, reduce_runs
+from .groupby import group_reduce, reduce_runs
+from .interning import Interner
+from .snapshots import dump_columns, load_columns
 
 __all__ = ["IncastConfig", "IncastAggregator", "IncastDetector", "endpoint_codes", "as_capacity"]
 

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .windows import Interner, dump_columns, group_reduce, load_columns
+from .groupby import group_reduce
+from .interning import Interner
+from .snapshots import dump_columns, load_columns
 
 __all__ = ["MatrixConfig", "CellAggregator", "KEY_COLUMNS", "VALUE_COLUMNS", "matrix_cells", "UNKNOWN"]
 

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .windows import Interner, group_reduce
+from .groupby import group_reduce
+from .interning import Interner
 
 __all__ = ["StragglerConfig", "StragglerDetector", "leave_one_out_median"]
 

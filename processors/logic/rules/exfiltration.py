@@ -23,9 +23,10 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from processors.logic.alerts import Condition
+from processors.logic.groupby import GroupBy
 from schemas.columns import addr_str
 
-from .common import BatchContext, GroupBy, Networks
+from .common import BatchContext, Networks
 from .config import WEEKDAYS, ExfiltrationConfig, OffHoursConfig, Schedule, ms
 
 # bucket entry: [bytes, flows, first_ms, last_ms, reported_bytes, reported_flows]

@@ -27,9 +27,10 @@ import ipaddress
 import numpy as np
 
 from processors.logic.alerts import Condition
+from processors.logic.groupby import DenseGroups, GroupBy, min_max_by
 from schemas.columns import addr16, addr_halves, addr_str
 
-from .common import BatchContext, DenseGroups, GroupBy, StatelessRule, min_max_by
+from .common import BatchContext, StatelessRule
 from .config import CheckpointConfig, StorageOnComputeConfig, ms
 
 

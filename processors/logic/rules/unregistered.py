@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from processors.logic.alerts import Condition
+from processors.logic.groupby import GroupBy
 from schemas.columns import addr_keys, addr_str
 
-from .common import BatchContext, GroupBy, Networks, StatelessRule
+from .common import BatchContext, Networks, StatelessRule
 from .config import UNKNOWN_GROUP, UnregisteredConfig
 
 

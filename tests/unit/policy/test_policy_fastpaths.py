@@ -13,10 +13,9 @@ from policy_testkit import CLUSTER, GB, MIN, T0, flow, make_batch
 
 from processors.logic.policy import PolicyEngine
 from processors.logic.rules import CheckpointRule, CheckpointConfig
-from processors.logic.rules.common import (
-    BatchContext, DenseGroups, GroupBy, Networks, factorize, factorize_interned, format_tuple, min_max_by,
-)
-from processors.logic.windows import Interner
+from processors.logic.groupby import DenseGroups, GroupBy, factorize, factorize_interned, min_max_by
+from processors.logic.interning import Interner
+from processors.logic.rules.common import BatchContext, Networks, format_tuple
 from schemas.columns import addr_keys, addr_str, addr_strs
 
 CODED = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category")
