@@ -1,23 +1,8 @@
 """Arrow schemas derived from the Avro schemas, and Arrow tables built from our columns.
 
-The ``.avsc`` files stay the one source of truth: every Avro field becomes one
-Arrow field of the same name, in the same order, non-nullable (our Avro
-records have no optional fields; an ``["null", T]`` union maps to a nullable
-``T``). Mapping:
-
-    int -> int32, long -> int64, boolean -> bool_, double -> float64,
-    float -> float32, string -> string, enum -> string,
-    fixed(16) (addresses) -> binary(16), array<T> -> list<T>,
-    map<string,string> -> map<string,string>, record -> struct.
-
-Derived text columns: a schema with 16-byte address fields gets one extra
-text column per address, appended after the Avro fields, so analysts can
-filter on ``dst_ip = '10.0.0.7'`` without decoding bytes:
-``exporter_addr -> exporter``, ``src_addr -> src_ip``, ``dst_addr -> dst_ip``
-(any other ``X`` -> ``X_text``). IPv4-mapped addresses print as dotted quads.
-They are dictionary-encoded strings (built from the distinct addresses of a
-batch, never one Python call per row).
-
+The ``.avsc`` files stay the one source of truth: every Avro field becomes one Arrow field of the
+same name and order; a schema with 16-byte address fields also gets a dictionary-encoded text column
+per address (``src_addr -> src_ip``...). Type mapping and column names: docs/archive.md.
 No I/O here beyond reading the ``.avsc`` files through :mod:`schemas.columns`.
 """
 

@@ -1,22 +1,9 @@
 """Incast detection: many sources bursting to one destination in a short window.
 
-Input: per short window (default 1 s), per (destination, source) the estimated
-rate (``IncastAggregator``, fed with interned codes by the engine). Output:
-IncastEvent dicts (incast_event.avsc) with hysteresis, so one burst is one
-event: ``open`` when a destination receives from >= ``min_sources`` sources at
->= ``open_fraction`` of its link capacity, ``update`` for every later window
-still at >= ``close_fraction``, ``close`` after ``close_after_windows``
-consecutive windows below ``close_fraction`` (windows without any traffic count
-as below).
-
-Rate of one record: ``bytes_est * 8 / max(duration, window)``; sFlow samples
-have no duration, so their bytes count fully in their window. A long NetFlow
-record contributes its average rate to the window where it ended.
-
-Uncertainty: with ``c`` sampled packets behind the sampled part of the estimate
-the relative standard error is about ``sqrt(1/c)`` (sFlow packet-sampling
-theory); ``fraction_low/high`` are ``fraction -/+ z * share_sampled * sqrt(1/c)``
-(``z`` = 1.96, ~95 %). Unsampled records (rate 1) add no sampling error.
+Per short window, per (destination, source) the estimated rate (``IncastAggregator``, fed with
+interned codes by the engine); :class:`IncastDetector` turns destinations receiving from many sources
+near their link capacity into IncastEvent dicts (incast_event.avsc), with hysteresis so one burst is
+one event, and bounds on the fraction from the sampling error. Method: docs/detectors.md, "Incast".
 Pure logic: no clock, no Kafka.
 """
 

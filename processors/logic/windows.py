@@ -1,25 +1,9 @@
 """Event-time tumbling windows with allowed lateness, for the window aggregators.
 
-Pure logic: no clock, no Kafka, no Faust. Time comes in as arguments (event times
-of records, ``now_ms`` of a timer tick). Output depends only on input order and
-those explicit times, so a replay gives identical results.
-
-Window rules
-- A record with event time ``t`` belongs to window ``[s, s + size)`` with
-  ``s = t - t % size``.
-- Watermark = max event time seen - lateness. A window closes (its result is
-  emitted) once the watermark reaches its end.
-- A record whose window is already closed is counted in ``too_late`` and dropped;
-  it never reopens a window.
-- ``tick(now_ms)``: if the max event time has not moved for ``idle_close_s`` of
-  timer time, every open window is closed, so an idle stream still emits its
-  last window (Faust's ``on_window_close`` would wait for a later event).
-
-Aggregators follow the Quix shape: ``initialize() -> state``,
-``agg(state, rows, window_start) -> state``, ``result(state, start, end)``.
-States must be snapshot-able with ``dump(state)`` / ``load(obj)`` into plain
-JSON-compatible values (:mod:`processors.logic.snapshots`) so the Faust layer
-can keep them in a changelog.
+:class:`WindowManager` keeps the open windows of one aggregator (Quix shape: ``initialize``, ``agg``,
+``result``, plus ``dump`` / ``load`` for snapshots), closes them when the watermark (max event time -
+lateness) passes their end or the stream has been idle, and counts records that come too late. Time
+comes in as arguments, so a replay gives identical results. Window rules: docs/detectors.md, "Windows".
 """
 
 from __future__ import annotations
