@@ -53,6 +53,7 @@ def utf8_buffers(a: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def encode_strings(col: np.ndarray) -> bytes:
+    """Avro array items (no block count) of a string column: each value's zig-zag length, then its UTF-8."""
     n = len(col)
     if n <= _SMALL_STRINGS:  # the same normalisation as _string_array, one string at a time
         out = []
@@ -215,6 +216,7 @@ def _decode_strings_any(m: Message, pos: int, count: int) -> tuple[np.ndarray, i
 
 
 def decode_strings(m: Message, pos: int, count: int, fname: str) -> tuple[np.ndarray, int]:
+    """(``count`` strings from ``pos`` as an object array, the position after them); ``CodecError`` names ``fname``."""
     if count > _SMALL_STRINGS:
         done = _decode_strings_fast(m, pos, count) or _decode_strings_any(m, pos, count)
         if done is not None:
