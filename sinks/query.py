@@ -23,6 +23,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from schemas.columns import addr_str
 from sinks import layout
 from sinks.arrow_schema import arrow_schema
 
@@ -324,9 +325,7 @@ class ArchiveQuery:
 def _jsonable(v):
     if isinstance(v, bytes):
         if len(v) == 16:
-            from sinks.arrow_schema import _format_addr
-
-            return _format_addr(v)
+            return addr_str(v)
         return v.hex()
     return str(v)
 

@@ -23,11 +23,13 @@ from typing import NamedTuple
 import numpy as np
 
 from .incast import IncastAggregator, IncastConfig, IncastDetector, endpoint_codes
+from .interning import Interner, RowInterner
 from .linkhealth import LinkHealthConfig, LinkHealthDetector
 from .matrix import KEY_COLUMNS, CellAggregator, MatrixConfig, matrix_cells
 from .pattern import PatternConfig, PatternDetector
+from .snapshots import from_bytes, to_bytes
 from .straggler import StragglerConfig, StragglerDetector
-from .windows import Interner, RowInterner, WindowConfig, WindowManager, from_bytes, to_bytes
+from .windows import WindowConfig, WindowManager
 
 __all__ = ["EngineConfig", "Engine", "Output", "KINDS"]
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from .groupby import group_reduce
+from .interning import Interner
 from .params import detector_params
-from .windows import Interner, dump_columns, group_reduce, load_columns
+from .snapshots import dump_columns, load_columns
 
 __all__ = ["MatrixConfig", "CellAggregator", "KEY_COLUMNS", "VALUE_COLUMNS", "matrix_cells", "UNKNOWN"]
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import codec
+from schemas import codec, varint
 from schemas.columns import AVRO_DIR, COUNTER_DTYPE, FLOW_DTYPE, dtype_for
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -87,14 +87,14 @@ def test_decode_accepts_multi_block_arrays_from_other_writers():
     for name, kind in codec._plan("counter_batch"):
         col = arr[name]
         if kind == "long":
-            body1 = codec._varint_bytes(codec._zigzag(col[:1]))
-            body2 = codec._varint_bytes(codec._zigzag(col[1:]))
+            body1 = varint.varint_bytes(varint.zigzag(col[:1]))
+            body2 = varint.varint_bytes(varint.zigzag(col[1:]))
         elif kind == "bool":
             body1, body2 = col[:1].astype(np.uint8).tobytes(), col[1:].astype(np.uint8).tobytes()
         else:
             body1, body2 = col[:1].tobytes(), col[1:].tobytes()
         # block 1: count 1; block 2: count -2 with byte size
-        parts += [codec._encode_long(1), body1, codec._encode_long(-2), codec._encode_long(len(body2)), body2, b"\x00"]
+        parts += [varint.encode_long(1), body1, varint.encode_long(-2), varint.encode_long(len(body2)), body2, b"\x00"]
     back = codec.decode_batch(b"".join(parts))
     assert back["if_index"].tolist() == [1, 2, 3]
     assert back["in_octets"].tolist() == [2**40, -5, 7]

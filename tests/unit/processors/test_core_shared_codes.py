@@ -10,8 +10,8 @@ from processors.logic.core import ProcessorCore
 from processors.logic.engine import Engine
 from processors.logic.enrich import Enricher
 from processors.logic.inventory import Inventory
-from processors.logic.rules.common import factorize, factorize_interned
-from processors.logic.windows import Interner
+from processors.logic.groupby import factorize, factorize_interned
+from processors.logic.interning import Interner
 from tests.synth import training_batches
 
 INVENTORY = Path(__file__).resolve().parents[2] / "data" / "cluster_inventory.yaml"
