@@ -211,7 +211,7 @@ def test_raw_offsets_are_committed_only_after_the_shuffle_is_delivered(kafka_boo
     restarted worker resumes after the committed offset)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from processors import shuffle
+    from processors.worker import shuffle
 
     s = _settings(kafka_bootstrap, unique_topic, tmp_path, output_linger_ms=5000)
     create_topics(s)
