@@ -24,11 +24,11 @@ from sinks import layout
 from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenIndex, ParquetWriter, batch_dtype
 from sinks.archive_metrics import SinkMetrics, undecodable_reason
 from sinks.arrow_schema import table_from_columns, table_from_dicts
-from sinks.commit_ledger import STEPS, CommitLedger
+from sinks.commit_ledger import CommitLedger
 from sinks.fs import archive_filesystem
-from sinks.summary_emitter import PARTIAL_METRIC, SummaryEmitter
+from sinks.summary_emitter import SummaryEmitter
 
-__all__ = ["ArchiveService", "Route", "routes_for", "STEPS", "PARTIAL_METRIC"]
+__all__ = ["ArchiveService", "Route", "routes_for"]
 
 log = logging.getLogger("fabricflow.sink")
 

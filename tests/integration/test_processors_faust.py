@@ -50,8 +50,8 @@ def counter_batches(start_ms=1_767_225_600_000, seconds=60) -> list[tuple[str, n
 
 
 def expected_outputs(settings, batches, counters=()) -> list[tuple]:
-    """What ``fabricflow replay`` computes for the same input (replay.core.replay_batches)."""
-    from replay.core import core_factory_from, replay_batches
+    """What ``fabricflow replay`` computes for the same input (replay.replay_batches)."""
+    from replay import core_factory_from, replay_batches
     from schemas import codec
 
     factory = core_factory_from(settings.processors, inventory=str(INVENTORY))

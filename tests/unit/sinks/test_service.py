@@ -14,7 +14,8 @@ from fabricflow.settings import load_settings
 from schemas import codec
 from sinks import layout
 from sinks.fs import ArchiveUrlError, archive_filesystem
-from sinks.archive_service import PARTIAL_METRIC, ArchiveService, routes_for
+from sinks.summary_emitter import PARTIAL_METRIC
+from sinks.archive_service import ArchiveService, routes_for
 from tests.unit.sinks.helpers import T0, FakeConsumer, FakeProducer, Msg, enriched, flows
 
 HOUR = layout.HOUR_MS
