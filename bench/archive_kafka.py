@@ -46,10 +46,10 @@ from fabricflow.settings import load_settings  # noqa: E402
 from devtools.stack import EmbeddedStack  # noqa: E402
 from fabricflow.streams import ensure_topics  # noqa: E402
 from schemas import codec  # noqa: E402
-from sinks import service as service_mod  # noqa: E402
+from sinks import archive_service as service_mod  # noqa: E402
 from sinks.archive import ParquetWriter  # noqa: E402
 from sinks.arrow_schema import table_from_columns  # noqa: E402
-from sinks.service import ArchiveService  # noqa: E402
+from sinks.archive_service import ArchiveService  # noqa: E402
 
 
 def _cpu() -> float:

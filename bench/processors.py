@@ -318,7 +318,11 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     import json
     import zlib
 
-    import processors.app as app_mod
+    try:
+        from processors.worker import prepare as prepare_mod, service as app_mod, shuffle as shuffle_mod
+    except ImportError:  # FF_BENCH_CODE before processors/worker/
+        import processors.app as app_mod
+        prepare_mod = shuffle_mod = app_mod
     from processors.logic.core import ProcessorCore
     from schemas import codec
 
@@ -333,7 +337,7 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
         for attr in ("enrich", "enrich_labels"):  # the worker path calls enrich_labels (older code: enrich)
             if hasattr(ProcessorCore, attr):
                 timers.wrap(ProcessorCore, attr, "enrichment (prepare + detect)")
-        timers.wrap(app_mod, "shard_of", "shard_of")
+        timers.wrap(prepare_mod, "shard_of", "shard_of")
         from processors.logic.engine import Engine
         from processors.logic.policy import PolicyEngine
 
@@ -364,7 +368,7 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     proc.state = store
     legacy = not hasattr(proc, "handle_shuffle_events")  # code before manual acks: a snapshot per shuffle message
     take = getattr(settings.processors, "detect_batch_messages", 1)
-    src_of = getattr(app_mod, "source_of", lambda h: None)
+    src_of = getattr(shuffle_mod, "source_of", lambda h: None)
 
     def count_new_snapshots(before):
         nonlocal snaps, snap_bytes

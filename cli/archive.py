@@ -47,7 +47,7 @@ def sink_archive(
     """Consume the archived topics and write hourly Parquet files (exactly once); produce hourly summaries."""
     from fabricflow.logs import setup_logging
     from sinks.fs import ArchiveUrlError
-    from sinks.service import ArchiveService
+    from sinks.archive_service import ArchiveService
 
     s = settings_of(ctx)
     setup_logging(s.log_level)
