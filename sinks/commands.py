@@ -220,7 +220,7 @@ def register(app: typer.Typer) -> None:
     @query_app.command("matrix")
     def query_matrix(
         ctx: typer.Context,
-        level: str = typer.Option("node", "--level", help="node or group."),
+        level: str = typer.Option("node", "--level", help="node, rack or group."),
         source: str = typer.Option("auto", "--source", help="matrix (matrix_windows), flows (flows_enriched) or auto."),
         frm: Optional[str] = typer.Option(None, "--from", help=FROM_HELP),
         to: Optional[str] = typer.Option(None, "--to", help=TO_HELP),
@@ -231,8 +231,8 @@ def register(app: typer.Typer) -> None:
         """Traffic matrix (src, dst, category) summed over the range."""
         from fabricflow.cli import fail
 
-        if level not in ("node", "group"):
-            fail(f"--level must be node or group, got {level!r}")
+        if level not in ("node", "rack", "group"):
+            fail(f"--level must be node, rack or group, got {level!r}")
         lo, hi = _range(frm, to, last)
         _run(ctx, lambda q: q.matrix(lo, hi, level=level, source=source), fmt, output, f"matrix ({level})")
 
