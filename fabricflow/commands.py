@@ -146,4 +146,7 @@ def register(app: typer.Typer) -> None:
         logging.getLogger("fabricflow").warning("sink/query commands unavailable: %s", e)
     else:
         register_sinks(app)
+        from sinks.metrics.commands import register as register_metrics  # fabricflow sink metrics
+
+        register_metrics(app)
     with __import__("contextlib").suppress(ModuleNotFoundError): __import__("processors.replay_commands", fromlist=["register"]).register(app)  # fabricflow replay
