@@ -218,8 +218,9 @@ class MetricsSettings(_Section):
     port: int = Field(9183, ge=0, le=65535, description="Port of /metrics and /healthz")
     group: str = Field("fabricflow-metrics", description="Kafka consumer group (offsets are committed once a served scrape reflects them)")
     series_budget: int = Field(
-        50_000, ge=100, description="Most series exported in all families together; node pairs beyond it fold into "
-        "src_node=dst_node=\"other\" (group and rack matrices always, then node pairs within a job, then by rate)",
+        50_000, ge=100, description="Series budget of all families together: node pairs get what the other families "
+        "(never cut: group, rack, per-node, ports, detectors) leave, node pairs within a job first, then by rate; the rest "
+        "fold into src_node=dst_node=\"other\" (docs/metrics.md)",
     )
     inventory: str | None = Field(None, description="Inventory file (job membership, switches, capacities); default processors.inventory")
     start_lookback_s: float = Field(
