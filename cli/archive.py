@@ -190,15 +190,15 @@ def query_top(
 @with_query_options
 def query_matrix(
     ctx: typer.Context,
-    level: str = typer.Option("node", "--level", help="node or group."),
+    level: str = typer.Option("node", "--level", help="node, rack or group."),
     source: str = typer.Option("auto", "--source", help="matrix (matrix_windows), flows (flows_enriched) or auto."),
     exporter: Optional[str] = typer.Option(
         None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
     opts: QueryOptions = QueryOptions(),
 ):
     """Traffic matrix (src, dst, category) summed over the range."""
-    if level not in ("node", "group"):
-        fail(f"--level must be node or group, got {level!r}")
+    if level not in ("node", "rack", "group"):
+        fail(f"--level must be node, rack or group, got {level!r}")
     _run(ctx, lambda q, lo, hi: q.matrix(lo, hi, level=level, source=source, exporter=exporter), opts,
          f"matrix ({level})")
 

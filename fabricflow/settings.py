@@ -230,6 +230,24 @@ class ArchiveSettings(_Section):
         return v
 
 
+class MetricsSettings(_Section):
+    """The flow-metrics sink (`fabricflow sink metrics`): processors' outputs -> Prometheus /metrics."""
+
+    bind: str = Field("127.0.0.1", description="Address of the /metrics and /healthz HTTP server")
+    port: int = Field(9183, ge=0, le=65535, description="Port of /metrics and /healthz")
+    group: str = Field("fabricflow-metrics", description="Kafka consumer group (offsets are committed once a served scrape reflects them)")
+    series_budget: int = Field(
+        50_000, ge=100, description="Series budget of all families together: node pairs get what the other families "
+        "(never cut: group, rack, per-node, ports, detectors) leave, node pairs within a job first, then by rate; the rest "
+        "fold into src_node=dst_node=\"other\" (docs/metrics.md)",
+    )
+    inventory: str | None = Field(None, description="Inventory file (job membership, switches, capacities); default processors.inventory")
+    start_lookback_s: float = Field(
+        900.0, ge=0, description="A new consumer group starts with messages at most this old (by message timestamp); "
+        "older ones are skipped and counted",
+    )
+
+
 class StackSettings(_Section):
     state_dir: str = Field("./.fabricflow", description="Pid files, logs and data of the embedded stack")
     kafka_port: int = Field(9092, ge=1, le=65535, description="Embedded broker (Tansu) port on 127.0.0.1")
@@ -260,6 +278,7 @@ class Settings(BaseSettings):
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     processors: ProcessorSettings = Field(default_factory=ProcessorSettings)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     stack: StackSettings = Field(default_factory=StackSettings)
 
     # Set by load_settings(); the YAML file is a source below env vars.

@@ -25,18 +25,26 @@ __all__ = ["encode_records", "flat_plan"]
 MIN_RECORDS = 100  # below this, per-record fastavro is faster (docs/performance.md)
 
 
+_REQUIRED = object()  # a field without a default
+
+
 @cache
 def flat_plan(name: str) -> tuple | None:
-    """((field, kind, symbols), ...) of a flat record schema; None when a field is not flat."""
+    """((field, kind, symbols, default), ...) of a flat record schema; None when a field is not flat.
+
+    ``default``: the schema's default of the field (written when a record leaves the field out, as fastavro
+    does), else ``_REQUIRED``.
+    """
     plan = []
     for f in schema_json(name)["fields"]:
         t = f["type"]
+        default = f.get("default", _REQUIRED)
         if t in ("long", "int"):
-            plan.append((f["name"], "long", None))
+            plan.append((f["name"], "long", None, default))
         elif t in ("double", "boolean", "string"):
-            plan.append((f["name"], t, None))
+            plan.append((f["name"], t, None, default))
         elif isinstance(t, dict) and t.get("type") == "enum":
-            plan.append((f["name"], "enum", {s: i for i, s in enumerate(t["symbols"])}))
+            plan.append((f["name"], "enum", {s: i for i, s in enumerate(t["symbols"])}, default))
         else:
             return None
     return tuple(plan)
@@ -48,10 +56,18 @@ def encode_records(name: str, records: list[dict]) -> list[bytes]:
     if plan is None or len(records) < MIN_RECORDS:
         return [encode_record(name, r) for r in records]
     try:
-        parts = [p for field, kind, symbols in plan for p in _parts([r[field] for r in records], kind, symbols)]
+        parts = [p for field, kind, symbols, default in plan
+                 for p in _parts(_column(records, field, default), kind, symbols)]
     except (KeyError, TypeError, ValueError, OverflowError, pa.ArrowException):
         return [encode_record(name, r) for r in records]  # an odd value: fastavro decides (as before)
     return _assemble(header(name), len(records), parts)
+
+
+def _column(records: list[dict], field: str, default) -> list:
+    """The field's values (its default where a record leaves it out; KeyError when it has none)."""
+    if default is _REQUIRED:
+        return [r[field] for r in records]
+    return [r.get(field, default) for r in records]
 
 
 def _parts(values: list, kind: str, symbols: dict | None) -> list[tuple[np.ndarray, np.ndarray]]:

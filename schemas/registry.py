@@ -98,7 +98,24 @@ def schema_fingerprint(name: str) -> bytes:
 @cache
 def _by_fingerprint() -> dict[bytes, str]:
     names = list(BATCHES) + [n for n in RECORD_SCHEMAS if (AVRO_DIR / f"{n}.avsc").exists()]
-    return {schema_fingerprint(n): n for n in names}
+    out = {schema_fingerprint(n): n for n in names}
+    out.update((fp, name) for fp, (name, _writer) in _history().items() if fp not in out)
+    return out
+
+
+@cache
+def _history() -> dict[bytes, tuple[str, object]]:
+    """Fingerprint -> (record schema name, parsed writer schema) of earlier compatible versions of the record
+    schemas (``schemas/avro/history/<name>.<n>.avsc``): messages written with them are read into the
+    current schema by Avro schema resolution (fields added since take their defaults)."""
+    out = {}
+    for path in sorted((AVRO_DIR / "history").glob("*.avsc")):
+        name = path.name.split(".")[0]
+        if name in RECORD_SCHEMAS:
+            writer = parse_schema(json.loads(path.read_text()))
+            fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(writer), "CRC-64-AVRO"))
+            out[fp] = (name, writer)
+    return out
 
 
 def header(name: str) -> bytes:
@@ -136,10 +153,14 @@ def encode_record(name: str, record: dict) -> bytes:
 
 
 def decode_record(message: bytes, expect: str | None = None) -> dict:
+    """One record message; written with the current schema or an earlier compatible version of it."""
     name = schema_of(message)
     if expect is not None and name != expect:
         raise CodecError(f"expected {expect}, got {name}")
+    fp = bytes(message[2:HEADER_LEN])
+    old = _history().get(fp)
+    writer = old[1] if old is not None and old[0] == name and schema_fingerprint(name) != fp else parsed(name)
     try:
-        return fastavro.schemaless_reader(BytesIO(message[HEADER_LEN:]), parsed(name), parsed(name))
+        return fastavro.schemaless_reader(BytesIO(message[HEADER_LEN:]), writer, parsed(name))
     except Exception as e:  # fastavro raises many types on corrupt input
         raise CodecError(f"corrupt {name} message: {type(e).__name__}: {e}") from None

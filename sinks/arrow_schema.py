@@ -224,19 +224,23 @@ def table_from_columns(columns, avsc: str | Mapping, *, text_addresses: bool = T
 def table_from_dicts(rows: Iterable[Mapping], avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:
     """Arrow table from Avro-shaped dicts (detector outputs: low volume).
 
-    Every Avro field must be present in every row (KeyError otherwise); addresses
-    as 16-byte ``bytes``; enums as their symbol string; maps as dicts.
+    Every Avro field without a default must be present in every row (KeyError
+    otherwise; a field with a default takes it where a row leaves it out, as an
+    Avro reader would); addresses as 16-byte ``bytes``; enums as their symbol
+    string; maps as dicts.
     """
     schema = arrow_schema(avsc, text_addresses=text_addresses)
+    defaults = {f["name"]: f["default"] for f in _avsc(avsc)["fields"] if "default" in f}
     rows = list(rows)
     base = [f for f in schema if not (f.type == TEXT_ADDR_TYPE and text_addresses)]
     for i, r in enumerate(rows):
-        missing = [f.name for f in base if f.name not in r]
+        missing = [f.name for f in base if f.name not in r and f.name not in defaults]
         if missing:
             raise KeyError(f"row {i} lacks field(s) {missing}")
     arrays: dict = {}
     for f in base:
-        values = [r[f.name] for r in rows]
+        d = defaults.get(f.name)
+        values = [r[f.name] for r in rows] if d is None else [r.get(f.name, d) for r in rows]
         if not f.nullable and any(v is None for v in values):
             raise ValueError(f"field {f.name!r} is not nullable")
         if pa.types.is_map(f.type):

@@ -257,8 +257,8 @@ class ArchiveQuery:
         ``auto`` (matrix_windows when it has data in range, else flows_enriched). ``exporter``: one
         exporter's view, from flows_enriched.
         """
-        if level not in ("node", "group"):
-            raise ValueError("level must be 'node' or 'group'")
+        if level not in ("node", "rack", "group"):
+            raise ValueError("level must be 'node', 'rack' or 'group'")
         if source not in ("auto", "matrix", "flows"):
             raise ValueError("source must be auto, matrix or flows")
         if exporter is not None and source == "matrix":
@@ -273,7 +273,7 @@ class ArchiveQuery:
                 FROM matrix_windows WHERE level = ? GROUP BY 1, 2, 3
                 ORDER BY bytes_est DESC, src, dst, category""", frm, to, params=[level])
         f, params = self.flows_view(exporter)
-        col = "node" if level == "node" else "group"
+        col = level
         return self.sql(f"""
             SELECT CASE WHEN src_{col} <> '' THEN src_{col} ELSE 'unknown' END AS src,
                    CASE WHEN dst_{col} <> '' THEN dst_{col} ELSE 'unknown' END AS dst,

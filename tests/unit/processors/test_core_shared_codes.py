@@ -101,6 +101,7 @@ def test_engine_label_codes_equal_plain(seed, sizes, restore_at, with_none):
 
     rng = np.random.default_rng(seed)
     tables = {"node": StringTable(["", "n1", "n2", "n3"]), "group": StringTable(["unknown", "gpu", ""]),
+              "rack": StringTable(["", "r1", "n1"]),
               "job": StringTable(["", "job-1", None if with_none else "job-2"]),
               "category": StringTable(["rocev2", "collective", "dns"])}
     fast, plain = Engine(), Engine()

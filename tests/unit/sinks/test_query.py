@@ -160,7 +160,7 @@ def test_errors_are_clear(archive, tmp_path):
     with pytest.raises(ArchiveError):
         q.sql("SELECT * FROM alerts")
     with pytest.raises(ValueError, match="level"):
-        q.matrix(FRM, TO, level="rack")
+        q.matrix(FRM, TO, level="switch")
 
 
 def test_memory_filesystem_end_to_end():
