@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the interop tests and benchmarks use:
 # real exporters (softflowd, pmacct), an independent decoder (tshark),
-# a peer collector (nfdump) and tcpdump. Idempotent: does nothing when present.
+# a peer collector (nfdump), tcpdump, and headless Chromium with its
+# chromedriver for the console's browser tests. Idempotent: does nothing when present.
 set -euo pipefail
 need=()
 command -v softflowd >/dev/null || need+=(softflowd)
@@ -9,6 +10,8 @@ command -v pmacctd >/dev/null || need+=(pmacct)
 command -v tshark >/dev/null || need+=(tshark)
 command -v nfcapd >/dev/null || need+=(nfdump)
 command -v tcpdump >/dev/null || need+=(tcpdump)
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -eq 0 ]; then
   echo "system deps: all present"
   exit 0
