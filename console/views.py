@@ -50,8 +50,8 @@ def matrix(cells: pa.Table, layout: Layout, level: str, categories: list[str] | 
         names = set(src.to_pylist()) | set(dst.to_pylist())
     else:
         g, names = None, set()
-    if level == "node":
-        names |= {n.name for n in layout.nodes}
+    # every inventory node / rack / group gets its row, with traffic or without
+    names |= {n.name if level == "node" else (n.rack or UNKNOWN) if level == "rack" else n.group for n in layout.nodes}
     labels = layout.order(names, level)
     n = len(labels)
     values = np.zeros(n * n, dtype=np.int64)

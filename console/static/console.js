@@ -235,6 +235,9 @@
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, side, side);
     m._geom = { pad: labelPad, cell, n };
+    const list = clear($("m-labels"));  // the labels as text too (screen readers, tests)
+    for (const l of m.labels) list.appendChild(el("li", {}, l));
+    cv.dataset.nonzero = String(m.nonzero);
     if (!n) return;
     // cells: one ImageData of n x n pixels, scaled up without smoothing
     const img = new ImageData(n, n);
@@ -599,6 +602,7 @@
   }
   function stopPlay() { if (playing) { clearInterval(playing); playing = null; } }
 
+  window.fabricflowConsole = { matrix: () => M, state: () => Object.assign({}, state) };  // for tests and benchmarks
   state = readHash();
   wire();
   syncControls();
