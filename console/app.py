@@ -256,10 +256,8 @@ def create_app(state: ConsoleState) -> Starlette:
             return held[0], lo, hi, held[1], "live"
         if state.history is None:
             return None
-        wins = state.history.matrix_windows(lo, hi)
-        t = state.history.matrix(lo, hi, level if level != "rack" else "node")
-        t = t.append_column("level", pa.array(["group" if level == "group" else "node"] * t.num_rows, pa.string()))
-        return _as_cells(t), lo, hi, len(wins), "archive"
+        cells, windows = state.history.matrix_cells(lo, hi, "group" if level == "group" else "node")
+        return cells, lo, hi, windows, "archive"
 
     async def index(request: Request):
         html = (STATIC / "index.html").read_text()
@@ -287,15 +285,16 @@ def create_app(state: ConsoleState) -> Starlette:
         return {"live": live, "archive": archive}
 
     async def matrix(request: Request, p: Params):
-        p.check_unknown("window", "from", "to", "last", "level", "category")
+        p.check_unknown("window", "from", "to", "last", "level", "category", "encoding")
         level = p.choice("level", views.LEVELS, "node")
         cats = p.choices("category", CATEGORIES)
+        enc = p.choice("encoding", ("list", "b64"), "list")
         got = await run_in_threadpool(cells_for, p, level)
         if got is None:
-            return views.matrix(_empty_cells(), state.layout, level, cats, 0, 0, 0) | {"source": "none"}
+            return views.matrix(_empty_cells(), state.layout, level, cats, 0, 0, 0, enc) | {"source": "none"}
         cells, lo, hi, n, source = got
-        return await run_in_threadpool(lambda: views.matrix(cells, state.layout, level, cats, lo, hi, n)
-                                       | {"source": source})
+        return await run_in_threadpool(lambda: JSON(views.matrix(cells, state.layout, level, cats, lo, hi, n, enc)
+                                                    | {"source": source}))
 
     async def matrix_cell(request: Request, p: Params):
         p.check_unknown("window", "from", "to", "last", "level", "src", "dst")
@@ -318,7 +317,7 @@ def create_app(state: ConsoleState) -> Starlette:
         cells, lo, hi, _n, source = got
         if source == "archive" and level == "group":  # the top talkers come from node cells
             node = await run_in_threadpool(cells_for, p, "node")
-            cells = pa.concat_tables([_as_cells(cells), _as_cells(node[0])])
+            cells = pa.concat_tables([_as_cells(cells), _as_cells(node[0])], promote_options="permissive")
         return views.topn(cells, state.layout, level, cats, n, lo, hi) | {"source": source}
 
     def _recent_link_events(lo: int | None, hi: int | None, evs: list[dict]) -> dict:
@@ -535,7 +534,7 @@ def _empty_cells() -> pa.Table:
 
 
 def _as_cells(t: pa.Table) -> pa.Table:
-    """The cell columns of ``t`` in :data:`CELL_SCHEMA` order and types."""
+    """The cell columns of ``t`` in :data:`CELL_SCHEMA` order and types (names as plain strings)."""
     return t.select(CELL_SCHEMA.names).cast(CELL_SCHEMA)
 
 

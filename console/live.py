@@ -22,8 +22,9 @@ import pyarrow as pa
 from . import events as ev
 from .layout import Layout
 
-CELL_SCHEMA = pa.schema([("level", pa.string()), ("src", pa.string()), ("dst", pa.string()),
-                         ("category", pa.string()), ("bytes_est", pa.int64()), ("packets_est", pa.int64()),
+_DICT = pa.dictionary(pa.int32(), pa.string())
+# names dictionary-encoded: a window's 262k cells name a few hundred nodes (views.pair_sums works on the codes)
+CELL_SCHEMA = pa.schema([("level", _DICT), ("src", _DICT), ("dst", _DICT), ("category", _DICT), ("bytes_est", pa.int64()), ("packets_est", pa.int64()),
                          ("flow_records", pa.int64()), ("samples", pa.int64())])
 _CELL_COLS = [f.name for f in CELL_SCHEMA]
 
@@ -44,10 +45,16 @@ class _Window:
 
     def table(self) -> pa.Table:
         if self.pending["src"]:
-            self.tables.append(pa.table({c: pa.array(self.pending[c], CELL_SCHEMA.field(c).type) for c in _CELL_COLS}))
+            cols = {}
+            for f in CELL_SCHEMA:
+                v = self.pending[f.name]
+                cols[f.name] = pa.array(v, pa.string()).dictionary_encode() if f.type == _DICT else pa.array(v, f.type)
+            self.tables.append(pa.table(cols, schema=CELL_SCHEMA))
             self.pending = {c: [] for c in _CELL_COLS}
+        if len(self.tables) > 8:  # chunks keep their own dictionaries; views handle chunked columns
+            self.tables = [pa.concat_tables(self.tables).unify_dictionaries().combine_chunks()]
         if len(self.tables) > 1:
-            self.tables = [pa.concat_tables(self.tables).combine_chunks()]
+            return pa.concat_tables(self.tables)
         return self.tables[0] if self.tables else CELL_SCHEMA.empty_table()
 
 

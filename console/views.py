@@ -7,6 +7,7 @@ uncertainty come from :func:`cell_detail` when the pointer rests on it.
 
 from __future__ import annotations
 
+import base64
 import math
 
 import numpy as np
@@ -18,51 +19,106 @@ from .layout import UNKNOWN, Layout
 LEVELS = ("node", "rack", "group")
 ERROR_BURST_PER_S = 10.0  # same default as the link-health detector's error_burst_per_s
 DISCARDS_PER_S = 10.0
+OTHERS = "(others)"  # top-N: everything below the top n, folded (not the app category "other")
 
 
 def _as_level(cells: pa.Table, level: str, layout: Layout) -> pa.Table:
-    """Node cells -> rack cells by the inventory (rack level); other levels unchanged."""
+    """Node cells -> rack cells by the inventory (rack level); other levels unchanged (small tables only)."""
     if level != "rack" or cells.num_rows == 0:
         return cells
     racks = {n.name: (n.rack or UNKNOWN) for n in layout.nodes}
-    src = [racks.get(s, UNKNOWN) for s in cells.column("src").to_pylist()]
-    dst = [racks.get(s, UNKNOWN) for s in cells.column("dst").to_pylist()]
-    return cells.set_column(cells.schema.get_field_index("src"), "src", pa.array(src, pa.string())) \
-                .set_column(cells.schema.get_field_index("dst"), "dst", pa.array(dst, pa.string()))
+    out = cells
+    for name in ("src", "dst"):
+        col = pa.array([racks.get(x, UNKNOWN) for x in _plain(cells.column(name)).to_pylist()], pa.string())
+        out = out.set_column(out.schema.get_field_index(name), name, col)
+    return out
+
+
+def _plain(col) -> pa.Array:
+    """A string column as plain strings (dictionary columns decoded)."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return col.cast(pa.string()) if pa.types.is_dictionary(col.type) else col
 
 
 def filter_cells(cells: pa.Table, level: str, categories: list[str] | None) -> pa.Table:
     if "level" in cells.column_names:
-        cells = cells.filter(pc.equal(cells.column("level"), "group" if level == "group" else "node"))
+        cells = cells.filter(pc.equal(_plain(cells.column("level")), "group" if level == "group" else "node"))
     if categories:
-        cells = cells.filter(pc.is_in(cells.column("category"), pa.array(categories, pa.string())))
+        cells = cells.filter(pc.is_in(_plain(cells.column("category")), pa.array(categories, pa.string())))
     return cells
 
 
-def matrix(cells: pa.Table, layout: Layout, level: str, categories: list[str] | None, start_ms: int, end_ms: int,
-           windows: int = 1) -> dict:
-    """Dense matrix of estimated bytes over [start_ms, end_ms); rows = sources, columns = destinations."""
-    cells = _as_level(filter_cells(cells, level, categories), level, layout)
-    duration_s = max(1e-3, (end_ms - start_ms) / 1000.0)
-    if cells.num_rows:
-        g = cells.group_by(["src", "dst"]).aggregate([("bytes_est", "sum"), ("samples", "sum")])
-        src, dst = g.column("src"), g.column("dst")
-        names = set(src.to_pylist()) | set(dst.to_pylist())
-    else:
-        g, names = None, set()
-    # every inventory node / rack / group gets its row, with traffic or without
-    names |= {n.name if level == "node" else (n.rack or UNKNOWN) if level == "rack" else n.group for n in layout.nodes}
+def _chunk_codes(col) -> list[tuple[np.ndarray, list[str]]]:
+    """Per chunk of a string column: (int codes, the names they index), via dictionary encoding (no per-row Python)."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    out = []
+    for ch in chunks:
+        d = ch if pa.types.is_dictionary(ch.type) else pc.dictionary_encode(ch)
+        codes = d.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        names = d.dictionary.to_pylist()
+        if len(names) > 1 and len(codes):  # a filtered table keeps its whole dictionary: drop unused names
+            used = np.flatnonzero(np.bincount(codes, minlength=len(names)))
+            if len(used) < len(names):
+                remap = np.zeros(len(names), dtype=np.int64)
+                remap[used] = np.arange(len(used))
+                codes, names = remap[codes], [names[i] for i in used.tolist()]
+        elif not len(codes):
+            names = []
+        out.append((codes, names))
+    return out
+
+
+def _indexed(chunks: list[tuple[np.ndarray, list[str]]], to_label, index: dict[str, int]) -> np.ndarray:
+    """Row -> label index from :func:`_chunk_codes` output (names mapped by ``to_label``)."""
+    parts = [np.array([index[to_label(x)] for x in names], dtype=np.int64)[codes] if len(names) else
+             np.zeros(0, dtype=np.int64) for codes, names in chunks]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _label_fn(level: str, layout: Layout):
+    if level != "rack":
+        return lambda x: x
+    racks = {n.name: (n.rack or UNKNOWN) for n in layout.nodes}
+    return lambda x: racks.get(x, UNKNOWN)
+
+
+def pair_sums(cells: pa.Table, layout: Layout, level: str, extra_names=()) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(labels in display order, n*n summed bytes_est, n*n summed samples) of filtered cells.
+
+    Vectorised: names are dictionary-encoded per chunk, mapped to label indices, and summed with
+    ``np.bincount`` on ``src * n + dst`` (262k cells in a few tens of ms; a string group-by takes ~1 s).
+    """
+    to_label = _label_fn(level, layout)
+    names = set(extra_names)
+    coded = {c: _chunk_codes(cells.column(c)) for c in ("src", "dst")}
+    for chunks in coded.values():
+        for _codes, ns in chunks:
+            names.update(to_label(x) for x in ns)
     labels = layout.order(names, level)
+    index = {x: i for i, x in enumerate(labels)}
     n = len(labels)
-    values = np.zeros(n * n, dtype=np.int64)
-    total = 0
-    if g is not None:
-        lab = pa.array(labels, pa.string())
-        i = pc.index_in(g.column("src"), value_set=lab).to_numpy(zero_copy_only=False)
-        j = pc.index_in(g.column("dst"), value_set=lab).to_numpy(zero_copy_only=False)
-        b = g.column("bytes_est_sum").to_numpy()
-        np.add.at(values, i.astype(np.int64) * n + j.astype(np.int64), b)
-        total = int(b.sum())
+    if cells.num_rows == 0:
+        return labels, np.zeros(n * n, dtype=np.int64), np.zeros(n * n, dtype=np.int64)
+    flat = _indexed(coded["src"], to_label, index) * n + _indexed(coded["dst"], to_label, index)
+    b = cells.column("bytes_est").to_numpy().astype(np.float64)
+    smp = cells.column("samples").to_numpy().astype(np.float64)
+    return (labels, np.bincount(flat, weights=b, minlength=n * n).astype(np.int64),
+            np.bincount(flat, weights=smp, minlength=n * n).astype(np.int64))
+
+
+def matrix(cells: pa.Table, layout: Layout, level: str, categories: list[str] | None, start_ms: int, end_ms: int,
+           windows: int = 1, encoding: str = "list") -> dict:
+    """Dense matrix of estimated bytes over [start_ms, end_ms); rows = sources, columns = destinations.
+
+    ``encoding``: ``list`` puts the n*n values in ``values`` as a JSON list; ``b64`` puts them in
+    ``values_b64`` as base64 of little-endian float64 (exact up to 2^53 bytes; 512 nodes: 2.8 MB of
+    text built in ~5 ms instead of a 262k-number list built and parsed in ~100 ms).
+    """
+    cells = filter_cells(cells, level, categories)
+    duration_s = max(1e-3, (end_ms - start_ms) / 1000.0)
+    # every inventory node / rack / group gets its row, with traffic or without
+    inv = {n.name if level == "node" else (n.rack or UNKNOWN) if level == "rack" else n.group for n in layout.nodes}
+    labels, values, _samples = pair_sums(cells, layout, level, inv)
     nz = values[values > 0]
     return {
         "level": level,
@@ -73,11 +129,12 @@ def matrix(cells: pa.Table, layout: Layout, level: str, categories: list[str] | 
         "windows": windows,
         "labels": labels,
         "blocks": layout.blocks(labels, level),
-        "values": values.tolist(),
+        **({"values_b64": base64.b64encode(values.astype("<f8").tobytes()).decode("ascii")} if encoding == "b64"
+           else {"values": values.tolist()}),
         "nonzero": int(len(nz)),
         "max_bytes": int(nz.max()) if len(nz) else 0,
         "min_bytes": int(nz.min()) if len(nz) else 0,
-        "total_bytes": total,
+        "total_bytes": int(values.sum()),
     }
 
 
@@ -86,8 +143,17 @@ def rel95(samples: int) -> float | None:
 
 
 def cell_detail(cells: pa.Table, layout: Layout, level: str, src: str, dst: str, start_ms: int, end_ms: int) -> dict:
-    cells = _as_level(filter_cells(cells, level, None), level, layout)
-    cells = cells.filter(pc.and_(pc.equal(cells.column("src"), src), pc.equal(cells.column("dst"), dst)))
+    cells = filter_cells(cells, level, None)
+    if level == "rack":  # the nodes of those racks first, then relabel the few rows left
+        nodes = [n.name for n in layout.nodes]
+        s_nodes = [x for x in nodes if layout.rack_of(x) == src] if src != UNKNOWN else None
+        d_nodes = [x for x in nodes if layout.rack_of(x) == dst] if dst != UNKNOWN else None
+        if s_nodes is not None:
+            cells = cells.filter(pc.is_in(_plain(cells.column("src")), pa.array(s_nodes, pa.string())))
+        if d_nodes is not None:
+            cells = cells.filter(pc.is_in(_plain(cells.column("dst")), pa.array(d_nodes, pa.string())))
+        cells = _as_level(cells, level, layout)
+    cells = cells.filter(pc.and_(pc.equal(_plain(cells.column("src")), src), pc.equal(_plain(cells.column("dst")), dst)))
     duration_s = max(1e-3, (end_ms - start_ms) / 1000.0)
     by_cat: dict[str, dict] = {}
     for r in cells.to_pylist():
@@ -107,35 +173,41 @@ def cell_detail(cells: pa.Table, layout: Layout, level: str, src: str, dst: str,
 
 def topn(cells: pa.Table, layout: Layout, level: str, categories: list[str] | None, n: int, start_ms: int,
          end_ms: int) -> dict:
-    """Group-to-group (or rack/node) flows by category for a Sankey, and the top talkers; the rest folded into 'other'."""
+    """Group-to-group (or rack/node) flows by category for a Sankey, and the top talkers; the rest folded into
+    one ``(others)`` entry (named apart from the app category ``other``)."""
     duration_s = max(1e-3, (end_ms - start_ms) / 1000.0)
-    flows = _as_level(filter_cells(cells, level, categories), level, layout)
+    flows = filter_cells(cells, level, categories)
     links: list[dict] = []
     if flows.num_rows:
-        g = flows.group_by(["src", "dst", "category"]).aggregate([("bytes_est", "sum")]).sort_by(
-            [("bytes_est_sum", "descending"), ("src", "ascending"), ("dst", "ascending")])
-        rows = g.to_pylist()
-        for r in rows[:n]:
-            links.append({"src": r["src"], "dst": r["dst"], "category": r["category"], "bytes_est": r["bytes_est_sum"],
-                          "rate_bps": r["bytes_est_sum"] * 8 / duration_s})
-        rest = rows[n:]
+        per_cat = []
+        for cat in pc.unique(_plain(flows.column("category"))).to_pylist():
+            sub = flows.filter(pc.equal(_plain(flows.column("category")), cat))
+            labels, b, _smp = pair_sums(sub, layout, level)
+            k = len(labels)
+            for f in np.flatnonzero(b):
+                per_cat.append((int(b[f]), labels[f // k], labels[f % k], cat))
+        per_cat.sort(key=lambda r: (-r[0], r[1], r[2], r[3]))
+        for b, src, dst, cat in per_cat[:n]:
+            links.append({"src": src, "dst": dst, "category": cat, "bytes_est": b, "rate_bps": b * 8 / duration_s})
+        rest = per_cat[n:]
         if rest:
-            b = sum(r["bytes_est_sum"] for r in rest)
-            links.append({"src": "other", "dst": "other", "category": "other", "bytes_est": b,
+            b = sum(r[0] for r in rest)
+            links.append({"src": OTHERS, "dst": OTHERS, "category": OTHERS, "bytes_est": b,
                           "rate_bps": b * 8 / duration_s, "folded": len(rest)})
     talkers: list[dict] = []
     node = filter_cells(cells, "node", categories)
     if node.num_rows:
-        g = node.group_by(["src", "dst"]).aggregate([("bytes_est", "sum")]).sort_by(
-            [("bytes_est_sum", "descending"), ("src", "ascending"), ("dst", "ascending")])
-        rows = g.to_pylist()
-        for r in rows[:n]:
-            talkers.append({"src": r["src"], "dst": r["dst"], "bytes_est": r["bytes_est_sum"],
-                            "rate_bps": r["bytes_est_sum"] * 8 / duration_s})
-        if len(rows) > n:
-            b = sum(r["bytes_est_sum"] for r in rows[n:])
-            talkers.append({"src": "other", "dst": "other", "bytes_est": b, "rate_bps": b * 8 / duration_s,
-                            "folded": len(rows) - n})
+        labels, b, _smp = pair_sums(node, layout, "node")
+        k = len(labels)
+        nzi = np.flatnonzero(b)
+        order = nzi[np.lexsort((nzi, -b[nzi]))]  # by bytes descending, then by (src, dst) display order
+        for f in order[:n]:
+            talkers.append({"src": labels[f // k], "dst": labels[f % k], "bytes_est": int(b[f]),
+                            "rate_bps": int(b[f]) * 8 / duration_s})
+        if len(order) > n:
+            rest = int(b[order[n:]].sum())
+            talkers.append({"src": OTHERS, "dst": OTHERS, "bytes_est": rest, "rate_bps": rest * 8 / duration_s,
+                            "folded": int(len(order) - n)})
     return {"level": level, "categories": categories or [], "start_ms": start_ms, "end_ms": end_ms, "n": n,
             "links": links, "talkers": talkers}
 

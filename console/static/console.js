@@ -8,8 +8,8 @@
   const CATEGORIES = ["collective", "rocev2", "storage", "dns", "mgmt", "external", "other"];
   const EVENT_TYPES = ["incast", "straggler", "link", "alert", "pattern"];
   const TYPE_COLOR = { incast: "#ff5a5f", straggler: "#f0b429", link: "#b57bff", alert: "#4fa3e0", pattern: "#3ecf8e" };
-  const PHASE_COLOR = { communication: "rgba(79,163,224,0.18)", dataset_read: "rgba(62,207,142,0.18)",
-    checkpoint_write: "rgba(240,180,41,0.22)" };
+  const PHASE_COLOR = { communication: "rgba(79,163,224,0.16)", dataset_read: "rgba(62,207,142,0.09)",
+    checkpoint_write: "rgba(240,180,41,0.30)" };
   const DEFAULTS = { view: "matrix", mode: "live", window: "", from: "", to: "", level: "node", cat: "",
     nlevel: "group", n: "10", ncat: "", job: "", event: "", port: "", types: "", q: "" };
 
@@ -36,6 +36,11 @@
       e.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
     }
     return e;
+  }
+  function decodeF64(b64) {  // the matrix values: base64 of little-endian float64
+    const bin = atob(b64); const u8 = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) u8[i] = bin.charCodeAt(i);
+    return new Float64Array(u8.buffer);
   }
   function clear(e) { while (e.firstChild) e.removeChild(e.firstChild); return e; }
   function fmtBytes(b) {
@@ -174,7 +179,8 @@
     const shown = idx >= 0 ? liveWindows[idx] : liveWindows[liveWindows.length - 1];
     $("t-window-label").textContent = state.mode === "range" ? "" :
       (shown ? "window " + fmtTime(shown.start_ms).slice(11) + (state.window ? "" : " (newest)") : "no live windows yet");
-    if (state.mode === "range") { $("t-from").value = toLocalInput(+state.from); $("t-to").value = toLocalInput(+state.to); }
+    $("t-from").value = state.mode === "range" ? toLocalInput(+state.from) : "";
+    $("t-to").value = state.mode === "range" ? toLocalInput(+state.to) : "";
     $("m-level").value = state.level; $("n-level").value = state.nlevel; $("n-n").value = state.n;
     $("e-q").value = state.q;
     const cats = state.cat ? state.cat.split(",") : [];
@@ -212,14 +218,17 @@
   let tipTimer = null;
 
   async function renderMatrix() {
-    const m = await api("matrix", Object.assign({ level: state.level, category: state.cat }, windowParams()));
+    const m = await api("matrix", Object.assign({ level: state.level, category: state.cat, encoding: "b64" }, windowParams()));
+    m.values = decodeF64(m.values_b64); delete m.values_b64;
     M = m;
+    performance.mark("matrix-data");
     const n = m.labels.length;
     const info = (m.source === "none" ? "no data yet" : (m.source + ": " + fmtTime(m.start_ms) + " – " + fmtTime(m.end_ms).slice(11)) +
       " · " + n + " × " + n + " · " + m.nonzero + " cells · " + fmtBytes(m.total_bytes) +
       " (" + fmtRate(m.total_bytes * 8 / m.duration_s) + ")");
     $("m-info").textContent = info;
     drawMatrix(m);
+    performance.mark("matrix-painted");  // bench/console.py: time to first paint of the matrix
   }
 
   function drawMatrix(m) {
@@ -400,18 +409,18 @@
     const per = 56, top = 30;
     const period = d.iteration_period_ms ? (d.iteration_period_ms / 1000).toFixed(2) + " s" : "-";
     $("j-info").textContent = d.source + " · " + d.nodes.length + " nodes" + (d.nodes.length > nodes.length ? " (first 48 shown)" : "") +
-      " · iteration period " + period + (d.pattern_period_ms.baseline ? " (pattern baseline " + (d.pattern_period_ms.baseline / 1000).toFixed(2) + " s)" : "") +
-      " · stragglers: " + (d.stragglers.map((s) => s.entity).join(", ") || "none") +
+      " · iteration period " + period + (d.pattern_period_ms.baseline > 0 ? " (pattern baseline " + (d.pattern_period_ms.baseline / 1000).toFixed(2) + " s)" : "") +
+      " · stragglers: " + ([...new Set(d.stragglers.map((s) => s.entity))].join(", ") || "none") +
       " · bands: blue = communication, green = dataset reads, amber = checkpoint writes";
     $("j-chart").style.height = (top + nodes.length * per + 60) + "px";
     const c = chart("j-chart"); c.resize();
     const grids = [], xs = [], ys = [], series = [];
     const bands = d.bands.map((b) => [{ xAxis: b.start_ms, itemStyle: { color: PHASE_COLOR[b.phase] } }, { xAxis: b.end_ms }]);
     nodes.forEach((n, k) => {
-      grids.push({ left: 150, right: 30, top: top + k * per, height: per - 14 });
+      grids.push({ left: 210, right: 30, top: top + k * per, height: per - 14 });
       xs.push({ type: "time", gridIndex: k, min: d.start_ms, max: d.end_ms, axisLabel: { show: k === nodes.length - 1, color: "#8a96a3" }, splitLine: { show: false } });
-      ys.push({ type: "value", gridIndex: k, name: n.node, nameLocation: "middle", nameRotate: 0, nameGap: 80, nameTextStyle: { color: n.straggler.some(Boolean) ? "#f0b429" : "#d8dee6", align: "right" },
-        axisLabel: { show: false }, splitLine: { show: false }, splitNumber: 1 });
+      ys.push({ type: "value", gridIndex: k, name: n.node, nameLocation: "middle", nameRotate: 0, nameGap: 70, nameTextStyle: { color: n.straggler.some(Boolean) ? "#f0b429" : "#d8dee6", align: "right" },
+        axisLabel: { show: true, fontSize: 9, color: "#8a96a3", formatter: (v) => (v ? fmtRate(v) : "") }, splitLine: { show: false }, splitNumber: 1 });
       const strag = [];
       n.t.forEach((t, i) => { if (n.straggler[i]) strag.push([{ xAxis: t, itemStyle: { color: "rgba(255,90,95,0.25)" } }, { xAxis: t + (d.bin_ms > 10000 ? d.bin_ms : 10000) }]); });
       series.push({ name: "sent", type: "line", xAxisIndex: k, yAxisIndex: k, showSymbol: false, data: n.t.map((t, i) => [t, n.sent_bps[i]]),
@@ -524,7 +533,7 @@
     chart("n-sankey").setOption({ backgroundColor: "transparent", animation: false, textStyle: { color: "#d8dee6" },
       title: { text: d.level + " → category → " + d.level, textStyle: { color: "#d8dee6", fontSize: 13 } },
       tooltip: { formatter: (p) => p.dataType === "edge" ? tipBox(p.data.source + " → " + p.data.target, [["bytes (est.)", fmtBytes(p.data.value)]]) : tipBox(p.name, [["bytes (est.)", fmtBytes(p.value)]]) },
-      series: [{ type: "sankey", top: 40, left: 10, right: 120, nodeGap: 10, emphasis: { focus: "adjacency" },
+      series: [{ type: "sankey", top: 40, left: 10, right: 170, nodeGap: 10, emphasis: { focus: "adjacency" },
         label: { color: "#d8dee6" }, lineStyle: { color: "gradient", opacity: 0.45 },
         data: Array.from(nodes.keys()).map((name) => ({ name })),
         links: Array.from(links.entries()).map(([k, v]) => { const [s, t] = k.split("\u0000"); return { source: s, target: t, value: v }; }) }] }, true);
@@ -534,8 +543,8 @@
       grid: { left: 200, right: 40, top: 40, bottom: 30 },
       tooltip: { formatter: (p) => tipBox(p.name, [["bytes (est.)", fmtBytes(talkers[p.dataIndex].bytes_est)], ["rate", fmtRate(talkers[p.dataIndex].rate_bps)]].concat(talkers[p.dataIndex].folded ? [["pairs folded", String(talkers[p.dataIndex].folded)]] : [])) },
       xAxis: { type: "value", axisLabel: { formatter: (v) => fmtRate(v) } },
-      yAxis: { type: "category", data: talkers.map((t) => t.src === "other" ? "other" : clip(t.src, 14) + " → " + clip(t.dst, 14)) },
-      series: [{ type: "bar", data: talkers.map((t) => ({ value: t.rate_bps, itemStyle: { color: t.src === "other" ? "#5c6773" : "#4fa3e0" } })) }] }, true);
+      yAxis: { type: "category", data: talkers.map((t) => t.folded ? t.src + " (" + t.folded + " pairs)" : clip(t.src, 14) + " → " + clip(t.dst, 14)) },
+      series: [{ type: "bar", data: talkers.map((t) => ({ value: t.rate_bps, itemStyle: { color: t.folded ? "#5c6773" : "#4fa3e0" } })) }] }, true);
   }
 
   // ------------------------------------------------------------------ render loop

@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 
 from bench.browser import available, browser, console_errors, wait_rendered
+from bench.console_run import wait_for
 from console.app import ConsoleState, create_app
 from console.history import History
 from console.live import LiveStore
@@ -75,9 +76,7 @@ def test_hostile_names_render_as_text_in_every_view(page_url, drv):
     assert EVIL in cells and EVIL2 in cells
     row = drv.find_element("css selector", "#e-table tr[data-id^='alert:']")
     row.click()
-    time.sleep(0.5)
-    wait_rendered(drv, "events")
-    assert EVIL2 in drv.find_element("id", "e-detail").text
+    wait_for(lambda: EVIL2 in drv.find_element("id", "e-detail").text, 20, "the alert's detail panel")
     _no_injection(drv)
 
     drv.get(page_url + "#view=topology")

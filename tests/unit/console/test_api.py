@@ -169,7 +169,7 @@ def test_job_view_and_topn(client):
     t = client.get("/api/topn", params={"window": WS, "n": 1}).json()
     assert t["links"][0] == {"src": "gpu", "dst": "gpu", "category": "collective", "bytes_est": 14_500_000,
                              "rate_bps": 14_500_000 * 8 / 10}
-    assert t["links"][1]["src"] == "other" and t["links"][1]["folded"] == 1
+    assert t["links"][1]["src"] == "(others)" and t["links"][1]["folded"] == 1
     assert t["talkers"][0]["src"] == "gpu01" and t["talkers"][-1]["folded"] == 5
 
 
