@@ -31,17 +31,17 @@ from pathlib import Path
 # this file is bench/console.py: the script's own directory must not shadow the console package
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-import fsspec  # noqa: E402
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import uvicorn  # noqa: E402
+import fsspec
+import numpy as np
+import pyarrow as pa
+import uvicorn
 
-from console.app import ConsoleState, create_app  # noqa: E402
-from console.history import History  # noqa: E402
-from console.layout import Layout  # noqa: E402
-from console.live import LiveStore  # noqa: E402
-from sinks.archive import HourlyBuffer, ParquetWriter  # noqa: E402
-from sinks.arrow_schema import arrow_schema, table_from_dicts  # noqa: E402
+from console.app import ConsoleState, create_app
+from console.history import History
+from console.layout import Layout
+from console.live import LiveStore
+from sinks.archive import HourlyBuffer, ParquetWriter
+from sinks.arrow_schema import arrow_schema, table_from_dicts
 
 N_SW, PER_SW, JOB = 32, 16, 64
 N = N_SW * PER_SW

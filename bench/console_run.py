@@ -19,6 +19,7 @@ import yaml
 from bench.detection import SimRun, next_epoch_ms, pipeline_extra, policy_for, scenario_file
 from fabricflow.runner import LocalPipeline, PipelinePorts
 
+
 # one block of ports (31300-31399 by default): broker, object store, UDP listeners, metrics, console, driver
 def ports_in_block(base: int = 31300) -> tuple[PipelinePorts, int, int]:
     """(pipeline ports, console port, chromedriver port) inside [base, base + 100)."""

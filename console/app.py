@@ -538,4 +538,4 @@ def _as_cells(t: pa.Table) -> pa.Table:
     return t.select(CELL_SCHEMA.names).cast(CELL_SCHEMA)
 
 
-__all__ = ["create_app", "ConsoleState", "BadRequest", "Response"]
+__all__ = ["BadRequest", "ConsoleState", "Response", "create_app"]

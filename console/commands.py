@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-from typing import Optional
 
 import typer
 
@@ -14,7 +13,7 @@ def register(app: typer.Typer) -> None:
     @app.command("console")
     def console_cmd(
         ctx: typer.Context,
-        listen: Optional[str] = typer.Option(
+        listen: str | None = typer.Option(
             None, "--listen", help="HOST:PORT to serve on (default console.listen, 127.0.0.1:8090). "
             "A non-loopback address needs console.token (FABRICFLOW_CONSOLE__TOKEN)."),
         no_live: bool = typer.Option(False, "--no-live", help="Do not read Kafka (archive only)."),

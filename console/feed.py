@@ -54,7 +54,7 @@ class KafkaFeed:
 
     # -- lifecycle
 
-    def start(self) -> "KafkaFeed":
+    def start(self) -> KafkaFeed:
         self._thread = threading.Thread(target=self._run, name="console-kafka", daemon=True)
         self._thread.start()
         return self

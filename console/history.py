@@ -105,7 +105,7 @@ class History:
         self.since_ms = int(time.time() * 1000)
 
     @classmethod
-    def from_settings(cls, settings) -> "History":
+    def from_settings(cls, settings) -> History:
         from sinks.fs import archive_filesystem
 
         fs, root = archive_filesystem(settings.archive)

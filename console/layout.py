@@ -49,7 +49,7 @@ class Layout:
     # -- construction
 
     @classmethod
-    def from_inventory(cls, inv) -> "Layout":
+    def from_inventory(cls, inv) -> Layout:
         spec = inv.spec
         job_of: dict[str, str] = {}
         jobs: dict[str, list[str]] = {}

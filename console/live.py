@@ -30,7 +30,7 @@ _CELL_COLS = [f.name for f in CELL_SCHEMA]
 
 
 class _Window:
-    __slots__ = ("start_ms", "end_ms", "pending", "tables", "cells")
+    __slots__ = ("cells", "end_ms", "pending", "start_ms", "tables")
 
     def __init__(self, start_ms: int, end_ms: int):
         self.start_ms, self.end_ms = start_ms, end_ms
@@ -61,8 +61,20 @@ class _Window:
 class PortState:
     """Latest known state of one switch port, from link-health samples and raw counter samples."""
 
-    __slots__ = ("switch", "if_index", "time_ms", "if_speed", "oper_up", "util_in", "util_out", "errors_per_s",
-                 "discards_per_s", "samples", "last_counters", "last_event")
+    __slots__ = (
+        "discards_per_s",
+        "errors_per_s",
+        "if_index",
+        "if_speed",
+        "last_counters",
+        "last_event",
+        "oper_up",
+        "samples",
+        "switch",
+        "time_ms",
+        "util_in",
+        "util_out",
+    )
 
     def __init__(self, switch: str, if_index: int, maxlen: int):
         self.switch, self.if_index = switch, if_index

@@ -85,7 +85,7 @@ class ConsoleServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/"
 
-    def start(self, timeout: float = 15.0) -> "ConsoleServer":
+    def start(self, timeout: float = 15.0) -> ConsoleServer:
         if self.feed is not None:
             self.feed.start()
         if self.history is not None:
@@ -121,7 +121,7 @@ class ConsoleServer:
         if self.feed is not None:
             self.feed.stop()
 
-    def __enter__(self) -> "ConsoleServer":
+    def __enter__(self) -> ConsoleServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -131,7 +131,7 @@ def matrix(cells: pa.Table, layout: Layout, level: str, categories: list[str] | 
         "blocks": layout.blocks(labels, level),
         **({"values_b64": base64.b64encode(values.astype("<f8").tobytes()).decode("ascii")} if encoding == "b64"
            else {"values": values.tolist()}),
-        "nonzero": int(len(nz)),
+        "nonzero": len(nz),
         "max_bytes": int(nz.max()) if len(nz) else 0,
         "min_bytes": int(nz.min()) if len(nz) else 0,
         "total_bytes": int(values.sum()),
@@ -263,7 +263,10 @@ def job_view(layout: Layout, job: str, scores: list[dict], phases: list[dict], b
     nodes += sorted({s["node"] for s in scores} - set(nodes))
     series: dict[str, dict] = {n: {"node": n, "t": [], "sent_bps": [], "recv_bps": [], "score": [], "straggler": []}
                                for n in nodes}
-    for s in sorted(scores, key=lambda s: s["window_start_ms"]):
+    latest: dict[tuple[str, int], dict] = {}  # a window scored twice (a re-delivered output): the last one
+    for s in scores:
+        latest[(s["node"], s["window_start_ms"])] = s
+    for s in sorted(latest.values(), key=lambda s: s["window_start_ms"]):
         d = series.get(s["node"])
         if d is None:
             continue

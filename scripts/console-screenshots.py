@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.browser import available, browser, console_errors, wait_rendered  # noqa: E402
-from bench.console_run import ports_in_block, scenario_with_console, wait_for  # noqa: E402
+from bench.browser import available, browser, console_errors, wait_rendered
+from bench.console_run import ports_in_block, scenario_with_console, wait_for
 
 
 def main() -> int:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from console.layout import Layout
+from console.live import LiveStore
 from sinks.archive import HourlyBuffer, ParquetWriter
 from sinks.arrow_schema import table_from_columns, table_from_dicts
 from tests.unit.sinks.helpers import T0, enriched
-
-from console.layout import Layout
-from console.live import LiveStore
 
 EVIL = "<script>alert(1)</script>"  # a valid inventory name (no spaces): must render as text
 EVIL2 = "<img/src=x/onerror=alert(2)>"

@@ -10,7 +10,7 @@ from console.app import ConsoleState, create_app
 from console.history import History
 from console.live import LiveStore
 from console.server import ConsoleConfigError, check_listen
-from tests.unit.console.fixtures import EVIL, EVIL2, W, WS, fill_store, layout, write_archive
+from tests.unit.console.fixtures import EVIL, EVIL2, WS, W, fill_store, layout, write_archive
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_matrix_live_window_dense_and_ordered(client):
     assert labels[:5] == [EVIL, "gpu01", "gpu02", "gpu04", "stor01"] and labels[5] == EVIL2
     n = len(labels)
     assert len(m["values"]) == n * n
-    cell = lambda s, d: m["values"][labels.index(s) * n + labels.index(d)]  # noqa: E731
+    cell = lambda s, d: m["values"][labels.index(s) * n + labels.index(d)]
     assert cell("gpu01", "gpu02") == 5_010_000 and cell("gpu02", "gpu01") == 0
     assert m["nonzero"] == 6 and m["blocks"][0]["name"] == "train-a"
 
