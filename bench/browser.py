@@ -62,3 +62,24 @@ def wait_rendered(drv, view: str, timeout: float = 20.0) -> str:
     WebDriverWait(drv, timeout).until(lambda d: (d.find_element("tag name", "body").get_attribute("data-rendered")
                                                  or "").startswith(view))
     return drv.find_element("tag name", "body").get_attribute("data-rendered")
+
+
+def click(drv, css: str, where=None, timeout: float = 10.0) -> None:
+    """Click the first element matching ``css`` (and ``where(element)``), retrying when a live refresh
+    re-drew the page between finding and clicking it."""
+    import time
+
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            for e in drv.find_elements("css selector", css):
+                if where is None or where(e):
+                    e.click()
+                    return
+        except StaleElementReferenceException:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing to click at {css!r}")
+        time.sleep(0.2)

@@ -268,8 +268,11 @@ def create_app(state: ConsoleState) -> Starlette:
 
     async def status(request: Request, p: Params):
         p.check_unknown()
-        feed = state.feed.status() if state.feed is not None else {"ok": False, "error": "live reader not configured"}
-        hist = state.history.status() if state.history is not None else {"ok": False, "error": "archive not configured"}
+        if state.history is not None and not state.history.ok:  # see at once when the archive is back
+            await run_in_threadpool(state.history.check)
+        # not configured (--no-live / --no-archive): ok is null, and the page shows no banner for it
+        feed = state.feed.status() if state.feed is not None else {"ok": None, "error": None, "configured": False}
+        hist = state.history.status() if state.history is not None else {"ok": None, "error": None, "configured": False}
         return {"now_ms": int(time.time() * 1000), "broker": feed, "archive": hist, "live": state.store.summary(),
                 "categories": list(CATEGORIES), "levels": list(views.LEVELS), "event_types": list(ev.TYPES),
                 **state.extra_status}

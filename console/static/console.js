@@ -18,6 +18,7 @@
   let liveWindows = [];
   let playing = null;
   let refreshTimer = null;
+  let serverWasDown = false;
   const charts = {};
 
   // ------------------------------------------------------------------ helpers
@@ -125,18 +126,19 @@
     clear(b).appendChild(document.createTextNode(msgs.join("  ·  ")));
     b.hidden = false;
   }
-  function serverDown() { showBanner(["console server unreachable: retrying…"]); }
+  function serverDown() { serverWasDown = true; showBanner(["console server unreachable: retrying…"]); }
 
   async function refreshStatus() {
     try {
       const was = status;
       status = await api("status");
       const msgs = [];
-      if (!status.broker.ok) msgs.push("Kafka broker unreachable (" + (status.broker.error || "no connection") + "): live view paused");
-      if (!status.archive.ok) msgs.push("archive unavailable (" + (status.archive.error || "unknown") + "): history paused");
+      if (status.broker.ok === false) msgs.push("Kafka broker unreachable (" + (status.broker.error || "no connection") + "): live view paused");
+      if (status.archive.ok === false) msgs.push("archive unavailable (" + (status.archive.error || "unknown") + "): history paused");
       showBanner(msgs);
-      const recovered = was && ((!was.broker.ok && status.broker.ok) || (!was.archive.ok && status.archive.ok));
-      if (recovered || !was) scheduleRefresh(0);
+      const recovered = serverWasDown || (was && ((was.broker.ok === false && status.broker.ok) || (was.archive.ok === false && status.archive.ok)));
+      serverWasDown = false;
+      if (recovered) scheduleRefresh(0);
     } catch (e) { /* banner already set */ }
   }
 
@@ -419,7 +421,8 @@
     nodes.forEach((n, k) => {
       grids.push({ left: 210, right: 30, top: top + k * per, height: per - 14 });
       xs.push({ type: "time", gridIndex: k, min: d.start_ms, max: d.end_ms, axisLabel: { show: k === nodes.length - 1, color: "#8a96a3" }, splitLine: { show: false } });
-      ys.push({ type: "value", gridIndex: k, name: n.node, nameLocation: "middle", nameRotate: 0, nameGap: 70, nameTextStyle: { color: n.straggler.some(Boolean) ? "#f0b429" : "#d8dee6", align: "right" },
+      const lastScore = n.score.length ? n.score[n.score.length - 1] : null;
+      ys.push({ type: "value", gridIndex: k, name: n.node + (lastScore === null ? "" : "  z " + lastScore.toFixed(1)), nameLocation: "middle", nameRotate: 0, nameGap: 70, nameTextStyle: { color: n.straggler.some(Boolean) ? "#f0b429" : "#d8dee6", align: "right" },
         axisLabel: { show: true, fontSize: 9, color: "#8a96a3", formatter: (v) => (v ? fmtRate(v) : "") }, splitLine: { show: false }, splitNumber: 1 });
       const strag = [];
       n.t.forEach((t, i) => { if (n.straggler[i]) strag.push([{ xAxis: t, itemStyle: { color: "rgba(255,90,95,0.25)" } }, { xAxis: t + (d.bin_ms > 10000 ? d.bin_ms : 10000) }]); });

@@ -15,7 +15,7 @@ import fsspec
 import pytest
 import uvicorn
 
-from bench.browser import available, browser, console_errors, wait_rendered
+from bench.browser import available, browser, click, console_errors, wait_rendered
 from bench.console_run import wait_for
 from console.app import ConsoleState, create_app
 from console.history import History
@@ -27,14 +27,20 @@ PORT = int(os.environ.get("FABRICFLOW_TEST_CONSOLE_PORT", "31333"))
 
 
 @pytest.fixture(scope="module")
-def page_url(tmp_path_factory):
+def archive_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("archive"))
+    write_archive(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def page_url(archive_root):
     why = available()
     if why:
         if os.environ.get("FABRICFLOW_REQUIRE_BROWSER") == "1":
             pytest.fail(why)
         pytest.skip(why)
-    root = str(tmp_path_factory.mktemp("archive"))
-    write_archive(root)
+    root = archive_root
     L = layout()
     store = LiveStore(L)
     fill_store(store)
@@ -74,8 +80,7 @@ def test_hostile_names_render_as_text_in_every_view(page_url, drv):
     wait_rendered(drv, "events")
     cells = drv.execute_script("return Array.from(document.querySelectorAll('#e-table td')).map(td => td.textContent)")
     assert EVIL in cells and EVIL2 in cells
-    row = drv.find_element("css selector", "#e-table tr[data-id^='alert:']")
-    row.click()
+    click(drv, "#e-table tr[data-id^='alert:']")
     wait_for(lambda: EVIL2 in drv.find_element("id", "e-detail").text, 20, "the alert's detail panel")
     _no_injection(drv)
 
@@ -98,7 +103,25 @@ def test_view_state_is_in_the_url(page_url, drv):
     labels = drv.execute_script("return Array.from(document.querySelectorAll('#m-labels li')).map(li => li.textContent)")
     assert labels == ["gpu", "storage"]
     assert drv.find_element("id", "m-level").get_attribute("value") == "group"
-    drv.find_element("css selector", "#tabs button[data-view='topology']").click()
+    click(drv, "#tabs button[data-view='topology']")
     wait_rendered(drv, "topology")
     assert "view=topology" in drv.current_url and "level=group" in drv.current_url
     assert console_errors(drv) == []
+
+
+def test_archive_outage_shows_a_banner_and_the_page_recovers(page_url, drv, archive_root):
+    import os as _os
+
+    off = archive_root + ".off"
+    drv.get(page_url + "#view=events&mode=range&from=1767229200000&to=1767229230000")
+    wait_rendered(drv, "events")
+    _os.rename(archive_root, off)
+    try:
+        drv.execute_script("window.dispatchEvent(new HashChangeEvent('hashchange'))")  # re-query the archive
+        banner = drv.find_element("id", "banner")
+        wait_for(lambda: banner.is_displayed() and "archive unavailable" in banner.text, 20, "the archive banner")
+    finally:
+        _os.rename(off, archive_root)
+    wait_for(lambda: not banner.is_displayed(), 20, "the banner to go once the archive is back")
+    wait_for(lambda: "could not load" not in drv.find_element("id", "e-info").text, 20, "the events to load again")
+    drv.get_log("browser")  # the 503 of the outage is expected; nothing else after

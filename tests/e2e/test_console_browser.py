@@ -21,7 +21,7 @@ import os
 
 import pytest
 
-from bench.browser import available, browser, console_errors, wait_rendered
+from bench.browser import available, browser, click, console_errors, wait_rendered
 from bench.console_run import ports_in_block, scenario_with_console, wait_for
 from fabricflow.runner import PipelineError
 from fabricflow.stack import port_free
@@ -86,10 +86,10 @@ def test_console_shows_the_scenario(tmp_path):
 
             d.get(run.url + "#view=events&types=incast")
             wait_rendered(d, "events")
-            rows = d.find_elements("css selector", "#e-table tbody tr[data-id^='incast:']")
-            entities = [r.find_elements("tag name", "td")[2].text for r in rows]
+            entities = d.execute_script("return Array.from(document.querySelectorAll("
+                                        "\"#e-table tbody tr[data-id^='incast:'] td:nth-child(3)\")).map(e => e.textContent)")
             assert "gpu05" in entities, entities
-            rows[entities.index("gpu05")].click()
+            click(d, "#e-table tbody tr[data-id^='incast:']", where=lambda r: r.find_elements("tag name", "td")[2].text == "gpu05")
             wait_for(lambda: d.find_elements("css selector", "#e-flows tr[data-dst]"), 20, "the incast's flows")
             dsts = {r.get_attribute("data-dst") for r in d.find_elements("css selector", "#e-flows tr[data-dst]")}
             assert dsts == {"gpu05"}, dsts
