@@ -9,12 +9,17 @@ with the pipeline's own settings file, as ``fabricflow console --config`` would 
 
 from __future__ import annotations
 
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+if __name__ == "__main__":  # `make bench` runs every bench/*.py: this one is a helper module
+    print("bench/console_run.py is a helper (see bench/README.md); nothing to measure")
+    sys.exit(0)
 
 from bench.detection import SimRun, next_epoch_ms, pipeline_extra, policy_for, scenario_file
 from fabricflow.runner import LocalPipeline, PipelinePorts
