@@ -113,6 +113,18 @@ class Layout:
                 out.append({"name": k, "start": i, "end": i + 1})
         return [b for b in out if b["name"]]
 
+    def switch_blocks(self, labels: list[str]) -> list[dict]:
+        """Consecutive runs of node ``labels`` behind the same switch (the matrix's heavier outlines)."""
+        out: list[dict] = []
+        for i, label in enumerate(labels):
+            n = self.by_name.get(label)
+            k = (n.switch or "(no switch)") if n else "(not in inventory)"
+            if out and out[-1]["name"] == k:
+                out[-1]["end"] = i + 1
+            else:
+                out.append({"name": k, "start": i, "end": i + 1})
+        return out
+
     def ring_successor(self, node: str) -> str | None:
         """The next node of ``node``'s job in inventory (ring) order, wrapping around."""
         for members in self.jobs.values():

@@ -129,6 +129,7 @@ def matrix(cells: pa.Table, layout: Layout, level: str, categories: list[str] | 
         "windows": windows,
         "labels": labels,
         "blocks": layout.blocks(labels, level),
+        "switches": layout.switch_blocks(labels) if level == "node" else [],
         **({"values_b64": base64.b64encode(values.astype("<f8").tobytes()).decode("ascii")} if encoding == "b64"
            else {"values": values.tolist()}),
         "nonzero": len(nz),

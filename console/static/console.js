@@ -238,8 +238,10 @@
     const n = m.labels.length;
     const avail = Math.max(400, Math.min(window.innerWidth - 140, window.innerHeight - 150));
     const labelPad = n <= 64 ? 120 : 16;
-    const cell = n ? Math.max(1, Math.min(32, Math.floor((avail - labelPad - 20) / n))) : 1;
-    const side = labelPad + cell * n + 24;
+    // whole pixels per cell while labels are shown; beyond, the n x n image is scaled to the space there is
+    const fit = n ? (avail - labelPad - 20) / n : 1;
+    const cell = labelPad > 16 ? Math.max(1, Math.min(32, Math.floor(fit))) : Math.max(0.5, fit);
+    const side = Math.ceil(labelPad + cell * n + 8);
     const dpr = window.devicePixelRatio || 1;
     cv.width = side * dpr; cv.height = side * dpr; cv.style.width = side + "px"; cv.style.height = side + "px";
     const ctx = cv.getContext("2d");
@@ -274,6 +276,12 @@
       ctx.strokeRect(x0 + 0.5, labelPad + 0.5, w, n * cell);
       ctx.strokeRect(labelPad + 0.5, x0 + 0.5, n * cell, w);
     }
+    ctx.strokeStyle = "rgba(79,163,224,0.9)"; ctx.lineWidth = 2;  // switches: heavier outlines
+    for (const b of m.switches || []) {
+      const x0 = labelPad + b.start * cell; const w = (b.end - b.start) * cell;
+      ctx.strokeRect(x0, x0, w, w);
+    }
+    ctx.lineWidth = 1;
     ctx.fillStyle = "#d8dee6"; ctx.font = "11px system-ui, sans-serif";
     if (labelPad > 16) {
       ctx.textBaseline = "middle";
@@ -287,8 +295,6 @@
       ctx.textBaseline = "top"; ctx.textAlign = "left"; ctx.fillStyle = "#8a96a3";
       for (const b of m.blocks) ctx.fillText(clip(b.name, 24), labelPad + b.start * cell + 2, 2);
     }
-    ctx.fillStyle = "#8a96a3"; ctx.textAlign = "left"; ctx.textBaseline = "top";
-    ctx.fillText("rows: source ↓   columns: destination →", labelPad, labelPad + n * cell + 4);
     drawLegend(m);
   }
   function clip(s, k) { s = String(s); return s.length > k ? s.slice(0, k - 1) + "…" : s; }
