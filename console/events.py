@@ -184,15 +184,38 @@ def merge_incast(records: list[dict]) -> list[dict]:
     return list(by_id.values())
 
 
+_DOWN = {"link_downgrade": ("speed_change", "oper_up"), "oper_down": ("oper_up",)}
+
+
+def _lasting(evs: list[dict]) -> list[dict]:
+    """A downgrade or oper-down is a state, not a moment: it lasts (``_until``) until a later speed change or
+    oper-up on the same port, else for ever (the port is still down / slow)."""
+    by_port: dict = {}
+    for e in evs:
+        if e["type"] == "link":
+            by_port.setdefault((e.get("switch"), e.get("if_index")), []).append(e)
+    out = []
+    for e in evs:
+        ends = _DOWN.get(e["subtype"]) if e["type"] == "link" else None
+        if ends:
+            later = [x["end_ms"] for x in by_port[(e.get("switch"), e.get("if_index"))]
+                     if x["subtype"] in ends and x["end_ms"] > e["end_ms"]]
+            e = e | {"_until": min(later) if later else 2**62}
+        out.append(e)
+    return out
+
+
 def related(event: dict, others: list[dict], layout, slack_ms: int = 60_000) -> list[dict]:
     """Events that may explain or be explained by ``event``, each with the reason.
 
-    - straggler <-> a link event on the straggler's own port or on its ring successor's port;
+    - straggler <-> a link event on the straggler's own port or on its ring successor's port (a downgrade
+      or oper-down counts until the port recovers);
     - incast <-> link events (discards, errors, utilisation) on the destination's port;
     - anything <-> events naming the same node, overlapping in time (within ``slack_ms``).
     """
     lo, hi = event["start_ms"] - slack_ms, event["end_ms"] + slack_ms
     out: list[dict] = []
+    others = _lasting(others)
 
     def port_of(node: str):
         p = layout.port_of_node.get(node)
@@ -203,7 +226,7 @@ def related(event: dict, others: list[dict], layout, slack_ms: int = 60_000) -> 
             out.append({"id": e["id"], "type": e["type"], "subtype": e["subtype"], "start_ms": e["start_ms"],
                         "end_ms": e["end_ms"], "entity": e["entity"], "summary": e["summary"], "reason": reason})
 
-    near = [e for e in others if e["end_ms"] >= lo and e["start_ms"] <= hi]
+    near = [e for e in others if e.get("_until", e["end_ms"]) >= lo and e["start_ms"] <= hi]
     if event["type"] == "straggler":
         node = event["entity"]
         succ = layout.ring_successor(node)

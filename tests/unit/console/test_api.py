@@ -219,3 +219,17 @@ def test_names_are_returned_verbatim_for_the_page_to_escape(client):
     r = client.get("/api/inventory")
     assert EVIL in [n["name"] for n in r.json()["nodes"]]
     assert r.headers["content-type"].startswith("application/json")
+
+
+def test_a_downgrade_relates_to_a_later_straggler_until_the_port_recovers():
+    from console import events as ev
+    from tests.unit.console.fixtures import link
+
+    L = layout()
+    down = ev.link_event(link(WS, "tor2", 1, kind="link_downgrade", speed=1_000_000_000), "gpu04")
+    strag = {"id": "straggler:train-a:x:1", "type": "straggler", "subtype": "straggler", "entity": EVIL,
+             "start_ms": WS + 600_000, "end_ms": WS + 660_000, "nodes": [EVIL], "summary": ""}
+    rel = ev.related(strag, [down], L)
+    assert [r["id"] for r in rel] == [down["id"]] and "ring successor gpu04" in rel[0]["reason"]
+    up = ev.link_event(link(WS + 300_000, "tor2", 1, kind="speed_change"), "gpu04")
+    assert ev.related(strag, [down, up], L) == []
