@@ -460,17 +460,31 @@
       tb.appendChild(tr);
     }
     const ys = EVENT_TYPES;
+    // overlapping events of one type get their own lanes inside the type's row
+    const lanes = EVENTS.map(() => 0); const laneCount = {};
+    for (const t of ys) {
+      const ends = [];
+      EVENTS.forEach((e, k) => {
+        if (e.type !== t) return;
+        let l = ends.findIndex((end) => end < e.start_ms);
+        if (l < 0) { l = ends.length; ends.push(0); }
+        ends[l] = Math.max(e.end_ms, e.start_ms + 1); lanes[k] = l;
+      });
+      laneCount[t] = Math.max(1, ends.length);
+    }
     chart("e-chart").setOption({ backgroundColor: "transparent", animation: false, textStyle: { color: "#d8dee6" },
       grid: { left: 80, right: 20, top: 10, bottom: 30 },
       tooltip: { trigger: "item", formatter: (p) => { const e = EVENTS[p.dataIndex]; return e ? tipBox(e.type + " · " + e.entity, [["start", fmtTime(e.start_ms)], ["end", fmtTime(e.end_ms)], ["", e.summary]]) : ""; } },
       xAxis: { type: "time" }, yAxis: { type: "category", data: ys },
       series: [{ type: "custom", renderItem: (params, api2) => {
         const s = api2.coord([api2.value(0), api2.value(2)]); const e = api2.coord([api2.value(1), api2.value(2)]);
-        const h = api2.size([0, 1])[1] * 0.5;
-        return { type: "rect", shape: { x: s[0], y: s[1] - h / 2, width: Math.max(4, e[0] - s[0]), height: h },
+        const band = api2.size([0, 1])[1] * 0.7; const n = api2.value(4); const h = band / n;
+        const y = s[1] - band / 2 + api2.value(3) * h;
+        return { type: "rect", shape: { x: s[0], y: y + 1, width: Math.max(4, e[0] - s[0]), height: Math.max(2, h - 2) },
           style: { fill: api2.visual("color") } };
       }, encode: { x: [0, 1], y: 2 },
-      data: EVENTS.map((e) => ({ value: [e.start_ms, e.end_ms, ys.indexOf(e.type)], itemStyle: { color: TYPE_COLOR[e.type] } })) }],
+      data: EVENTS.map((e, k) => ({ value: [e.start_ms, e.end_ms, ys.indexOf(e.type), lanes[k], laneCount[e.type]],
+        itemStyle: { color: TYPE_COLOR[e.type] } })) }],
     }, true);
     if (state.event) await renderEventDetail(); else $("e-detail").hidden = true;
   }
