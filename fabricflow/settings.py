@@ -263,6 +263,38 @@ class StackSettings(_Section):
     start_timeout_s: float = Field(30.0, gt=0, description="Wait this long for each service to become ready")
 
 
+class ConsoleSettings(_Section):
+    """The web console (``fabricflow console``, docs/console.md)."""
+
+    listen: str = Field(
+        "127.0.0.1:8090",
+        description="HOST:PORT the console serves on; any address other than loopback needs console.token",
+    )
+    token: SecretStr | None = Field(
+        None, description="Access token: required when listen is not loopback; then every request must carry "
+        "'Authorization: Bearer TOKEN' (or ?token=TOKEN for the page and its event stream). Never logged",
+    )
+    group_id: str = Field("fabricflow-console", description="Kafka consumer group of the console's live reader")
+    inventory: str | None = Field(
+        None, description="Inventory file for node order, ports and jobs; none = processors.inventory"
+    )
+    live_windows: int = Field(60, ge=1, le=10_000, description="Matrix windows kept in memory for the live view")
+    live_events: int = Field(5000, ge=10, le=1_000_000, description="Detections (incast, straggler, link, alerts, "
+                             "patterns) kept in memory for the live view, newest first out last")
+    live_port_samples: int = Field(360, ge=10, le=100_000, description="Link-health samples kept in memory per port")
+    lookback_s: float = Field(3600.0, ge=0, description="On start, the live reader skips records older than this "
+                              "(where the broker supports offsets by time)")
+    query_max_range_s: float = Field(7 * 86400.0, gt=0, description="Longest time range one archive query may span")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be HOST:PORT (e.g. 127.0.0.1:8090 or [::1]:8090)")
+        return v
+
+
 class Settings(BaseSettings):
     """All settings. Nested sections map to ``FABRICFLOW_<SECTION>__<KEY>``."""
 
@@ -280,6 +312,7 @@ class Settings(BaseSettings):
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     stack: StackSettings = Field(default_factory=StackSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
 
     # Set by load_settings(); the YAML file is a source below env vars.
     _yaml_file: str | None = None
@@ -382,6 +415,7 @@ def dump_yaml(settings: Settings, show_secrets: bool = False) -> str:
         data["kafka"]["sasl_password"] = "**********" if settings.kafka.sasl_password else None
         data["archive"]["s3_secret_key"] = "**********" if settings.archive.s3_secret_key else None
         data["stack"]["secret_key"] = "**********"
+        data["console"]["token"] = "**********" if settings.console.token else None
     return yaml.safe_dump(data, sort_keys=False)
 
 
