@@ -289,31 +289,42 @@ class MetricsService:
                     self.state.count_undecodable(kind, "internal_error", len(values))
                     log.exception("applying %d %s messages failed", len(values), kind)
             if self.state.reselect_due():
-                res = self.state.reselect()
-                if res["evicted"] or res["left_out"]:
-                    log.info("series budget: %(selected)d node pairs with series, %(evicted)d evicted, "
-                             "%(left_out)d folded into other", res)
+                try:
+                    res = self.state.reselect()
+                except Exception:  # keep serving with the previous selection
+                    self.report["errors"] += 1
+                    log.exception("series budget selection failed")
+                else:
+                    if res["evicted"] or res["left_out"]:
+                        log.info("series budget: %(selected)d node pairs with series, %(evicted)d evicted, "
+                                 "%(left_out)d folded into other", res)
             self.applied.update(offsets)
 
     def _loop(self) -> None:
         consumer = self.consumer
         while not self._stopping.is_set():
             try:
-                msgs = consumer.consume(self.batch_messages, timeout=0.2)
-            except KafkaException as e:  # pragma: no cover - broker gone; librdkafka reconnects
+                self._step(consumer)
+            except Exception as e:  # never let the consumer thread die: count, log, go on
                 self.report["errors"] += 1
-                self.ratelog.warning("consume", "consume failed: %s", e)
+                self.ratelog.warning("loop", "consumer loop step failed: %r", e)
+                log.debug("consumer loop step failed", exc_info=True)
                 time.sleep(0.5)
-                continue
-            self.last_loop = time.monotonic()
-            if msgs:
-                self.handle(msgs)
-            self._serve_commits(consumer)
-            if self.watcher is not None and self.watcher.maybe_reload(time.monotonic()):
-                with self.lock:
-                    self.state.set_inventory(self.watcher.inventory)
-                log.info("inventory reloaded from %s", self.watcher.path)
         self._serve_commits(consumer)  # a scrape that asked while the loop was stopping
+
+    def _step(self, consumer) -> None:
+        msgs = consumer.consume(self.batch_messages, timeout=0.2)
+        self.last_loop = time.monotonic()
+        if msgs:
+            self.handle(msgs)
+        self._serve_commits(consumer)
+        if self.watcher is not None and self.watcher.maybe_reload(time.monotonic()):
+            with self.lock:
+                self.state.set_inventory(self.watcher.inventory)
+            log.info("inventory reloaded from %s", self.watcher.path)
+        elif self.watcher is not None and self.watcher.last_error:
+            self.ratelog.warning("inventory", "inventory not reloaded (the previous one stays): %s",
+                                 self.watcher.last_error)
 
     def _open(self) -> None:
         try:
