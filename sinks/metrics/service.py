@@ -69,6 +69,16 @@ class _Server(WSGIServer):
     daemon_threads = True
 
 
+class _Collected:
+    """Families already collected, in the shape ``generate_latest`` reads (``collect()``)."""
+
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return self.families
+
+
 class MetricsService:
     """Consume the output topics, serve /metrics; ``start``/``stop`` in process, ``run`` in the foreground."""
 
@@ -129,10 +139,11 @@ class MetricsService:
 
     def scrape(self) -> bytes:
         """The /metrics body; the offsets of the messages it reflects are committed before it is returned."""
-        with self.lock:
-            body = generate_latest(self.registry)
+        with self.lock:  # the values and their offsets in one step; text formatting after, without the lock
+            families = list(self.registry.collect())
             self.state.scraped()
             offsets = dict(self.applied)
+        body = generate_latest(_Collected(families))
         self.report["scrapes"] += 1
         if offsets and not self._request_commit(offsets):
             self.ratelog.warning("scrape-commit", "offsets of a scrape not committed in time (a later scrape will)")
