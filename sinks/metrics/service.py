@@ -60,6 +60,16 @@ HEALTHY_LOOP_S = 30.0
 COMMIT_WAIT_S = 10.0  # a scrape waits this long for the consumer thread to commit its offsets
 
 
+class _Collected:
+    """Families already collected, in the shape ``generate_latest`` reads (``collect()``)."""
+
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return self.families
+
+
 class MetricsService:
     """Consume the output topics, serve /metrics; ``start``/``stop`` in process, ``run`` in the foreground."""
 
@@ -116,10 +126,11 @@ class MetricsService:
 
     def scrape(self) -> bytes:
         """The /metrics body; the offsets of the messages it reflects are committed before it is returned."""
-        with self.lock:
-            body = generate_latest(self.registry)
+        with self.lock:  # the values and their offsets in one step; text formatting after, without the lock
+            families = list(self.registry.collect())
             self.state.scraped()
             offsets = dict(self.applied)
+        body = generate_latest(_Collected(families))
         self.report["scrapes"] += 1
         if offsets and not self._request_commit(offsets):
             self.ratelog.warning("scrape-commit", "offsets of a scrape not committed in time (a later scrape will)")
@@ -261,31 +272,42 @@ class MetricsService:
                     self.state.count_undecodable(kind, "internal_error", len(values))
                     log.exception("applying %d %s messages failed", len(values), kind)
             if self.state.reselect_due():
-                res = self.state.reselect()
-                if res["evicted"] or res["left_out"]:
-                    log.info("series budget: %(selected)d node pairs with series, %(evicted)d evicted, "
-                             "%(left_out)d folded into other", res)
+                try:
+                    res = self.state.reselect()
+                except Exception:  # keep serving with the previous selection
+                    self.report["errors"] += 1
+                    log.exception("series budget selection failed")
+                else:
+                    if res["evicted"] or res["left_out"]:
+                        log.info("series budget: %(selected)d node pairs with series, %(evicted)d evicted, "
+                                 "%(left_out)d folded into other", res)
             self.applied.update(offsets)
 
     def _loop(self) -> None:
         consumer = self.consumer
         while not self.service.stopping:
             try:
-                msgs = consumer.consume(self.batch_messages, timeout=0.2)
-            except KafkaException as e:  # pragma: no cover - broker gone; librdkafka reconnects
+                self._step(consumer)
+            except Exception as e:  # never let the consumer thread die: count, log, go on
                 self.report["errors"] += 1
-                self.ratelog.warning("consume", "consume failed: %s", e)
+                self.ratelog.warning("loop", "consumer loop step failed: %r", e)
+                log.debug("consumer loop step failed", exc_info=True)
                 time.sleep(0.5)
-                continue
-            self.service.beat()
-            if msgs:
-                self.handle(msgs)
-            self._serve_commits(consumer)
-            if self.watcher is not None and self.watcher.maybe_reload(time.monotonic()):
-                with self.lock:
-                    self.state.set_inventory(self.watcher.inventory)
-                log.info("inventory reloaded from %s", self.watcher.path)
         self._serve_commits(consumer)  # a scrape that asked while the loop was stopping
+
+    def _step(self, consumer) -> None:
+        msgs = consumer.consume(self.batch_messages, timeout=0.2)
+        self.service.beat()
+        if msgs:
+            self.handle(msgs)
+        self._serve_commits(consumer)
+        if self.watcher is not None and self.watcher.maybe_reload(time.monotonic()):
+            with self.lock:
+                self.state.set_inventory(self.watcher.inventory)
+            log.info("inventory reloaded from %s", self.watcher.path)
+        elif self.watcher is not None and self.watcher.last_error:
+            self.ratelog.warning("inventory", "inventory not reloaded (the previous one stays): %s",
+                                 self.watcher.last_error)
 
     def _open(self) -> None:
         self.service.ensure_topics(self.settings.kafka, required=False)  # topics may be managed elsewhere
