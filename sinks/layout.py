@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from fabricflow import streams
+
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 
@@ -25,8 +27,10 @@ class DatasetSpec:
     """One archived dataset: its Avro schema name and its event-time column (unix ms)."""
 
     name: str
-    avsc: str
+    avsc: str  # "" for a derived dataset (its Arrow schema is in sinks.rollups)
     time_column: str
+    derived_from: str | None = None  # a rollup: one file per file of this dataset, same name
+    bucket_ms: int = 0  # a rollup's time bucket
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -41,8 +45,16 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("link_health", "link_health", "time_ms"),
         DatasetSpec("alerts", "alert", "window_start_ms"),
         DatasetSpec("summaries_hourly", "summary_hourly", "hour_start_ms"),
+        # derived datasets (rollups): fabricflow.streams.DERIVED, written by the archive writer beside each
+        # file of the dataset they derive from (sinks.rollups)
+        *(DatasetSpec(d.name, "", "bucket_ms", d.derived_from, d.bucket_ms) for d in streams.DERIVED),
     )
 }
+
+
+def derived_of(dataset: str) -> list[DatasetSpec]:
+    """The rollup datasets derived from ``dataset`` (empty for most)."""
+    return [d for d in DATASETS.values() if d.derived_from == dataset]
 
 _KEY_RE = re.compile(r"part-p(\d{3,})-o(\d{20})-(\d{20})\.parquet$")
 _DIR_RE = re.compile(r"dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})")

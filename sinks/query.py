@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from sinks import layout
-from sinks.arrow_schema import arrow_schema
 
 PARTITION_SCHEMA = pa.schema([("dt", pa.string()), ("hour", pa.int32())])
 FORMATS = ("table", "csv", "json", "parquet")
@@ -67,6 +66,56 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: ``--source`` of the flow reports -> the dataset it reads (``auto``: :func:`choose_source`).
+SOURCES = {"raw": "flows_enriched", "1m": "traffic_1m", "1h": "traffic_1h"}
+SOURCE_CHOICES = ("auto", *SOURCES)
+
+
+def _aligned(ms: int | None, bucket_ms: int) -> bool:
+    return ms is None or ms % bucket_ms == 0
+
+
+def choose_source(frm_ms: int | None, to_ms: int | None, present, source: str = "auto",
+                  needs_raw: str | None = None) -> str:
+    """The dataset a flow report reads: the coarsest that answers [frm_ms, to_ms) exactly.
+
+    ``auto``: ``traffic_1h`` when both ends are whole hours, else ``traffic_1m`` when both are whole
+    minutes, else ``flows_enriched``; a rollup only if it is ``present``. An open end (None) is the start or
+    end of the dataset, whole days. ``needs_raw`` names what only the raw flows can answer (one exporter's
+    view, a node given by address): then ``flows_enriched``. A forced rollup that cannot answer exactly
+    raises :class:`ArchiveError` saying why.
+    """
+    if source not in SOURCE_CHOICES:
+        raise ValueError(f"source must be one of {', '.join(SOURCE_CHOICES)}, got {source!r}")
+    buckets = {name: layout.spec(name).bucket_ms for name in SOURCES.values() if name != "flows_enriched"}
+    if source != "auto":
+        name = SOURCES[source]
+        if name in buckets:
+            if needs_raw:
+                raise ArchiveError(f"{needs_raw} needs the raw flows: use --source raw or auto")
+            b = buckets[name]
+            if not (_aligned(frm_ms, b) and _aligned(to_ms, b)):
+                raise ArchiveError(f"the {source} rollup answers only ranges of whole {'hours' if b >= 3_600_000 else 'minutes'}"
+                                   f" (from {_iso(frm_ms) if frm_ms is not None else 'start'} to "
+                                   f"{_iso(to_ms) if to_ms is not None else 'end'}): use --source raw or auto")
+        return name
+    if needs_raw is None:
+        for name, b in sorted(buckets.items(), key=lambda kv: -kv[1]):
+            if name in present and _aligned(frm_ms, b) and _aligned(to_ms, b):
+                return name
+    return "flows_enriched"
+
+
+def _is_address(name: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 class ArchiveQuery:
     """Read-only query access to the archive at ``root`` on fsspec filesystem ``fs``."""
 
@@ -80,6 +129,7 @@ class ArchiveQuery:
         self.files_used: dict[str, list[str]] = {}  # dataset -> files behind its current view
         self._present = self._discover()
         self._views: dict[str, tuple] = {}  # dataset -> (frm, to) of its current view
+        self.answered_by: str | None = None  # dataset the last flow report read (flows_enriched or a rollup)
 
     # -- discovery
 
@@ -175,7 +225,9 @@ class ArchiveQuery:
                 f" between {_iso(parse_time(frm)) if frm is not None else 'start'} and "
                 f"{_iso(parse_time(to)) if to is not None else 'end'}")
             raise EmptyRange(f"no {dataset} data{rng} (the archive has {span})")
-        schema = arrow_schema(layout.spec(dataset).avsc)
+        from sinks.archive import dataset_schema
+
+        schema = dataset_schema(dataset)
         for f in PARTITION_SCHEMA:
             schema = schema.append(f)
         self.files_used[dataset] = files
@@ -231,77 +283,108 @@ class ArchiveQuery:
 
     # -- named reports
 
-    def flows_view(self, exporter: str | None = None) -> tuple[str, dict]:
+    def flows_view(self, exporter: str | None = None, dataset: str = "flows_enriched") -> tuple[str, dict]:
         """The flow records a report reads, as SQL, and its parameters: counted records only (each packet
-        once: docs/detectors.md, "Counting each packet once"), or every record of one ``exporter``'s view."""
-        self._need("flows_enriched")
+        once: docs/detectors.md, "Counting each packet once"), or every record of one ``exporter``'s view.
+        ``dataset``: flows_enriched or a traffic rollup (rows with a ``flow_records`` count)."""
+        self._need(dataset)
         if exporter is None:
-            return "(SELECT * FROM flows_enriched WHERE NOT coalesce(duplicate, false))", {}
+            return f"(SELECT * FROM {dataset} WHERE NOT coalesce(duplicate, false))", {}
+        if dataset != "flows_enriched":
+            raise ArchiveError("one exporter's view needs the raw flows: use --source raw or auto")
         return "(SELECT * FROM flows_enriched WHERE exporter = $exporter)", {"exporter": exporter}
 
-    def top_talkers(self, frm, to, n: int = 10, exporter: str | None = None) -> pa.Table:
+    def source(self, frm, to, source: str = "auto", needs_raw: str | None = None) -> str:
+        """The dataset a flow report over [frm, to) reads (:func:`choose_source`); remembered in
+        :attr:`answered_by`."""
+        lo = parse_time(frm) if frm is not None else None
+        hi = parse_time(to) if to is not None else None
+        name = choose_source(lo, hi, self._present, source, needs_raw)
+        self.answered_by = name
+        return name
+
+    def _flows(self, frm, to, source: str, exporter: str | None, needs_raw: str | None = None):
+        """(FROM clause, params, record-count expression) of a flow report."""
+        if exporter is not None:
+            needs_raw = "one exporter's view (--exporter)"
+        d = self.source(frm, to, source, needs_raw)
+        f, params = self.flows_view(exporter, d)
+        return f, params, ("count(*)" if d == "flows_enriched" else "sum(flow_records)")
+
+    def top_talkers(self, frm, to, n: int = 10, exporter: str | None = None, source: str = "auto") -> pa.Table:
         """Largest src -> dst pairs by estimated bytes (node name, else IP)."""
-        f, params = self.flows_view(exporter)
+        f, params, cnt = self._flows(frm, to, source, exporter)
         return self.sql(f"""
             SELECT CASE WHEN src_node <> '' THEN src_node ELSE src_ip END AS src,
                    CASE WHEN dst_node <> '' THEN dst_node ELSE dst_ip END AS dst,
                    sum(bytes_est)::BIGINT AS bytes_est, sum(packets_est)::BIGINT AS packets_est,
-                   count(*)::BIGINT AS flow_records
+                   {cnt}::BIGINT AS flow_records
             FROM {f} GROUP BY 1, 2 ORDER BY bytes_est DESC, src, dst LIMIT {int(n)}""", frm, to, params=params)
 
     def matrix(self, frm, to, level: str = "node", source: str = "auto", exporter: str | None = None) -> pa.Table:
         """Traffic matrix (src, dst, category) summed over [frm, to).
 
-        ``source``: ``matrix`` (matrix_windows cells), ``flows`` (flows_enriched) or
-        ``auto`` (matrix_windows when it has data in range, else flows_enriched). ``exporter``: one
-        exporter's view, from flows_enriched.
+        ``source``: ``matrix`` (matrix_windows cells), ``flows``/``raw`` (flows_enriched), ``1m``/``1h``
+        (traffic rollups) or ``auto``: the coarsest rollup that answers the range exactly
+        (:func:`choose_source`), else matrix_windows when it has data in range, else flows_enriched.
+        ``exporter``: one exporter's view, from flows_enriched.
         """
         if level not in ("node", "group"):
             raise ValueError("level must be 'node' or 'group'")
-        if source not in ("auto", "matrix", "flows"):
-            raise ValueError("source must be auto, matrix or flows")
+        if source not in ("matrix", "flows", *SOURCE_CHOICES):
+            raise ValueError(f"source must be one of matrix, flows, {', '.join(SOURCE_CHOICES)}")
         if exporter is not None and source == "matrix":
             raise ValueError("one exporter's view comes from the flow records: use source flows or auto")
         if source == "matrix":
             self._need("matrix_windows")
-        if exporter is None and (source == "matrix" or (source == "auto" and "matrix_windows" in self._present
-                                                        and self.files("matrix_windows", frm, to))):
+        if source == "auto" and exporter is None:
+            d = self.source(frm, to, "auto")
+            if d == "flows_enriched" and "matrix_windows" in self._present and self.files("matrix_windows", frm, to):
+                source = "matrix"
+        if source == "matrix":
+            self.answered_by = "matrix_windows"
             return self.sql("""
                 SELECT src, dst, category, sum(bytes_est)::BIGINT AS bytes_est,
                        sum(packets_est)::BIGINT AS packets_est, sum(flow_records)::BIGINT AS flow_records
                 FROM matrix_windows WHERE level = ? GROUP BY 1, 2, 3
                 ORDER BY bytes_est DESC, src, dst, category""", frm, to, params=[level])
-        f, params = self.flows_view(exporter)
+        f, params, cnt = self._flows(frm, to, "raw" if source == "flows" else source, exporter)
         col = "node" if level == "node" else "group"
         return self.sql(f"""
             SELECT CASE WHEN src_{col} <> '' THEN src_{col} ELSE 'unknown' END AS src,
                    CASE WHEN dst_{col} <> '' THEN dst_{col} ELSE 'unknown' END AS dst,
                    category, sum(bytes_est)::BIGINT AS bytes_est, sum(packets_est)::BIGINT AS packets_est,
-                   count(*)::BIGINT AS flow_records
+                   {cnt}::BIGINT AS flow_records
             FROM {f} GROUP BY 1, 2, 3 ORDER BY bytes_est DESC, src, dst, category""", frm, to, params=params)
 
-    def node(self, name: str, frm, to, exporter: str | None = None) -> pa.Table:
-        """One node's (or IP's) traffic: direction, peer, category, bytes/packets/records."""
-        f, params = self.flows_view(exporter)
+    def node(self, name: str, frm, to, exporter: str | None = None, source: str = "auto") -> pa.Table:
+        """One node's (or IP's) traffic: direction, peer, category, bytes/packets/records.
+
+        A node given by address reads the raw flows (rollups keep the address only of a side with no node).
+        """
+        needs_raw = f"a node given by its address ({name})" if _is_address(name) else None
+        f, params, cnt = self._flows(frm, to, source, exporter, needs_raw)
+        one = "1" if cnt == "count(*)" else "flow_records"
         return self.sql(f"""
             SELECT direction, peer, category, sum(bytes_est)::BIGINT AS bytes_est,
-                   sum(packets_est)::BIGINT AS packets_est, count(*)::BIGINT AS flow_records FROM (
+                   sum(packets_est)::BIGINT AS packets_est, sum(n)::BIGINT AS flow_records FROM (
               SELECT 'sent' AS direction, CASE WHEN dst_node <> '' THEN dst_node ELSE dst_ip END AS peer,
-                     category, bytes_est, packets_est
+                     category, bytes_est, packets_est, {one} AS n
               FROM {f} WHERE src_node = $name OR src_ip = $name
               UNION ALL
-              SELECT 'recv', CASE WHEN src_node <> '' THEN src_node ELSE src_ip END, category, bytes_est, packets_est
+              SELECT 'recv', CASE WHEN src_node <> '' THEN src_node ELSE src_ip END, category, bytes_est, packets_est,
+                     {one}
               FROM {f} WHERE dst_node = $name OR dst_ip = $name)
             GROUP BY 1, 2, 3 ORDER BY direction DESC, bytes_est DESC, peer, category""", frm, to,
             params={**params, "name": name})
 
-    def job(self, name: str, frm, to, exporter: str | None = None) -> pa.Table:
+    def job(self, name: str, frm, to, exporter: str | None = None, source: str = "auto") -> pa.Table:
         """A job's nodes: bytes sent and received per node and category."""
-        f, params = self.flows_view(exporter)
+        f, params, cnt = self._flows(frm, to, source, exporter)
         return self.sql(f"""
-            WITH tx AS (SELECT src_node AS node, category, sum(bytes_est) AS b, count(*) AS n
+            WITH tx AS (SELECT src_node AS node, category, sum(bytes_est) AS b, {cnt} AS n
                         FROM {f} WHERE src_job = $job GROUP BY 1, 2),
-                 rx AS (SELECT dst_node AS node, category, sum(bytes_est) AS b, count(*) AS n
+                 rx AS (SELECT dst_node AS node, category, sum(bytes_est) AS b, {cnt} AS n
                         FROM {f} WHERE dst_job = $job GROUP BY 1, 2)
             SELECT node, category,
                    coalesce(tx.b, 0)::BIGINT AS sent_bytes_est, coalesce(rx.b, 0)::BIGINT AS recv_bytes_est,
