@@ -209,13 +209,24 @@ class FsWrittenIndex(WrittenIndex):
                 out.append(base)
         return out
 
+    def _has_rollup(self, names: set[str], merged: list[tuple[int, int]], name: str) -> bool:
+        if name in names:
+            return True
+        k = layout.parse_key(f"{layout.hour_dir(0)}/{name}")
+        return any(a <= k.first_offset and k.last_offset <= b for a, b in merged)
+
     def _load(self, hour: int) -> list[tuple[int, int]]:
         names = self._names(self.dataset, hour)
         if names and self.derived:
             # A file written without all of its rollups (crash between the two): rebuild them now, before
             # the re-read rows it holds are dropped and committed past (nothing would re-read them later).
-            have = [set(self._names(d, hour)) for d in self.derived]
-            missing = [n for n in names if not all(n in h for h in have)]
+            # A file whose rollups were merged (sinks.compaction) has them.
+            have = []
+            for d in self.derived:
+                rn = self._names(d, hour)
+                ks = [layout.parse_key(f"{layout.hour_dir(hour)}/{n}") for n in rn]
+                have.append((set(rn), [(k.first_offset, k.last_offset) for k in ks if k.merged]))
+            missing = [n for n in names if not all(self._has_rollup(h, m, n) for h, m in have)]
             if missing:
                 w = ParquetWriter(self.fs, self.root)
                 for n in missing:

@@ -56,7 +56,7 @@ def derived_of(dataset: str) -> list[DatasetSpec]:
     """The rollup datasets derived from ``dataset`` (empty for most)."""
     return [d for d in DATASETS.values() if d.derived_from == dataset]
 
-_KEY_RE = re.compile(r"part-p(\d{3,})-o(\d{20})-(\d{20})\.parquet$")
+_KEY_RE = re.compile(r"(?:^|/)(part|merged)-p(\d{3,})-o(\d{20})-(\d{20})\.parquet$")
 _DIR_RE = re.compile(r"dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})")
 
 
@@ -120,6 +120,7 @@ class KeyInfo:
     partition: int
     first_offset: int
     last_offset: int
+    merged: bool = False  # a rollup file that merges the files it covers (sinks.compaction)
 
 
 def object_key(root: str, dataset: str, hour: int, partition: int, first_offset: int, last_offset: int) -> str:
@@ -135,7 +136,37 @@ def parse_key(path: str) -> KeyInfo | None:
         return None
     parts = path.rstrip("/").split("/")
     dataset = parts[-4] if len(parts) >= 4 else ""
-    return KeyInfo(dataset, hour, int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    return KeyInfo(dataset, hour, int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(1) == "merged")
+
+
+def merged_name(partition: int, first_offset: int, last_offset: int) -> str:
+    """Name of a merged rollup file covering every file of its hour and partition within [first, last]."""
+    return "merged-" + file_name(partition, first_offset, last_offset)[len("part-"):]
+
+
+def live_files(paths: list[str]) -> list[str]:
+    """The files of a rollup dataset a reader counts: all but those whose offsets lie within a merged
+    file's range of the same hour and partition (merged into it; deleted by the compaction soon after).
+
+    Only merged files cover others: two plain files' ranges may nest after a restart re-chunked an hour,
+    and both count.
+    """
+    keys = [(p, parse_key(p)) for p in paths]
+    merged: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
+    for p, k in keys:
+        if k is not None and k.merged:
+            merged.setdefault((k.hour, k.partition), []).append((k.first_offset, k.last_offset, p))
+    if not merged:
+        return list(paths)
+    out = []
+    for p, k in keys:
+        if k is None:
+            continue
+        cover = merged.get((k.hour, k.partition), ())
+        if any(a <= k.first_offset and k.last_offset <= b and q != p for a, b, q in cover):
+            continue
+        out.append(p)
+    return out
 
 
 def hours_in_range(frm_ms: int, to_ms: int) -> range:

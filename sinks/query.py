@@ -205,8 +205,10 @@ class ArchiveQuery:
         """
         self._need(dataset)
         if frm is None and to is None:
-            found = self._find(f"{self.root}/{dataset}")
-            return sorted(f for f in found if layout.parse_key(f) is not None)
+            found = [f for f in self._find(f"{self.root}/{dataset}") if layout.parse_key(f) is not None]
+            if layout.spec(dataset).derived_from is not None:
+                found = layout.live_files(found)
+            return sorted(found)
         lo, hi = self._range(dataset, frm, to)
         hours = layout.hours_in_range(lo, hi)
         if not hours:
@@ -217,6 +219,8 @@ class ArchiveQuery:
                 k = layout.parse_key(f)
                 if k is not None and k.hour in hours:
                     out.append(f)
+        if layout.spec(dataset).derived_from is not None:
+            out = layout.live_files(out)  # files merged by a compaction are not counted twice
         return sorted(out)
 
     def _range(self, dataset: str, frm, to) -> tuple[int, int]:

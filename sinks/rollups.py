@@ -232,3 +232,46 @@ def derive(dataset: str, table: pa.Table) -> dict[str, pa.Table]:
         for s in specs:
             out[s.name] = ports(table, s.bucket_ms)
     return out
+
+
+def _regroup_traffic(t: pa.Table) -> pa.Table:
+    """Traffic rollup rows (any files, any buckets) summed per key: exact, sort-based like :func:`traffic`."""
+    if t.num_rows == 0:
+        return TRAFFIC_SCHEMA.empty_table()
+    enc = {k: _encode(t.column(k)) for k in TRAFFIC_KEYS}
+    key, _ = _combine([_codes(e) for e in enc.values()])
+    order, starts = _groups(key)
+    sums = _sums({k: t.column(k).to_numpy().astype(np.int64, copy=False) for k in TRAFFIC_SUMS}, order, starts)
+    rows = order[starts]
+    cols = {k: _pick(e, rows) for k, e in enc.items()}
+    cols.update({k: pa.array(v, pa.int64()) for k, v in sums.items()})
+    return pa.table({f.name: cols[f.name] for f in TRAFFIC_SCHEMA}).cast(TRAFFIC_SCHEMA)
+
+
+def _regroup_ports(t: pa.Table) -> pa.Table:
+    """Port rollup rows summed per (bucket, exporter, ifIndex): first/last counters of the earliest/latest sample."""
+    if t.num_rows == 0:
+        return PORTS_SCHEMA.empty_table()
+    keys = ["bucket_ms", "exporter", "if_index"]
+    a = t.take(pc.sort_indices(t, [("first_time_ms", "ascending")])).group_by(keys, use_threads=False).aggregate(
+        [("samples", "sum"), ("first_time_ms", "min"), ("min_if_speed", "min"), ("max_if_speed", "max"),
+         ("oper_down_samples", "sum")] + [(f"first_{c}", "first") for c in PORT_COUNTERS])
+    b = t.take(pc.sort_indices(t, [("last_time_ms", "ascending")])).group_by(keys, use_threads=False).aggregate(
+        [("last_time_ms", "max")] + [(f"last_{c}", "last") for c in PORT_COUNTERS])
+    j = a.join(b, keys)
+    ren = {"samples_sum": "samples", "first_time_ms_min": "first_time_ms", "last_time_ms_max": "last_time_ms",
+           "min_if_speed_min": "min_if_speed", "max_if_speed_max": "max_if_speed",
+           "oper_down_samples_sum": "oper_down_samples"}
+    for c in PORT_COUNTERS:
+        ren[f"first_{c}_first"], ren[f"last_{c}_last"] = f"first_{c}", f"last_{c}"
+    j = j.rename_columns([ren.get(c, c) for c in j.column_names])
+    out = j.select(PORTS_SCHEMA.names).cast(PORTS_SCHEMA)
+    return out.sort_by([("bucket_ms", "ascending"), ("exporter", "ascending"), ("if_index", "ascending")])
+
+
+def merge(dataset: str, tables: list[pa.Table]) -> pa.Table:
+    """Rows of several files of rollup ``dataset`` as one file's rows (what they sum to; exact)."""
+    sch = schema(dataset)
+    t = pa.concat_tables([x.select(sch.names).cast(sch) for x in tables]) if tables else sch.empty_table()
+    t = t.combine_chunks()
+    return _regroup_traffic(t) if sch is TRAFFIC_SCHEMA else _regroup_ports(t)

@@ -343,3 +343,100 @@ def test_archive_older_than_its_rollups_is_answered_from_raw(tmp_path):
     assert q.answered_by == "flows_enriched" and t.equals(q.top_talkers(T0, T0 + HOUR_MS, source="raw"))
     q.top_talkers(T0 + 5 * HOUR_MS, T0 + 6 * HOUR_MS)
     assert q.answered_by == "traffic_1h"
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+def answers(root, frm=T0, to=T0 + 3 * HOUR_MS):
+    out = {}
+    for name, fn in REPORTS.items():
+        for src in ("raw", "1m", "1h"):
+            out[(name, src)] = fn(ArchiveQuery(None, root), frm, to, src)
+    return out
+
+
+def test_compaction_merges_an_hours_files_and_changes_no_answer(tmp_path):
+    from sinks.compaction import compact
+
+    root = str(tmp_path)
+    write_archive(root, np.random.default_rng(11))
+    before = answers(root)
+    n_before = len(rollup_names(root, "traffic_1h"))
+    done = compact(None, root, {("flows_enriched", 0): 10**9, ("flows_enriched", 1): 10**9}, before_hour=10**9)
+    assert done and all(m.inputs >= 2 and m.rows_out <= m.rows_in for m in done)
+    for d in ("traffic_1m", "traffic_1h"):
+        names = rollup_names(root, d)
+        assert len(names) == 3 * 2 and all(os.path.basename(n).startswith("merged-") for n in names)
+    assert n_before > 6
+    after = answers(root)
+    assert all(after[k].equals(before[k]) for k in before)
+    # the raw files' rollups count as present: a restart repairs nothing
+    idx = FsWrittenIndex(None, root, "flows_enriched", 0)
+    idx.intervals(layout.hour_index(T0))
+    assert idx.repaired == []
+    # nothing left to do
+    assert compact(None, root, {("flows_enriched", 0): 10**9}, before_hour=10**9) == []
+
+
+def test_compaction_only_merges_files_below_the_committed_offset(tmp_path):
+    from sinks.compaction import compact_hour
+
+    root = str(tmp_path)
+    write_archive(root, np.random.default_rng(12), hours=(0,), partitions=1)
+    hour = layout.hour_index(T0)
+    keys = [layout.parse_key(f"{root}/traffic_1h/{n}") for n in rollup_names(root, "traffic_1h")]
+    keys.sort(key=lambda k: k.first_offset)
+    cut = keys[2].last_offset + 1  # committed: the first three files are below it
+    before = answers(root, T0, T0 + HOUR_MS)
+    m = compact_hour(None, root, "traffic_1h", hour, 0, cut)
+    assert m.inputs == 3
+    left = {os.path.basename(n) for n in rollup_names(root, "traffic_1h")}
+    assert len(left) == len(keys) - 3 + 1
+    after = answers(root, T0, T0 + HOUR_MS)
+    assert all(after[k].equals(before[k]) for k in before)
+
+
+def test_a_crash_between_the_merged_file_and_the_deletes_counts_each_row_once(tmp_path, monkeypatch):
+    from fsspec.implementations.local import LocalFileSystem
+
+    from sinks.compaction import compact_hour
+
+    root = str(tmp_path)
+    write_archive(root, np.random.default_rng(13), hours=(0,), partitions=1)
+    hour = layout.hour_index(T0)
+    before = answers(root, T0, T0 + HOUR_MS)
+
+    def crash(self, path, *a, **kw):
+        raise Crash()
+
+    monkeypatch.setattr(LocalFileSystem, "rm", crash)
+    with pytest.raises(Crash):
+        compact_hour(None, root, "traffic_1h", hour, 0, 10**9)
+    monkeypatch.undo()
+    assert any(os.path.basename(n).startswith("merged-") for n in rollup_names(root, "traffic_1h"))
+    assert all(answers(root, T0, T0 + HOUR_MS)[k].equals(before[k]) for k in before)  # merged + inputs: once
+    # a late file arrives for the hour, then the compaction runs again: merged + late -> one file
+    w = ParquetWriter(None, root)
+    b = HourlyBuffer("flows_enriched", 0)
+    late = table_from_columns(random_flows(np.random.default_rng(1), [T0 + 5, T0 + 6]), "flow_enriched")
+    b.add(late, 10**6)
+    w.write_plan(b.flush_plan(force=True))
+    m = compact_hour(None, root, "traffic_1h", hour, 0, 10**9)
+    assert m.inputs == 2 and len(rollup_names(root, "traffic_1h")) == 1
+    q = ArchiveQuery(None, root)
+    n = q.sql("SELECT sum(flow_records) AS n FROM traffic_1h").column("n")[0].as_py()
+    assert n == q.sql("SELECT count(*) AS n FROM flows_enriched").column("n")[0].as_py() == 602
+
+
+def test_live_files_skip_only_what_a_merged_file_covers():
+    d = "/r/traffic_1h/dt=2026-01-01/hour=00/"
+
+    def f(kind, p, a, b):
+        return d + f"{kind}-p{p:03d}-o{a:020d}-{b:020d}.parquet"
+
+    plain_nested = [f("part", 0, 250, 700), f("part", 0, 400, 500)]  # a restart re-chunked: both count
+    assert layout.live_files(plain_nested) == plain_nested
+    files = [f("merged", 0, 100, 500), f("part", 0, 100, 200), f("part", 0, 300, 500), f("part", 0, 450, 900),
+             f("part", 1, 150, 160), f("merged", 0, 100, 300)]
+    assert layout.live_files(files) == [f("merged", 0, 100, 500), f("part", 0, 450, 900), f("part", 1, 150, 160)]
