@@ -18,6 +18,8 @@ from .context import fail, settings_of
 from .options import QueryOptions, parse_duration_ms, with_query_options
 
 sink_app = typer.Typer(help="Sinks: the hourly Parquet archive and its retention.", no_args_is_help=True)
+SOURCE_HELP = ("raw (flows_enriched), 1m or 1h (traffic rollups) or auto: the coarsest rollup that answers the "
+               "range exactly (whole hours: 1h, whole minutes: 1m, else raw). The dataset used is named on stderr.")
 query_app = typer.Typer(
     help="Query the Parquet archive (DuckDB). Range: --from/--to or --last; default the whole archive.",
     no_args_is_help=True,
@@ -148,6 +150,9 @@ def _run(ctx, fn, opts: QueryOptions, title: str) -> None:
         fail(" ".join(str(e).split()))
     except duckdb.Error as e:  # parser/binder errors in `query sql`
         fail("query failed: " + " ".join(str(e).split()))
+    if q.answered:  # which datasets answered (rollups and/or the raw flows): stderr, not the result
+        typer.echo("answered from " + " + ".join(f"{d} ({n} file{'s' if n != 1 else ''})" for d, _, _, n in q.answered),
+                   err=True)
     if fmt == "parquet":
         render(table, "parquet", path=str(output))
         typer.echo(f"{table.num_rows} rows -> {output}", err=True)
@@ -160,6 +165,14 @@ def _run(ctx, fn, opts: QueryOptions, title: str) -> None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
+def _source(source: str) -> str:
+    from sinks.query import SOURCE_CHOICES
+
+    if source not in SOURCE_CHOICES:
+        fail(f"--source must be one of {', '.join(SOURCE_CHOICES)}, got {source!r}")
+    return source
+
+
 @query_app.command("sql")
 @with_query_options
 def query_sql(
@@ -168,7 +181,8 @@ def query_sql(
     opts: QueryOptions = QueryOptions(),
 ):
     """Run SQL; every dataset named (flows_raw, flows_enriched, counters_raw, matrix_windows, incast_events,
-    straggler_scores, link_health, alerts, summaries_hourly) is a view over the range."""
+    straggler_scores, link_health, alerts, summaries_hourly, and the rollups traffic_1m, traffic_1h, ports_1m,
+    ports_1h) is a view over the range."""
     _run(ctx, lambda q, lo, hi: q.sql(sql, lo, hi), opts, "query")
 
 
@@ -179,11 +193,13 @@ def query_top(
     n: int = typer.Option(10, "--limit", "-n", min=1, help="Number of pairs."),
     exporter: Optional[str] = typer.Option(
         None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
     opts: QueryOptions = QueryOptions(),
 ):
     """Largest source -> destination pairs by estimated bytes (node name, else IP) from flows_enriched,
     each packet counted once (docs/detectors.md, "Counting each packet once")."""
-    _run(ctx, lambda q, lo, hi: q.top_talkers(lo, hi, n=n, exporter=exporter), opts, "top talkers")
+    source = _source(source)
+    _run(ctx, lambda q, lo, hi: q.top_talkers(lo, hi, n=n, exporter=exporter, source=source), opts, "top talkers")
 
 
 @query_app.command("matrix")
@@ -191,7 +207,9 @@ def query_top(
 def query_matrix(
     ctx: typer.Context,
     level: str = typer.Option("node", "--level", help="node, rack or group."),
-    source: str = typer.Option("auto", "--source", help="matrix (matrix_windows), flows (flows_enriched) or auto."),
+    source: str = typer.Option("auto", "--source", help="matrix (matrix_windows), raw or flows (flows_enriched), "
+                               "1m or 1h (traffic rollups) or auto: the coarsest rollup that answers the range exactly, "
+                               "else matrix_windows, else raw. The dataset used is named on stderr."),
     exporter: Optional[str] = typer.Option(
         None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
     opts: QueryOptions = QueryOptions(),
@@ -210,10 +228,12 @@ def query_node(
     name: str = typer.Argument(..., help="Node name (inventory) or IP address."),
     exporter: Optional[str] = typer.Option(
         None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
     opts: QueryOptions = QueryOptions(),
 ):
     """One node's traffic: direction, peer, category, bytes/packets/flow records."""
-    _run(ctx, lambda q, lo, hi: q.node(name, lo, hi, exporter=exporter), opts, f"node {name}")
+    source = _source(source)
+    _run(ctx, lambda q, lo, hi: q.node(name, lo, hi, exporter=exporter, source=source), opts, f"node {name}")
 
 
 @query_app.command("job")
@@ -223,10 +243,12 @@ def query_job(
     name: str = typer.Argument(..., help="Job name (inventory)."),
     exporter: Optional[str] = typer.Option(
         None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
     opts: QueryOptions = QueryOptions(),
 ):
     """A job's nodes: bytes and flow records sent and received per node and category."""
-    _run(ctx, lambda q, lo, hi: q.job(name, lo, hi, exporter=exporter), opts, f"job {name}")
+    source = _source(source)
+    _run(ctx, lambda q, lo, hi: q.job(name, lo, hi, exporter=exporter, source=source), opts, f"job {name}")
 
 
 @query_app.command("segmentation")

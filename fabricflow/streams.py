@@ -79,6 +79,36 @@ STREAMS: tuple[Stream, ...] = (
            row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365),
 )
 
+
+
+@dataclass(frozen=True)
+class Derived:
+    """An archive dataset derived by the archive sink from another one (no topic of its own).
+
+    ``derived_from``: the dataset whose every written file also gets one file of this dataset, under the
+    same file name (``sinks.rollups``); ``bucket_ms``: the time bucket of its rows; ``archive_days``:
+    default archive retention (None = forever).
+    """
+
+    name: str
+    derived_from: str
+    bucket_ms: int
+    doc: str
+    archive_days: int | None = 30
+
+
+#: Rollups (docs/archive.md, "Rollups"): per-minute and per-hour aggregates written beside the raw files.
+DERIVED: tuple[Derived, ...] = (
+    Derived("traffic_1m", "flows_enriched", 60_000, "flows_enriched per minute: node pair x category sums",
+            archive_days=30),
+    Derived("traffic_1h", "flows_enriched", 3_600_000, "flows_enriched per hour: node pair x category sums",
+            archive_days=365),
+    Derived("ports_1m", "counters_raw", 60_000, "counters_raw per minute: first/last counters per port",
+            archive_days=30),
+    Derived("ports_1h", "counters_raw", 3_600_000, "counters_raw per hour: first/last counters per port",
+            archive_days=365),
+)
+
 BY_NAME: dict[str, Stream] = {s.name: s for s in STREAMS}
 #: Processor output kind -> its stream.
 OUTPUTS: dict[str, Stream] = {s.output: s for s in STREAMS if s.output}

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -182,16 +183,18 @@ class WrittenIndex:
 class FsWrittenIndex(WrittenIndex):
     """:class:`WrittenIndex` loaded lazily from the archive listing (one listing per hour seen)."""
 
-    def __init__(self, fs, root: str, dataset: str, partition: int) -> None:
+    def __init__(self, fs, root: str, dataset: str, partition: int, *, repair: bool = True) -> None:
         super().__init__()
         self.fs = _fs(fs)
         self.root = _root(self.fs, root)
         self.dataset = dataset
         self.partition = partition
         self.listings = 0
+        self.derived = [d.name for d in layout.derived_of(dataset)] if repair else []
+        self.repaired: list[str] = []  # files of this partition whose rollups were rebuilt
 
-    def _load(self, hour: int) -> list[tuple[int, int]]:
-        d = f"{self.root}/{self.dataset}/{layout.hour_dir(hour)}"
+    def _names(self, dataset: str, hour: int) -> list[str]:
+        d = f"{self.root}/{dataset}/{layout.hour_dir(hour)}"
         self.listings += 1
         try:
             self.fs.invalidate_cache(d)
@@ -200,10 +203,37 @@ class FsWrittenIndex(WrittenIndex):
             return []
         out = []
         for n in names:
+            base = posixpath.basename(n)
             k = layout.parse_key(n)
-            if k is not None and k.partition == self.partition and not posixpath.basename(n).startswith("."):
-                out.append((k.first_offset, k.last_offset))
+            if k is not None and k.partition == self.partition and not base.startswith("."):
+                out.append(base)
         return out
+
+    def _has_rollup(self, names: set[str], merged: list[tuple[int, int]], name: str) -> bool:
+        if name in names:
+            return True
+        k = layout.parse_key(f"{layout.hour_dir(0)}/{name}")
+        return any(a <= k.first_offset and k.last_offset <= b for a, b in merged)
+
+    def _load(self, hour: int) -> list[tuple[int, int]]:
+        names = self._names(self.dataset, hour)
+        if names and self.derived:
+            # A file written without all of its rollups (crash between the two): rebuild them now, before
+            # the re-read rows it holds are dropped and committed past (nothing would re-read them later).
+            # A file whose rollups were merged (sinks.compaction) has them.
+            have = []
+            for d in self.derived:
+                rn = self._names(d, hour)
+                ks = [layout.parse_key(f"{layout.hour_dir(hour)}/{n}") for n in rn]
+                have.append((set(rn), [(k.first_offset, k.last_offset) for k in ks if k.merged]))
+            missing = [n for n in names if not all(self._has_rollup(h, m, n) for h, m in have)]
+            if missing:
+                w = ParquetWriter(self.fs, self.root)
+                for n in missing:
+                    w.repair_rollups(self.dataset, hour, n)
+                    self.repaired.append(n)
+        d = f"{self.root}/{self.dataset}/{layout.hour_dir(hour)}/"
+        return [(k.first_offset, k.last_offset) for k in (layout.parse_key(d + n) for n in names)]
 
 
 # ----------------------------------------------------------------------------- buffer
@@ -517,6 +547,8 @@ class ParquetWriter:
         self.row_group_size = row_group_size
         self.files_written = 0
         self.rows_written = 0
+        self.rollup_rows_written = 0
+        self.rollup_seconds = 0.0  # time spent aggregating and writing rollups
 
     def _write_table(self, table: pa.Table, sink) -> None:
         pq.write_table(table, sink, compression=self.compression, compression_level=self.compression_level,
@@ -538,7 +570,40 @@ class ParquetWriter:
         self.write_table(key, table.replace_schema_metadata(meta))
         self.files_written += 1
         self.rows_written += f.num_rows
+        self.write_rollups(f.dataset, f.hour, posixpath.basename(key), table, meta)
         return key
+
+    def write_rollups(self, dataset: str, hour: int, name: str, table: pa.Table, meta: dict | None = None) -> list[str]:
+        """Write the rollups of one file of ``dataset`` (``sinks.rollups``) under the same file name.
+
+        Called after the file itself is durable and before :meth:`write` returns, so a file counts as
+        written (committed past, confirmed) only with its rollups. A crash in between leaves a file without
+        some rollup: :class:`FsWrittenIndex` finds it when the re-read rows of its hour arrive and calls
+        :meth:`repair_rollups` before anything is committed past them.
+        """
+        from sinks import rollups
+
+        keys = []
+        t0 = time.perf_counter()
+        derived = rollups.derive(dataset, table)
+        for rd, rt in derived.items():
+            k = f"{self.root}/{rd}/{layout.hour_dir(hour)}/{name}"
+            m = dict(meta or {})
+            m.update({b"fabricflow.dataset": rd.encode(), b"fabricflow.derived_from": dataset.encode()})
+            self.write_table(k, rt.replace_schema_metadata({**(rt.schema.metadata or {}), **m}))
+            keys.append(k)
+            self.rollup_rows_written += rt.num_rows
+        if derived:
+            self.rollup_seconds += time.perf_counter() - t0
+        return keys
+
+    def repair_rollups(self, dataset: str, hour: int, name: str) -> list[str]:
+        """Rebuild the rollups of an already written file of ``dataset`` from the file itself."""
+        key = f"{self.root}/{dataset}/{layout.hour_dir(hour)}/{name}"
+        with self.fs.open(key, "rb") as fh:
+            table = pq.read_table(fh)
+        meta = {k: v for k, v in (table.schema.metadata or {}).items() if k.startswith(b"fabricflow.")}
+        return self.write_rollups(dataset, hour, name, table, meta)
 
     def write_table(self, key: str, table: pa.Table) -> None:
         """Atomically write ``table`` at ``key`` (full key, no protocol)."""
@@ -566,6 +631,16 @@ class ParquetWriter:
         return [self.write(f) for f in plan.files]
 
 
+def dataset_schema(dataset: str) -> pa.Schema:
+    """Arrow schema of a dataset's files (rollups: :mod:`sinks.rollups`)."""
+    s = layout.spec(dataset)
+    if s.derived_from is not None:
+        from sinks import rollups
+
+        return rollups.schema(dataset)
+    return arrow_schema(s.avsc)
+
+
 def empty_table(dataset: str) -> pa.Table:
     """A zero-row table of a dataset's Arrow schema."""
-    return arrow_schema(layout.spec(dataset).avsc).empty_table()
+    return dataset_schema(dataset).empty_table()

@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from fabricflow import streams
+
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 
@@ -25,8 +27,10 @@ class DatasetSpec:
     """One archived dataset: its Avro schema name and its event-time column (unix ms)."""
 
     name: str
-    avsc: str
+    avsc: str  # "" for a derived dataset (its Arrow schema is in sinks.rollups)
     time_column: str
+    derived_from: str | None = None  # a rollup: one file per file of this dataset, same name
+    bucket_ms: int = 0  # a rollup's time bucket
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -41,10 +45,18 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("link_health", "link_health", "time_ms"),
         DatasetSpec("alerts", "alert", "window_start_ms"),
         DatasetSpec("summaries_hourly", "summary_hourly", "hour_start_ms"),
+        # derived datasets (rollups): fabricflow.streams.DERIVED, written by the archive writer beside each
+        # file of the dataset they derive from (sinks.rollups)
+        *(DatasetSpec(d.name, "", "bucket_ms", d.derived_from, d.bucket_ms) for d in streams.DERIVED),
     )
 }
 
-_KEY_RE = re.compile(r"part-p(\d{3,})-o(\d{20})-(\d{20})\.parquet$")
+
+def derived_of(dataset: str) -> list[DatasetSpec]:
+    """The rollup datasets derived from ``dataset`` (empty for most)."""
+    return [d for d in DATASETS.values() if d.derived_from == dataset]
+
+_KEY_RE = re.compile(r"(?:^|/)(part|merged)-p(\d{3,})-o(\d{20})-(\d{20})\.parquet$")
 _DIR_RE = re.compile(r"dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})")
 
 
@@ -108,6 +120,7 @@ class KeyInfo:
     partition: int
     first_offset: int
     last_offset: int
+    merged: bool = False  # a rollup file that merges the files it covers (sinks.compaction)
 
 
 def object_key(root: str, dataset: str, hour: int, partition: int, first_offset: int, last_offset: int) -> str:
@@ -123,7 +136,37 @@ def parse_key(path: str) -> KeyInfo | None:
         return None
     parts = path.rstrip("/").split("/")
     dataset = parts[-4] if len(parts) >= 4 else ""
-    return KeyInfo(dataset, hour, int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    return KeyInfo(dataset, hour, int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(1) == "merged")
+
+
+def merged_name(partition: int, first_offset: int, last_offset: int) -> str:
+    """Name of a merged rollup file covering every file of its hour and partition within [first, last]."""
+    return "merged-" + file_name(partition, first_offset, last_offset)[len("part-"):]
+
+
+def live_files(paths: list[str]) -> list[str]:
+    """The files of a rollup dataset a reader counts: all but those whose offsets lie within a merged
+    file's range of the same hour and partition (merged into it; deleted by the compaction soon after).
+
+    Only merged files cover others: two plain files' ranges may nest after a restart re-chunked an hour,
+    and both count.
+    """
+    keys = [(p, parse_key(p)) for p in paths]
+    merged: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
+    for p, k in keys:
+        if k is not None and k.merged:
+            merged.setdefault((k.hour, k.partition), []).append((k.first_offset, k.last_offset, p))
+    if not merged:
+        return list(paths)
+    out = []
+    for p, k in keys:
+        if k is None:
+            continue
+        cover = merged.get((k.hour, k.partition), ())
+        if any(a <= k.first_offset and k.last_offset <= b and q != p for a, b, q in cover):
+            continue
+        out.append(p)
+    return out
 
 
 def hours_in_range(frm_ms: int, to_ms: int) -> range:

@@ -25,7 +25,6 @@ import pyarrow.dataset as ds
 
 from schemas.columns import addr_str
 from sinks import layout
-from sinks.arrow_schema import arrow_schema
 
 PARTITION_SCHEMA = pa.schema([("dt", pa.string()), ("hour", pa.int32())])
 FORMATS = ("table", "csv", "json", "parquet")
@@ -68,6 +67,79 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: ``--source`` of the flow reports -> the dataset it reads (``auto``: :func:`plan_sources`).
+SOURCES = {"raw": "flows_enriched", "1m": "traffic_1m", "1h": "traffic_1h"}
+SOURCE_CHOICES = ("auto", *SOURCES)
+
+
+def _aligned(ms: int | None, bucket_ms: int) -> bool:
+    return ms is None or ms % bucket_ms == 0
+
+
+def _ceil(ms: int, b: int) -> int:
+    return -(-ms // b) * b
+
+
+def plan_sources(frm_ms: int | None, to_ms: int | None, present, source: str = "auto",
+                 needs_raw: str | None = None) -> list[tuple[str, int | None, int | None]]:
+    """The datasets a flow report over [frm_ms, to_ms) reads, as (dataset, from, to) pieces that tile the range.
+
+    ``auto``: the whole hours inside the range from ``traffic_1h``, the whole minutes left at its edges from
+    ``traffic_1m``, the rest (under a minute at each end) from ``flows_enriched``; a rollup only if it is
+    ``present``, so an archive without rollups reads the raw flows as before. A rollup row is counted in a
+    piece when its bucket starts in it, which is exact because pieces are whole buckets. An open end (None) is
+    the start or end of the dataset. ``needs_raw`` names what only the raw flows can answer (one exporter's
+    view, a node given by address): then ``flows_enriched`` alone. ``raw``/``1m``/``1h`` force one dataset;
+    a forced rollup that cannot answer the range exactly raises :class:`ArchiveError` saying why.
+    """
+    if source not in SOURCE_CHOICES:
+        raise ValueError(f"source must be one of {', '.join(SOURCE_CHOICES)}, got {source!r}")
+    raw = SOURCES["raw"]
+    if source != "auto":
+        name = SOURCES[source]
+        if name != raw:
+            if needs_raw:
+                raise ArchiveError(f"{needs_raw} needs the raw flows: use --source raw or auto")
+            b = layout.spec(name).bucket_ms
+            if not (_aligned(frm_ms, b) and _aligned(to_ms, b)):
+                unit = "hours" if b >= layout.HOUR_MS else "minutes"
+                raise ArchiveError(
+                    f"the {source} rollup answers only ranges of whole {unit} (from "
+                    f"{_iso(frm_ms) if frm_ms is not None else 'start'} to {_iso(to_ms) if to_ms is not None else 'end'})"
+                    ": use --source raw or auto")
+        return [(name, frm_ms, to_ms)]
+    if needs_raw is not None:
+        return [(raw, frm_ms, to_ms)]
+    levels = sorted(((n, layout.spec(n).bucket_ms) for n in SOURCES.values() if n != raw and n in present),
+                    key=lambda x: -x[1])
+
+    def split(lo, hi, levels):
+        if lo is not None and hi is not None and hi <= lo:
+            return []
+        if not levels:
+            return [(raw, lo, hi)]
+        name, b = levels[0]
+        a = None if lo is None else _ceil(lo, b)
+        z = None if hi is None else hi // b * b
+        if a is not None and z is not None and a >= z:
+            return split(lo, hi, levels[1:])
+        left = [] if lo is None or a == lo else split(lo, a, levels[1:])
+        right = [] if hi is None or z == hi else split(z, hi, levels[1:])
+        return left + [(name, a, z)] + right
+
+    return split(frm_ms, to_ms, levels)
+
+
+def _is_address(name: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 class ArchiveQuery:
     """Read-only query access to the archive at ``root`` on fsspec filesystem ``fs``."""
 
@@ -81,6 +153,8 @@ class ArchiveQuery:
         self.files_used: dict[str, list[str]] = {}  # dataset -> files behind its current view
         self._present = self._discover()
         self._views: dict[str, tuple] = {}  # dataset -> (frm, to) of its current view
+        self.answered_by: str | None = None  # datasets the last flow report read, e.g. "traffic_1h + flows_enriched"
+        self.answered: list[tuple] = []  # (dataset, from, to, files) per piece the last flow report read
 
     # -- discovery
 
@@ -132,8 +206,10 @@ class ArchiveQuery:
         """
         self._need(dataset)
         if frm is None and to is None:
-            found = self._find(f"{self.root}/{dataset}")
-            return sorted(f for f in found if layout.parse_key(f) is not None)
+            found = [f for f in self._find(f"{self.root}/{dataset}") if layout.parse_key(f) is not None]
+            if layout.spec(dataset).derived_from is not None:
+                found = layout.live_files(found)
+            return sorted(found)
         lo, hi = self._range(dataset, frm, to)
         hours = layout.hours_in_range(lo, hi)
         if not hours:
@@ -144,6 +220,8 @@ class ArchiveQuery:
                 k = layout.parse_key(f)
                 if k is not None and k.hour in hours:
                     out.append(f)
+        if layout.spec(dataset).derived_from is not None:
+            out = layout.live_files(out)  # files merged by a compaction are not counted twice
         return sorted(out)
 
     def _range(self, dataset: str, frm, to) -> tuple[int, int]:
@@ -176,7 +254,9 @@ class ArchiveQuery:
                 f" between {_iso(parse_time(frm)) if frm is not None else 'start'} and "
                 f"{_iso(parse_time(to)) if to is not None else 'end'}")
             raise EmptyRange(f"no {dataset} data{rng} (the archive has {span})")
-        schema = arrow_schema(layout.spec(dataset).avsc)
+        from sinks.archive import dataset_schema
+
+        schema = dataset_schema(dataset)
         for f in PARTITION_SCHEMA:
             schema = schema.append(f)
         self.files_used[dataset] = files
@@ -188,19 +268,23 @@ class ArchiveQuery:
 
     # -- views
 
-    def register(self, dataset: str, frm=None, to=None) -> None:
-        """(Re)define view ``dataset`` over [frm, to) (everything when both are None)."""
+    def register(self, dataset: str, frm=None, to=None, alias: str | None = None) -> None:
+        """(Re)define view ``alias`` (default: the dataset's name) over ``dataset`` in [frm, to) (everything
+        when both are None)."""
         spec = self._need(dataset)
-        if self._views.get(dataset, ()) == (frm, to):
+        view = alias or dataset
+        if self._views.get(view, ()) == (dataset, frm, to):
             return
         pyds = self.dataset(dataset, frm, to)
-        self.con.register(f"_arrow_{dataset}", pyds)
+        if alias:
+            self.files_used[alias] = self.files_used[dataset]
+        self.con.register(f"_arrow_{view}", pyds)
         where = ""
         if frm is not None or to is not None:
             lo, hi = self._range(dataset, frm, to)
             where = f" WHERE {spec.time_column} >= {lo} AND {spec.time_column} < {hi}"
-        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {dataset} AS SELECT * FROM _arrow_{dataset}{where}")
-        self._views[dataset] = (frm, to)
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM _arrow_{view}{where}")
+        self._views[view] = (dataset, frm, to)
 
     def register_all(self, frm=None, to=None) -> list[str]:
         """Register every dataset present that has data in range; returns their names.
@@ -230,85 +314,159 @@ class ArchiveQuery:
         except duckdb.CatalogException as e:
             raise ArchiveError(f"{e} (datasets present: {', '.join(self._present) or 'none'})") from None
 
+    def _sql(self, query: str, params) -> pa.Table:
+        """Run a report over views already registered (:meth:`_flows`)."""
+        try:
+            return self.con.sql(query, params=params).to_arrow_table()
+        except duckdb.CatalogException as e:
+            raise ArchiveError(f"{e} (datasets present: {', '.join(self._present) or 'none'})") from None
+
     # -- named reports
 
-    def flows_view(self, exporter: str | None = None) -> tuple[str, dict]:
+    def flows_view(self, exporter: str | None = None, dataset: str = "flows_enriched") -> tuple[str, dict]:
         """The flow records a report reads, as SQL, and its parameters: counted records only (each packet
-        once: docs/detectors.md, "Counting each packet once"), or every record of one ``exporter``'s view."""
-        self._need("flows_enriched")
+        once: docs/detectors.md, "Counting each packet once"), or every record of one ``exporter``'s view.
+        ``dataset``: flows_enriched or a traffic rollup (rows with a ``flow_records`` count)."""
+        self._need(dataset)
         if exporter is None:
-            return "(SELECT * FROM flows_enriched WHERE NOT coalesce(duplicate, false))", {}
+            return f"(SELECT * FROM {dataset} WHERE NOT coalesce(duplicate, false))", {}
+        if dataset != "flows_enriched":
+            raise ArchiveError("one exporter's view needs the raw flows: use --source raw or auto")
         return "(SELECT * FROM flows_enriched WHERE exporter = $exporter)", {"exporter": exporter}
 
-    def top_talkers(self, frm, to, n: int = 10, exporter: str | None = None) -> pa.Table:
+    def sources(self, frm, to, source: str = "auto", needs_raw: str | None = None) -> list[tuple[str, int | None, int | None]]:
+        """The (dataset, from, to) pieces a flow report over [frm, to) reads (:func:`plan_sources`)."""
+        lo = parse_time(frm) if frm is not None else None
+        hi = parse_time(to) if to is not None else None
+        if lo is not None and hi is not None and hi <= lo:
+            raise ArchiveError(f"empty time range: from {_iso(lo)} is not before to {_iso(hi)}")
+        return plan_sources(lo, hi, self._present, source, needs_raw)
+
+    def _has_files(self, dataset: str, frm, to) -> bool:
+        try:
+            return bool(self.files(dataset, frm, to))
+        except EmptyRange:
+            return False
+
+    def _flows(self, frm, to, source: str, exporter: str | None, needs_raw: str | None = None) -> tuple[str, dict]:
+        """FROM clause (flow rows with src/dst node, ip, group, job, category, bytes_est, packets_est and
+        ``n``, the flow records a row stands for) and params of a flow report; sets :attr:`answered`.
+
+        Each piece of :meth:`sources` is a view of its own (only its hours' files are listed and read);
+        pieces with no file in their range add nothing (a range older than the raw flows' retention is
+        answered by the rollups alone).
+        """
+        if exporter is not None:
+            needs_raw = "one exporter's view (--exporter)"
+        pieces = self.sources(frm, to, source, needs_raw)
+        if source == "auto" and any(d != "flows_enriched" for d, *_ in pieces) \
+                and not any(self._has_files(d, lo, hi) for d, lo, hi in pieces if d != "flows_enriched"):
+            # rollups with no file at all in range (say an archive older than its rollups): the raw flows
+            pieces = [("flows_enriched", pieces[0][1], pieces[-1][2])]
+        parts, used = [], []
+        params: dict = {}
+        for i, (d, lo, hi) in enumerate(pieces):
+            alias = f"piece{i}_{d}"
+            try:
+                self.register(d, lo, hi, alias=alias)
+            except EmptyRange:
+                if len(pieces) > 1:
+                    continue
+                raise
+            used.append((d, lo, hi, len(self.files_used[alias])))
+            if d == "flows_enriched":
+                cond = "NOT coalesce(duplicate, false)" if exporter is None else "exporter = $exporter"
+                if exporter is not None:
+                    params["exporter"] = exporter
+                n = "1"
+            else:
+                cond, n = "NOT duplicate", "flow_records"
+            parts.append(f"""SELECT src_node, dst_node, src_ip::VARCHAR AS src_ip, dst_ip::VARCHAR AS dst_ip,
+                src_group, dst_group, src_job, dst_job, category, bytes_est, packets_est, {n} AS n
+                FROM {alias} WHERE {cond}""")
+        if not parts:
+            raise EmptyRange("no flow data in range (neither raw flows nor rollups)")
+        self.answered = used
+        self.answered_by = " + ".join(dict.fromkeys(d for d, *_ in used))
+        return "(" + " UNION ALL ".join(parts) + ")", params
+
+    def top_talkers(self, frm, to, n: int = 10, exporter: str | None = None, source: str = "auto") -> pa.Table:
         """Largest src -> dst pairs by estimated bytes (node name, else IP)."""
-        f, params = self.flows_view(exporter)
-        return self.sql(f"""
+        f, params = self._flows(frm, to, source, exporter)
+        return self._sql(f"""
             SELECT CASE WHEN src_node <> '' THEN src_node ELSE src_ip END AS src,
                    CASE WHEN dst_node <> '' THEN dst_node ELSE dst_ip END AS dst,
                    sum(bytes_est)::BIGINT AS bytes_est, sum(packets_est)::BIGINT AS packets_est,
-                   count(*)::BIGINT AS flow_records
-            FROM {f} GROUP BY 1, 2 ORDER BY bytes_est DESC, src, dst LIMIT {int(n)}""", frm, to, params=params)
+                   sum(n)::BIGINT AS flow_records
+            FROM {f} GROUP BY 1, 2 ORDER BY bytes_est DESC, src, dst LIMIT {int(n)}""", params)
 
     def matrix(self, frm, to, level: str = "node", source: str = "auto", exporter: str | None = None) -> pa.Table:
         """Traffic matrix (src, dst, category) summed over [frm, to).
 
-        ``source``: ``matrix`` (matrix_windows cells), ``flows`` (flows_enriched) or
-        ``auto`` (matrix_windows when it has data in range, else flows_enriched). ``exporter``: one
-        exporter's view, from flows_enriched.
+        ``source``: ``matrix`` (matrix_windows cells), ``flows``/``raw`` (flows_enriched), ``1m``/``1h``
+        (traffic rollups) or ``auto``: the coarsest rollup that answers the range exactly
+        (:func:`plan_sources`), else matrix_windows when it has data in range, else flows_enriched.
+        ``exporter``: one exporter's view, from flows_enriched.
         """
         if level not in ("node", "rack", "group"):
             raise ValueError("level must be 'node', 'rack' or 'group'")
-        if source not in ("auto", "matrix", "flows"):
-            raise ValueError("source must be auto, matrix or flows")
+        if source not in ("matrix", "flows", *SOURCE_CHOICES):
+            raise ValueError(f"source must be one of matrix, flows, {', '.join(SOURCE_CHOICES)}")
         if exporter is not None and source == "matrix":
             raise ValueError("one exporter's view comes from the flow records: use source flows or auto")
         if source == "matrix":
             self._need("matrix_windows")
-        if exporter is None and (source == "matrix" or (source == "auto" and "matrix_windows" in self._present
-                                                        and self.files("matrix_windows", frm, to))):
+        if source == "auto" and exporter is None:
+            raw_only = all(d == "flows_enriched" for d, *_ in self.sources(frm, to, "auto"))
+            if raw_only and "matrix_windows" in self._present and self.files("matrix_windows", frm, to):
+                source = "matrix"
+        if source == "matrix":
+            self.answered_by = "matrix_windows"
+            self.answered = [("matrix_windows", frm, to, len(self.files("matrix_windows", frm, to)))]
             return self.sql("""
                 SELECT src, dst, category, sum(bytes_est)::BIGINT AS bytes_est,
                        sum(packets_est)::BIGINT AS packets_est, sum(flow_records)::BIGINT AS flow_records
                 FROM matrix_windows WHERE level = ? GROUP BY 1, 2, 3
                 ORDER BY bytes_est DESC, src, dst, category""", frm, to, params=[level])
-        f, params = self.flows_view(exporter)
+        f, params = self._flows(frm, to, "raw" if source == "flows" else source, exporter)
         col = level
-        return self.sql(f"""
+        return self._sql(f"""
             SELECT CASE WHEN src_{col} <> '' THEN src_{col} ELSE 'unknown' END AS src,
                    CASE WHEN dst_{col} <> '' THEN dst_{col} ELSE 'unknown' END AS dst,
                    category, sum(bytes_est)::BIGINT AS bytes_est, sum(packets_est)::BIGINT AS packets_est,
-                   count(*)::BIGINT AS flow_records
-            FROM {f} GROUP BY 1, 2, 3 ORDER BY bytes_est DESC, src, dst, category""", frm, to, params=params)
+                   sum(n)::BIGINT AS flow_records
+            FROM {f} GROUP BY 1, 2, 3 ORDER BY bytes_est DESC, src, dst, category""", params)
 
-    def node(self, name: str, frm, to, exporter: str | None = None) -> pa.Table:
-        """One node's (or IP's) traffic: direction, peer, category, bytes/packets/records."""
-        f, params = self.flows_view(exporter)
-        return self.sql(f"""
+    def node(self, name: str, frm, to, exporter: str | None = None, source: str = "auto") -> pa.Table:
+        """One node's (or IP's) traffic: direction, peer, category, bytes/packets/records.
+
+        A node given by address reads the raw flows (rollups keep the address only of a side with no node).
+        """
+        needs_raw = f"a node given by its address ({name})" if _is_address(name) else None
+        f, params = self._flows(frm, to, source, exporter, needs_raw)
+        return self._sql(f"""
             SELECT direction, peer, category, sum(bytes_est)::BIGINT AS bytes_est,
-                   sum(packets_est)::BIGINT AS packets_est, count(*)::BIGINT AS flow_records FROM (
+                   sum(packets_est)::BIGINT AS packets_est, sum(n)::BIGINT AS flow_records FROM (
               SELECT 'sent' AS direction, CASE WHEN dst_node <> '' THEN dst_node ELSE dst_ip END AS peer,
-                     category, bytes_est, packets_est
+                     category, bytes_est, packets_est, n
               FROM {f} WHERE src_node = $name OR src_ip = $name
               UNION ALL
-              SELECT 'recv', CASE WHEN src_node <> '' THEN src_node ELSE src_ip END, category, bytes_est, packets_est
+              SELECT 'recv', CASE WHEN src_node <> '' THEN src_node ELSE src_ip END, category, bytes_est, packets_est, n
               FROM {f} WHERE dst_node = $name OR dst_ip = $name)
-            GROUP BY 1, 2, 3 ORDER BY direction DESC, bytes_est DESC, peer, category""", frm, to,
-            params={**params, "name": name})
+            GROUP BY 1, 2, 3 ORDER BY direction DESC, bytes_est DESC, peer, category""", {**params, "name": name})
 
-    def job(self, name: str, frm, to, exporter: str | None = None) -> pa.Table:
+    def job(self, name: str, frm, to, exporter: str | None = None, source: str = "auto") -> pa.Table:
         """A job's nodes: bytes sent and received per node and category."""
-        f, params = self.flows_view(exporter)
-        return self.sql(f"""
-            WITH tx AS (SELECT src_node AS node, category, sum(bytes_est) AS b, count(*) AS n
+        f, params = self._flows(frm, to, source, exporter)
+        return self._sql(f"""
+            WITH tx AS (SELECT src_node AS node, category, sum(bytes_est) AS b, sum(n) AS n
                         FROM {f} WHERE src_job = $job GROUP BY 1, 2),
-                 rx AS (SELECT dst_node AS node, category, sum(bytes_est) AS b, count(*) AS n
+                 rx AS (SELECT dst_node AS node, category, sum(bytes_est) AS b, sum(n) AS n
                         FROM {f} WHERE dst_job = $job GROUP BY 1, 2)
             SELECT node, category,
                    coalesce(tx.b, 0)::BIGINT AS sent_bytes_est, coalesce(rx.b, 0)::BIGINT AS recv_bytes_est,
                    coalesce(tx.n, 0)::BIGINT AS sent_flow_records, coalesce(rx.n, 0)::BIGINT AS recv_flow_records
-            FROM tx FULL OUTER JOIN rx USING (node, category) ORDER BY node, category""", frm, to,
-            params={**params, "job": name})
+            FROM tx FULL OUTER JOIN rx USING (node, category) ORDER BY node, category""", {**params, "job": name})
 
     def segmentation(self, frm, to, exporter: str | None = None) -> pa.Table:
         """Group x group traffic by category (the input to a segmentation review)."""

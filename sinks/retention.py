@@ -17,7 +17,10 @@ from fabricflow import streams
 from sinks import layout
 
 #: Default lifecycle in days per dataset: the stream catalog's ``archive_days`` (see docs/archive.md, "Retention").
-DEFAULT_POLICY: dict[str, int | None] = {name: s.archive_days for name, s in streams.DATASETS.items()}
+DEFAULT_POLICY: dict[str, int | None] = {
+    **{name: s.archive_days for name, s in streams.DATASETS.items()},
+    **{d.name: d.archive_days for d in streams.DERIVED},
+}
 
 
 def retention_policy(retention_days: dict[str, int]) -> dict[str, int | None]:

@@ -237,3 +237,17 @@ def test_policy_and_duration_helpers():
     assert parse_duration_ms("90m") == 5_400_000 and parse_duration_ms("2d") == 172_800_000
     pol = retention_policy({"flows_raw": 7, "alerts": -1, "default": 30})
     assert pol["flows_raw"] == 7 and pol["alerts"] is None and pol["summaries_hourly"] == 30
+
+
+def test_query_names_the_dataset_that_answered_and_source_forces_one(archive):
+    root, _ = archive
+    r = ff(root, "query", "top-talkers", "--from", "2026-01-01T00:00", "--to", "2026-01-01T02:00", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert "answered from traffic_1h (" in r.stderr
+    raw = ff(root, "query", "top-talkers", "--from", "2026-01-01T00:00", "--to", "2026-01-01T02:00", "--format", "json",
+             "--source", "raw")
+    assert "answered from flows_enriched (" in raw.stderr and json.loads(raw.stdout) == json.loads(r.stdout)
+    r = ff(root, "query", "matrix", "--from", "2026-01-01T00:00:30", "--to", "2026-01-01T02:00", "--source", "1h")
+    assert r.exit_code == 2 and "whole hours" in r.stderr
+    r = ff(root, "query", "job", "jobA", "--source", "5m")
+    assert r.exit_code == 2 and "--source must be one of auto, raw, 1m, 1h" in r.stderr

@@ -84,9 +84,13 @@ def test_matrix_segmentation_node_job(archive):
     m = q.matrix(FRM, TO, level="node", source="flows")
     exp = expect(rows, FRM, TO, lambda r: (r["src_node"] or "unknown", r["dst_node"] or "unknown", r["category"]))
     assert {(r["src"], r["dst"], r["category"]): r["bytes_est"] for r in m.to_pylist()} == exp
-    g = q.matrix(FRM, TO, level="group")  # auto: matrix_windows has data in range
+    g = q.matrix(FRM, TO, level="group", source="matrix")
     assert g.to_pylist() == [{"src": "gpu", "dst": "storage", "category": "storage", "bytes_est": 5, "packets_est": 1,
                                   "flow_records": 1}]
+    g = q.matrix(FRM, TO, level="group")  # auto, whole hours: the hourly rollup
+    assert q.answered_by == "traffic_1h"
+    exp = expect(rows, FRM, TO, lambda r: (r["src_group"], r["dst_group"], r["category"]))
+    assert {(r["src"], r["dst"], r["category"]): r["bytes_est"] for r in g.to_pylist()} == exp
     seg = q.segmentation(FRM, TO)
     exp = expect(rows, FRM, TO, lambda r: (r["src_group"], r["dst_group"], r["category"]))
     assert {(r["src_group"], r["dst_group"], r["category"]): r["bytes_est"] for r in seg.to_pylist()} == exp
@@ -138,7 +142,7 @@ def test_partition_pruning_reads_only_hours_in_range(archive):
     fs = CountingFS()
     q = ArchiveQuery(fs, root)
     frm, to = T0 + 25 * HOUR_MS, T0 + 26 * HOUR_MS  # 2026-01-02 hour 01
-    t = q.top_talkers(frm, to, n=100)
+    t = q.top_talkers(frm, to, n=100, source="raw")
     assert sum(t["bytes_est"].to_pylist()) == sum(expect(rows, frm, to, lambda r: 1).values())
     opened = {p for p in fs.opened if p.endswith(".parquet")}
     assert opened and all("/dt=2026-01-02/hour=01/" in p for p in opened)
@@ -150,7 +154,7 @@ def test_errors_are_clear(archive, tmp_path):
     root, _ = archive
     q = ArchiveQuery(None, root)
     with pytest.raises(EmptyRange, match=r"no flows_enriched data between 2027.*archive has 2026-01-01 .. 2026-01-02"):
-        q.top_talkers("2027-01-01", "2027-01-02")
+        q.top_talkers("2027-01-01", "2027-01-02", source="raw")
     with pytest.raises(DatasetMissing, match="alerts.*present: flows_enriched, matrix_windows"):
         q.files("alerts")
     with pytest.raises(ArchiveError, match="empty time range"):
