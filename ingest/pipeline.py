@@ -27,7 +27,7 @@ from fabricflow.logs import RateLimitedLog
 from ingest.decode import DecodeError, TemplateCache, decode_into, sniff_protocol
 from ingest.decode.batch import FlowBatch, concat_rows
 from ingest.decode.sequence import SequenceTracker
-from ingest.decode.sflow_batch import decode_sflow_many
+from ingest.decode.sflow_batch import decode_sflow_many, warm_up
 from ingest.decode.skew import ClockSkewTracker
 
 from .metrics import IngestMetrics
@@ -160,6 +160,7 @@ class IngestPipeline:
         # instead of four calls per datagram.
         self._bytes_pending = 0
         self._dirty: list[_ExporterMetrics] = []
+        warm_up()  # the compiled sFlow walk, before datagrams arrive
 
     def _per_exporter(self, exporter: str, proto: str) -> _ExporterMetrics:
         key = (exporter, proto)
