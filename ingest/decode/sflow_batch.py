@@ -65,7 +65,7 @@ except ImportError:  # pragma: no cover - numba is a declared dependency
     _sflow_jit = None
     JIT_AVAILABLE = False
 
-__all__ = ["decode_sflow_many", "JIT_AVAILABLE"]
+__all__ = ["decode_sflow_many", "decode_sflow_group", "SflowGroup", "JIT_AVAILABLE"]
 
 _MAX_J = 64  # samples per datagram on the columnar path
 _MAX_REC = 16  # flow records per sample on the columnar path
@@ -164,10 +164,8 @@ def decode_sflow_many(
     datas = [d if isinstance(d, bytes) else bytes(d) for d in datagrams]
     if k == 0:
         return []
-    if jit is None:
-        jit = JIT_AVAILABLE
-    w = _walk_jit(datas) if jit else _walk_numpy(datas)
-    return _assemble(w, datas, ex, ts, templates)
+    g = decode_sflow_group(datas, ex, ts, templates, jit)
+    return [g.result(i) for i in range(k)]
 
 
 def warm_up() -> None:
@@ -387,15 +385,6 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
     return w
 
 
-def _assemble(w: _Walk, datas: list[bytes], ex: list, ts: list, templates: TemplateCache) -> list:
-    """Rows, the shapes the walk left to the per-sample walker, counter samples and per-datagram results."""
-    if w.jit is not None:
-        out = _rows_jit(w, datas, ts)
-    else:
-        out = _rows_numpy(w, datas, ts)
-    return _results(w, out, datas, ex, ts, templates)
-
-
 def _rows_jit(w: _Walk, datas: list[bytes], ts: list) -> np.ndarray:
     """The flow rows written by the compiled :func:`~ingest.decode._sflow_jit.fill`, then the walker's rows."""
     cols, src, dst, shp, agent, sub = w.jit
@@ -506,7 +495,52 @@ def _rows_numpy(w: _Walk, datas: list[bytes], ts: list) -> np.ndarray:
     return out
 
 
-def _results(w: _Walk, out: np.ndarray, datas: list[bytes], ex: list, ts: list, templates: TemplateCache) -> list:
+class SflowGroup:
+    """:func:`decode_sflow_group`'s outcome for ``k`` datagrams, without one object per plain datagram.
+
+    ``plain[i]``: datagram ``i`` decoded here to flow rows only (no counters, no problems);
+    its rows are ``flows[bounds[i] : bounds[i + 1]]`` (consecutive plain datagrams have
+    consecutive rows) and its header is ``header(i)``. Every other datagram's
+    :class:`DecodeResult` or :class:`DecodeError` is ``others[i]``.
+    """
+
+    __slots__ = ("flows", "bounds", "plain", "others", "heads", "agents")
+
+    def header(self, i: int) -> ExportHeader:
+        sub_agent, dseq, uptime = self.heads[i]
+        return ExportHeader(P, _agent_str(self.agents[i]), sub_agent, dseq, 1, None, uptime)
+
+    def result(self, i: int) -> DecodeResult | DecodeError:
+        """Datagram ``i`` as :func:`~ingest.decode.sflow.decode_sflow` returns it."""
+        if not self.plain[i]:
+            return self.others[i]
+        lo, hi = self.bounds[i], self.bounds[i + 1]
+        return DecodeResult(self.flows[lo:hi] if hi > lo else EMPTY_FLOWS, EMPTY_COUNTERS, self.header(i),
+                            Counter.__new__(Counter))
+
+
+def decode_sflow_group(
+    datagrams, exporters, received_at_ms, templates: TemplateCache, jit: bool | None = None
+) -> SflowGroup:
+    """:func:`decode_sflow_many` as one :class:`SflowGroup` (the ingest pipeline's form)."""
+    k = len(datagrams)
+    ex = [exporters] * k if isinstance(exporters, str) else list(exporters)
+    ts = [received_at_ms] * k if isinstance(received_at_ms, (int, np.integer)) else list(received_at_ms)
+    if len(ex) != k or len(ts) != k:
+        raise ValueError("exporters / received_at_ms must match the datagrams")
+    datas = [d if isinstance(d, bytes) else bytes(d) for d in datagrams]
+    if k == 0:
+        g = SflowGroup()
+        g.flows, g.bounds, g.plain, g.others, g.heads, g.agents = EMPTY_FLOWS, [0], [], {}, [], []
+        return g
+    if jit is None:
+        jit = JIT_AVAILABLE
+    w = _walk_jit(datas) if jit else _walk_numpy(datas)
+    return _group(w, _rows_jit(w, datas, ts) if w.jit is not None else _rows_numpy(w, datas, ts), datas, ex, ts,
+                  templates)
+
+
+def _group(w: _Walk, out: np.ndarray, datas: list[bytes], ex: list, ts: list, templates: TemplateCache) -> SflowGroup:
     k = len(datas)
     heads, agents, bad, starts, dg = w.heads, w.agents, w.bad, w.starts, w.dg
 
@@ -532,24 +566,27 @@ def _results(w: _Walk, out: np.ndarray, datas: list[bytes], ex: list, ts: list, 
 
     counts = np.bincount(dg, minlength=k)
     bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
-    results: list = []
-    append = results.append
-    new_counter = Counter.__new__  # an empty Counter without the __init__/update call
-    for i, slow, head, a16, lo, hi in zip(range(k), bad.tolist(), heads, agents, bounds, bounds[1:]):
-        if slow:
-            try:
-                append(decode_sflow(datas[i], ex[i], ts[i], templates))
-            except DecodeError as err:
-                append(err)
-            continue
-        sub_agent, dseq, uptime = head
-        crows = ctr_rows.get(i) if ctr_rows else None
-        append(
-            DecodeResult(
+    plain = (~bad).tolist()
+    others: dict[int, DecodeResult | DecodeError] = {}
+    for i in np.flatnonzero(bad).tolist():
+        try:
+            others[i] = decode_sflow(datas[i], ex[i], ts[i], templates)
+        except DecodeError as err:
+            others[i] = err
+    for i in set(problems) | set(ctr_rows):
+        pr = problems.get(i)
+        crows = ctr_rows.get(i)
+        if plain[i] and (pr or crows):
+            plain[i] = False
+            sub_agent, dseq, uptime = heads[i]
+            a16 = agents[i]
+            lo, hi = bounds[i], bounds[i + 1]
+            others[i] = DecodeResult(
                 out[lo:hi] if hi > lo else EMPTY_FLOWS,
                 _counter_array(crows, a16, sub_agent, ts[i], uptime) if crows else EMPTY_COUNTERS,
                 ExportHeader(P, _agent_str(a16), sub_agent, dseq, 1, None, uptime),
-                problems.get(i) or new_counter(Counter),
+                pr,
             )
-        )
-    return results
+    g = SflowGroup()
+    g.flows, g.bounds, g.plain, g.others, g.heads, g.agents = out, bounds, plain, others, heads, agents
+    return g
