@@ -601,7 +601,7 @@ def main() -> int:
     ap.add_argument("--event-seconds", type=float, default=300.0)
     ap.add_argument("--phase-seconds", type=float, default=1.0, help="event-time span of one step's records")
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--kafka-port", type=int, default=39292)
+    ap.add_argument("--kafka-port", type=int, default=21292)
     ap.add_argument("--spread", action="store_true",
                     help="pre-produce raw messages keyed by exporter over all partitions (default: all in partition 0, see docs)")
     ap.add_argument("--cpu", type=int, default=1, help="CPU for the measured code (worker / in-process runs); -1 = no pinning")
