@@ -8,7 +8,10 @@ COPY ingest ./ingest
 COPY processors ./processors
 COPY schemas ./schemas
 COPY sinks ./sinks
-RUN pip install --no-cache-dir . && useradd --system --uid 10001 fabricflow
+RUN pip install --no-cache-dir . && useradd --system --uid 10001 fabricflow \
+ && mkdir -p /var/lib/fabricflow/faust /var/lib/fabricflow/ingest && chown -R fabricflow /var/lib/fabricflow
+# /var/lib/fabricflow/ingest: ingest's templates (a named volume in docker-compose.yml takes this owner);
+# /var/lib/fabricflow/faust: each processors container's own Faust datadir (state is restored from Kafka).
 USER fabricflow
 ENTRYPOINT ["fabricflow"]
 CMD ["--help"]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the interop tests and benchmarks use:
 # real exporters (softflowd, pmacct), an independent decoder (tshark),
-# a peer collector (nfdump) and tcpdump. Idempotent: does nothing when present.
+# a peer collector (nfdump), tcpdump, and docker-compose (v1, only to run
+# `docker-compose config` on docker-compose.yml in tests/unit/foundation/test_compose.py). Idempotent: does nothing when present.
 set -euo pipefail
 need=()
 command -v softflowd >/dev/null || need+=(softflowd)
@@ -9,6 +10,7 @@ command -v pmacctd >/dev/null || need+=(pmacct)
 command -v tshark >/dev/null || need+=(tshark)
 command -v nfcapd >/dev/null || need+=(nfdump)
 command -v tcpdump >/dev/null || need+=(tcpdump)
+command -v docker-compose >/dev/null || need+=(docker-compose)
 if [ ${#need[@]} -eq 0 ]; then
   echo "system deps: all present"
   exit 0
