@@ -214,8 +214,16 @@ def run_ingest(settings: Settings, listen: list[str] | None = None, stdout: bool
         log.warning("--stdout uses one worker")
     n = 1 if stdout else settings.ingest.workers
     if not stdout:
+        from fabricflow.kafka_security import check_files
+        from fabricflow.readiness import Unreachable, wait_for_kafka
         from fabricflow.topics import ensure_topics
 
+        check_files(settings.kafka)  # SecurityFileError (a ValueError): exit 2 naming the setting and file
+        try:
+            wait_for_kafka(settings.kafka, log=log)
+        except Unreachable as e:
+            log.error("%s", e)
+            return 1
         ensure_topics(settings.kafka)
     if n == 1:
         w = IngestWorker(settings, specs, stdout=stdout)

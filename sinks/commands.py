@@ -82,14 +82,21 @@ def register(app: typer.Typer) -> None:
         from sinks.fs import ArchiveUrlError
         from sinks.service import ArchiveService
 
+        from fabricflow.kafka_security import check_files
+        from fabricflow.readiness import Unreachable
+
         s = settings_of(ctx)
         setup_logging(s.log_level)
-        try:
+        try:  # settings and files first: exit 2 before any connection
+            check_files(s.kafka)
             svc = ArchiveService(s, group_id=group, metrics_port=metrics_port, batch_messages=batch_messages,
                                  max_rows=max_rows)
         except (ArchiveUrlError, ValueError) as e:
             fail(str(e))
-        report = svc.run(max_seconds=max_seconds, idle_exit_s=idle_exit)
+        try:
+            report = svc.run(max_seconds=max_seconds, idle_exit_s=idle_exit)
+        except Unreachable as e:
+            fail(str(e), 1)
         typer.echo(" ".join(f"{k}={v}" for k, v in report.items()), err=True)
 
     @sink_app.command("retention")

@@ -705,6 +705,11 @@ class ArchiveService:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self.stop)
+        from fabricflow.readiness import wait_for_kafka, wait_for_object_store
+
+        # Unreachable (one line) when the broker or the object store does not answer within its wait timeout
+        wait_for_kafka(self.settings.kafka, log=log)
+        wait_for_object_store(self.settings.archive, log=log, fs=self.fs)
         try:
             from fabricflow.topics import ensure_topics
 
