@@ -59,6 +59,7 @@ import numpy as np
 from confluent_kafka import Producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from fabricflow.kafka_security import faust_credentials
 from fabricflow.settings import Settings
 from schemas import codec, records
 from schemas.columns import concat_rows
@@ -66,7 +67,15 @@ from schemas.columns import concat_rows
 from . import shuffle
 from .logic.core import ProcessorCore, engine_config, shard_of
 from .logic.enrich import LabeledFlows
-from .logic.inventory import Inventory, InventoryWatcher
+from .logic.config_files import (
+    ConfigFiles,
+    ConfigFileWatcher,
+    load_categories_file,
+    load_config_files,
+    load_inventory_file,
+    load_policy_file,
+)
+from .logic.inventory import Inventory
 
 log = logging.getLogger("fabricflow.processors")
 
@@ -151,6 +160,8 @@ class ProcessorMetrics:
         self.snapshots = Counter("fabricflow_processors_snapshots_total", "Shard state snapshots written to the core-state table", registry=r)
         self.unsnapshotted = Gauge("fabricflow_processors_unsnapshotted_messages", "Shuffle messages applied but not yet covered by a snapshot (not acked)", registry=r)
         self.reloads = Counter("fabricflow_processors_inventory_reloads_total", "Inventory reloads", ["result"], registry=r)
+        self.config_reloads = Counter("fabricflow_processors_config_reloads_total", "Reloads of the inventory, policy and "
+                                      "category rules files (error: invalid, the last good version stays)", ["file", "result"], registry=r)
         self.last_error: str | None = None
         self.last_error_at = 0.0
 
@@ -326,13 +337,22 @@ class _Kept:
 class Processors:
     """The Faust app plus the per-partition cores."""
 
-    def __init__(self, settings: Settings, inventory: Inventory | None = None):
+    def __init__(self, settings: Settings, inventory: Inventory | None = None, files: ConfigFiles | None = None):
         self.settings = s = settings
         p = s.processors
         self.config = engine_config(p)
-        self.policy = p.policy
-        self.watcher = InventoryWatcher(p.inventory) if p.inventory else None
-        self.inventory = inventory or (self.watcher.inventory if self.watcher else Inventory.empty())
+        # Inventory, policy and category rules: loaded (and checked) once here, or by run_processors before it
+        # connects; re-read every inventory_reload_s by on_tick, a bad version keeps the last good one.
+        files = files if files is not None else load_config_files(p)
+        self.watchers = {
+            name: ConfigFileWatcher(path, loader, p.inventory_reload_s, initial=getattr(files, name))
+            for name, path, loader in (("inventory", p.inventory, load_inventory_file), ("policy", p.policy, load_policy_file),
+                                       ("categories", p.categories, load_categories_file))
+            if path
+        }
+        self.policy = files.policy  # a PolicyConfig (None: built-in defaults)
+        self.rules = files.categories  # CategoryRules (None: built-in defaults)
+        self.inventory = inventory or files.inventory or Inventory.empty()
         self.partitions = s.kafka.partitions
         self.cores: dict[int, ProcessorCore] = {}
         self.last_offset: dict[int, int] = {}
@@ -350,7 +370,7 @@ class Processors:
         self._raw_pending: list = []  # raw messages taken by the prepare agent, not prepared yet
         self.publisher = OutputPublisher(s)
         self.metrics = ProcessorMetrics()
-        self.prepare_core = ProcessorCore(self.inventory, self.config)  # enrichment only
+        self.prepare_core = ProcessorCore(self.inventory, self.config, rules=self.rules)  # enrichment only
         self.app = self._make_app()
 
     # ------------------------------------------------------------------ faust
@@ -361,6 +381,7 @@ class Processors:
         app = _App(
             p.app_id,
             broker="kafka://" + s.kafka.bootstrap_servers.replace(",", ";kafka://"),
+            broker_credentials=faust_credentials(s.kafka),  # SASL / TLS as for the confluent-kafka clients
             store=p.table_store,
             datadir=p.datadir,
             topic_partitions=self.partitions,
@@ -625,7 +646,8 @@ class Processors:
     def core_for(self, partition: int) -> ProcessorCore:
         core = self.cores.get(partition)
         if core is None:
-            core = ProcessorCore(self.inventory, self.config, self.policy, detector_protocols=self.settings.processors.detector_protocols)
+            core = ProcessorCore(self.inventory, self.config, self.policy, rules=self.rules,
+                                 detector_protocols=self.settings.processors.detector_protocols)
             data = self.state.get(str(partition).encode()) if hasattr(self, "state") else None
             if data:
                 snap = json.loads(zlib.decompress(data))
@@ -834,21 +856,42 @@ class Processors:
         for kind, n in kinds.items():
             self.metrics.outputs.labels(kind).inc(n)
 
+    def reload_config_files(self, now_s: float) -> None:
+        """Re-read the inventory, policy and category rules files that changed; a bad one keeps the last good
+        version, is logged in one line and counted (``fabricflow_processors_config_reloads_total{result="error"}``)."""
+        for name, w in self.watchers.items():
+            errors = w.errors_total
+            if w.maybe_reload(now_s):
+                self._apply(name, w.value)
+                self.metrics.config_reloads.labels(name, "ok").inc()
+                if name == "inventory":
+                    self.metrics.reloads.labels("ok").inc()
+                log.info("%s reloaded from %s", name, w.path)
+            elif w.errors_total > errors:
+                self.metrics.config_reloads.labels(name, "error").inc()
+                if name == "inventory":
+                    self.metrics.reloads.labels("error").inc()
+                log.warning("%s not reloaded, the previous version stays in use: %s", name, w.last_error)
+
+    def _apply(self, name: str, value) -> None:
+        cores = [self.prepare_core, *self.cores.values()]
+        if name == "inventory":
+            self.inventory = value
+            for core in cores:
+                core.set_inventory(value)
+        elif name == "policy":
+            self.policy = value
+            for core in self.cores.values():
+                core.set_policy(value)
+        elif name == "categories":
+            self.rules = value
+            for core in cores:
+                core.set_rules(value)
+        for shard in list(self.reuse):  # enriched with the previous version
+            self._forget(shard)
+
     def on_tick(self, now_ms: int) -> None:
-        if self.watcher is not None:
-            errors = self.watcher.errors_total
-            if self.watcher.maybe_reload(now_ms / 1000.0):
-                self.inventory = self.watcher.inventory
-                self.prepare_core.set_inventory(self.inventory)
-                for shard in list(self.reuse):
-                    self._forget(shard)
-                for core in self.cores.values():
-                    core.set_inventory(self.inventory)
-                self.metrics.reloads.labels("ok").inc()
-                log.info("inventory reloaded from %s", self.settings.processors.inventory)
-            elif self.watcher.errors_total > errors:
-                self.metrics.reloads.labels("error").inc()
-                log.warning("inventory %s not reloaded (kept the previous one): %s", self.settings.processors.inventory, self.watcher.last_error)
+        self.reload_config_files(now_ms / 1000.0)
         self.apply_waiting_counters()
         late_main = late_incast = 0
         for shard, core in list(self.cores.items()):
@@ -874,10 +917,26 @@ class Processors:
 
 
 def run_processors(settings: Settings) -> int:
+    """Check the settings' files, wait for Kafka, then run the worker until stopped.
+
+    A bad inventory, policy, category rules or TLS file raises (one line, exit 2) before any connection;
+    a broker that does not answer within ``kafka.wait_timeout_s`` is logged and gives exit status 1.
+    """
+    from fabricflow.kafka_security import check_files
+    from fabricflow.readiness import Unreachable, wait_for_kafka
     from fabricflow.topics import ensure_topics
 
+    from .logic.config_files import load_config_files
+
+    files = load_config_files(settings.processors)
+    check_files(settings.kafka)
+    try:
+        wait_for_kafka(settings.kafka, log=log)
+    except Unreachable as e:
+        log.error("%s", e)
+        return 1
     ensure_topics(settings.kafka)
-    proc = Processors(settings)
+    proc = Processors(settings, files=files)
     p = settings.processors
     http = None
     if p.metrics_port:

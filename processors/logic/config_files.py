@@ -193,12 +193,13 @@ class ConfigFileWatcher(Generic[T]):
     load (in the constructor) raises instead: a service must not start on a bad file.
     """
 
-    def __init__(self, path: str | os.PathLike, loader: Callable[[str | os.PathLike], T], check_interval_s: float = 0.0):
+    def __init__(self, path: str | os.PathLike, loader: Callable[[str | os.PathLike], T], check_interval_s: float = 0.0,
+                 initial: T | None = None):
         self.path = Path(path)
         self.loader = loader
         self.check_interval_s = check_interval_s
         sig = self._signature()
-        self.value: T = loader(self.path)
+        self.value: T = initial if initial is not None else loader(self.path)  # initial: loaded by the caller just now
         self._sig = sig
         self._next_check = -math.inf
         self.last_error: str | None = None

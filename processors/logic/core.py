@@ -110,6 +110,7 @@ class ProcessorCore:
         caps = self.inventory.node_capacities()
         self.engine = Engine(self.config, capacity_bps=caps, switch_name=self.inventory.switch_name)
         self.policy = PolicyEngine(load_policy_config(policy) if policy is not None else None, self.inventory.cluster_ranges)
+        self.rules = rules
         self.watermark_ms = 0
         self.stats = CoreStats()
         codes = {"sflow5": PROTO_SFLOW5, "netflow5": PROTO_NETFLOW5, "netflow9": PROTO_NETFLOW9, "ipfix": PROTO_IPFIX}
@@ -122,6 +123,21 @@ class ProcessorCore:
         self.enricher.set_inventory(inventory)
         self.engine.incast.capacity = as_capacity(inventory.node_capacities(), self.config.incast.default_capacity_bps)
         self.engine.link.switch_name = inventory.switch_name
+
+    def set_policy(self, policy) -> None:
+        """Policy reloaded (a PolicyConfig, dict, YAML text or file): new rules from now on, alert and rule state
+        carried over where the new rules can take it (else they start fresh)."""
+        engine = PolicyEngine(load_policy_config(policy), self.inventory.cluster_ranges)
+        try:
+            engine.restore(self.policy.snapshot())
+        except (KeyError, TypeError, ValueError):
+            engine = PolicyEngine(load_policy_config(policy), self.inventory.cluster_ranges)
+        self.policy = engine
+
+    def set_rules(self, rules: CategoryRules | None) -> None:
+        """App-category rules reloaded: flows enriched from now on get categories by ``rules``."""
+        self.rules = rules
+        self.enricher.rules = rules if rules is not None else CategoryRules()
 
     # ------------------------------------------------------------------ data
 
