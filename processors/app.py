@@ -648,6 +648,7 @@ class Processors:
         if core is None:
             core = ProcessorCore(self.inventory, self.config, self.policy, rules=self.rules,
                                  detector_protocols=self.settings.processors.detector_protocols)
+            core.engine.shard = partition  # matrix keys name their shard: partial group cells never share a key
             data = self.state.get(str(partition).encode()) if hasattr(self, "state") else None
             if data:
                 snap = json.loads(zlib.decompress(data))

@@ -167,6 +167,8 @@ def replay_batches(
         cores = [core_factory() for _ in range(partitions)]
     elif len(cores) != partitions:
         raise ValueError(f"{len(cores)} cores for {partitions} partitions")
+    for shard, core in enumerate(cores):  # output keys name the shard, as a live worker's do
+        core.engine.shard = shard
     front = core_factory()  # enrichment only (stateless apart from its counters)
     out: list[Output] = []
     for kind, batch in _merged(flow_batches, counter_batches):
