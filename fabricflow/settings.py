@@ -115,7 +115,10 @@ class IngestSettings(_Section):
     batch_max_delay_ms: int = Field(200, ge=0, description="Max time decoded records wait before being published")
     dlq_max_per_s: float = Field(10.0, ge=0, description="Max undecodable datagrams per second sampled to the DLQ")
     template_expiry_s: float = Field(1800.0, gt=0, description="Drop NetFlow v9/IPFIX templates not refreshed for this long")
-    template_path: str | None = Field(None, description="Persist templates to this JSON file and reload at start")
+    template_path: str | None = Field(
+        None, description="Persist templates to this JSON file (worker i of several: NAME.wi.json beside it) and reload every worker's file at start"
+    )
+    template_save_s: float = Field(60.0, gt=0, description="Write the template file this often (and at shutdown), so a crash loses at most this much")
     pending_hold_s: float = Field(30.0, ge=0, description="Hold data sets that arrive before their template this long")
     sampling_overrides: dict[str, int] = Field(
         default_factory=dict, description="Sampling rate per exporter address for records that carry none (or 0)"

@@ -29,6 +29,7 @@ from .listener import ListenSpec, open_socket, parse_listen, socket_drops
 from .metrics import IngestMetrics, serve_metrics
 from .pipeline import IngestPipeline
 from .publish import KafkaSink, StdoutSink
+from .template_files import restore_templates, worker_template_path
 
 log = logging.getLogger("fabricflow.ingest")
 
@@ -68,7 +69,12 @@ class IngestWorker:
         self.metrics = IngestMetrics()
         cfg = settings.ingest
         self.sink = sink or (StdoutSink(self.metrics) if stdout else KafkaSink(settings.kafka, cfg.producer, self.metrics))
-        self.pipeline = IngestPipeline(cfg, self.sink, self.metrics)
+        # Templates: this worker's own file, all workers' files restored at start (ingest/template_files.py)
+        self.pipeline = IngestPipeline(cfg.model_copy(update={"template_path": None}), self.sink, self.metrics)
+        if cfg.template_path:
+            restore_templates(self.pipeline.templates, cfg.template_path)
+            self.pipeline.templates.path = worker_template_path(cfg.template_path, index, cfg.workers)
+        self._templates_saved = time.monotonic()
         self.stopping = False
         self.sockets = []
         self._ready = ready
@@ -93,6 +99,19 @@ class IngestWorker:
             log.info("metrics on http://%s:%d/metrics", cfg.metrics_bind, cfg.metrics_port + self.index)
         if not cfg.allowlist:
             log.warning("ingest.allowlist is empty: datagrams from any source are accepted (spoofed UDP can inject flows)")
+
+    def save_templates_if_due(self, now: float) -> bool:
+        """Write this worker's template file every ``ingest.template_save_s`` (atomic); False when not due."""
+        cache = self.pipeline.templates
+        if not cache.path or now - self._templates_saved < self.settings.ingest.template_save_s:
+            return False
+        self._templates_saved = now
+        try:
+            cache.save()
+        except OSError as e:
+            log.warning("could not save templates to %s: %s", cache.path, e)
+            return False
+        return True
 
     def _health(self) -> bool:
         fatal = getattr(self.sink, "fatal", None)
@@ -160,6 +179,7 @@ class IngestWorker:
                 self.metrics.last_loop = mono
                 if mono - last_housekeeping > 1.0:
                     self._update_socket_drops()
+                    self.save_templates_if_due(mono)
                     last_housekeeping = mono
                 if deadline and mono > deadline:
                     break
