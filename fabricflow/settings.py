@@ -208,6 +208,16 @@ class ProcessorSettings(_Section):
     table_store: str = Field("memory://", description="Faust table store: memory:// (state rebuilt from changelog topics) or rocksdb://")
 
 
+#: Days each archive dataset is kept by default: the one place these numbers live (docs/archive.md, "Retention").
+RETENTION_DAYS_DEFAULT: dict[str, int] = {
+    "flows_raw": 7,  # the brief's minimum for raw flow records; the largest dataset
+    "flows_enriched": 30,  # incident review and replay a month back
+    "counters_raw": 30,  # link history for capacity and flapping reviews
+    "summaries_hourly": 365,  # 24 rows a day; year-over-year comparisons
+    "default": 90,  # events, scores, matrices, alerts: a quarter for trend reviews
+}
+
+
 class ArchiveSettings(_Section):
     url: str = Field("file://./var/archive", description="Archive root: file://DIR or s3://BUCKET/PREFIX")
     s3_endpoint: str | None = Field(None, description="S3 endpoint URL (SeaweedFS/MinIO); none = AWS")
@@ -227,8 +237,13 @@ class ArchiveSettings(_Section):
         60.0, ge=0, description="At start, wait this long for the object store to answer (one log line per attempt), then exit 1; 0 = try once"
     )
     retention_days: dict[str, int] = Field(
-        default_factory=lambda: {"flows_raw": 7, "counters_raw": 7, "flows_enriched": 14, "default": 90},
-        description="Days to keep per dataset ('default' for the rest); enforced by `fabricflow sink retention`",
+        default_factory=lambda: dict(RETENTION_DAYS_DEFAULT),
+        description="Days to keep per dataset ('default' for the rest, negative = forever); applied by the archive sink "
+        "every retention_interval_s and by `fabricflow sink retention`",
+    )
+    retention_interval_s: float = Field(
+        3600.0, ge=0, description="The archive sink applies retention_days this often while it runs (first run a minute "
+        "after start; 0 = never, e.g. when another sink instance or a cron job does it)",
     )
 
     @field_validator("url")

@@ -15,6 +15,8 @@ from typing import Optional
 
 import typer
 
+from sinks.retention import retention_policy  # re-exported: the retention command and its tests use it
+
 FROM_HELP = "Start of the range (ISO-8601, naive = UTC, or unix ms). Default: the whole archive."
 TO_HELP = "End of the range, exclusive (ISO-8601 or unix ms). Default: the end of the archive."
 LAST_HELP = "Instead of --from/--to: the last DURATION up to now, e.g. 90m, 6h, 2d."
@@ -31,26 +33,6 @@ def parse_duration_ms(text: str) -> int:
     if not m:
         raise ValueError(f"cannot read {text!r} as a duration (e.g. 90m, 6h, 2d)")
     return int(float(m.group(1)) * _UNIT_MS[m.group(2)])
-
-
-def retention_policy(retention_days: dict[str, int]) -> dict[str, int | None]:
-    """``archive.retention_days`` -> :func:`sinks.retention.apply_retention` policy.
-
-    Datasets not named take ``default`` (else the built-in default); a negative
-    value keeps the dataset forever. Unknown dataset names raise ValueError.
-    """
-    from sinks import layout
-    from sinks.retention import DEFAULT_POLICY
-
-    unknown = sorted(k for k in retention_days if k != "default" and k not in layout.DATASETS)
-    if unknown:
-        raise ValueError(f"archive.retention_days names unknown dataset(s) {', '.join(unknown)}; "
-                         f"known: {', '.join(layout.DATASETS)} or 'default'")
-    out: dict[str, int | None] = {}
-    for name in layout.DATASETS:
-        days = retention_days.get(name, retention_days.get("default", DEFAULT_POLICY[name]))
-        out[name] = None if days is None or days < 0 else int(days)
-    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -13,19 +13,13 @@ import posixpath
 from dataclasses import dataclass
 from datetime import datetime
 
+from fabricflow.settings import RETENTION_DAYS_DEFAULT
 from sinks import layout
 
-#: Default lifecycle in days (see docs/archive.md, "Retention").
+#: Default lifecycle in days: :data:`fabricflow.settings.RETENTION_DAYS_DEFAULT` for every dataset
+#: (``default`` for those it does not name); see docs/archive.md, "Retention".
 DEFAULT_POLICY: dict[str, int | None] = {
-    "flows_raw": 7,
-    "flows_enriched": 30,
-    "counters_raw": 30,
-    "matrix_windows": 90,
-    "incast_events": 90,
-    "straggler_scores": 90,
-    "link_health": 90,
-    "alerts": 90,
-    "summaries_hourly": 365,
+    name: RETENTION_DAYS_DEFAULT.get(name, RETENTION_DAYS_DEFAULT["default"]) for name in layout.DATASETS
 }
 
 
@@ -94,3 +88,75 @@ def apply_retention(fs, root: str, now, policy: dict[str, int | None] | None = N
                     if not dry_run:
                         fs.rm(hdir, recursive=True)
     return out
+
+
+def retention_policy(retention_days: dict[str, int]) -> dict[str, int | None]:
+    """``archive.retention_days`` -> :func:`sinks.retention.apply_retention` policy.
+
+    Datasets not named take ``default`` (else the built-in default); a negative
+    value keeps the dataset forever. Unknown dataset names raise ValueError.
+    """
+    unknown = sorted(k for k in retention_days if k != "default" and k not in layout.DATASETS)
+    if unknown:
+        raise ValueError(f"archive.retention_days names unknown dataset(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(layout.DATASETS)} or 'default'")
+    out: dict[str, int | None] = {}
+    for name in layout.DATASETS:
+        days = retention_days.get(name, retention_days.get("default", DEFAULT_POLICY[name]))
+        out[name] = None if days is None or days < 0 else int(days)
+    return out
+
+
+class RetentionSchedule:
+    """Runs :func:`apply_retention` every ``interval_s`` in a daemon thread of the archive sink.
+
+    The first run is ``first_after_s`` after :meth:`start`. Each run logs one line (partitions deleted, or
+    the error) and counts it: ``runs`` / ``deleted`` / ``errors`` (Prometheus counters or anything with
+    ``inc``). ``fs_factory`` gives the filesystem for each run (a fresh client: the sink's own is busy on
+    its threads). A failed run is retried at the next interval; the sink goes on either way.
+    """
+
+    def __init__(self, fs_factory, root: str, policy: dict[str, int | None], interval_s: float, log,
+                 metrics=None, first_after_s: float = 60.0, clock=None):
+        import threading
+        import time
+
+        self.fs_factory, self.root, self.policy = fs_factory, root, policy
+        self.interval_s, self.first_after_s = interval_s, first_after_s
+        self.log, self.metrics = log, metrics
+        self.clock = clock or (lambda: int(time.time() * 1000))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="archive-retention", daemon=True)
+
+    def start(self) -> None:
+        if self.interval_s > 0:
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        wait = self.first_after_s
+        while not self._stop.wait(wait):
+            self.run_once()
+            wait = self.interval_s
+
+    def run_once(self) -> list[DeletedPartition] | None:
+        """One retention pass; None when it failed (logged and counted)."""
+        m = self.metrics
+        try:
+            deleted = apply_retention(self.fs_factory(), self.root, self.clock(), self.policy)
+        except Exception as e:  # noqa: BLE001 - the sink must go on; the next run retries
+            if m is not None:
+                m.retention_errors.inc()
+            self.log.warning("archive retention failed (retried in %.0f s): %s: %s", self.interval_s, type(e).__name__, e)
+            return None
+        if m is not None:
+            m.retention_runs.inc()
+            m.retention_deleted.inc(len(deleted))
+        if deleted:
+            by = sorted({d.dataset for d in deleted})
+            self.log.info("archive retention: deleted %d partition(s) of %s", len(deleted), ", ".join(by))
+        return deleted

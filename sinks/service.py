@@ -76,6 +76,7 @@ from sinks import layout
 from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenIndex, ParquetWriter, batch_dtype
 from sinks.arrow_schema import table_from_columns, table_from_dicts
 from sinks.fs import archive_filesystem
+from sinks.retention import RetentionSchedule, retention_policy
 from sinks.summaries import SummaryBook
 from sinks.writer import FAILED, OK, WriteJob, WriteQueue
 
@@ -145,6 +146,9 @@ class SinkMetrics:
         self.buffered = Gauge("fabricflow_sink_buffered_rows", "Rows buffered, not yet written", ["dataset"], registry=r)
         self.summaries = Counter("fabricflow_sink_summaries_total", "Hourly summaries produced", ["partial"], registry=r)
         self.summary_late = Counter("fabricflow_sink_summary_late_rows_total", "Flow rows for an hour whose summary was already produced", registry=r)
+        self.retention_runs = Counter("fabricflow_sink_retention_runs_total", "Scheduled archive retention passes completed", registry=r)
+        self.retention_deleted = Counter("fabricflow_sink_retention_deleted_partitions_total", "Archive partitions deleted by retention", registry=r)
+        self.retention_errors = Counter("fabricflow_sink_retention_errors_total", "Scheduled archive retention passes that failed (retried next interval)", registry=r)
         self.last_loop = time.monotonic()
 
     def healthy(self, max_age_s: float = 30.0) -> bool:
@@ -210,6 +214,7 @@ class ArchiveService:
     ) -> None:
         self.settings = settings
         a = settings.archive
+        injected_fs = fs is not None
         if fs is None:
             fs, root = archive_filesystem(a)
         self.fs, self.root = fs, root
@@ -232,6 +237,13 @@ class ArchiveService:
         self.batch_messages = batch_messages
         self.clock = clock
         self.metrics = SinkMetrics()
+        # retention on a schedule (archive.retention_interval_s); a bad retention_days fails here, at start
+        fresh_client = not injected_fs and a.url.startswith("s3://")  # s3fs: one client per thread
+        self.retention = RetentionSchedule(
+            (lambda: archive_filesystem(a)[0]) if fresh_client else (lambda: self.fs),
+            self.root, retention_policy(getattr(a, "retention_days", {})), getattr(a, "retention_interval_s", 0.0), log,
+            self.metrics,
+        )
         self.metrics_port = metrics_port if metrics_port is not None else getattr(a, "metrics_port", DEFAULT_METRICS_PORT)
         self.metrics_bind = getattr(a, "metrics_bind", settings.ingest.metrics_bind)
         self.ratelog = RateLimitedLog(log)
@@ -716,6 +728,7 @@ class ArchiveService:
             ensure_topics(self.settings.kafka)
         except Exception as e:  # topics may be managed elsewhere
             log.warning("cannot ensure topics exist: %s", e)
+        self.retention.start()
         if self.metrics_port:
             from ingest.metrics import serve_metrics
 
@@ -752,6 +765,7 @@ class ArchiveService:
             self.flush(force=True)
             self.sink.buffers.clear()  # flushed and committed; nothing left for the revoke during close()
         finally:
+            self.retention.stop()
             if self._wq is not None:
                 self._wq.close()  # anything still queued (after an error) is written, never committed
                 self._wq = None
