@@ -30,7 +30,10 @@ from ingest.decode.sequence import SequenceTracker
 from ingest.decode.sflow_batch import decode_sflow_many
 from ingest.decode.skew import ClockSkewTracker
 
+from schemas import records
+
 from .metrics import IngestMetrics
+from .quality import QualityWindows
 
 log = logging.getLogger("fabricflow.ingest")
 
@@ -142,6 +145,9 @@ class IngestPipeline:
         )
         self.sequences = SequenceTracker()
         self.skew = ClockSkewTracker()
+        # per exporter and window: loss, records without rate, skew -> ingest.quality.v1 (ingest/quality.py)
+        qw = getattr(cfg, "quality_window_s", 0)
+        self.quality = QualityWindows(int(qw * 1000)) if qw and qw > 0 else None
         self.batch_max = cfg.batch_max_records
         self.batch_delay_s = cfg.batch_max_delay_ms / 1000.0
         self.dlq_bucket = _TokenBucket(cfg.dlq_max_per_s, cfg.dlq_max_per_s)
@@ -278,15 +284,18 @@ class IngestPipeline:
         if not ch.n_datagrams:
             self._dirty.append(ch)
         ch.n_datagrams += 1
+        missing = 0
         if res.problems:
             for reason, n in res.problems.items():
                 if reason == "sampling_rate_missing":
                     m.rate_missing.labels(label).inc(n)
+                    missing = n
                 m.problems.labels(proto, reason).inc(n)
         if res.templates_learned:
             m.templates_learned.inc(res.templates_learned)
         if res.templates_withdrawn:
             m.templates_withdrawn.inc(res.templates_withdrawn)
+        lost = dups = restarts = 0
         if h is not None:
             lost, dups, restarts = self.sequences.observe_counts(h)
             if lost > 0:
@@ -310,6 +319,10 @@ class IngestPipeline:
         if len(res.counters):
             m.records.labels(label, proto, "counter").inc(len(res.counters))
             self._counters.setdefault(exporter, []).append(res.counters)
+        if self.quality is not None:
+            export_ms = h.export_time_ms if h is not None else None
+            self.quality.observe(exporter, proto, received_ms, n, lost, missing, dups, restarts,
+                                 None if export_ms is None else float(received_ms - export_ms))
 
     # ------------------------------------------------------------------ batching
 
@@ -335,8 +348,20 @@ class IngestPipeline:
             self.sink.publish_counters(exp, concat_rows(parts))
         self._counters.clear()
         self._oldest = time.monotonic()
+        self._publish_quality()
         self._sync_template_metrics()
         self.sync_metrics()
+
+    def _publish_quality(self, force: bool = False) -> None:
+        """Publish the IngestQuality records of the windows that ended (all at close)."""
+        if self.quality is None:
+            return
+        publish = getattr(self.sink, "publish_quality", None)
+        reports = self.quality.due(int(time.time() * 1000), force=force)
+        if publish is None or not reports:
+            return
+        for rec, value in zip(reports, records.encode_records("ingest_quality", reports)):
+            publish(rec["exporter"], value)
 
     def _sync_template_metrics(self) -> None:
         t = self.templates
@@ -358,6 +383,7 @@ class IngestPipeline:
 
     def close(self) -> None:
         self.flush()
+        self._publish_quality(force=True)
         if self.templates.path:
             try:
                 self.templates.save()

@@ -75,6 +75,8 @@ class IngestWorker:
             restore_templates(self.pipeline.templates, cfg.template_path)
             self.pipeline.templates.path = worker_template_path(cfg.template_path, index, cfg.workers)
         self._templates_saved = time.monotonic()
+        if self.pipeline.quality is not None:
+            self.pipeline.quality.worker = index
         self.stopping = False
         self.sockets = []
         self._ready = ready
