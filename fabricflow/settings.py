@@ -39,6 +39,7 @@ class TopicNames(_Section):
     alerts: str = Field("alerts.v1", description="Policy and security alerts")
     patterns: str = Field("patterns.v1", description="Job phase/pattern deviations")
     summaries: str = Field("summaries.hourly.v1", description="Hourly summaries")
+    quality: str = Field("ingest.quality.v1", description="Data quality per exporter and window from ingest (loss, records without sampling rate, clock skew)")
     shuffle: str = Field("processors.shuffle.v1", description="Internal: raw flows (sharded by their enriched destination job/node) and counters re-partitioned to detector shards")
     replay_prefix: str = Field("replay.", description="Prefix for replay output topics (replay.<topic>)")
 
@@ -127,6 +128,10 @@ class IngestSettings(_Section):
         "receive",
         description="Event time of sFlow records (the protocol carries no wall clock): receive = collector receive time; "
         "uptime = agent uptime anchored at the first datagram of each agent (keeps the exporter's timeline, e.g. accelerated replays)",
+    )
+    quality_window_s: float = Field(
+        60.0, ge=0, description="Publish data quality per exporter (sequence loss, records without sampling rate, clock skew) "
+        "to ingest.quality.v1 for windows of this many seconds of receive time (0 = off)",
     )
     metrics_bind: str = Field("127.0.0.1", description="Address for the /metrics and /healthz HTTP server")
     metrics_port: int = Field(9180, ge=0, le=65535, description="Port for /metrics and /healthz (0 = disabled)")

@@ -49,6 +49,7 @@ def topic_specs(kafka: KafkaSettings) -> list[TopicSpec]:
         TopicSpec("patterns", t.patterns, p, {"retention.ms": month}, "", "JSON pattern deviations, key = job"),
         TopicSpec("shuffle", t.shuffle, p, {"retention.ms": str(DAY_MS)}, "flow_batch", "internal: raw flows re-partitioned by destination job/node (see processors/app.py)"),
         TopicSpec("summaries", t.summaries, p, {"retention.ms": str(365 * DAY_MS)}, "summary_hourly", "key = hour"),
+        TopicSpec("quality", t.quality, p, {"retention.ms": month}, "ingest_quality", "IngestQuality per exporter and window, key = exporter"),
     ]
 
 
