@@ -41,6 +41,7 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("link_health", "link_health", "time_ms"),
         DatasetSpec("alerts", "alert", "window_start_ms"),
         DatasetSpec("summaries_hourly", "summary_hourly", "hour_start_ms"),
+        DatasetSpec("ingest_quality", "ingest_quality", "window_start_ms"),
     )
 }
 

@@ -77,7 +77,7 @@ from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenInd
 from sinks.arrow_schema import table_from_columns, table_from_dicts
 from sinks.fs import archive_filesystem
 from sinks.retention import RetentionSchedule, retention_policy
-from sinks.summaries import SummaryBook
+from sinks.summaries import QualityHours, SummaryBook
 from sinks.writer import FAILED, OK, WriteJob, WriteQueue
 
 log = logging.getLogger("fabricflow.sink")
@@ -115,6 +115,7 @@ ARCHIVED: tuple[tuple[str, str, str, str | None], ...] = (
     ("link_health", "link_health", "link_health", "link"),
     ("alerts", "alerts", "alert", "alert"),
     ("summaries", "summaries_hourly", "summary_hourly", None),
+    ("quality", "ingest_quality", "ingest_quality", None),
 )
 
 
@@ -250,6 +251,7 @@ class ArchiveService:
         self.crash = _Crash()
         self.summaries_enabled = summaries
         self.book = SummaryBook(grace_ms=self.grace_ms)
+        self.quality = QualityHours()
         self._enriched_wm: dict[int, tuple[int, float]] = {}  # partition -> (event-time watermark, last add)
         self.idle_s = a.idle_flush_s
         self._partial_through: int | None = None  # hours <= this may miss rows consumed before a restart
@@ -425,6 +427,8 @@ class ArchiveService:
         if self.summaries_enabled and route.event_kind:
             for r in rows:  # detector outputs: low volume
                 self.book.add_event(route.event_kind, r)
+        if self.summaries_enabled and route.dataset == "ingest_quality":
+            self.quality.add(rows)  # the hourly summaries' quality figures
 
     def handle(self, messages) -> None:
         """Decode and buffer a list of consumed messages (any topics and partitions, offset order per partition)."""
@@ -663,7 +667,10 @@ class ArchiveService:
         partial = {}
         if self._partial_through is not None:
             partial = {h * layout.HOUR_MS: {PARTIAL_METRIC: 1.0} for h in self.book.hours if h <= self._partial_through}
-        out = self.book.close(wm, partial)
+        quality = {h * layout.HOUR_MS: {**self.quality.figures(h), **partial.get(h * layout.HOUR_MS, {})}
+                   for h in self.book.hours}
+        out = self.book.close(wm, quality)
+        self.quality.drop_through(self.book.closed_through)
         if not out:
             return
         topic = self.settings.kafka.topics.summaries
