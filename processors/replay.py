@@ -175,7 +175,7 @@ def replay_batches(
         if len(batch):
             if kind == "flows":
                 enriched = front.enrich_labels(batch)  # rows without string objects: cheap to split
-                for s, rows in _split(enriched, shard_of(enriched, partitions)):
+                for s, rows in _split(enriched, shard_of(enriched, partitions, by_src=front.unregistered_sources(enriched))):
                     out.extend(cores[s].process_enriched(rows))
             else:
                 for s, rows in _split(batch, counter_shard_of(batch, partitions)):
