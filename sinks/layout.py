@@ -42,6 +42,7 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("alerts", "alert", "window_start_ms"),
         DatasetSpec("summaries_hourly", "summary_hourly", "hour_start_ms"),
         DatasetSpec("ingest_quality", "ingest_quality", "window_start_ms"),
+        DatasetSpec("pattern_deviations", "pattern_deviation", "window_start_ms"),
     )
 }
 

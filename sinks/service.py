@@ -116,6 +116,7 @@ ARCHIVED: tuple[tuple[str, str, str, str | None], ...] = (
     ("alerts", "alerts", "alert", "alert"),
     ("summaries", "summaries_hourly", "summary_hourly", None),
     ("quality", "ingest_quality", "ingest_quality", None),
+    ("patterns", "pattern_deviations", "pattern_deviation", None),
 )
 
 

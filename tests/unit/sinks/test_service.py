@@ -129,7 +129,7 @@ def test_routes_cover_archived_topics_only():
     s = load_settings(None)
     r = routes_for(s.kafka)
     t = s.kafka.topics
-    assert t.dlq not in r and t.patterns not in r
+    assert t.dlq not in r and t.shuffle not in r and t.patterns in r
     assert {x.dataset for x in r.values()} == set(layout.DATASETS)
     for x in r.values():
         want = codec.BATCHES.get(x.schema, x.schema)
@@ -158,3 +158,22 @@ def test_archive_filesystem(tmp_path, monkeypatch):
     assert root == "bucket/pre/fix" and fs.client_kwargs["endpoint_url"] == "http://127.0.0.1:1"
     with pytest.raises(ArchiveUrlError):
         archive_filesystem(load_settings(None, archive={"url": "s3://"}).archive)
+
+
+def test_pattern_deviations_are_archived_from_avro():
+    """patterns.v1 carries Avro PatternDeviation records; the sink decodes and buffers them like other events."""
+    from schemas import records
+
+    s = load_settings(None)
+    route = routes_for(s.kafka)[s.kafka.topics.patterns]
+    assert (route.dataset, route.schema, route.batch) == ("pattern_deviations", "pattern_deviation", False)
+    r = {"kind": "pattern_deviation", "state": "open", "job": "train-a", "deviation": "pairs_changed",
+         "window_start_ms": 1_767_225_600_000, "window_end_ms": 1_767_225_610_000, "detail": "1 pairs added, 0 removed",
+         "baseline_period_ms": 0, "current_period_ms": 0, "added_pairs": [["gpu-1", "gpu-5"]], "removed_pairs": [],
+         "peers": {"gpu-1": ["gpu-5"], "gpu-5": ["gpu-1"]}}
+    value = records.encode_records("pattern_deviation", [r])[0]
+    assert codec.decode_record(value, expect=route.schema) == r
+    from sinks.arrow_schema import table_from_dicts
+
+    t = table_from_dicts([r], layout.spec(route.dataset).avsc)
+    assert t.column("added_pairs").to_pylist() == [[["gpu-1", "gpu-5"]]]
