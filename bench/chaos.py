@@ -157,6 +157,7 @@ def archive_counts(settings) -> tuple[int, int]:
     from sinks.layout import _KEY_RE
 
     fs, root = archive_filesystem(settings.archive)
+    fs.invalidate_cache()
     files = [f for f in fs.find(f"{root}/flows_raw") if f.endswith(".parquet")]
     rows, ranges = 0, {}
     for f in files:
@@ -282,12 +283,18 @@ def main() -> int:
     ap.add_argument("--drain", type=float, default=30, help="seconds after the load for the pipeline to settle")
     ap.add_argument("--port-base", type=int, default=31520, help="first of ~30 loopback ports")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--keep", help="keep logs and state in this directory (default: a temporary one, removed)")
     a = ap.parse_args()
     names = SCENARIOS if a.scenario == "all" else (a.scenario,)
     results = []
     for name in names:
-        with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as d:
-            r = run(name, a.rate, a.seconds, a.port_base, a.outage, a.drain, Path(d))
+        if a.keep:
+            d = Path(a.keep) / name
+            d.mkdir(parents=True, exist_ok=True)
+            r = run(name, a.rate, a.seconds, a.port_base, a.outage, a.drain, d)
+        else:
+            with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as d:
+                r = run(name, a.rate, a.seconds, a.port_base, a.outage, a.drain, Path(d))
         results.append(r)
         print(f"{name}: sent {r['sent_records']} kafka {r['kafka_records']} archive {r['archive_rows']} "
               f"lost {r['lost']} duplicated {r['duplicated']} recover {r['recover_s']} s (fault at {r['fault_at_s']} s)",
