@@ -8,8 +8,14 @@ COPY ingest ./ingest
 COPY processors ./processors
 COPY schemas ./schemas
 COPY sinks ./sinks
+COPY replay ./replay
 COPY console ./console
-RUN pip install --no-cache-dir . && useradd --system --uid 10001 fabricflow
+COPY devtools ./devtools
+COPY cli ./cli
+RUN pip install --no-cache-dir . && useradd --system --uid 10001 fabricflow \
+ && mkdir -p /var/lib/fabricflow/faust /var/lib/fabricflow/ingest && chown -R fabricflow /var/lib/fabricflow
+# /var/lib/fabricflow/ingest: ingest's templates (a named volume in docker-compose.yml takes this owner);
+# /var/lib/fabricflow/faust: each processors container's own Faust datadir (state is restored from Kafka).
 USER fabricflow
 ENTRYPOINT ["fabricflow"]
 CMD ["--help"]

@@ -46,19 +46,26 @@ def sink_archive(
     batch_messages: int = typer.Option(1000, "--batch-messages", min=1, help="Max messages per poll."),
     max_rows: int = typer.Option(1_000_000, "--max-rows", min=1, help="Max rows per Parquet file."),
 ):
-    """Consume the archived topics and write hourly Parquet files (exactly once); produce hourly summaries."""
+    """Consume the archived topics and write hourly Parquet files (exactly once); produce hourly summaries;
+    apply the archive retention every archive.retention_interval_s."""
+    from fabricflow.kafka_security import check_files
     from fabricflow.logs import setup_logging
-    from sinks.fs import ArchiveUrlError
+    from fabricflow.readiness import Unreachable
     from sinks.archive_service import ArchiveService
+    from sinks.fs import ArchiveUrlError
 
     s = settings_of(ctx)
     setup_logging(s.log_level)
-    try:
+    try:  # settings and files first: exit 2 before any connection
+        check_files(s.kafka)
         svc = ArchiveService(s, group_id=group, metrics_port=metrics_port, batch_messages=batch_messages,
                              max_rows=max_rows)
     except (ArchiveUrlError, ValueError) as e:
         fail(str(e))
-    report = svc.run(max_seconds=max_seconds, idle_exit_s=idle_exit)
+    try:
+        report = svc.run(max_seconds=max_seconds, idle_exit_s=idle_exit)
+    except Unreachable as e:  # Kafka or the object store did not answer within its wait timeout
+        fail(str(e), 1)
     typer.echo(" ".join(f"{k}={v}" for k, v in report.items()), err=True)
 
 

@@ -22,15 +22,30 @@ def config_dump(ctx: typer.Context, show_secrets: bool = typer.Option(False, hel
 
 @config_app.command("check")
 def config_check(ctx: typer.Context, file: Path = typer.Argument(..., help="YAML settings file to validate.")):
-    """Validate a settings file (with the current environment) and its detector parameters; exit 2 with one
-    line naming the problem if invalid."""
+    """Validate a settings file (with the current environment), its detector parameters and the files it names
+    (inventory, policy, category rules, TLS files); exit 2 with one line per problem if invalid."""
+    from fabricflow.kafka_security import SecurityFileError, check_files
+    from processors.logic.config_files import check_config_files
     from processors.logic.core import CoreConfigError, engine_config
 
     try:
         s = load_settings(str(file))
-        engine_config(s.processors)
-    except (ConfigError, CoreConfigError) as e:
+    except ConfigError as e:
         fail(str(e))
+    problems = []
+    try:
+        engine_config(s.processors)
+    except CoreConfigError as e:
+        problems.append(str(e))
+    problems += check_config_files(s.processors)  # inventory, policy, category rules: one line each
+    try:
+        check_files(s.kafka)
+    except SecurityFileError as e:
+        problems.append(str(e))
+    if problems:
+        for line in problems:
+            typer.echo(f"fabricflow: {file}: {line}", err=True)
+        raise typer.Exit(2)
     typer.echo(f"{file}: OK")
 
 

@@ -96,6 +96,7 @@ def register(app: typer.Typer) -> None:
         """
         from cli.context import fail, settings_of
         from fabricflow.logs import setup_logging
+        from fabricflow.kafka_security import SecurityFileError
         from processors.logic.core import CoreConfigError
         from processors.logic.inventory import InventoryError
 
@@ -108,7 +109,7 @@ def register(app: typer.Typer) -> None:
             from processors.worker import run_processors
 
             raise typer.Exit(run_processors(s))
-        except (CoreConfigError, InventoryError) as e:
+        except (CoreConfigError, InventoryError, SecurityFileError) as e:  # also a bad policy/categories file
             fail(str(e))
 
     @app.command("ingest")

@@ -2,7 +2,8 @@
 
 A :class:`Service` owns what a running process holds open (HTTP server,
 Kafka clients, threads) as a stack of stop callbacks, turns SIGTERM/SIGINT
-into a stop request, serves ``/metrics`` and ``/healthz``, creates the
+into a stop request, serves ``/metrics`` and ``/healthz``, waits for Kafka
+and the object store at start (:mod:`fabricflow.readiness`), creates the
 catalog's topics, and keeps a health flag: the service's loop calls
 :meth:`Service.beat` and ``/healthz`` answers 503 once the loop has not beaten
 for ``stall_s`` (or a check the service added fails).
@@ -161,6 +162,20 @@ class Service:
         self.on_stop(lambda: (server.shutdown(), server.server_close()), "metrics http")
         log.info("%s: metrics on http://%s:%d/metrics", self.name, bind, port)
         return True
+
+    def wait_for_kafka(self, kafka) -> int:
+        """Wait for the brokers before connecting for real (:func:`fabricflow.readiness.wait_for_kafka`: one log
+        line per attempt, backoff); :class:`~fabricflow.readiness.Unreachable` after ``kafka.wait_timeout_s``."""
+        from .readiness import wait_for_kafka
+
+        return wait_for_kafka(kafka, log=log)
+
+    def wait_for_object_store(self, archive, fs=None) -> int:
+        """Wait for the archive's object store (``s3://`` only; :func:`fabricflow.readiness.wait_for_object_store`);
+        :class:`~fabricflow.readiness.Unreachable` after ``archive.wait_timeout_s``."""
+        from .readiness import wait_for_object_store
+
+        return wait_for_object_store(archive, log=log, fs=fs)
 
     def ensure_topics(self, kafka, required: bool = True) -> None:
         """Create the catalog's topics; ``required=False``: log and go on when that fails (managed elsewhere)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "FABRICFLOW_"
@@ -39,38 +39,57 @@ class TopicNames(_Section):
     alerts: str = Field("alerts.v1", description="Policy and security alerts")
     patterns: str = Field("patterns.v1", description="Job phase/pattern deviations")
     summaries: str = Field("summaries.hourly.v1", description="Hourly summaries")
+    quality: str = Field("ingest.quality.v1", description="Data quality per exporter and window from ingest (loss, records without sampling rate, clock skew)")
     shuffle: str = Field("processors.shuffle.v1", description="Internal: raw flows (sharded by their enriched destination job/node) and counters re-partitioned to detector shards")
     replay_prefix: str = Field("replay.", description="Prefix for replay output topics (replay.<topic>)")
 
 
 class KafkaSettings(_Section):
+    """Where the brokers are and how to reach them (SASL and TLS: docs/operations.md, "Secured Kafka").
+
+    The security settings reach every client through :mod:`fabricflow.kafka_security`: confluent-kafka
+    (:meth:`client_config`) and Faust/aiokafka (the processors). File paths are checked at start.
+    """
+
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma separated")
     client_id: str = Field("fabricflow", description="Kafka client id prefix")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="Kafka security protocol"
     )
-    sasl_mechanism: str | None = Field(None, description="SASL mechanism (PLAIN, SCRAM-SHA-256, ...)")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        None, description="SASL mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); required with SASL_* protocols"
+    )
     sasl_username: str | None = Field(None, description="SASL user name")
     sasl_password: SecretStr | None = Field(None, description="SASL password (never logged)")
+    ssl_ca_file: str | None = Field(None, description="PEM file of the CA(s) that signed the brokers' certificates; none = the system trust store")
+    ssl_cert_file: str | None = Field(None, description="PEM client certificate (TLS client authentication, with ssl_key_file)")
+    ssl_key_file: str | None = Field(None, description="PEM private key of the client certificate")
+    ssl_key_password: SecretStr | None = Field(None, description="Password of an encrypted ssl_key_file (never logged)")
+    ssl_check_hostname: bool = Field(True, description="Verify that the broker certificate names the broker host (turn off only for test clusters)")
+    wait_timeout_s: float = Field(
+        60.0, ge=0, description="At start, wait this long for the brokers to answer (one log line per attempt), then exit 1; 0 = try once"
+    )
     partitions: int = Field(4, ge=1, le=1024, description="Partitions per topic at creation (Tansu cannot add partitions later)")
     replication_factor: int = Field(1, ge=1, le=16, description="Replication factor at topic creation")
     session_timeout_ms: int = Field(6000, ge=1000, description="Consumer group session timeout (joins take ~half of it)")
     topics: TopicNames = Field(default_factory=TopicNames)
 
+    @model_validator(mode="after")
+    def _security_consistent(self):
+        sasl = self.security_protocol.startswith("SASL_")
+        if sasl and not self.sasl_mechanism:
+            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
+        if sasl and (not self.sasl_username or self.sasl_password is None):
+            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_username and sasl_password")
+        if bool(self.ssl_cert_file) != bool(self.ssl_key_file):
+            raise ValueError("ssl_cert_file and ssl_key_file go together (TLS client authentication)")
+        return self
+
     def client_config(self) -> dict[str, Any]:
         """librdkafka configuration shared by producers, consumers and admin clients."""
-        conf: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap_servers,
-            "client.id": self.client_id,
-            "security.protocol": self.security_protocol,
-        }
-        if self.sasl_mechanism:
-            conf["sasl.mechanism"] = self.sasl_mechanism
-        if self.sasl_username:
-            conf["sasl.username"] = self.sasl_username
-        if self.sasl_password:
-            conf["sasl.password"] = self.sasl_password.get_secret_value()
-        return conf
+        from .kafka_security import librdkafka_config
+
+        return librdkafka_config(self)
 
 
 class ProducerSettings(_Section):
@@ -97,7 +116,10 @@ class IngestSettings(_Section):
     batch_max_delay_ms: int = Field(200, ge=0, description="Max time decoded records wait before being published")
     dlq_max_per_s: float = Field(10.0, ge=0, description="Max undecodable datagrams per second sampled to the DLQ")
     template_expiry_s: float = Field(1800.0, gt=0, description="Drop NetFlow v9/IPFIX templates not refreshed for this long")
-    template_path: str | None = Field(None, description="Persist templates to this JSON file and reload at start")
+    template_path: str | None = Field(
+        None, description="Persist templates to this JSON file (worker i of several: NAME.wi.json beside it) and reload every worker's file at start"
+    )
+    template_save_s: float = Field(60.0, gt=0, description="Write the template file this often (and at shutdown), so a crash loses at most this much")
     pending_hold_s: float = Field(30.0, ge=0, description="Hold data sets that arrive before their template this long")
     sampling_overrides: dict[str, int] = Field(
         default_factory=dict, description="Sampling rate per exporter address for records that carry none (or 0)"
@@ -107,6 +129,10 @@ class IngestSettings(_Section):
         description="Event time of sFlow records (the protocol carries no wall clock): receive = collector receive time; "
         "uptime = agent uptime anchored at the first datagram of each agent (keeps the exporter's timeline, e.g. accelerated replays)",
     )
+    quality_window_s: float = Field(
+        60.0, ge=0, description="Publish data quality per exporter (sequence loss, records without sampling rate, clock skew) "
+        "to ingest.quality.v1 for windows of this many seconds of receive time (0 = off)",
+    )
     metrics_bind: str = Field("127.0.0.1", description="Address for the /metrics and /healthz HTTP server")
     metrics_port: int = Field(9180, ge=0, le=65535, description="Port for /metrics and /healthz (0 = disabled)")
     producer: ProducerSettings = Field(default_factory=ProducerSettings)
@@ -115,7 +141,7 @@ class IngestSettings(_Section):
 class ProcessorSettings(_Section):
     app_id: str = Field("fabricflow-processors", description="Faust app id = consumer group")
     inventory: str | None = Field(None, description="Inventory file (YAML or CSV); none = every address is 'unknown'")
-    inventory_reload_s: float = Field(10.0, ge=0, description="Check the inventory file for changes this often")
+    inventory_reload_s: float = Field(10.0, ge=0, description="Check the inventory, policy and categories files for changes this often (0 = at every processors.tick_s)")
     window_s: float = Field(10.0, gt=0, description="Traffic-matrix / straggler window length")
     allowed_lateness_s: float = Field(30.0, ge=0, description="Late data within this lateness still updates its window (NetFlow exports flows after they end)")
     idle_close_s: float = Field(30.0, gt=0, description="Close windows on a wall-clock timer after this much idle time")
@@ -143,7 +169,11 @@ class ProcessorSettings(_Section):
         default_factory=dict,
         description="Detector parameter overrides by detector name (incast, straggler, link, matrix, pattern); see docs/detectors.md",
     )
-    policy: str | None = Field(None, description="Segmentation / security policy file (YAML); see docs/alerts.md")
+    policy: str | None = Field(None, description="Segmentation / security policy file (YAML); see docs/alerts.md; re-read every inventory_reload_s")
+    categories: str | None = Field(
+        None, description="App-category rules file (YAML: ports of site storage such as GPFS/Ceph/BeeGFS, NCCL port ranges, "
+        "...; see docs/inventory.md); none = the built-in rules; re-read every inventory_reload_s",
+    )
     tick_s: float = Field(1.0, gt=0, description="Wall-clock timer that closes idle windows and flushes outputs")
     enriched_max_records: int = Field(
         4096, ge=1, description="Max flow records per flows.enriched.v1 message (the default equals "
@@ -215,11 +245,18 @@ class ArchiveSettings(_Section):
         description="Rows of planned Parquet files that may wait for the sink's writer thread before decoding pauses "
                     "(0 = write on the consumer thread, no overlap)",
     )
+    wait_timeout_s: float = Field(
+        60.0, ge=0, description="At start, wait this long for the object store to answer (one log line per attempt), then exit 1; 0 = try once"
+    )
     retention_days: dict[str, int] = Field(
         default_factory=dict,
         description="Archive retention overrides in days by dataset ('default' for every dataset not named; "
-        "negative = forever) on top of the stream catalog's defaults (docs/archive.md, Retention); enforced by "
-        "`fabricflow sink retention`",
+        "negative = forever) on top of the stream catalog's defaults (docs/archive.md, Retention); applied by the "
+        "archive sink every retention_interval_s and by `fabricflow sink retention`",
+    )
+    retention_interval_s: float = Field(
+        3600.0, ge=0, description="The archive sink applies retention_days this often while it runs (first run a minute "
+        "after start; 0 = never, e.g. when another sink instance or a cron job does it)",
     )
 
     @field_validator("url")
@@ -409,13 +446,27 @@ def iter_fields(model: type[BaseModel] = Settings, prefix: tuple[str, ...] = ())
         yield ".".join(path), env, default, f.description or ""
 
 
+def _secrets(model: BaseModel, path: tuple[str, ...] = ()):
+    """(path, SecretStr or None) of every secret field set or not, walking nested sections."""
+    for name, f in type(model).model_fields.items():
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            yield from _secrets(value, path + (name,))
+        elif isinstance(value, SecretStr) or "SecretStr" in str(f.annotation):
+            yield path + (name,), value
+
+
 def dump_yaml(settings: Settings, show_secrets: bool = False) -> str:
+    """The settings as YAML; every SecretStr field (whatever section) is masked unless ``show_secrets``."""
     data = settings.model_dump(mode="json")
-    if not show_secrets:
-        data["kafka"]["sasl_password"] = "**********" if settings.kafka.sasl_password else None
-        data["archive"]["s3_secret_key"] = "**********" if settings.archive.s3_secret_key else None
-        data["stack"]["secret_key"] = "**********"
-        data["console"]["token"] = "**********" if settings.console.token else None
+    for path, secret in _secrets(settings):
+        node = data
+        for part in path[:-1]:
+            node = node[part]
+        if secret is None:
+            node[path[-1]] = None
+        else:
+            node[path[-1]] = secret.get_secret_value() if show_secrets else "**********"
     return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -75,6 +75,9 @@ STREAMS: tuple[Stream, ...] = (
     Stream("patterns", "", "job", "JSON job pattern deviations (no Avro schema yet; not archived)", output="pattern"),
     Stream("shuffle", "", "shard", "internal: raw flows and counters re-partitioned to detector shards "
            "(processors/worker/shuffle.py)", topic_days=1, internal=True),
+    Stream("quality", "ingest_quality", "exporter address", "data quality per exporter and window from ingest "
+           "(records lost by sequence gaps, records without a sampling rate, clock skew)", dataset="ingest_quality",
+           row_schema="ingest_quality", time_column="window_start_ms"),
     Stream("summaries", "summary_hourly", "hour start (ms)", "hourly summaries", dataset="summaries_hourly",
            row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365),
 )

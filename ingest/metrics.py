@@ -25,7 +25,7 @@ class IngestMetrics:
         self.seq_lost = Counter("fabricflow_ingest_sequence_lost_total", "Estimated lost records/datagrams from sequence gaps (protocol units)", ["exporter", "protocol"], registry=r)
         self.seq_dup = Counter("fabricflow_ingest_sequence_duplicates_total", "Duplicate export packets", ["exporter", "protocol"], registry=r)
         self.seq_restarts = Counter("fabricflow_ingest_exporter_restarts_total", "Exporter restarts detected from sequence/uptime", ["exporter", "protocol"], registry=r)
-        self.skew = Gauge("fabricflow_ingest_clock_skew_seconds", "Exporter clock minus collector clock (smoothed)", ["exporter"], registry=r)
+        self.skew = Gauge("fabricflow_ingest_clock_skew_seconds", "Collector receive time minus the export time in the header, smoothed: positive = exporter clock behind (transit delay included)", ["exporter"], registry=r)
         self.templates = Gauge("fabricflow_ingest_templates", "NetFlow v9/IPFIX templates in the cache", registry=r)
         self.templates_learned = Counter("fabricflow_ingest_templates_learned_total", "Templates learned or refreshed with a change", registry=r)
         self.templates_expired = Counter("fabricflow_ingest_templates_expired_total", "Templates dropped because the exporter did not refresh them in time", registry=r)

@@ -31,7 +31,10 @@ from ingest.decode.sequence import SequenceTracker
 from ingest.decode.sflow_batch import decode_sflow_group, warm_up
 from ingest.decode.skew import ClockSkewTracker
 
+from schemas import records
+
 from .metrics import IngestMetrics
+from .quality import QualityWindows
 
 log = logging.getLogger("fabricflow.ingest")
 
@@ -144,6 +147,9 @@ class IngestPipeline:
         )
         self.sequences = SequenceTracker()
         self.skew = ClockSkewTracker()
+        # per exporter and window: loss, records without rate, skew -> ingest.quality.v1 (ingest/quality.py)
+        qw = getattr(cfg, "quality_window_s", 0)
+        self.quality = QualityWindows(int(qw * 1000)) if qw and qw > 0 else None
         self.batch_max = cfg.batch_max_records
         self.batch_delay_s = cfg.batch_max_delay_ms / 1000.0
         self.dlq_bucket = _TokenBucket(cfg.dlq_max_per_s, cfg.dlq_max_per_s)
@@ -290,6 +296,10 @@ class IngestPipeline:
         batch_max = self.batch_max
         batch = self._flows.get(exporter)
         start = bounds[run[0]]  # first row not yet added to a batch
+        quality = self.quality
+        if quality is not None:  # the run's figures per receive-time window (one window but at its edges)
+            window_ms = quality.window_ms
+            q_win, q = ts[run[0]] // window_ms, [ts[run[0]], 0, 0, 0, 0, 0]  # received, datagrams, records, lost, dups, restarts
         for j in run:
             lost, dups, restarts = observe(header(j))
             if lost or dups or restarts:
@@ -299,6 +309,15 @@ class IngestPipeline:
                     m.seq_dup.labels(ch.label, proto).inc(dups)
                 if restarts:
                     m.seq_restarts.labels(ch.label, proto).inc(restarts)
+            if quality is not None:
+                if ts[j] // window_ms != q_win:
+                    quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1])
+                    q_win, q = ts[j] // window_ms, [ts[j], 0, 0, 0, 0, 0]
+                q[1] += 1
+                q[2] += bounds[j + 1] - bounds[j]
+                q[3] += lost
+                q[4] += dups
+                q[5] += restarts
             end = bounds[j + 1]
             if end > start:
                 if batch is None:
@@ -315,6 +334,8 @@ class IngestPipeline:
                 batch = self._flows[exporter] = FlowBatch()
             batch.add_rows(flows[start:end])
             ch.n_flows += end - start
+        if quality is not None:
+            quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1])
 
     def _handle_plain(self, res: DecodeResult, exporter: str, received_ms: int) -> None:
         """:meth:`_handle` for a decoded datagram with a header and only flow records (no problems,
@@ -339,6 +360,10 @@ class IngestPipeline:
         if self.sflow_uptime_clock is not None and proto == "sflow5":
             self.sflow_uptime_clock.apply(res, received_ms)
         n = len(res.flows)
+        if self.quality is not None:
+            export_ms = h.export_time_ms
+            self.quality.observe(exporter, proto, received_ms, n, lost, 0, dups, restarts,
+                                 None if export_ms is None else float(received_ms - export_ms))
         if n:
             batch = self._flows.get(exporter)
             if batch is None:
@@ -382,15 +407,18 @@ class IngestPipeline:
         if not ch.n_datagrams:
             self._dirty.append(ch)
         ch.n_datagrams += 1
+        missing = 0
         if res.problems:
             for reason, n in res.problems.items():
                 if reason == "sampling_rate_missing":
                     m.rate_missing.labels(label).inc(n)
+                    missing = n
                 m.problems.labels(proto, reason).inc(n)
         if res.templates_learned:
             m.templates_learned.inc(res.templates_learned)
         if res.templates_withdrawn:
             m.templates_withdrawn.inc(res.templates_withdrawn)
+        lost = dups = restarts = 0
         if h is not None:
             lost, dups, restarts = self.sequences.observe_counts(h)
             if lost > 0:
@@ -414,6 +442,10 @@ class IngestPipeline:
         if len(res.counters):
             m.records.labels(label, proto, "counter").inc(len(res.counters))
             self._counters.setdefault(exporter, []).append(res.counters)
+        if self.quality is not None:
+            export_ms = h.export_time_ms if h is not None else None
+            self.quality.observe(exporter, proto, received_ms, n, lost, missing, dups, restarts,
+                                 None if export_ms is None else float(received_ms - export_ms))
 
     # ------------------------------------------------------------------ batching
 
@@ -439,8 +471,20 @@ class IngestPipeline:
             self.sink.publish_counters(exp, concat_rows(parts))
         self._counters.clear()
         self._oldest = time.monotonic()
+        self._publish_quality()
         self._sync_template_metrics()
         self.sync_metrics()
+
+    def _publish_quality(self, force: bool = False) -> None:
+        """Publish the IngestQuality records of the windows that ended (all at close)."""
+        if self.quality is None:
+            return
+        publish = getattr(self.sink, "publish_quality", None)
+        reports = self.quality.due(int(time.time() * 1000), force=force)
+        if publish is None or not reports:
+            return
+        for rec, value in zip(reports, records.encode_records("ingest_quality", reports)):
+            publish(rec["exporter"], value)
 
     def _sync_template_metrics(self) -> None:
         t = self.templates
@@ -462,6 +506,7 @@ class IngestPipeline:
 
     def close(self) -> None:
         self.flush()
+        self._publish_quality(force=True)
         if self.templates.path:
             try:
                 self.templates.save()

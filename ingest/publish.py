@@ -29,6 +29,7 @@ class KafkaSink:
         self.metrics = metrics
         t = kafka_settings.topics
         self.flows_topic, self.counters_topic, self.dlq_topic = t.flows_raw, t.counters_raw, t.dlq
+        self.quality_topic = t.quality
         conf = {
             **kafka_settings.client_config(),
             "enable.idempotence": True,
@@ -79,6 +80,10 @@ class KafkaSink:
 
     def publish_flows(self, exporter: str, flows: np.ndarray) -> bool:
         return self._produce(self.flows_topic, exporter.encode(), codec.encode_batch("flow_batch", flows), len(flows))
+
+    def publish_quality(self, exporter: str, value: bytes) -> bool:
+        """One IngestQuality record (already encoded); not counted as records in the delivery metrics."""
+        return self._produce(self.quality_topic, exporter.encode(), value, 0)
 
     def publish_counters(self, exporter: str, counters: np.ndarray) -> bool:
         return self._produce(self.counters_topic, exporter.encode(), codec.encode_batch("counter_batch", counters), len(counters))

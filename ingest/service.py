@@ -30,6 +30,7 @@ from .listener import ListenSpec, open_socket, parse_listen, socket_drops
 from .metrics import IngestMetrics
 from .pipeline import IngestPipeline
 from .publish import KafkaSink, StdoutSink
+from .template_files import restore_templates, worker_template_path
 
 log = logging.getLogger("fabricflow.ingest")
 
@@ -69,7 +70,14 @@ class IngestWorker:
         self.metrics = IngestMetrics()
         cfg = settings.ingest
         self.sink = sink or (StdoutSink(self.metrics) if stdout else KafkaSink(settings.kafka, cfg.producer, self.metrics))
-        self.pipeline = IngestPipeline(cfg, self.sink, self.metrics)
+        # Templates: this worker's own file, all workers' files restored at start (ingest/template_files.py)
+        self.pipeline = IngestPipeline(cfg.model_copy(update={"template_path": None}), self.sink, self.metrics)
+        if cfg.template_path:
+            restore_templates(self.pipeline.templates, cfg.template_path)
+            self.pipeline.templates.path = worker_template_path(cfg.template_path, index, cfg.workers)
+        self._templates_saved = time.monotonic()
+        if self.pipeline.quality is not None:
+            self.pipeline.quality.worker = index
         self.service = Service(f"ingest worker {index}", self.metrics.registry, stall_s=10.0)
         self.service.add_check("kafka", lambda: not getattr(self.sink, "fatal", None) or "producer failed fatally")
         self.sockets = []
@@ -102,6 +110,19 @@ class IngestWorker:
     def stopping(self, value: bool) -> None:  # tests and benches stop the loop this way
         if value:
             self.service.request_stop()
+
+    def save_templates_if_due(self, now: float) -> bool:
+        """Write this worker's template file every ``ingest.template_save_s`` (atomic); False when not due."""
+        cache = self.pipeline.templates
+        if not cache.path or now - self._templates_saved < self.settings.ingest.template_save_s:
+            return False
+        self._templates_saved = now
+        try:
+            cache.save()
+        except OSError as e:
+            log.warning("could not save templates to %s: %s", cache.path, e)
+            return False
+        return True
 
     def _update_socket_drops(self) -> None:
         for sock, spec in self.sockets:
@@ -165,6 +186,7 @@ class IngestWorker:
                 self.service.beat()
                 if mono - last_housekeeping > 1.0:
                     self._update_socket_drops()
+                    self.save_templates_if_due(mono)
                     last_housekeeping = mono
                 if deadline and mono > deadline:
                     break
@@ -209,8 +231,16 @@ def run_ingest(settings: Settings, listen: list[str] | None = None, stdout: bool
         log.warning("--stdout uses one worker")
     n = 1 if stdout else settings.ingest.workers
     if not stdout:
+        from fabricflow.kafka_security import check_files
+        from fabricflow.readiness import Unreachable, wait_for_kafka
         from fabricflow.streams import ensure_topics
 
+        check_files(settings.kafka)  # SecurityFileError (a ValueError): exit 2 naming the setting and file
+        try:
+            wait_for_kafka(settings.kafka, log=log)
+        except Unreachable as e:
+            log.error("%s", e)
+            return 1
         ensure_topics(settings.kafka)  # before forking: every worker publishes at once
     if n == 1:
         w = IngestWorker(settings, specs, stdout=stdout)

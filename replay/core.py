@@ -90,7 +90,7 @@ def replay_batches(
 ) -> list[Output]:
     """Run raw batches (FLOW_DTYPE / COUNTER_DTYPE) through one ProcessorCore per shard; flush at the end.
 
-    Per flow batch, like a live worker: enrich, ``shard_of(enriched, partitions)``,
+    Per flow batch, like a live worker: enrich, ``shard_of(enriched, partitions, by_src=...)``,
     each shard's rows (in input order) to that shard's core. Counter batches go
     to ``counter_shard_of``. Output order: processing order, shards in number
     order within a batch, then the flushes of shard 0, 1, ... ``on_batch(kind,
@@ -104,13 +104,16 @@ def replay_batches(
         cores = [core_factory() for _ in range(partitions)]
     elif len(cores) != partitions:
         raise ValueError(f"{len(cores)} cores for {partitions} partitions")
+    for shard, core in enumerate(cores):  # output keys name the shard, as a live worker's do
+        core.engine.shard = shard
     front = core_factory()  # enrichment only (stateless apart from its counters)
     out: list[Output] = []
     for kind, batch in _merged(flow_batches, counter_batches):
         if len(batch):
             if kind == "flows":
                 enriched = front.enrich_labels(batch)  # rows without string objects: cheap to split
-                for s, rows in _split(enriched, shard_of(enriched, partitions)):
+                by_src = front.unregistered_sources(enriched)  # an unregistered host's sightings: one shard
+                for s, rows in _split(enriched, shard_of(enriched, partitions, by_src=by_src)):
                     out.extend(cores[s].process_enriched(rows))
             else:
                 for s, rows in _split(batch, counter_shard_of(batch, partitions)):

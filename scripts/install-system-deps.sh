@@ -3,8 +3,10 @@
 # real exporters (softflowd, pmacct), an independent decoder (tshark),
 # a peer collector (nfdump), tcpdump, Prometheus + promtool (the rules'
 # unit tests and the real-Prometheus tests; tests/prom.py starts its own
-# instance on loopback, whatever the package's service does), and headless
-# Chromium with its chromedriver for the console's browser tests.
+# instance on loopback, whatever the package's service does), headless
+# Chromium with its chromedriver for the console's browser tests, and
+# docker-compose (v1, only to run `docker-compose config` on docker-compose.yml
+# in tests/unit/foundation/test_compose.py).
 # Idempotent: does nothing when present.
 set -euo pipefail
 need=()
@@ -16,6 +18,7 @@ command -v tcpdump >/dev/null || need+=(tcpdump)
 { command -v prometheus >/dev/null && command -v promtool >/dev/null; } || need+=(prometheus)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+command -v docker-compose >/dev/null || need+=(docker-compose)
 if [ ${#need[@]} -eq 0 ]; then
   echo "system deps: all present"
   exit 0

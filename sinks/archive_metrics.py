@@ -25,6 +25,9 @@ class SinkMetrics:
         self.buffered = Gauge("fabricflow_sink_buffered_rows", "Rows buffered, not yet written", ["dataset"], registry=r)
         self.summaries = Counter("fabricflow_sink_summaries_total", "Hourly summaries produced", ["partial"], registry=r)
         self.summary_late = Counter("fabricflow_sink_summary_late_rows_total", "Flow rows for an hour whose summary was already produced", registry=r)
+        self.retention_runs = Counter("fabricflow_sink_retention_runs_total", "Scheduled archive retention passes completed", registry=r)
+        self.retention_deleted = Counter("fabricflow_sink_retention_deleted_partitions_total", "Archive partitions deleted by retention", registry=r)
+        self.retention_errors = Counter("fabricflow_sink_retention_errors_total", "Scheduled archive retention passes that failed (retried next interval)", registry=r)
 
 
 def undecodable_reason(err: Exception) -> str:

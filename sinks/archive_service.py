@@ -26,6 +26,7 @@ from sinks.archive_metrics import SinkMetrics, undecodable_reason
 from sinks.arrow_schema import table_from_columns, table_from_dicts
 from sinks.commit_ledger import CommitLedger
 from sinks.fs import archive_filesystem
+from sinks.retention import RetentionSchedule, retention_policy
 from sinks.summary_emitter import SummaryEmitter
 
 __all__ = ["ArchiveService", "Route", "routes_for"]
@@ -84,6 +85,7 @@ class ArchiveService:
     ) -> None:
         self.settings = settings
         a = settings.archive
+        injected_fs = fs is not None
         if fs is None:
             fs, root = archive_filesystem(a)
         self.fs, self.root = fs, root
@@ -101,6 +103,12 @@ class ArchiveService:
         self.batch_messages = batch_messages
         self.clock = clock
         self.metrics = SinkMetrics()
+        # retention on a schedule (archive.retention_interval_s); a bad retention_days fails here, at start
+        fresh_client = not injected_fs and a.url.startswith("s3://")  # s3fs: one client per thread
+        self.retention = RetentionSchedule(
+            (lambda: archive_filesystem(a)[0]) if fresh_client else (lambda: self.fs),
+            self.root, retention_policy(a.retention_days), a.retention_interval_s, log, self.metrics,
+        )
         self.metrics_port = metrics_port if metrics_port is not None else getattr(a, "metrics_port", DEFAULT_METRICS_PORT)
         self.metrics_bind = getattr(a, "metrics_bind", settings.ingest.metrics_bind)
         self.ratelog = RateLimitedLog(log)
@@ -240,6 +248,8 @@ class ArchiveService:
         self.summaries.note_rows(route, partition, table)
         self._add(route, partition, table, offsets)
         self.summaries.add_events(route.event_kind, rows)
+        if route.dataset == "ingest_quality":
+            self.summaries.add_quality(rows)
 
     def handle(self, messages) -> None:
         """Decode and buffer a list of consumed messages (any topics and partitions, offset order per partition)."""
@@ -326,10 +336,17 @@ class ArchiveService:
     def run(self, max_seconds: float | None = None, stop_event: threading.Event | None = None,
             idle_exit_s: float | None = None) -> dict:
         """Consume until stopped (SIGTERM/SIGINT, ``stop_event``, ``max_seconds``, or ``idle_exit_s`` without
-        a message after the first assignment); then flush everything, commit and close. Returns counters."""
+        a message after the first assignment); then flush everything, commit and close. Returns counters.
+
+        First waits for Kafka and the object store (:class:`fabricflow.readiness.Unreachable`, one line, when
+        either does not answer within its ``wait_timeout_s``)."""
         svc = self.service
         with svc.signals():
+            svc.wait_for_kafka(self.settings.kafka)
+            svc.wait_for_object_store(self.settings.archive, fs=self.fs)
             svc.ensure_topics(self.settings.kafka, required=False)  # topics may be managed elsewhere
+            self.retention.start()
+            svc.on_stop(self.retention.stop, "retention schedule")
             if self.metrics_port:
                 svc.serve_http(self.metrics_bind, self.metrics_port)
             try:

@@ -102,3 +102,58 @@ def apply_retention(fs, root: str, now, policy: dict[str, int | None] | None = N
                     if not dry_run:
                         fs.rm(hdir, recursive=True)
     return out
+
+
+class RetentionSchedule:
+    """Runs :func:`apply_retention` every ``interval_s`` in a daemon thread of the archive sink.
+
+    The first run is ``first_after_s`` after :meth:`start`. Each run logs one line (partitions deleted, or
+    the error) and counts it: ``runs`` / ``deleted`` / ``errors`` (Prometheus counters or anything with
+    ``inc``). ``fs_factory`` gives the filesystem for each run (a fresh client: the sink's own is busy on
+    its threads). A failed run is retried at the next interval; the sink goes on either way.
+    """
+
+    def __init__(self, fs_factory, root: str, policy: dict[str, int | None], interval_s: float, log,
+                 metrics=None, first_after_s: float = 60.0, clock=None):
+        import threading
+        import time
+
+        self.fs_factory, self.root, self.policy = fs_factory, root, policy
+        self.interval_s, self.first_after_s = interval_s, first_after_s
+        self.log, self.metrics = log, metrics
+        self.clock = clock or (lambda: int(time.time() * 1000))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="archive-retention", daemon=True)
+
+    def start(self) -> None:
+        if self.interval_s > 0:
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        wait = self.first_after_s
+        while not self._stop.wait(wait):
+            self.run_once()
+            wait = self.interval_s
+
+    def run_once(self) -> list[DeletedPartition] | None:
+        """One retention pass; None when it failed (logged and counted)."""
+        m = self.metrics
+        try:
+            deleted = apply_retention(self.fs_factory(), self.root, self.clock(), self.policy)
+        except Exception as e:  # noqa: BLE001 - the sink must go on; the next run retries
+            if m is not None:
+                m.retention_errors.inc()
+            self.log.warning("archive retention failed (retried in %.0f s): %s: %s", self.interval_s, type(e).__name__, e)
+            return None
+        if m is not None:
+            m.retention_runs.inc()
+            m.retention_deleted.inc(len(deleted))
+        if deleted:
+            by = sorted({d.dataset for d in deleted})
+            self.log.info("archive retention: deleted %d partition(s) of %s", len(deleted), ", ".join(by))
+        return deleted

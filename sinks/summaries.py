@@ -262,3 +262,55 @@ class SummaryBook:
         if last is not None:
             self.closed_through = last if self.closed_through is None else max(self.closed_through, last)
         return out
+
+
+class QualityHours:
+    """Per UTC hour and exporter, the ``IngestQuality`` records (ingest.quality.v1) folded into the summary's
+    quality figures: ``loss_ratio`` (per exporter and in total, ``""``), ``records_lost_est``,
+    ``records_without_rate`` (the summary's ``sampling_rate_missing``) and ``clock_skew_ms`` (mean).
+
+    A quality window belongs to the hour its start falls in. Loss ratios are recomputed from the sums in
+    each protocol's sequence unit, so they stay exact when windows are added up.
+    """
+
+    def __init__(self) -> None:
+        self._hours: dict[int, dict[str, list]] = {}  # hour -> exporter -> [lost, received, lost_est, missing, skew_sum, skew_n]
+
+    def add(self, rows) -> None:
+        for r in rows:
+            h = int(r["window_start_ms"]) // layout.HOUR_MS
+            acc = self._hours.setdefault(h, {}).setdefault(str(r["exporter"]), [0, 0, 0, 0, 0.0, 0])
+            acc[0] += int(r["sequence_lost"])
+            acc[1] += int(r["sequence_received"])
+            acc[2] += int(r["records_lost_est"])
+            acc[3] += int(r["records_without_rate"])
+            if r.get("clock_skew_ms") is not None:
+                acc[4] += float(r["clock_skew_ms"]) * int(r["datagrams"])
+                acc[5] += int(r["datagrams"])
+
+    def figures(self, hour: int) -> dict:
+        """``{metric: {exporter: value}}`` for :meth:`HourlySummary.set_quality` (empty when nothing came)."""
+        ex = self._hours.get(hour)
+        if not ex:
+            return {}
+        ratio = lambda lost, got: lost / (lost + got) if lost > 0 and lost + got > 0 else 0.0  # noqa: E731
+        out: dict[str, dict[str, float]] = {"loss_ratio": {}, "records_lost_est": {}, "sampling_rate_missing": {}}
+        for e, (lost, got, lost_est, missing, skew_sum, skew_n) in ex.items():
+            out["loss_ratio"][e] = ratio(lost, got)
+            out["records_lost_est"][e] = float(lost_est)
+            out["sampling_rate_missing"][e] = float(missing)
+            if skew_n:
+                out.setdefault("clock_skew_ms", {})[e] = skew_sum / skew_n
+        totals = [sum(v[i] for v in ex.values()) for i in range(4)]
+        # the total ratio mixes units (records and datagrams) only through the per-exporter ratios' weights
+        out["loss_ratio"][""] = ratio(totals[0], totals[1])
+        out["records_lost_est"][""] = float(totals[2])
+        out["sampling_rate_missing"][""] = float(totals[3])
+        return out
+
+    def drop_through(self, hour: int | None) -> None:
+        """Forget hours up to ``hour`` (their summaries are out)."""
+        if hour is None:
+            return
+        for h in [h for h in self._hours if h <= hour]:
+            del self._hours[h]

@@ -1,7 +1,8 @@
 """Hourly summaries from the archive sink's stream: feed a :class:`SummaryBook`, produce closed hours.
 
 An hour is produced to summaries.hourly once the flows.enriched watermark (its slowest active partition)
-passes the hour's end + ``archive.grace_s``. Summaries live in memory: an hour open when a partition was
+passes the hour's end + ``archive.grace_s``, with the data-quality figures of ingest.quality.v1 for that
+hour (:class:`sinks.summaries.QualityHours`: loss ratio, records lost, records without a sampling rate, skew). Summaries live in memory: an hour open when a partition was
 resumed from a commit this process did not make is flagged ``summary_partial = 1`` (docs/archive.md).
 """
 
@@ -18,7 +19,7 @@ from fabricflow.logs import RateLimitedLog
 from schemas import codec
 from sinks import layout
 from sinks.archive_metrics import SinkMetrics
-from sinks.summaries import SummaryBook
+from sinks.summaries import QualityHours, SummaryBook
 
 log = logging.getLogger("fabricflow.sink")
 
@@ -38,6 +39,7 @@ class SummaryEmitter:
         self.ratelog = ratelog
         self.enabled = enabled
         self.book = SummaryBook(grace_ms=int(a.grace_s * 1000))
+        self.quality = QualityHours()  # ingest.quality.v1 rows by hour and exporter
         self.idle_s = a.idle_flush_s
         self.producer: Producer | None = None
         self._enriched_wm: dict[int, tuple[int, float]] = {}  # partition -> (event-time watermark, last add)
@@ -91,6 +93,11 @@ class SummaryEmitter:
             for r in rows:  # detector outputs: low volume
                 self.book.add_event(kind, r)
 
+    def add_quality(self, rows: list[dict]) -> None:
+        """IngestQuality records (ingest.quality.v1): the quality figures of their hours' summaries."""
+        if self.enabled:
+            self.quality.add(rows)
+
     # -- output
 
     def watermark(self) -> int | None:
@@ -110,7 +117,10 @@ class SummaryEmitter:
         partial = {}
         if self._partial_through is not None:
             partial = {h * layout.HOUR_MS: {PARTIAL_METRIC: 1.0} for h in self.book.hours if h <= self._partial_through}
-        out = self.book.close(wm, partial)
+        quality = {h * layout.HOUR_MS: {**self.quality.figures(h), **partial.get(h * layout.HOUR_MS, {})}
+                   for h in self.book.hours}
+        out = self.book.close(wm, quality)
+        self.quality.drop_through(self.book.closed_through)
         if not out:
             return
         topic = self.settings.kafka.topics.summaries

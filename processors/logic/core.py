@@ -113,6 +113,7 @@ class ProcessorCore:
         caps = self.inventory.node_capacities()
         self.engine = Engine(self.config, capacity_bps=caps, switch_name=self.inventory.switch_name)
         self.policy = PolicyEngine(load_policy_config(policy) if policy is not None else None, self.inventory.cluster_ranges)
+        self.rules = rules
         self.watermark_ms = 0
         self.stats = CoreStats()
         codes = {"sflow5": PROTO_SFLOW5, "netflow5": PROTO_NETFLOW5, "netflow9": PROTO_NETFLOW9, "ipfix": PROTO_IPFIX}
@@ -125,6 +126,40 @@ class ProcessorCore:
         self.enricher.set_inventory(inventory)
         self.engine.incast.capacity = as_capacity(inventory.node_capacities(), self.config.incast.default_capacity_bps)
         self.engine.link.switch_name = inventory.switch_name
+
+    def unregistered_sources(self, enriched) -> np.ndarray | None:
+        """Rows (bool) whose source address is inside the cluster ranges but not in the inventory: the sources
+        the unregistered-host rule reports; None when there is none (or no cluster ranges). For :func:`shard_of`."""
+        inv = self.inventory
+        if not inv.cluster_ranges or len(enriched) == 0:
+            return None
+        unknown = self.enricher.last_unknown_rows
+        cand = np.flatnonzero(unknown) if len(unknown) == len(enriched) else np.arange(len(enriched))
+        if not len(cand):
+            return None
+        src = np.ascontiguousarray(enriched["src_addr"][cand])
+        idx = inv.lookup(src)
+        hit = (idx < 0) & inv.in_cluster(src, idx)
+        if not hit.any():
+            return None
+        mask = np.zeros(len(enriched), dtype=bool)
+        mask[cand[hit]] = True
+        return mask
+
+    def set_policy(self, policy) -> None:
+        """Policy reloaded (a PolicyConfig, dict, YAML text or file): new rules from now on, alert and rule state
+        carried over where the new rules can take it (else they start fresh)."""
+        engine = PolicyEngine(load_policy_config(policy), self.inventory.cluster_ranges)
+        try:
+            engine.restore(self.policy.snapshot())
+        except (KeyError, TypeError, ValueError):
+            engine = PolicyEngine(load_policy_config(policy), self.inventory.cluster_ranges)
+        self.policy = engine
+
+    def set_rules(self, rules: CategoryRules | None) -> None:
+        """App-category rules reloaded: flows enriched from now on get categories by ``rules``."""
+        self.rules = rules
+        self.enricher.rules = rules if rules is not None else CategoryRules()
 
     # ------------------------------------------------------------------ data
 
@@ -224,7 +259,8 @@ class ProcessorCore:
         self.stats = CoreStats(**snap["stats"])
 
 
-def shard_of(enriched: np.ndarray | LabeledFlows, partitions: int, labels=None) -> np.ndarray:
+def shard_of(enriched: np.ndarray | LabeledFlows, partitions: int, labels=None, by_src: np.ndarray | None = None
+             ) -> np.ndarray:
     """Shard (partition) per enriched flow so each shard sees whole detector inputs.
 
     Key: the destination's job, else the destination node, else the destination
@@ -236,7 +272,22 @@ def shard_of(enriched: np.ndarray | LabeledFlows, partitions: int, labels=None) 
     codes of exactly these rows (``Enricher.label_codes``); the keys are then
     looked up per code instead of read from the string columns (a
     ``LabeledFlows`` brings its own).
+
+    ``by_src`` (:meth:`ProcessorCore.unregistered_sources`): rows whose source
+    is an unregistered in-cluster address go to that address's shard, the one
+    its incoming flows go to: every sighting of an unregistered host is in one
+    shard and its alert fires once, not once per shard (a flow between two
+    unregistered hosts follows its source).
     """
+    out = _shard_of(enriched, partitions, labels)
+    if by_src is not None and partitions > 1 and len(out):
+        rows = np.flatnonzero(by_src)
+        if len(rows):
+            out[rows] = _addr_shards(enriched["src_addr"][rows], partitions)
+    return out
+
+
+def _shard_of(enriched, partitions: int, labels=None) -> np.ndarray:
     n = len(enriched)
     if n == 0 or partitions <= 1:
         return np.zeros(n, dtype=np.int64)

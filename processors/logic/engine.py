@@ -69,6 +69,7 @@ class Engine:
         switch_name: Callable[[str], str] | None = None,
     ):
         self.config = cfg = config or EngineConfig()
+        self.shard = 0  # the shard (shuffle partition) this engine serves: part of the matrix output keys
         self.interner = Interner([""])
         self.row_interner = RowInterner(self.interner)
         self._tables: dict[int, tuple] = {}  # id(label table) -> (table, interner size, interner codes)
@@ -200,7 +201,8 @@ class Engine:
         out: list[Output] = []
         if "matrix" in en:
             for c in matrix_cells(cells, self.interner, ws, we, self.config.matrix):
-                out.append(Output("matrix", f"{c['level']}|{c['src']}|{c['dst']}|{c['category']}", c))
+                # unique per window, cell and shard: a group cell is summed over the shards (docs/architecture.md)
+                out.append(Output("matrix", f"{ws}|{c['level']}|{c['src']}|{c['dst']}|{c['category']}|{self.shard}", c))
         if "straggler" in en:
             for s in self.straggler.on_window(ws, we, cells, self.interner):
                 out.append(Output("straggler", s["job"], s))

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from fabricflow.kafka_security import faust_credentials
+
 if TYPE_CHECKING:
     from .service import Processors
 
@@ -86,6 +88,7 @@ def make_app(proc: Processors) -> App:
     app = App(
         p.app_id,
         broker="kafka://" + s.kafka.bootstrap_servers.replace(",", ";kafka://"),
+        broker_credentials=faust_credentials(s.kafka),  # SASL / TLS as for the confluent-kafka clients
         store=p.table_store,
         datadir=p.datadir,
         topic_partitions=partitions,

@@ -30,6 +30,8 @@ class ProcessorMetrics:
         self.snapshots = Counter("fabricflow_processors_snapshots_total", "Shard state snapshots written to the core-state table", registry=r)
         self.unsnapshotted = Gauge("fabricflow_processors_unsnapshotted_messages", "Shuffle messages applied but not yet covered by a snapshot (not acked)", registry=r)
         self.reloads = Counter("fabricflow_processors_inventory_reloads_total", "Inventory reloads", ["result"], registry=r)
+        self.config_reloads = Counter("fabricflow_processors_config_reloads_total", "Reloads of the inventory, policy and "
+                                      "category rules files (error: invalid, the last good version stays)", ["file", "result"], registry=r)
         self.last_error: str | None = None
         self.last_error_at = 0.0
 

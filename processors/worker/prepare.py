@@ -179,7 +179,8 @@ class Prepare:
             rows = slice(a, a + n)
             self.publisher.enriched(part.key, enriched[rows], p.enriched_max_records, codec.coded_rows(coded, rows), part.raw)
             a += n
-        shards = shard_of(enriched, self.partitions, coded)
+        # an unregistered in-cluster source goes to its own address's shard: its alert fires once across shards
+        shards = shard_of(enriched, self.partitions, coded, by_src=core.unregistered_sources(enriched))
         # The shuffle carries the raw records of each shard (a copy to write, a view to read); detect
         # enriches them again with the same inventory unless it finds them in the reuse cache.
         piece_of = np.repeat(np.arange(len(parts)), lengths) if len(parts) > 1 else None

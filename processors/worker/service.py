@@ -13,8 +13,16 @@ import faust
 from fabricflow.service import Service
 from fabricflow.settings import Settings
 
+from ..logic.config_files import (
+    ConfigFiles,
+    ConfigFileWatcher,
+    load_categories_file,
+    load_config_files,
+    load_inventory_file,
+    load_policy_file,
+)
 from ..logic.core import ProcessorCore, engine_config
-from ..logic.inventory import Inventory, InventoryWatcher
+from ..logic.inventory import Inventory
 from .checkpoint import Checkpoint
 from .detect import Detect
 from .faust_app import make_app
@@ -29,13 +37,22 @@ log = logging.getLogger("fabricflow.processors")
 class Processors:
     """One worker: ``prepare`` and ``detect`` over this worker's shards, checkpointed to the Faust table."""
 
-    def __init__(self, settings: Settings, inventory: Inventory | None = None):
+    def __init__(self, settings: Settings, inventory: Inventory | None = None, files: ConfigFiles | None = None):
         self.settings = s = settings
         p = s.processors
         self.config = engine_config(p)
-        self.policy = p.policy
-        self.watcher = InventoryWatcher(p.inventory) if p.inventory else None
-        self.inventory = inventory or (self.watcher.inventory if self.watcher else Inventory.empty())
+        # Inventory, policy and category rules: loaded (and checked) once here, or by run_processors before it
+        # connects; re-read every inventory_reload_s by on_tick, a bad version keeps the last good one.
+        files = files if files is not None else load_config_files(p)
+        self.watchers = {
+            name: ConfigFileWatcher(path, loader, p.inventory_reload_s, initial=getattr(files, name))
+            for name, path, loader in (("inventory", p.inventory, load_inventory_file), ("policy", p.policy, load_policy_file),
+                                       ("categories", p.categories, load_categories_file))
+            if path
+        }
+        self.policy = files.policy  # a PolicyConfig (None: built-in defaults)
+        self.rules = files.categories  # CategoryRules (None: built-in defaults)
+        self.inventory = inventory or files.inventory or Inventory.empty()
         self.publisher = OutputPublisher(s)
         self.metrics = ProcessorMetrics()
         # stalled when the timer (every tick_s) has not run for a while: the event loop is stuck
@@ -45,7 +62,8 @@ class Processors:
                                      before_commit=self.prepare_pending)
         self.shards = Shards(self._new_core, self.checkpoint.load)
         self.reuse = ReuseCache(p.reuse_enriched_records, self.inventory)
-        self.prepare = Prepare(s, ProcessorCore(self.inventory, self.config, observation=p.observation_exporters),
+        self.prepare = Prepare(s, ProcessorCore(self.inventory, self.config, rules=self.rules,
+                                                observation=p.observation_exporters),
                                self.shards, self.reuse,
                                self.publisher, self.metrics)
         self.detect = Detect(s, self.shards, self.reuse, self.publisher, self.metrics)
@@ -53,8 +71,8 @@ class Processors:
 
     def _new_core(self) -> ProcessorCore:
         p = self.settings.processors
-        return ProcessorCore(self.inventory, self.config, self.policy, detector_protocols=p.detector_protocols,
-                             observation=p.observation_exporters)
+        return ProcessorCore(self.inventory, self.config, self.policy, rules=self.rules,
+                             detector_protocols=p.detector_protocols, observation=p.observation_exporters)
 
     @property
     def state(self):
@@ -96,26 +114,44 @@ class Processors:
         return self.shards.active(partition).core
 
     def on_tick(self, now_ms: int) -> None:
-        """Timer: reload the inventory if its file changed, then :meth:`Detect.tick`."""
-        if self.watcher is not None:
-            errors = self.watcher.errors_total
-            if self.watcher.maybe_reload(now_ms / 1000.0):
-                self._set_inventory(self.watcher.inventory)
-                self.metrics.reloads.labels("ok").inc()
-                log.info("inventory reloaded from %s", self.settings.processors.inventory)
-            elif self.watcher.errors_total > errors:
-                self.metrics.reloads.labels("error").inc()
-                log.warning("inventory %s not reloaded (kept the previous one): %s", self.settings.processors.inventory, self.watcher.last_error)
+        """Timer: reload the configuration files that changed, then :meth:`Detect.tick`."""
+        self.reload_config_files(now_ms / 1000.0)
         self.detect.tick(now_ms)
 
-    def _set_inventory(self, inventory: Inventory) -> None:
-        self.inventory = inventory
-        self.prepare.core.set_inventory(inventory)
-        self.reuse.inventory = inventory
-        for shard in self.shards:
+    def reload_config_files(self, now_s: float) -> None:
+        """Re-read the inventory, policy and category rules files that changed; a bad one keeps the last good
+        version, is logged in one line and counted (``fabricflow_processors_config_reloads_total{result="error"}``)."""
+        for name, w in self.watchers.items():
+            errors = w.errors_total
+            if w.maybe_reload(now_s):
+                self._apply(name, w.value)
+                self.metrics.config_reloads.labels(name, "ok").inc()
+                if name == "inventory":
+                    self.metrics.reloads.labels("ok").inc()
+                log.info("%s reloaded from %s", name, w.path)
+            elif w.errors_total > errors:
+                self.metrics.config_reloads.labels(name, "error").inc()
+                if name == "inventory":
+                    self.metrics.reloads.labels("error").inc()
+                log.warning("%s not reloaded, the previous version stays in use: %s", name, w.last_error)
+
+    def _apply(self, name: str, value) -> None:
+        """A reloaded file's value to the prepare core and every shard's core (new shards get it too)."""
+        cores = [self.prepare.core, *(shard.core for shard in self.shards if shard.core is not None)]
+        if name == "inventory":
+            self.inventory = self.reuse.inventory = value
+            for core in cores:
+                core.set_inventory(value)
+        elif name == "policy":
+            self.policy = value
+            for core in cores[1:]:
+                core.set_policy(value)
+        elif name == "categories":
+            self.rules = value
+            for core in cores:
+                core.set_rules(value)
+        for shard in self.shards:  # rows kept by prepare were enriched with the previous version
             self.reuse.forget(shard)
-            if shard.core is not None:
-                shard.core.set_inventory(inventory)
 
     async def revoke(self, partitions: list[int], changelog_producer) -> None:
         """Shuffle partitions revoked: drop their shards at once (events of them still in Faust's buffers are
@@ -132,8 +168,23 @@ class Processors:
 
 
 def run_processors(settings: Settings) -> int:
-    """Run one worker until Faust stops it (SIGTERM/SIGINT are Faust's); flush the outputs on the way out."""
-    proc = Processors(settings)
+    """Check the settings' files, wait for Kafka, then run one worker until Faust stops it (SIGTERM/SIGINT are
+    Faust's); flush the outputs on the way out.
+
+    A bad inventory, policy, category rules or TLS file raises (one line, exit 2) before any connection;
+    a broker that does not answer within ``kafka.wait_timeout_s`` is logged and gives exit status 1.
+    """
+    from fabricflow.kafka_security import check_files
+    from fabricflow.readiness import Unreachable, wait_for_kafka
+
+    files = load_config_files(settings.processors)
+    check_files(settings.kafka)
+    try:  # before any client exists: no librdkafka reconnect noise while the broker is down
+        wait_for_kafka(settings.kafka, log=log)
+    except Unreachable as e:
+        log.error("%s", e)
+        return 1
+    proc = Processors(settings, files=files)
     p = settings.processors
     svc = proc.service
     svc.ensure_topics(settings.kafka)

@@ -139,6 +139,7 @@ class Shards:
         shard = self.get(partition)
         if shard.core is None:
             shard.core = self._new_core()
+            shard.core.engine.shard = partition  # matrix keys name their shard: partial group cells never share a key
             data = self._load(partition)
             if data:
                 shard.restore(data)

@@ -376,11 +376,17 @@ class PolicyConfig(_Model):
 
 
 def load_policy_config(source: str | Path | dict | None) -> PolicyConfig:
-    """PolicyConfig from a YAML file path, a YAML string, a dict, or None (defaults)."""
+    """PolicyConfig from a YAML file path, a YAML string, a dict, a PolicyConfig, or None (defaults).
+
+    Services load the file with :func:`processors.logic.config_files.load_policy_file` (one-line errors naming
+    the file and line) and pass the PolicyConfig.
+    """
     import yaml
 
     if source is None:
         return PolicyConfig()
+    if isinstance(source, PolicyConfig):
+        return source
     if isinstance(source, dict):
         return PolicyConfig.model_validate(source)
     is_path = isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml"))

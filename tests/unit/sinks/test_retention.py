@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import fsspec
 import pytest
 
+from sinks import layout
 from sinks.archive import HourlyBuffer, ParquetWriter
 from sinks.layout import DAY_MS, HOUR_MS
 from sinks.retention import DEFAULT_POLICY, apply_retention
@@ -57,3 +58,64 @@ def test_partition_kept_until_its_end_passes_the_limit(tmp_path):
     limit = T0 + HOUR_MS + 7 * DAY_MS
     assert apply_retention(None, root, limit - 1, {"flows_raw": 7}) == []
     assert len(apply_retention(None, root, limit, {"flows_raw": 7})) == 1
+
+
+def test_defaults_live_in_one_place():
+    """The defaults are the stream catalog's archive_days (and its rollups'); settings hold overrides only."""
+    from fabricflow import streams
+    from fabricflow.settings import load_settings
+    from sinks.retention import retention_policy
+
+    assert load_settings(None).archive.retention_days == {}
+    assert retention_policy(load_settings(None).archive.retention_days) == DEFAULT_POLICY
+    assert DEFAULT_POLICY["flows_raw"] == streams.DATASETS["flows_raw"].archive_days
+    assert DEFAULT_POLICY["ingest_quality"] == streams.DATASETS["ingest_quality"].archive_days
+    assert set(DEFAULT_POLICY) == set(layout.DATASETS)
+    over = retention_policy({"default": 5, "alerts": -1})
+    assert over["alerts"] is None and over["matrix_windows"] == 5
+
+
+def test_the_archive_sink_runs_retention_on_a_schedule(tmp_path, caplog):
+    """The sink's RetentionSchedule deletes expired partitions by itself, counts and logs each pass."""
+    import logging
+    import time
+
+    from fabricflow.settings import load_settings
+    from sinks.archive_service import ArchiveService
+
+    root = str(tmp_path)
+    build(root, [0, 1, 47])
+    s = load_settings(None, archive={"url": f"file://{root}", "retention_days": {"flows_raw": 1},
+                                     "retention_interval_s": 0.05, "metrics_port": 0})
+    svc = ArchiveService(s, fs=fsspec.filesystem("file"), root=root, metrics_port=0, summaries=False)
+    sched = svc.retention
+    sched.first_after_s = 0.01
+    sched.clock = lambda: T0 + 2 * DAY_MS + HOUR_MS + 10
+    with caplog.at_level(logging.INFO):
+        sched.start()
+        deadline = time.monotonic() + 10
+        reg = svc.metrics.registry
+        while (reg.get_sample_value("fabricflow_sink_retention_runs_total") or 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        sched.stop()
+    assert reg.get_sample_value("fabricflow_sink_retention_runs_total") >= 2
+    assert reg.get_sample_value("fabricflow_sink_retention_deleted_partitions_total") == 1  # the whole first day
+    assert present(root) == ["dt=2026-01-02/hour=23"]
+    assert "archive retention: deleted 1 partition(s) of flows_raw" in caplog.text
+
+
+def test_a_failing_retention_pass_is_counted_and_the_next_one_runs(tmp_path):
+    from fabricflow.settings import load_settings
+    from sinks.archive_metrics import SinkMetrics
+    from sinks.retention import RetentionSchedule
+    import logging
+
+    class Broken:
+        def invalidate_cache(self, _p):
+            raise OSError("object store down")
+
+    m = SinkMetrics()
+    sched = RetentionSchedule(lambda: Broken(), str(tmp_path), {"flows_raw": 1}, 60, logging.getLogger("t"), m)
+    assert sched.run_once() is None
+    assert m.registry.get_sample_value("fabricflow_sink_retention_errors_total") == 1
+    assert load_settings(None).archive.retention_interval_s > 0

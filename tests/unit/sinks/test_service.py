@@ -130,7 +130,7 @@ def test_routes_cover_archived_topics_only():
     s = load_settings(None)
     r = routes_for(s.kafka)
     t = s.kafka.topics
-    assert t.dlq not in r and t.patterns not in r
+    assert t.dlq not in r and t.shuffle not in r and t.patterns not in r  # patterns: not archived (JSON)
     assert {x.dataset for x in r.values()} == {d.name for d in layout.DATASETS.values() if d.derived_from is None}
     for x in r.values():
         want = codec.BATCHES.get(x.schema, x.schema)
@@ -167,3 +167,22 @@ def test_archive_filesystem(tmp_path, monkeypatch):
     assert root == "bucket/pre/fix" and fs.client_kwargs["endpoint_url"] == "http://127.0.0.1:1"
     with pytest.raises(ArchiveUrlError):
         archive_filesystem(load_settings(None, archive={"url": "s3://"}).archive)
+
+
+def test_ingest_quality_is_archived_from_avro():
+    """ingest.quality.v1 carries Avro IngestQuality records; the catalog routes them to the ingest_quality dataset."""
+    from schemas import records
+
+    s = load_settings(None)
+    route = routes_for(s.kafka)[s.kafka.topics.quality]
+    assert (route.dataset, route.schema, route.batch) == ("ingest_quality", "ingest_quality", False)
+    r = {"window_start_ms": 1_767_225_600_000, "window_end_ms": 1_767_225_660_000, "exporter": "10.0.0.1",
+         "protocol": "netflow9", "ingest_worker": 0, "datagrams": 10, "records": 300, "sequence_unit": "datagrams",
+         "sequence_lost": 2, "sequence_received": 10, "loss_ratio": 2 / 12, "records_lost_est": 60,
+         "records_without_rate": 0, "duplicates": 0, "restarts": 0, "clock_skew_ms": 12.5, "clock_skew_max_ms": None}
+    value = records.encode_records("ingest_quality", [r])[0]
+    assert codec.decode_record(value, expect=route.schema) == r
+    from sinks.arrow_schema import table_from_dicts
+
+    t = table_from_dicts([r], layout.spec(route.dataset).avsc)
+    assert t.column("clock_skew_max_ms").to_pylist() == [None] and t.column("clock_skew_ms").to_pylist() == [12.5]

@@ -94,3 +94,30 @@ def test_book_splits_hours_and_closes_after_grace():
     assert h0["hour_start_ms"] == T0 and h0["bytes_est"] == 557
     (h1,) = book.close(force=True)
     assert h1["bytes_est"] == 100 and h1["events"] == [{"kind": "alert", "detail": "r", "count": 1}]
+
+
+def test_quality_hours_feed_the_summary_loss_ratio():
+    from sinks.summaries import HourlySummary, QualityHours
+
+    H = 1_767_225_600_000  # an hour start
+    q = QualityHours()
+
+    def rec(exporter, start, lost, got, lost_est, missing, skew, datagrams):
+        return {"window_start_ms": start, "exporter": exporter, "sequence_lost": lost, "sequence_received": got,
+                "records_lost_est": lost_est, "records_without_rate": missing, "clock_skew_ms": skew,
+                "datagrams": datagrams}
+
+    q.add([rec("a", H, 10, 90, 100, 0, 200.0, 10), rec("a", H + 60_000, 0, 100, 0, 3, 400.0, 30),
+           rec("b", H + 120_000, 0, 50, 0, 0, None, 5), rec("a", H + 3_600_000, 5, 5, 50, 0, None, 1)])
+    f = q.figures(H // 3_600_000)
+    assert f["loss_ratio"]["a"] == 10 / 200 and f["loss_ratio"]["b"] == 0.0
+    assert f["loss_ratio"][""] == 10 / 250
+    assert f["records_lost_est"] == {"a": 100.0, "b": 0.0, "": 100.0}
+    assert f["sampling_rate_missing"][""] == 3.0
+    assert f["clock_skew_ms"] == {"a": (200.0 * 10 + 400.0 * 30) / 40}
+    s = HourlySummary()
+    s.set_quality(f)
+    out = s.result(H)["quality"]
+    assert {"metric": "loss_ratio", "exporter": "", "value": 10 / 250} in out
+    q.drop_through(H // 3_600_000)
+    assert q.figures(H // 3_600_000) == {} and q.figures(H // 3_600_000 + 1)["loss_ratio"]["a"] == 0.5
