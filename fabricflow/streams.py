@@ -56,12 +56,12 @@ STREAMS: tuple[Stream, ...] = (
            batch=True, dataset="flows_raw", row_schema="flow_record", time_column="time_end_ms", topic_days=7, archive_days=7),
     Stream("counters_raw", "counter_batch", "exporter address", "CounterBatch per message (sFlow counter samples)",
            batch=True, dataset="counters_raw", row_schema="counter_sample", time_column="time_received_ms", topic_days=7,
-           archive_days=7),
+           archive_days=30),
     Stream("dlq", "", "exporter address", "capped sample of undecodable datagrams; headers exporter/protocol/reason",
            topic_days=7, partitions=1),
     Stream("flows_enriched", "flow_enriched_batch", "exporter address", "EnrichedFlowBatch per message",
            batch=True, dataset="flows_enriched", row_schema="flow_enriched", time_column="time_end_ms", topic_days=7,
-           archive_days=14),
+           archive_days=30),
     Stream("matrix", "matrix_cell", "window|level|src|dst|category", "one traffic-matrix cell per message",
            output="matrix", dataset="matrix_windows", row_schema="matrix_cell", time_column="window_start_ms"),
     Stream("incast", "incast_event", "destination", "incast detections", output="incast", dataset="incast_events",
@@ -79,7 +79,7 @@ STREAMS: tuple[Stream, ...] = (
            "(records lost by sequence gaps, records without a sampling rate, clock skew)", dataset="ingest_quality",
            row_schema="ingest_quality", time_column="window_start_ms"),
     Stream("summaries", "summary_hourly", "hour start (ms)", "hourly summaries", dataset="summaries_hourly",
-           row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365),
+           row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365, archive_days=365),
 )
 
 
