@@ -24,7 +24,9 @@ def sink_metrics(
     start_lookback: Optional[float] = typer.Option(None, "--start-lookback", min=0, help="A new group skips messages older than this many seconds (default metrics.start_lookback_s)."),
     max_seconds: Optional[float] = typer.Option(None, "--max-seconds", help="Stop after this long (default: run until SIGTERM)."),
 ):
+    from fabricflow.kafka_security import check_files
     from fabricflow.logs import setup_logging
+    from fabricflow.readiness import Unreachable
     from processors.logic.inventory import InventoryError
     from sinks.metrics.service import MetricsService
 
@@ -35,12 +37,15 @@ def sink_metrics(
     if upd:
         s = settings_of(ctx, metrics={**s.metrics.model_dump(), **upd})
     setup_logging(s.log_level)
-    try:
+    try:  # settings and files first: exit 2 before any connection
+        check_files(s.kafka)
         svc = MetricsService(s)
-    except InventoryError as e:
+    except (InventoryError, ValueError) as e:
         fail(str(e))
     try:
         svc.run(max_seconds=max_seconds)
+    except Unreachable as e:  # Kafka did not answer within kafka.wait_timeout_s
+        fail(str(e), 1)
     except OSError as e:  # the port is taken, the address is not local, ...
         fail(f"metrics: cannot serve on {s.metrics.bind}:{s.metrics.port}: {e}")
 

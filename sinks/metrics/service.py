@@ -310,6 +310,7 @@ class MetricsService:
                                  self.watcher.last_error)
 
     def _open(self) -> None:
+        self.service.wait_for_kafka(self.settings.kafka)  # Unreachable (one line) after kafka.wait_timeout_s
         self.service.ensure_topics(self.settings.kafka, required=False)  # topics may be managed elsewhere
         self.consumer = Consumer(self._consumer_config())
         self.consumer.subscribe(list(self.topic_kind), on_assign=self._on_assign, on_revoke=self._on_revoke)
