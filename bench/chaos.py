@@ -180,12 +180,14 @@ def archive_counts(settings) -> tuple[int, int]:
 def run(scenario: str, rate: float, seconds: float, port_base: int, outage: float, drain: float, state: Path) -> dict:
     ports = PipelinePorts(kafka=port_base, s3=port_base + 1, s3_base=port_base + 20, sflow=port_base + 2,
                           netflow=port_base + 3, ipfix=port_base + 4, ingest_metrics=port_base + 5,
-                          processors_web=port_base + 6, archive_metrics=port_base + 7, processors_metrics=port_base + 8)
+                          processors_web=port_base + 6, archive_metrics=port_base + 7, processors_metrics=port_base + 8,
+                          flow_metrics=port_base + 11, console=port_base + 12)
     # retention off: the sender's flow times are fixed in the past, and retention goes by event time
     extra = {"archive": {"idle_flush_s": 5, "retention_interval_s": 0}, "ingest": {"template_save_s": 5}}
     if scenario == "broker-restart":
         extra["stack"] = {"storage_engine": "s3"}
-    pipe = LocalPipeline(state, inventory=str(_BENCH.parent / "scenarios" / "inventory.example.yaml"), ports=ports, extra=extra)
+    pipe = LocalPipeline(state, inventory=str(_BENCH.parent / "scenarios" / "inventory.example.yaml"), ports=ports, extra=extra,
+                         metrics=False)  # the flow-metrics sink plays no part in the faults measured here
     result: dict = {"scenario": scenario, "rate_records_s": rate, "seconds": seconds}
     with pipe:
         s = pipe.settings()
@@ -240,7 +242,7 @@ def _spawn_worker(pipe: LocalPipeline, n: int, web_port: int, metrics_port: int)
     env.update({"FABRICFLOW_PROCESSORS__DATADIR": str(pipe.state_dir / f"faust{n}"),
                 "FABRICFLOW_PROCESSORS__WEB_PORT": str(web_port), "FABRICFLOW_PROCESSORS__METRICS_PORT": str(metrics_port)})
     log = open(pipe.state_dir / f"processors{n}.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "fabricflow", "--config", str(pipe.config_path), "process"], stdout=log,
+    return subprocess.Popen([sys.executable, "-m", "cli", "--config", str(pipe.config_path), "process"], stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=pipe.state_dir,
                             start_new_session=True)
 
