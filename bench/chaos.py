@@ -156,7 +156,7 @@ def archive_counts(settings) -> tuple[int, int]:
     import pyarrow.parquet as pq
 
     from sinks.fs import archive_filesystem
-    from sinks.layout import _KEY_RE
+    from sinks.layout import parse_key
 
     fs, root = archive_filesystem(settings.archive)
     fs.invalidate_cache()
@@ -165,9 +165,9 @@ def archive_counts(settings) -> tuple[int, int]:
     for f in files:
         n = pq.ParquetFile(fs.open(f, "rb")).metadata.num_rows
         rows += n
-        m = _KEY_RE.search(f)
-        if m:
-            ranges.setdefault(int(m.group(1)), []).append((int(m.group(2)), int(m.group(3)), n))
+        k = parse_key(f)
+        if k is not None:
+            ranges.setdefault(k.partition, []).append((k.first_offset, k.last_offset, n))
     dup = 0
     for spans in ranges.values():
         spans.sort()
