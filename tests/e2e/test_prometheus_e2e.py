@@ -10,9 +10,11 @@ Two runs, each on a fresh local pipeline (:class:`devtools.runner.LocalPipeline`
   summed over app categories, match the simulator's truth per node pair over the whole run
   within the sampling bound (pairs with >= 1,000 expected samples); and, with every alert's
   ``for:`` set to 0, no alert expression was true at any evaluation (``ALERTS`` stays empty).
-- ``link_downgrade`` (300 s at 10x; tor2 port 2 toward gpu10 at 1G from t=60 s to t=200 s):
-  ``FabricLinkSpeedDowngrade`` goes pending, then ``firing`` for that port and no other, with
-  its shipped ``for: 2m`` divided by the speed (12 s).
+- ``link_downgrade`` (220 s at 10x; tor2 port 2 toward gpu10 at 1G with CRC errors from t=60 s
+  to t=200 s): ``FabricLinkSpeedDowngrade`` goes pending, then ``firing`` (``for:`` 6 s of wall
+  time instead of the shipped 2m, which at 10x would leave it 2 s to fire) for that port and no
+  other, and is resolved once the port is back at 25G; ``FabricPortErrorsPersistent``'s
+  expression (``for:`` 0) is true for that port only.
 
 Why 10x is honest here (docs/monitoring.md, "End-to-end test"): the matrix check compares
 whole-run totals, which the window-edge shifts of an accelerated replay do not change; and as
@@ -78,15 +80,13 @@ class Attached:
             lambda: (prom.value('max(fabricflow_metrics_last_window_end_seconds{stream=~"matrix.*"})') or 0) >= end_s,
             timeout=60, what="the scenario's last matrix window in Prometheus")
         # born-at-zero series show their value from their second scrape; cells of the last window come
-        # from several partitions: wait until the total is the same over three polls 1 s apart
-        last = [None]
+        # from several partitions: wait until the totals are the same in three polls 1 s apart
+        seen: list = []
 
         def stable():
-            v = (prom.value("sum(node_to_node_flow_traffic_bytes_total)"), prom.value("count(ALERTS)"))
-            same, last[0] = v == last[0], v
-            return same
-        for _ in range(2):
-            prom.wait_until(stable, timeout=30, interval=1.0, what="flow counters stop moving")
+            seen.append((prom.value("sum(node_to_node_flow_traffic_bytes_total)"), prom.value("count(ALERTS)")))
+            return len(seen) >= 3 and seen[-1] == seen[-2] == seen[-3]
+        prom.wait_until(stable, timeout=30, interval=1.0, what="flow counters stop moving")
         self.result = self.collect(prom, self.started_at, time.time())
 
 
@@ -134,7 +134,7 @@ def test_healthy_matrix_matches_truth_and_no_alert_is_ever_true(tmp_path, promet
         rng = _range_s(t0, t1)
         pairs = prom.query("sum by (src_node, dst_node) (node_to_node_flow_traffic_bytes_total)")
         # with for: 0 every evaluation whose expression was true left an ALERTS sample
-        fired = prom.query(f"max by (alertname) (max_over_time(ALERTS[{_range_s(t0, t1)}]))")
+        fired = prom.query(f"max by (alertname) (max_over_time(ALERTS[{rng}]))")
         return {
             "pairs": {(r["metric"]["src_node"], r["metric"]["dst_node"]): float(r["value"][1]) for r in pairs},
             "fired": {r["metric"]["alertname"]: r["metric"] for r in fired},
@@ -143,7 +143,8 @@ def test_healthy_matrix_matches_truth_and_no_alert_is_ever_true(tmp_path, promet
             "rules": [(r["name"], r.get("lastError")) for g in prom.rules() for r in g["rules"] if r["health"] == "err"],
             "wall_s": t1 - t0,
             "inputs": {k: prom.value(q.replace("[R", f"[{rng}")) for k, q in {**INPUTS, **EVENT_INPUTS}.items()},
-            "up_samples": prom.value(f'count_over_time(up{{job="fabricflow-metrics"}}[{_range_s(t0, t1)}])'),
+            "up_samples": prom.value(f'count_over_time(up{{job="fabricflow-metrics"}}[{rng}])'),
+            "evaluations": prom.value(f"max(count_over_time(node_direction:app_flow_traffic_bytes:rate5m[{rng}]))"),
         }
 
     att = Attached(prometheus_factory, collect, for_override="0s")
@@ -153,8 +154,11 @@ def test_healthy_matrix_matches_truth_and_no_alert_is_ever_true(tmp_path, promet
     assert run.datagrams > 1000
     assert res["rules"] == [], res["rules"]
     assert res["undecodable"] == [], res["undecodable"]
-    # the alert check covered the run: Prometheus scraped (and evaluated) all along
-    assert res["up_samples"] and res["up_samples"] >= 0.8 * res["wall_s"] / 0.5, (res["up_samples"], res["wall_s"])
+    # the alert check covered the run: Prometheus scraped all along, and evaluated the rules from the
+    # first closed window on (a recording rule's samples)
+    every = res["wall_s"] / 0.5
+    assert res["up_samples"] and res["up_samples"] >= 0.8 * every, (res["up_samples"], res["wall_s"])
+    assert res["evaluations"] and res["evaluations"] >= 0.5 * every, (res["evaluations"], res["wall_s"])
     print(f"healthy: alert inputs at their extreme over the run: {res['inputs']}")
     assert res["fired"] == {}, res["fired"]
     missing = [k for k in INPUTS if res["inputs"][k] is None]
@@ -183,11 +187,15 @@ def test_link_downgrade_alert_fires_for_the_downgraded_port(tmp_path, prometheus
             "states": sorted((r["metric"]["alertstate"], r["metric"].get("switch"), r["metric"].get("port"),
                               r["metric"].get("node")) for r in states),
             "active_now": [a["labels"] for a in prom.alerts() if a["labels"]["alertname"] == "FabricLinkSpeedDowngrade"],
+            "errors_fired": sorted({(r["metric"]["switch"], r["metric"]["port"], r["metric"]["node"]) for r in prom.query(
+                f'max_over_time(ALERTS{{alertname="FabricPortErrorsPersistent",alertstate="firing"}}[{rng}])')}),
             "min_speed": prom.value(f'min_over_time(sflow_port_speed_bps{{switch="tor2",port="2"}}[{rng}])'),
             "speed_now": prom.value('sflow_port_speed_bps{switch="tor2",port="2"}'),
         }
 
-    att = Attached(prometheus_factory, collect, for_override={"FabricLinkSpeedDowngrade": DOWNGRADE_FOR})
+    # the port's CRC errors (150/s) as well: the persistent-errors expression (for: 0 here) names that port only
+    att = Attached(prometheus_factory, collect,
+                   for_override={"FabricLinkSpeedDowngrade": DOWNGRADE_FOR, "FabricPortErrorsPersistent": "0s"})
     # the fault lasts t=60-200 s; 220 s leave the port back at 25G for two counter samples
     _run("link_downgrade", tmp_path, att, duration_s=220)
     res = att.result
@@ -195,3 +203,4 @@ def test_link_downgrade_alert_fires_for_the_downgraded_port(tmp_path, prometheus
     assert res["min_speed"] == 1e9 and res["speed_now"] == 25e9, res
     assert res["states"] == [("firing", "tor2", "2", "gpu10"), ("pending", "tor2", "2", "gpu10")], res
     assert res["active_now"] == [], res  # resolved once the port is back at its configured speed
+    assert res["errors_fired"] == [("tor2", "2", "gpu10")], res
