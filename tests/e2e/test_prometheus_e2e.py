@@ -118,8 +118,10 @@ INPUTS = {
     "port speed / configured (FabricLinkSpeedDowngrade < 1)":
         "min(min_over_time((max by (switch, port, node) (sflow_port_speed_bps)"
         " / on(switch, port, node) max by (switch, port, node) (sflow_port_configured_speed_bps))[R:500ms]))",
-    "port errors/s (FabricPortErrorsPersistent > 0.1)": "max(max_over_time(switch_port_direction:sflow_port_errors:rate5m[R]))",
-    "port discards/s (FabricPortDiscardBurst > 1)": "max(max_over_time(switch_port_direction:sflow_port_discards:rate5m[R]))",
+    "port errors/s (FabricPortErrorsPersistent > 0.1)":
+        "max(max_over_time(switch_port_direction:sflow_port_errors:rate5m[R]))",
+    "port discards/s (FabricPortDiscardBurst > 1)":
+        "max(max_over_time(switch_port_direction:sflow_port_discards:rate5m[R]))",
     "straggler flagged (FabricStraggler)": "max(max_over_time(straggler_flagged[R]))",
 }
 # Inputs that exist only once something happened (a first incast, a first policy alert): absent is fine.
@@ -140,7 +142,8 @@ def test_healthy_matrix_matches_truth_and_no_alert_is_ever_true(tmp_path, promet
             "fired": {r["metric"]["alertname"]: r["metric"] for r in fired},
             "folded": prom.value("sum(fabricflow_metrics_series_folded_total)") or 0.0,
             "undecodable": prom.query("fabricflow_metrics_undecodable_messages_total > 0"),
-            "rules": [(r["name"], r.get("lastError")) for g in prom.rules() for r in g["rules"] if r["health"] == "err"],
+            "rules": [(r["name"], r.get("lastError")) for g in prom.rules() for r in g["rules"]
+                      if r["health"] == "err"],
             "wall_s": t1 - t0,
             "inputs": {k: prom.value(q.replace("[R", f"[{rng}")) for k, q in {**INPUTS, **EVENT_INPUTS}.items()},
             "up_samples": prom.value(f'count_over_time(up{{job="fabricflow-metrics"}}[{rng}])'),
@@ -186,9 +189,11 @@ def test_link_downgrade_alert_fires_for_the_downgraded_port(tmp_path, prometheus
         return {
             "states": sorted((r["metric"]["alertstate"], r["metric"].get("switch"), r["metric"].get("port"),
                               r["metric"].get("node")) for r in states),
-            "active_now": [a["labels"] for a in prom.alerts() if a["labels"]["alertname"] == "FabricLinkSpeedDowngrade"],
-            "errors_fired": sorted({(r["metric"]["switch"], r["metric"]["port"], r["metric"]["node"]) for r in prom.query(
-                f'max_over_time(ALERTS{{alertname="FabricPortErrorsPersistent",alertstate="firing"}}[{rng}])')}),
+            "active_now": [a["labels"] for a in prom.alerts()
+                           if a["labels"]["alertname"] == "FabricLinkSpeedDowngrade"],
+            "errors_fired": sorted({
+                (r["metric"]["switch"], r["metric"]["port"], r["metric"]["node"]) for r in prom.query(
+                    f'max_over_time(ALERTS{{alertname="FabricPortErrorsPersistent",alertstate="firing"}}[{rng}])')}),
             "min_speed": prom.value(f'min_over_time(sflow_port_speed_bps{{switch="tor2",port="2"}}[{rng}])'),
             "speed_now": prom.value('sflow_port_speed_bps{switch="tor2",port="2"}'),
         }
