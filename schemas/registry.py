@@ -28,6 +28,7 @@ __all__ = [
     "decode_record",
     "derive_batch_schema",
     "encode_record",
+    "error_reason",
     "header",
     "parsed",
     "schema_fingerprint",
@@ -47,6 +48,22 @@ RECORD_SCHEMAS = ("matrix_cell", "incast_event", "straggler_score", "link_health
 
 class CodecError(Exception):
     """A message that is not a fabricflow Avro single-object message."""
+
+
+def error_reason(err: Exception) -> str:
+    """Bounded reason label for a message that could not be decoded (metrics label, never free text)."""
+    if not isinstance(err, CodecError):
+        return "corrupt"
+    msg = str(err)
+    if "single-object" in msg:
+        return "not_avro"
+    if "unknown schema" in msg:
+        return "unknown_schema"
+    if msg.startswith("expected") or "is not a batch schema" in msg:
+        return "wrong_schema"
+    if "empty message" in msg:
+        return "empty"
+    return "corrupt"
 
 
 def derive_batch_schema(record_name: str, record: dict | None = None) -> dict:
