@@ -3,6 +3,8 @@ week of rollups (``--week``: see :func:`week_main`).
 
     .venv/bin/python bench/archive_query.py [--rows 100000000] [--dir PATH] [--keep]
                                             [--partitions 4] [--raw] [--runs 3] [--hour 10] [--json FILE]
+    .venv/bin/python bench/archive_query.py --week [--rate 200000] [--raw-rows 8000000] [--partitions 4]
+                                            [--runs 3] [--dir PATH] [--keep] [--json FILE]
 
 Generates one UTC day of ``flows_enriched`` (and ``flows_raw`` with ``--raw``)
 in a temporary directory on local disk with the sink's own code path
@@ -323,7 +325,7 @@ def time_reports(root: str, hour: int, runs: int) -> list[dict]:
             if name == "sql count(*)":
                 in_range = res.column("n")[0].as_py()
             r = {"range": rname, "report": name, "median_s": statistics.median(secs), "min_s": min(secs),
-                 "runs": runs, "result_rows": res.num_rows, "files_read": len(used),
+                 "cpu_s": statistics.median(cpus), "runs": runs, "result_rows": res.num_rows, "files_read": len(used),
                  "rows_in_files": sum(rows_of[f] for f in used)}
             out.append(r)
             print(f"  {rname:6} {name:13} median {r['median_s']:7.2f} s  min {r['min_s']:7.2f} s  "
@@ -529,12 +531,13 @@ def time_week(root: str, runs: int) -> list[dict]:
                  ("sql count(*)", lambda q, f, t, s: q.sql("SELECT count(*) AS n FROM flows_enriched", f, t))] \
             if src == "raw" else []
         for name, fn in reports + extra:
-            secs = []
+            secs, cpus = [], []
             for _ in range(runs):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 q = ArchiveQuery(None, root)
                 res = fn(q, frm, to, src)
                 secs.append(time.perf_counter() - t0)
+                cpus.append(time.process_time() - c0)
             used = q.answered if name not in ("segmentation", "sql count(*)") else [
                 ("flows_enriched", frm, to, len(q.files_used["flows_enriched"]))]
             rows = sum(pq.ParquetFile(f).metadata.num_rows for d, lo, hi, _ in used
@@ -544,15 +547,17 @@ def time_week(root: str, runs: int) -> list[dict]:
                  "datasets": " + ".join(f"{d} ({n})" for d, _, _, n in used), "rows_read": rows}
             out.append(r)
             print(f"  {rname:22} {name:13} median {r['median_s']:6.2f} s  min {r['min_s']:6.2f} s  "
+                  f"CPU {r['cpu_s']:5.2f} s  "
                   f"rows {rows:>12,}  {r['datasets']}", flush=True)
     return out
 
 
 def week_markdown(results: list[dict]) -> str:
-    lines = ["| range | report | median s | min s | datasets (files) | rows in files read | result rows |",
-             "| --- | --- | ---: | ---: | --- | ---: | ---: |"]
+    lines = ["| range | report | median s | min s | CPU s | datasets (files) | rows in files read | result rows |",
+             "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
     for r in results:
-        lines.append(f"| {r['range']} | `{r['report']}` | {r['median_s']:.2f} | {r['min_s']:.2f} | {r['datasets']} | "
+        lines.append(f"| {r['range']} | `{r['report']}` | {r['median_s']:.2f} | {r['min_s']:.2f} | {r['cpu_s']:.2f} | "
+                     f"{r['datasets']} | "
                      f"{r['rows_read']:,} | {r['result_rows']:,} |")
     return "\n".join(lines)
 
