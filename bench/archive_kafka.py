@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/archive_kafka.py [--rows 2000000] [--batch 4096] [--partitions 2]
 
-Starts its own embedded stack (Tansu memory engine on 127.0.0.1:39092,
-SeaweedFS S3 on 127.0.0.1:38333; ``--kafka-port``/``--s3-port`` to move them),
+Starts its own embedded stack (Tansu memory engine on 127.0.0.1:21092,
+SeaweedFS S3 on 127.0.0.1:21333; ``--kafka-port``/``--s3-port`` to move them),
 produces ``--rows`` raw flows spread over two event hours as FlowBatch
 messages of ``--batch`` rows (as ingest publishes them), then runs one
 ArchiveService in this process until every row is written and committed.
@@ -46,10 +46,10 @@ from fabricflow.settings import load_settings  # noqa: E402
 from devtools.stack import EmbeddedStack  # noqa: E402
 from fabricflow.streams import ensure_topics  # noqa: E402
 from schemas import codec  # noqa: E402
-from sinks import service as service_mod  # noqa: E402
+from sinks import archive_service as service_mod  # noqa: E402
 from sinks.archive import ParquetWriter  # noqa: E402
 from sinks.arrow_schema import table_from_columns  # noqa: E402
-from sinks.service import ArchiveService  # noqa: E402
+from sinks.archive_service import ArchiveService  # noqa: E402
 
 
 def _cpu() -> float:
@@ -105,9 +105,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--file-rows", type=int, default=250_000, help="max rows per Parquet file")
     ap.add_argument("--batch-messages", type=int, default=1000, help="max messages per consume() call")
-    ap.add_argument("--kafka-port", type=int, default=39092)
-    ap.add_argument("--s3-port", type=int, default=38333)
-    ap.add_argument("--s3-base-port", type=int, default=38400)
+    ap.add_argument("--kafka-port", type=int, default=21092)
+    ap.add_argument("--s3-port", type=int, default=21333)
+    ap.add_argument("--s3-base-port", type=int, default=21400)
     ap.add_argument("--repeat", type=int, default=1, help="service runs on the same messages (new group each)")
     ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval for the run (GIL hand-over, s)")
     ap.add_argument("--write-queue-rows", type=int, help="ArchiveService write_queue_rows (0 = no writer thread)")

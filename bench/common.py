@@ -58,6 +58,9 @@ class Stream:
     refresh: int = 1000
     source: str = ""
     meta: dict = field(default_factory=dict)
+    stamps: list[list[tuple[int, int, int]]] | None = None
+    """Per data datagram, per flow: (offset of the source address's last two bytes, offset of the
+    source port, 1) -- where :class:`Sender` writes a running flow counter so that no flow repeats."""
 
     @property
     def records_per_datagram(self) -> float:
@@ -179,21 +182,66 @@ def netflow_stream(version: int, records: int = 25, pool: int = 256, v6_records:
 
     tmpl_count = sum(len(v) > 0 for v in templates.values())  # v9 header count: records incl. templates
     tmpl = header(tmpl_count, len(sets)) + sets
-    data, counts = [], []
+    hlen = 20 if version == 9 else 16
+    data, counts, stamps = [], [], []
     for _ in range(pool):
         n4 = records - v6_records
         body = dataset(1024, _records(v4_fields, n4, rng, h, False))
+        st = _nf_stamps(v4_fields, n4, hlen + 4, 8)
         if v6_records:
+            st += _nf_stamps(v6_fields, v6_records, hlen + len(body) + 4, 27)
             body += dataset(2048, _records(v6_fields, v6_records, rng, h, True))
         data.append(header(records, len(body)) + body)
         counts.append(records)
+        stamps.append(st)
     return Stream(
         protocol="netflow9" if version == 9 else "ipfix",
         templates=[tmpl], data=data, records=counts,
         seq_offset=12 if version == 9 else 8, seq_per_record=version == 10,
         source=f"templates from {name}, generated records",
-        meta={"hosts": hosts},
+        meta={"hosts": hosts}, stamps=stamps,
     )
+
+
+def _nf_stamps(fields, n: int, start: int, addr_ie: int) -> list[tuple[int, int, int]]:
+    """Stamp offsets of ``n`` records of template ``fields`` starting at byte ``start``."""
+    offs, o = {}, 0
+    for ie, ln in fields:
+        offs[ie] = (o, ln)
+        o += ln
+    a_off, a_len = offs[addr_ie]
+    p_off, _ = offs[7]
+    return [(start + r * o + a_off + a_len - 2, start + r * o + p_off, 1) for r in range(n)]
+
+
+def sflow_stamps(d: bytes) -> list[tuple[int, int, int]]:
+    """Stamp offsets in every flow sample's sampled IPv4/IPv6 TCP/UDP header (outer headers)."""
+    u32 = lambda o: struct.unpack_from("!I", d, o)[0]  # noqa: E731
+    off = 8 + (4 if u32(4) == 1 else 16)
+    nsamples = u32(off + 12)
+    off += 16
+    out = []
+    for _ in range(nsamples):
+        fmt, ln = u32(off), u32(off + 4)
+        body, end = off + 8, off + 8 + ln
+        if fmt in (1, 3):
+            p = body + (28 if fmt == 1 else 40)  # the record count, then the records
+            nrec = u32(p)
+            p += 4
+            for _ in range(nrec):
+                rfmt, rlen = u32(p), u32(p + 4)
+                if rfmt == 1 and u32(p + 8) == 1:  # raw header, Ethernet
+                    h = p + 24
+                    et, l3 = struct.unpack_from("!H", d, h + 12)[0], h + 14
+                    while et in (0x8100, 0x88A8):
+                        et, l3 = struct.unpack_from("!H", d, l3 + 2)[0], l3 + 4
+                    if et == 0x0800 and d[l3 + 9] in (6, 17):
+                        out.append((l3 + 14, l3 + (d[l3] & 15) * 4, 1))
+                    elif et == 0x86DD and d[l3 + 6] in (6, 17):
+                        out.append((l3 + 22, l3 + 40, 1))
+                p += 8 + rlen
+        off = end
+    return out
 
 
 def sflow_stream(samples: int = 7, pool: int = 256) -> Stream:
@@ -215,7 +263,8 @@ def sflow_stream(samples: int = 7, pool: int = 256) -> Stream:
     keep = [(d, c) for d, c in zip(data, counts) if c > 0]
     ver = struct.unpack_from("!I", keep[0][0], 4)[0]
     seq_off = 16 if ver == 1 else 28  # after version, address type, agent address, sub-agent id
-    return Stream("sflow", [], [d for d, _ in keep], [c for _, c in keep], seq_off, False, source=source)
+    return Stream("sflow", [], [d for d, _ in keep], [c for _, c in keep], seq_off, False, source=source,
+                  stamps=[sflow_stamps(d) for d, _ in keep])
 
 
 # --------------------------------------------------------------------------- sender
@@ -233,15 +282,52 @@ class SendResult:
 
 
 class Sender:
-    """Paced UDP sender of a :class:`Stream` to 127.0.0.1:port, rewriting header sequence numbers."""
+    """Paced UDP sender of a :class:`Stream` to 127.0.0.1:port, rewriting header sequence numbers.
 
-    def __init__(self, stream: Stream, port: int, host: str = "127.0.0.1"):
+    With ``unique`` (and stamp offsets in the stream), no flow repeats: before a
+    datagram of the pool goes out again, every flow in it gets the next values
+    of a running 32-bit counter in its source port and the last two bytes of
+    its source address (numpy, one pass per chunk of datagrams). Collectors
+    that aggregate in memory (pmacct) then see as many distinct flows as were
+    sent, as from a real fabric, instead of a pool of a few thousand.
+    """
+
+    def __init__(self, stream: Stream, port: int, host: str = "127.0.0.1", unique: bool = True):
+        import numpy as np
+
         self.stream = stream
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         self.sock.connect((host, port))
-        self.bufs = [bytearray(d) for d in stream.data]
         self.seq = 0
+        self.flow_counter = 0
+        n = len(stream.data)
+        width = max(map(len, stream.data))
+        self.pool = np.zeros((n, width), dtype=np.uint8)
+        for k, d in enumerate(stream.data):
+            self.pool[k, : len(d)] = np.frombuffer(d, dtype=np.uint8)
+        self.bufs = [memoryview(self.pool[k, : len(d)]) for k, d in enumerate(stream.data)]
+        self.unique = bool(unique and stream.stamps)
+        if self.unique:
+            per = [np.asarray(st, dtype=np.int64).reshape(-1, 3) for st in stream.stamps]
+            base = np.arange(n, dtype=np.int64) * width
+            self._addr = np.concatenate([p[:, 0] + b for p, b in zip(per, base)])
+            self._port = np.concatenate([p[:, 1] + b for p, b in zip(per, base)])
+            self._first = np.concatenate([[0], np.cumsum([len(p) for p in per])])
+
+    def _stamp(self, k0: int, k1: int) -> None:
+        """Give the flows of pool datagrams ``k0 .. k1-1`` the next counter values."""
+        import numpy as np
+
+        a, b = self._first[k0], self._first[k1]
+        v = np.arange(self.flow_counter, self.flow_counter + (b - a), dtype=np.int64)
+        self.flow_counter += b - a
+        flat = self.pool.reshape(-1)
+        pa, pp = self._addr[a:b], self._port[a:b]
+        flat[pa] = (v >> 24) & 255
+        flat[pa + 1] = (v >> 16) & 255
+        flat[pp] = (v >> 8) & 255
+        flat[pp + 1] = v & 255
 
     def send_templates(self) -> int:
         st = self.stream
@@ -265,11 +351,14 @@ class Sender:
         sent = records = 0
         sent += self.send_templates()
         refresh = st.refresh if st.templates else 0
+        stamp = self._stamp if self.unique else None
         t0 = time.perf_counter()
         i = 0
         seq = self.seq
         while i < total:
-            end = min(i + chunk, total)
+            end = min(i + chunk, total, i - i % npool + npool)  # a chunk never wraps around the pool
+            if stamp is not None:
+                stamp(i % npool, (end - 1) % npool + 1)
             for j in range(i, end):
                 k = j % npool
                 b = bufs[k]
@@ -332,7 +421,7 @@ def process_tree(pid: int) -> list[int]:
 
 
 def cpu_seconds(pid: int, tree: bool = True) -> float:
-    """User + system CPU seconds of ``pid`` (and its live descendants), all threads."""
+    """User + system CPU seconds of ``pid`` and its live descendants (all threads), and of reaped children."""
     total = 0.0
     for p in process_tree(pid) if tree else [pid]:
         try:
@@ -340,7 +429,9 @@ def cpu_seconds(pid: int, tree: bool = True) -> float:
                 cols = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(cols[11]) + int(cols[12])) / CLK_TCK
+        # own user + system time, plus that of its children already reaped (pmacct forks a
+        # process per cache purge: that is where its Kafka plugin serialises and produces)
+        total += (int(cols[11]) + int(cols[12]) + int(cols[13]) + int(cols[14])) / CLK_TCK
     return total
 
 

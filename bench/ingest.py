@@ -1,4 +1,4 @@
-"""End-to-end ingest benchmark on loopback: fabricflow against nfacctd (pmacct) and nfcapd (nfdump).
+"""End-to-end ingest benchmark on loopback: fabricflow against pmacct (print and Kafka plugins) and nfcapd.
 
 For each protocol (NetFlow v9 and IPFIX with 25 records per datagram using
 softflowd's templates, sFlow v5 with 7 flow samples per datagram) and each
@@ -13,19 +13,31 @@ loss is kept. Collectors:
   drops. Loss = datagrams sent - datagrams counted (and records dropped
   before Kafka).
 * ``nfacctd`` (``sfacctd`` for sFlow): print plugin aggregating on
-  peer_src_ip, src_host, dst_host, proto, written on exit; every record is
-  decoded. Counted from the sum of PACKETS in its output against the packets
-  sent.
+  peer_src_ip, dst_host, proto, written on exit; every record is decoded.
+  Counted from the sum of PACKETS in its output against the packets sent.
+* ``nfacctd-kafka`` (``sfacctd-kafka``): pmacct's Kafka plugin publishing JSON
+  to the same embedded broker, one message per flow (aggregate = peer, both
+  hosts, both ports, protocol: every flow is its own aggregate because the
+  sender never repeats one), purged every second. LD_PRELOADs the librdkafka
+  of the confluent-kafka wheel (Debian's 2.0.2 cannot parse Tansu's
+  ApiVersions reply). Counted by reading its topic (messages and the sum of
+  "packets"): pmacct loses silently between its processes under load, with no
+  kernel drop and no log line.
 * ``nfcapd``: ``nfcapd -w DIR -p PORT -t 60``, counted with ``nfdump -R DIR -I``
   (Flows). nfcapd 1.7.1 has no sFlow (sfcapd is not packaged): skipped there.
 
+The sender never repeats a flow: every datagram of its pool gets fresh source
+ports/addresses (a running counter) before it goes out again, so collectors that
+aggregate in memory see as many distinct flows as were sent.
+
 CPU time is read from /proc for the collector's whole process tree (all
-threads, librdkafka's included). Everything binds 127.0.0.1 only; all
+threads, librdkafka's included, and reaped children: pmacct forks per purge). Everything binds 127.0.0.1 only; all
 children are stopped on exit. Bounded: each step sends ``--step-seconds``
 (default 2 s), at most ``--max-steps`` steps per collector and protocol.
 
-    .venv/bin/python bench/ingest.py [--protocols netflow9,ipfix,sflow] [--collectors fabricflow,nfacctd,nfcapd]
-                                     [--step-seconds 2] [--sink kafka|null|discard] [--json out.json]
+    .venv/bin/python bench/ingest.py [--protocols netflow9,ipfix,sflow] [--collectors fabricflow,nfacctd,nfacctd-kafka,nfcapd]
+                                     [--step-seconds 2] [--rounds 1] [--sink kafka|null|discard] [--json out.json]
+                                     [--kafka-port 21192]
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -57,7 +70,8 @@ from bench.common import (  # noqa: E402
 
 LOSS_MAX = 0.001
 PROTOCOLS = ("netflow9", "ipfix", "sflow")
-COLLECTORS = ("fabricflow", "nfacctd", "nfcapd")
+COLLECTORS = ("fabricflow", "nfacctd", "nfacctd-kafka", "nfcapd")
+PMACCT = ("nfacctd", "nfacctd-kafka")  # sfacctd for sFlow
 
 
 # --------------------------------------------------------------------------- fabricflow worker process
@@ -245,11 +259,13 @@ class PeerCollector:
 
     per_step = True
 
-    def __init__(self, name: str, protocol: str, port: int, cpu: int, workdir: Path):
+    def __init__(self, name: str, protocol: str, port: int, cpu: int, workdir: Path, bootstrap: str | None = None):
         self.name, self.protocol, self.port, self.cpu = name, protocol, port, cpu
         self.workdir = workdir
+        self.bootstrap = bootstrap
         self.proc: subprocess.Popen | None = None
         self.step = 0
+        self.topic = ""
 
     def _argv(self, d: Path) -> list[str]:
         if self.name == "nfcapd":
@@ -259,32 +275,63 @@ class PeerCollector:
         daemon = "sfacctd" if self.protocol == "sflow" else "nfacctd"
         pfx = daemon
         conf = d / "pmacct.conf"
-        conf.write_text(
+        common = (
             "daemonize: false\n"
             f"{pfx}_ip: 127.0.0.1\n"
             f"{pfx}_port: {self.port}\n"
             f"{pfx}_pipe_size: {RCVBUF}\n"
-            "plugins: print[p]\n"
-            f"print_output_file[p]: {d / 'out.csv'}\n"
-            "print_output_file_append[p]: true\n"
-            "print_output[p]: csv\n"
-            "print_refresh_time[p]: 3600\n"
-            "aggregate[p]: peer_src_ip, src_host, dst_host, proto\n"
             # pmacct's own advice when its core-to-plugin pipe overflows: larger buffers
             "plugin_pipe_size[p]: 67108864\n"
             "plugin_buffer_size[p]: 65536\n"
         )
+        if self.name == "nfacctd-kafka":
+            # Every flow is its own aggregate (the sender never repeats a 5-tuple), so every
+            # record is published: one JSON message per flow, as pmacct's Kafka plugin does by default.
+            host, port = self.bootstrap.rsplit(":", 1)
+            # librdkafka's local queue (default 100,000 messages) must hold a whole purge (one
+            # message per flow), or pmacct drops what does not fit, silently (seen: 99.9 % of a
+            # 266,000-flow step). fabricflow's queue holds 100,000 messages of up to 4,096 records.
+            (d / "librdkafka.conf").write_text(
+                "global, queue.buffering.max.messages, 2000000\n"
+                "global, queue.buffering.max.kbytes, 2097151\n"
+            )
+            conf.write_text(common + (
+                f"kafka_config_file[p]: {d / 'librdkafka.conf'}\n"
+                "plugins: kafka[p]\n"
+                "kafka_output[p]: json\n"
+                f"kafka_broker_host[p]: {host}\n"
+                f"kafka_broker_port[p]: {port}\n"
+                f"kafka_topic[p]: {self.topic}\n"
+                "kafka_refresh_time[p]: 1\n"
+                f"kafka_cache_entries[p]: {KAFKA_CACHE_ENTRIES}\n"
+                "aggregate[p]: peer_src_ip, src_host, dst_host, src_port, dst_port, proto\n"
+            ))
+        else:
+            # Aggregated on fields the sender does not make unique: the print plugin's cache stays small.
+            conf.write_text(common + (
+                "plugins: print[p]\n"
+                f"print_output_file[p]: {d / 'out.csv'}\n"
+                "print_output_file_append[p]: true\n"
+                "print_output[p]: csv\n"
+                "print_refresh_time[p]: 3600\n"
+                "aggregate[p]: peer_src_ip, dst_host, proto\n"
+            ))
         return [daemon, "-f", str(conf)]
 
     def start(self) -> None:
         self.step += 1
         self.dir = self.workdir / f"{self.name}-{self.protocol}-{self.step}"
         self.dir.mkdir(parents=True)
+        env = None
+        if self.name == "nfacctd-kafka":
+            self.topic = f"bench-pmacct-{self.protocol}-{self.step}-{os.getpid()}"
+            _create_topic(self.bootstrap, self.topic)
+            env = {**os.environ, "LD_PRELOAD": wheel_librdkafka()}
         argv = self._argv(self.dir)
         self.log = open(self.dir / "log", "wb")
         cpu = self.cpu
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     preexec_fn=lambda: pin(0, cpu))
+                                     preexec_fn=lambda: pin(0, cpu), env=env)
         _CHILDREN.append(self.proc.pid)
         deadline = time.monotonic() + 10
         while not _udp_bound(self.port):
@@ -314,6 +361,10 @@ class PeerCollector:
             kv = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
             res = {"records": int(kv.get("Flows", 0)), "packets": int(kv.get("Packets", 0)),
                    "sequence_failures": int(kv.get("Sequence failures", 0))}
+        elif self.name == "nfacctd-kafka":
+            messages, objects, packets = read_pmacct_topic(self.bootstrap, self.topic)
+            _delete_topic(self.bootstrap, self.topic)
+            res = {"records": None, "packets": packets, "messages": messages, "objects": objects}
         else:
             packets = 0
             out = self.dir / "out.csv"
@@ -321,14 +372,85 @@ class PeerCollector:
                 with open(out) as f:
                     for line in f:
                         cols = line.rstrip("\n").split(",")
-                        if len(cols) >= 6 and cols[4].isdigit():
-                            packets += int(cols[4])
+                        if len(cols) >= 4 and cols[-2].isdigit():
+                            packets += int(cols[-2])
             res = {"records": None, "packets": packets}
         log_lines = (self.dir / "log").read_text(errors="replace").splitlines()
         errors = [ln for ln in log_lines if "ERROR" in ln or "WARN" in ln]
         res["log"] = errors[-1].strip()[:120] if errors else ""
         shutil.rmtree(self.dir, ignore_errors=True)
         return res
+
+
+KAFKA_CACHE_ENTRIES = int(os.environ.get("BENCH_PMACCT_CACHE", 131_071))  # aggregates held between purges (~530 MB)
+_PACKETS = re.compile(rb'"packets": ?(\d+)')
+
+
+def wheel_librdkafka() -> str:
+    """The librdkafka shipped in the confluent-kafka wheel (pmacct is LD_PRELOADed with it).
+
+    Debian's librdkafka 2.0.2, which pmacct links, cannot parse the embedded
+    broker's (Tansu) ApiVersions reply; the wheel's newer build can.
+    """
+    import confluent_kafka
+
+    libs = Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs"
+    found = sorted(libs.glob("librdkafka*.so*"))
+    if not found:
+        raise RuntimeError(f"no librdkafka in {libs}: pmacct's Kafka plugin cannot talk to the embedded broker")
+    return str(found[0])
+
+
+def _create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
+    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        f.result(30)
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        for f in admin.delete_topics([topic]).values():
+            f.result(30)
+    except Exception as e:  # the broker keeps the topic in memory; not fatal for the bench
+        print(f"  (could not delete {topic}: {e})")
+
+
+def read_pmacct_topic(bootstrap: str, topic: str, idle_s: float = 2.0, max_s: float = 120.0) -> tuple[int, int, int]:
+    """(messages, JSON objects, sum of "packets") on ``topic``, read from the start until idle.
+
+    Counted from what was read, never from the high watermark (Tansu reports it wrong).
+    """
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{topic}", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "fetch.max.bytes": 64 << 20, "session.timeout.ms": 6000})
+    c.subscribe([topic])
+    messages = objects = packets = 0
+    find = _PACKETS.findall
+    last = time.monotonic()
+    deadline = last + max_s
+    try:
+        while time.monotonic() < deadline:
+            batch = c.consume(10_000, 0.5)
+            got = [m for m in batch if m.error() is None]
+            if not got:
+                if time.monotonic() - last > idle_s and (messages or time.monotonic() - last > 15):
+                    break
+                continue
+            last = time.monotonic()
+            messages += len(got)
+            for m in got:
+                v = find(m.value())
+                objects += len(v)
+                packets += sum(map(int, v))
+    finally:
+        c.close()
+    return messages, objects, packets
 
 
 # --------------------------------------------------------------------------- steps and ladder
@@ -371,7 +493,8 @@ def run_step(coll, stream: Stream, packets_per_dg: float, rate: float, seconds: 
             c = coll.counts()
             return (q, c["datagrams"], c["delivered"] + c["dropped"] + c["failed"], c["queue"])
 
-        wait_quiet(progress, timeout_s=15, stable_s=0.4, poll_s=0.1)
+        # pmacct's Kafka plugin publishes its cache every kafka_refresh_time (1 s): wait past one
+        wait_quiet(progress, timeout_s=20, stable_s=2.5 if coll.name == "nfacctd-kafka" else 0.4, poll_s=0.1)
         cpu1 = cpu_seconds(coll.pid)
         _, d1 = udp_socket_stats(coll.port)
         drops = d1 - d0
@@ -388,6 +511,8 @@ def run_step(coll, stream: Stream, packets_per_dg: float, rate: float, seconds: 
             refreshes = 1 + res.datagrams // max(stream.refresh, 1)
             recv_dg = recv_records / stream.records_per_datagram + len(stream.templates) * refreshes
             loss = max(0.0, 1 - recv_records / res.records) if res.records else 1.0
+            if "objects" in r:
+                note = (note + f" published {r['objects']:,} records").strip()
             if loss >= LOSS_MAX and r.get("log"):
                 note = (note + f" log: {r['log']}").strip()
         else:
@@ -396,8 +521,9 @@ def run_step(coll, stream: Stream, packets_per_dg: float, rate: float, seconds: 
             recv_records = c1["records"] - c0["records"]
             kafka_lost = (c1["dropped"] - c0["dropped"]) + (c1["failed"] - c0["failed"])
             undelivered = recv_records - (c1["delivered"] - c0["delivered"]) if coll.bootstrap else 0
-            if res.datagrams:
-                loss = max((res.datagrams - recv_dg) / res.datagrams, kafka_lost / max(recv_records, 1))
+            if res.datagrams:  # every record must be acknowledged by Kafka
+                loss = max((res.datagrams - recv_dg) / res.datagrams,
+                           (kafka_lost + max(undelivered, 0)) / max(recv_records, 1))
             else:
                 loss = 1.0
             if kafka_lost or undelivered > 0:
@@ -520,34 +646,43 @@ def packets_per_datagram(stream: Stream) -> float:
     return tot / len(stream.data)
 
 
+def display(protocol: str, collector: str) -> str:
+    """pmacct's sFlow daemon is sfacctd."""
+    return collector.replace("nfacctd", "sfacctd") if protocol == "sflow" else collector
+
+
 def table(best: dict, lines=print) -> None:
-    """Per protocol and collector: highest clean rate, its records/s, CPU cost, ratios to the faster peer."""
-    hdr = (f"{'protocol':9s} {'collector':10s} {'clean dg/s':>11s} {'records/s':>11s} {'CPU s/1M rec':>12s} "
-           f"{'rec/CPU-s':>11s} {'rate ratio':>10s} {'CPU ratio':>9s}")
+    """Per protocol and collector: highest clean rate, its records/s, CPU cost; fabricflow's ratio to every peer."""
+    hdr = (f"{'protocol':9s} {'collector':14s} {'clean dg/s':>11s} {'records/s':>11s} {'CPU s/1M rec':>12s} "
+           f"{'rec/CPU-s':>11s}")
     lines(hdr)
     lines("-" * len(hdr))
     for proto in PROTOCOLS:
         rows = {c: s for (p, c), s in best.items() if p == proto}
         if not rows:
             continue
-        peers = [s for c, s in rows.items() if c != "fabricflow" and s]
-        fastest = max((s.rate * _rpd(s) for s in peers), default=None)
-        cheapest = max((_rec_per_cpu(s) for s in peers), default=None)
         for coll in COLLECTORS:
             if coll not in rows:
                 continue
             s = rows[coll]
+            name = display(proto, coll)
             if s is None:
-                lines(f"{proto:9s} {coll:10s} {'none clean':>11s}")
+                lines(f"{proto:9s} {name:14s} {'none clean':>11s}")
                 continue
-            rps = s.rate * _rpd(s)
             rpc = _rec_per_cpu(s)
-            ratio = f"{rps / fastest:.2f}x" if fastest and coll == "fabricflow" else ""
-            cratio = f"{rpc / cheapest:.2f}x" if cheapest and coll == "fabricflow" else ""
             mark = ">=" if "sender-bound" in s.note else ""
             cost = 1e6 / rpc if rpc else 0.0
-            lines(f"{proto:9s} {coll:10s} {mark + format(s.rate, ',.0f'):>11s} {rps:>11,.0f} {cost:>12.2f} "
-                  f"{rpc:>11,.0f} {ratio:>10s} {cratio:>9s}")
+            lines(f"{proto:9s} {name:14s} {mark + format(s.rate, ',.0f'):>11s} {s.rate * _rpd(s):>11,.0f} "
+                  f"{cost:>12.2f} {rpc:>11,.0f}")
+        ff = rows.get("fabricflow")
+        for coll in COLLECTORS:
+            peer = rows.get(coll)
+            if coll == "fabricflow" or coll not in rows or not ff or not peer:
+                continue
+            rate = ff.rate * _rpd(ff) / (peer.rate * _rpd(peer))
+            cpu = _rec_per_cpu(ff) / _rec_per_cpu(peer) if _rec_per_cpu(peer) else float("nan")
+            bound = " (peer sender-bound: its ceiling is higher)" if "sender-bound" in peer.note else ""
+            lines(f"{proto:9s} fabricflow / {display(proto, coll):14s} rate {rate:5.2f}x  CPU per record {cpu:5.2f}x{bound}")
 
 
 def _rec_per_cpu(s: Step) -> float:
@@ -571,11 +706,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=7, help="sFlow flow samples per datagram")
     ap.add_argument("--sink", choices=("kafka", "null", "discard"), default="kafka",
                     help="fabricflow output: embedded broker; null = Avro-encode, discard; discard = no encode")
-    ap.add_argument("--kafka-port", type=int, default=39192)
+    ap.add_argument("--kafka-port", type=int, default=21192)
     ap.add_argument("--sender-cpu", type=int, default=0)
     ap.add_argument("--collector-cpu", type=int, default=1)
     ap.add_argument("--profile", help="write a cProfile of the fabricflow worker to this file (one run)")
     ap.add_argument("--json", help="write every step as JSON here")
+    ap.add_argument("--rounds", type=int, default=1, help="alternate the collectors this often; best round kept")
     a = ap.parse_args(argv)
     protocols = [p for p in a.protocols.split(",") if p]
     collectors = [c for c in a.collectors.split(",") if c]
@@ -595,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         bootstrap = None
-        if "fabricflow" in collectors and a.sink == "kafka":
+        if ("fabricflow" in collectors and a.sink == "kafka") or "nfacctd-kafka" in collectors:
             from fabricflow.settings import load_settings
             from devtools.stack import EmbeddedStack
             from fabricflow.streams import ensure_topics
@@ -606,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
             if kport != a.kafka_port:
                 print(f"port {a.kafka_port} is taken: embedded broker on {kport}")
             st = load_settings(None, stack={"state_dir": str(workdir / "stack"), "kafka_port": kport,
-                                            "s3_port": 38433, "s3_base_port": 38500, "storage_engine": "memory"})
+                                            "s3_port": 21533, "s3_base_port": 21600, "storage_engine": "memory"})
             stack = EmbeddedStack(st, with_s3=False)
             stack.up()
             pin(stack.broker.pid() or 0, a.sender_cpu)  # broker shares the sender's CPU
@@ -621,29 +757,37 @@ def main(argv: list[str] | None = None) -> int:
             ppd = packets_per_datagram(stream)
             print(f"{proto}: {stream.source}, {stream.records_per_datagram:.1f} records/datagram, "
                   f"{sum(map(len, stream.data)) / len(stream.data):.0f} bytes/datagram", flush=True)
-            for coll_name in collectors:
-                if coll_name == "nfcapd" and proto == "sflow":
-                    continue
-                port = free_udp_port()
-                if coll_name == "fabricflow":
-                    coll = FabricflowCollector(port, a.collector_cpu, bootstrap, profile=a.profile, sink=a.sink)
-                    coll.start()
-                else:
-                    binary = "sfacctd" if (coll_name == "nfacctd" and proto == "sflow") else coll_name
-                    if shutil.which(binary) is None:
-                        print(f"  {coll_name}: {binary} not installed, skipped")
+            # Rounds alternate the collectors (fabricflow, then each peer, then again), so
+            # drifting load on the shared machine hits all of them; each keeps its best round.
+            for rnd in range(a.rounds):
+                for coll_name in collectors:
+                    if coll_name == "nfcapd" and proto == "sflow":
                         continue
-                    coll = PeerCollector(coll_name, proto, port, a.collector_cpu, workdir)
-                try:
-                    b, steps = ladder(lambda r: run_step(coll, stream, ppd, r, a.step_seconds, a.sender_cpu),
-                                      a.start_rate, a.max_rate, a.max_steps, log, a.retries)
-                finally:
+                    port = free_udp_port()
                     if coll_name == "fabricflow":
-                        rep = coll.stop()
-                        if rep:
-                            print(f"  fabricflow worker report: {rep}")
-                best[(proto, coll_name)] = b
-                all_steps += steps
+                        coll = FabricflowCollector(port, a.collector_cpu, bootstrap, profile=a.profile, sink=a.sink)
+                        coll.start()
+                    else:
+                        binary = ("sfacctd" if proto == "sflow" else "nfacctd") if coll_name in PMACCT else coll_name
+                        if shutil.which(binary) is None:
+                            print(f"  {coll_name}: {binary} not installed, skipped")
+                            continue
+                        coll = PeerCollector(coll_name, proto, port, a.collector_cpu, workdir, bootstrap)
+                    try:
+                        b, steps = ladder(lambda r: run_step(coll, stream, ppd, r, a.step_seconds, a.sender_cpu),
+                                          a.start_rate, a.max_rate, a.max_steps, log, a.retries)
+                    finally:
+                        if coll_name == "fabricflow":
+                            rep = coll.stop()
+                            if rep:
+                                print(f"  fabricflow worker report: {rep}")
+                    prev = best.get((proto, coll_name))
+                    if prev is None or (b is not None and b.rate * _rpd(b) > prev.rate * _rpd(prev)):
+                        best[(proto, coll_name)] = b
+                    all_steps += steps
+                    if b is not None:
+                        print(f"  round {rnd + 1}: {display(proto, coll_name)} {b.rate * _rpd(b):,.0f} records/s "
+                              f"loss-free, {1e6 / max(_rec_per_cpu(b), 1e-9):.2f} CPU-s per 1 M records", flush=True)
         print()
         print(f"Highest rate with < {LOSS_MAX:.1%} loss (one worker / one collector process tree on one pinned CPU; "
               f"total {time.monotonic() - t_start:.0f} s, load average {os.getloadavg()[0]:.2f})")

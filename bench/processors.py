@@ -318,7 +318,11 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     import json
     import zlib
 
-    import processors.app as app_mod
+    try:
+        from processors.worker import prepare as prepare_mod, service as app_mod, shuffle as shuffle_mod
+    except ImportError:  # FF_BENCH_CODE before processors/worker/
+        import processors.app as app_mod
+        prepare_mod = shuffle_mod = app_mod
     from processors.logic.core import ProcessorCore
     from schemas import codec
 
@@ -333,7 +337,7 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
         for attr in ("enrich", "enrich_labels"):  # the worker path calls enrich_labels (older code: enrich)
             if hasattr(ProcessorCore, attr):
                 timers.wrap(ProcessorCore, attr, "enrichment (prepare + detect)")
-        timers.wrap(app_mod, "shard_of", "shard_of")
+        timers.wrap(prepare_mod, "shard_of", "shard_of")
         from processors.logic.engine import Engine
         from processors.logic.policy import PolicyEngine
 
@@ -364,7 +368,7 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     proc.state = store
     legacy = not hasattr(proc, "handle_shuffle_events")  # code before manual acks: a snapshot per shuffle message
     take = getattr(settings.processors, "detect_batch_messages", 1)
-    src_of = getattr(app_mod, "source_of", lambda h: None)
+    src_of = getattr(shuffle_mod, "source_of", lambda h: None)
 
     def count_new_snapshots(before):
         nonlocal snaps, snap_bytes
@@ -597,7 +601,7 @@ def main() -> int:
     ap.add_argument("--event-seconds", type=float, default=300.0)
     ap.add_argument("--phase-seconds", type=float, default=1.0, help="event-time span of one step's records")
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--kafka-port", type=int, default=39292)
+    ap.add_argument("--kafka-port", type=int, default=21292)
     ap.add_argument("--spread", action="store_true",
                     help="pre-produce raw messages keyed by exporter over all partitions (default: all in partition 0, see docs)")
     ap.add_argument("--cpu", type=int, default=1, help="CPU for the measured code (worker / in-process runs); -1 = no pinning")

@@ -49,7 +49,7 @@ def sink_archive(
     """Consume the archived topics and write hourly Parquet files (exactly once); produce hourly summaries."""
     from fabricflow.logs import setup_logging
     from sinks.fs import ArchiveUrlError
-    from sinks.service import ArchiveService
+    from sinks.archive_service import ArchiveService
 
     s = settings_of(ctx)
     setup_logging(s.log_level)
@@ -264,7 +264,7 @@ def query_top(
 @with_query_options
 def query_matrix(
     ctx: typer.Context,
-    level: str = typer.Option("node", "--level", help="node or group."),
+    level: str = typer.Option("node", "--level", help="node, rack or group."),
     source: str = typer.Option("auto", "--source", help="matrix (matrix_windows), raw or flows (flows_enriched), "
                                "1m or 1h (traffic rollups) or auto: the coarsest rollup that answers the range exactly, "
                                "else matrix_windows, else raw. The dataset used is named on stderr."),
@@ -273,8 +273,8 @@ def query_matrix(
     opts: QueryOptions = QueryOptions(),
 ):
     """Traffic matrix (src, dst, category) summed over the range."""
-    if level not in ("node", "group"):
-        fail(f"--level must be node or group, got {level!r}")
+    if level not in ("node", "rack", "group"):
+        fail(f"--level must be node, rack or group, got {level!r}")
     _run(ctx, lambda q, lo, hi: q.matrix(lo, hi, level=level, source=source, exporter=exporter), opts,
          f"matrix ({level})")
 

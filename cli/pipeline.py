@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
             s = settings_of(ctx, processors={**s.processors.model_dump(), **upd})
         setup_logging(s.log_level)
         try:
-            from processors.app import run_processors
+            from processors.worker import run_processors
 
             raise typer.Exit(run_processors(s))
         except (CoreConfigError, InventoryError) as e:

@@ -1,4 +1,4 @@
-"""The ``fabricflow replay`` command: option parsing, progress and output around :mod:`replay.core`.
+"""The ``fabricflow replay`` command: option parsing, progress and output around :mod:`replay`.
 
 ``register(app)`` adds the command; :func:`run_replay` does the work and is
 callable without the CLI. Problems the user can fix (empty or missing range,
@@ -46,8 +46,8 @@ def run_replay(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> dict:
-    """Run one replay; returns a summary dict. Raises :class:`replay.core.ReplayError` on user errors."""
-    from replay import core as rp
+    """Run one replay; returns a summary dict. Raises :class:`replay.ReplayError` on user errors."""
+    import replay as rp
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -69,7 +69,7 @@ def run_replay(
         bar.start()
     try:
         if source == "archive":
-            fs, root = rp._archive_filesystem(settings.archive)
+            fs, root = rp.open_archive(settings.archive)
             src = rp.archive_source(fs, root, frm, to)
             if bar is not None:
                 task = bar.add_task("replay (rows read)", total=src.total_rows())
@@ -107,7 +107,7 @@ def run_replay(
         "outputs": dict(sorted(by_kind.items())),
     }
     if source == "archive" and meta["flow_records"] + meta["counter_samples"] == 0:
-        raise rp.ReplayError(f"no raw records between {rp._iso(span['from_ms'])} and {rp._iso(span['to_ms'])} "
+        raise rp.ReplayError(f"no raw records between {rp.iso_utc(span['from_ms'])} and {rp.iso_utc(span['to_ms'])} "
                              f"(the files of those hours hold none in range)")
     if report:
         rp.write_report(outputs, report, meta)
@@ -168,7 +168,7 @@ def register(app: typer.Typer) -> None:
         the range. See docs/replay.md.
         """
         from cli.context import fail, settings_of
-        from replay.core import ReplayError
+        from replay import ReplayError
 
         s = settings_of(ctx)
         if archive:

@@ -124,6 +124,7 @@ def run_demo(
     pipe = LocalPipeline(
         state,
         inventory=str(scen),
+        console=True,
         extra={
             "archive": {"url": f"file://{archive_dir}", "s3_endpoint": None, "s3_access_key": None, "s3_secret_key": None},
             # The simulator's ToR sFlow sees every packet once; core NetFlow/IPFIX see some again:
@@ -133,7 +134,8 @@ def run_demo(
         },
     )
     t0 = time.monotonic()
-    say(f"fabricflow demo: scenario {scen.stem}, {duration_s:.0f}s at {speed:g}x; starting broker, object store, ingest, processors, archive sink ...")
+    say(f"fabricflow demo: scenario {scen.stem}, {duration_s:.0f}s at {speed:g}x; starting broker, object store, ingest, "
+        "processors, archive sink, flow-metrics sink, console ...")
     sim_rc: list[int] = []
     stop = threading.Event()
     detections: list[Detection] = []
@@ -141,6 +143,8 @@ def run_demo(
     try:
         pipe.start()
         say(f"pipeline up in {time.monotonic() - t0:.1f}s (logs in {state}); sending {scen.stem} as sFlow/NetFlow/IPFIX to 127.0.0.1")
+        say(f"metrics: {pipe.metrics_url}")
+        say(f"console: {pipe.console_url}")
         settings = pipe.settings()
         feed = DetectionFeed(settings)
 

@@ -40,6 +40,8 @@ class PipelinePorts:
     processors_web: int = 6066
     archive_metrics: int = 9182
     processors_metrics: int = 9181
+    flow_metrics: int = 9183
+    console: int = 8090
 
     @classmethod
     def offset(cls, delta: int) -> "PipelinePorts":
@@ -54,6 +56,8 @@ class LocalPipeline:
     policy: str | None = None
     ports: PipelinePorts = field(default_factory=PipelinePorts)
     archive: bool = True
+    metrics: bool = True  # the flow-metrics sink (fabricflow sink metrics)
+    console: bool = False  # the web console (fabricflow console)
     extra: dict = field(default_factory=dict)  # settings overrides, by section
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
@@ -90,6 +94,8 @@ class LocalPipeline:
                 "metrics_port": p.archive_metrics,
                 "idle_flush_s": 10,
             },
+            "metrics": {"bind": "127.0.0.1", "port": p.flow_metrics},
+            "console": {"listen": f"127.0.0.1:{p.console}"},
             "stack": {
                 "state_dir": str(self.state_dir / "stack"),
                 "kafka_port": p.kafka,
@@ -134,11 +140,28 @@ class LocalPipeline:
         self._spawn("processors", ["process"])
         if self.archive:
             self._spawn("archive", ["sink", "archive"])
+        if self.metrics:
+            self._spawn("metrics", ["sink", "metrics"])
+        if self.console:
+            self._spawn("console", ["console"])
         self._wait_log("processors", "Worker ready", 90)
+        if self.metrics:
+            self._wait_http("metrics", f"{self.metrics_url.rsplit('/', 1)[0]}/healthz")
+        if self.console:
+            self._wait_http("console", self.console_url + "api/status")
         return self
 
+    @property
+    def metrics_url(self) -> str:
+        """Prometheus scrape URL of the flow-metrics sink."""
+        return f"http://127.0.0.1:{self.ports.flow_metrics}/metrics"
+
+    @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.console}/"
+
     def stop(self) -> None:
-        for name in ("ingest", "processors", "archive"):
+        for name in ("ingest", "processors", "archive", "metrics", "console"):
             proc = self.procs.get(name)
             if proc is not None and proc.poll() is None:
                 try:

@@ -24,7 +24,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 log = logging.getLogger("fabricflow.service")
 
@@ -36,14 +37,25 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def serve_http(registry, host: str, port: int, health: Callable[[], tuple[bool, str]]):
-    """Serve ``/metrics`` (Prometheus text of ``registry``) and ``/healthz`` in a daemon thread.
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a slow scrape does not hold /healthz
 
+
+def serve_http(registry, host: str, port: int, health: Callable[[], tuple[bool, str]], scrape=None):
+    """Serve ``/metrics`` and ``/healthz`` in a daemon thread; port 0 takes a free port (``server_port``).
+
+    ``/metrics`` is the Prometheus text of ``registry``, or ``scrape()`` (bytes) when given.
     ``health()`` returns (ok, reason). Returns the server (``.shutdown()`` and ``.server_close()`` to stop).
     """
-    from prometheus_client import make_wsgi_app
+    from prometheus_client import CONTENT_TYPE_LATEST, make_wsgi_app
 
-    metrics_app = make_wsgi_app(registry)
+    if scrape is None:
+        metrics_app = make_wsgi_app(registry)
+    else:
+        def metrics_app(environ, start_response):
+            body = scrape()
+            start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))])
+            return [body]
 
     def app(environ, start_response):
         path = environ.get("PATH_INFO")
@@ -56,7 +68,7 @@ def serve_http(registry, host: str, port: int, health: Callable[[], tuple[bool, 
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found: try /metrics or /healthz\n"]
 
-    server = make_server(host, port, app, handler_class=_QuietHandler)
+    server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server
 
@@ -131,15 +143,20 @@ class Service:
         """Run ``fn`` at :meth:`stop`, after everything registered later (reverse order)."""
         self._stops.append((name or getattr(fn, "__qualname__", "resource"), fn))
 
-    def serve_http(self, bind: str, port: int, registry=None) -> bool:
-        """Serve ``/metrics`` and ``/healthz`` on ``bind:port`` (0 = off); False (logged) when the port is taken."""
-        if not port:
+    def serve_http(self, bind: str, port: int | None, registry=None, *, scrape=None, required: bool = False) -> bool:
+        """Serve ``/metrics`` and ``/healthz`` on ``bind:port`` (port None or 0 with ``required`` = a free port;
+        0 otherwise = off). ``scrape``: a callable giving the /metrics body instead of ``registry``'s text.
+        False (logged) when the port is taken, unless ``required`` (then OSError)."""
+        if not port and not required:
             return False
         try:
-            self.http = serve_http(registry or self.registry, bind, port, self.health)
+            self.http = serve_http(registry or self.registry, bind, port or 0, self.health, scrape)
         except OSError as e:  # e.g. a second worker on the same host: run without metrics, say so
+            if required:
+                raise
             log.warning("%s: metrics port %s:%d unavailable (%s): running without /metrics", self.name, bind, port, e)
             return False
+        port = self.http.server_port
         server = self.http
         self.on_stop(lambda: (server.shutdown(), server.server_close()), "metrics http")
         log.info("%s: metrics on http://%s:%d/metrics", self.name, bind, port)

@@ -230,6 +230,24 @@ class ArchiveSettings(_Section):
         return v
 
 
+class MetricsSettings(_Section):
+    """The flow-metrics sink (`fabricflow sink metrics`): processors' outputs -> Prometheus /metrics."""
+
+    bind: str = Field("127.0.0.1", description="Address of the /metrics and /healthz HTTP server")
+    port: int = Field(9183, ge=0, le=65535, description="Port of /metrics and /healthz")
+    group: str = Field("fabricflow-metrics", description="Kafka consumer group (offsets are committed once a served scrape reflects them)")
+    series_budget: int = Field(
+        50_000, ge=100, description="Series budget of all families together: node pairs get what the other families "
+        "(never cut: group, rack, per-node, ports, detectors) leave, node pairs within a job first, then by rate; the rest "
+        "fold into src_node=dst_node=\"other\" (docs/metrics.md)",
+    )
+    inventory: str | None = Field(None, description="Inventory file (job membership, switches, capacities); default processors.inventory")
+    start_lookback_s: float = Field(
+        900.0, ge=0, description="A new consumer group starts with messages at most this old (by message timestamp); "
+        "older ones are skipped and counted",
+    )
+
+
 class StackSettings(_Section):
     state_dir: str = Field("./.fabricflow", description="Pid files, logs and data of the embedded stack")
     kafka_port: int = Field(9092, ge=1, le=65535, description="Embedded broker (Tansu) port on 127.0.0.1")
@@ -243,6 +261,38 @@ class StackSettings(_Section):
     access_key: str = Field("fabricflow", description="Embedded object store access key")
     secret_key: SecretStr = Field(SecretStr("fabricflow-secret"), description="Embedded object store secret key")
     start_timeout_s: float = Field(30.0, gt=0, description="Wait this long for each service to become ready")
+
+
+class ConsoleSettings(_Section):
+    """The web console (``fabricflow console``, docs/console.md)."""
+
+    listen: str = Field(
+        "127.0.0.1:8090",
+        description="HOST:PORT the console serves on; any address other than loopback needs console.token",
+    )
+    token: SecretStr | None = Field(
+        None, description="Access token: required when listen is not loopback; then every request must carry "
+        "'Authorization: Bearer TOKEN' (or ?token=TOKEN for the page and its event stream). Never logged",
+    )
+    group_id: str = Field("fabricflow-console", description="Kafka consumer group of the console's live reader")
+    inventory: str | None = Field(
+        None, description="Inventory file for node order, ports and jobs; none = processors.inventory"
+    )
+    live_windows: int = Field(60, ge=1, le=10_000, description="Matrix windows kept in memory for the live view")
+    live_events: int = Field(5000, ge=10, le=1_000_000, description="Detections (incast, straggler, link, alerts, "
+                             "patterns) kept in memory for the live view, newest first out last")
+    live_port_samples: int = Field(360, ge=10, le=100_000, description="Link-health samples kept in memory per port")
+    lookback_s: float = Field(3600.0, ge=0, description="On start, the live reader skips records older than this "
+                              "(where the broker supports offsets by time)")
+    query_max_range_s: float = Field(7 * 86400.0, gt=0, description="Longest time range one archive query may span")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be HOST:PORT (e.g. 127.0.0.1:8090 or [::1]:8090)")
+        return v
 
 
 class Settings(BaseSettings):
@@ -260,7 +310,9 @@ class Settings(BaseSettings):
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     processors: ProcessorSettings = Field(default_factory=ProcessorSettings)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     stack: StackSettings = Field(default_factory=StackSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
 
     # Set by load_settings(); the YAML file is a source below env vars.
     _yaml_file: str | None = None
@@ -363,6 +415,7 @@ def dump_yaml(settings: Settings, show_secrets: bool = False) -> str:
         data["kafka"]["sasl_password"] = "**********" if settings.kafka.sasl_password else None
         data["archive"]["s3_secret_key"] = "**********" if settings.archive.s3_secret_key else None
         data["stack"]["secret_key"] = "**********"
+        data["console"]["token"] = "**********" if settings.console.token else None
     return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -5,9 +5,10 @@ without UDP. Every failure is counted; a bad datagram never stops the worker.
 
 The receive loop hands over groups of datagrams (:meth:`IngestPipeline.handle_many`):
 their sFlow v5 datagrams (``SFLOW_MANY_MIN`` or more) are decoded by one columnar
-:func:`~ingest.decode.sflow_batch.decode_sflow_many` call, then every datagram
+:func:`~ingest.decode.sflow_batch.decode_sflow_group` call, then every datagram
 is handled in arrival order exactly as :meth:`IngestPipeline.handle` handles
-it alone. For the others, :func:`ingest.decode.decode_into` parses and checks headers,
+it alone; runs of plain ones (flow rows only) from one exporter add their rows
+to the batch as slices of the group's rows, with the same flush points. For the others, :func:`ingest.decode.decode_into` parses and checks headers,
 sets and templates (malformed datagrams are counted and sampled to the DLQ
 right away) and appends the records to the exporter's
 :class:`~ingest.decode.batch.FlowBatch`; NetFlow v9/IPFIX records are decoded
@@ -24,10 +25,10 @@ import logging
 import time
 
 from fabricflow.logs import RateLimitedLog
-from ingest.decode import DecodeError, TemplateCache, decode_into, sniff_protocol
+from ingest.decode import DecodeError, DecodeResult, TemplateCache, decode_into, sniff_protocol
 from ingest.decode.batch import FlowBatch, concat_rows
 from ingest.decode.sequence import SequenceTracker
-from ingest.decode.sflow_batch import decode_sflow_many
+from ingest.decode.sflow_batch import decode_sflow_group, warm_up
 from ingest.decode.skew import ClockSkewTracker
 
 from .metrics import IngestMetrics
@@ -35,6 +36,7 @@ from .metrics import IngestMetrics
 log = logging.getLogger("fabricflow.ingest")
 
 _SFLOW5 = b"\x00\x00\x00\x05"
+_PLAIN = object()  # marks a datagram decode_sflow_group decoded to flow rows only
 SFLOW_MANY_MIN = 40  # fewer sFlow datagrams are decoded one by one (the columnar call costs ~0.35 ms fixed)
 
 
@@ -160,6 +162,7 @@ class IngestPipeline:
         # instead of four calls per datagram.
         self._bytes_pending = 0
         self._dirty: list[_ExporterMetrics] = []
+        warm_up()  # the compiled sFlow walk, before datagrams arrive
 
     def _per_exporter(self, exporter: str, proto: str) -> _ExporterMetrics:
         key = (exporter, proto)
@@ -204,7 +207,7 @@ class IngestPipeline:
 
         ``exporters`` and ``received_ms`` are one value for all or a list with
         one per datagram. The allowed sFlow v5 datagrams are decoded together
-        (:func:`~ingest.decode.sflow_batch.decode_sflow_many`, when there are
+        (:func:`~ingest.decode.sflow_batch.decode_sflow_group`, when there are
         at least ``SFLOW_MANY_MIN``); then every datagram is handled in arrival
         order exactly as :meth:`handle` would (same metrics, DLQ, sequence and
         uptime-clock updates, batches and flush points). sFlow decoding reads
@@ -228,21 +231,122 @@ class IngestPipeline:
                     sf.append(i)
         self._bytes_pending += nbytes
         pre: list = [None] * k
+        group = None
         if len(sf) >= SFLOW_MANY_MIN:
             try:
-                res = decode_sflow_many([datagrams[i] for i in sf], [exs[i] for i in sf], [ts[i] for i in sf],
-                                        self.templates)
+                group = decode_sflow_group([datagrams[i] for i in sf], [exs[i] for i in sf], [ts[i] for i in sf],
+                                           self.templates)
             except Exception:  # a decoder bug: each datagram is decoded (and any failure counted) on its own
-                res = None
-            if res is not None:
-                for i, r in zip(sf, res):
-                    pre[i] = r
+                group = None
+            if group is not None:
+                plain = group.plain
+                for j, i in enumerate(sf):
+                    pre[i] = _PLAIN if plain[j] else group.others[j]
         handle = self._handle
+        run: list[int] = []  # group indexes of consecutive plain sFlow datagrams of one exporter
+        run_ex = None
+        gi = {i: j for j, i in enumerate(sf)} if group is not None else None
+        gts = [ts[i] for i in sf]
         for i in range(k):
-            if allowed[i]:
-                handle(datagrams[i], exs[i], ts[i], pre[i])
-            else:
+            if not allowed[i]:
+                if run:
+                    self._add_plain_run(group, run, run_ex, gts)
+                    run = []
                 self.metrics.not_allowed.labels(self.listener).inc()
+                continue
+            r = pre[i]
+            if r is _PLAIN:
+                if run and exs[i] != run_ex:
+                    self._add_plain_run(group, run, run_ex, gts)
+                    run = []
+                run.append(gi[i])
+                run_ex = exs[i]
+                continue
+            if run:
+                self._add_plain_run(group, run, run_ex, gts)
+                run = []
+            handle(datagrams[i], exs[i], ts[i], r)
+        if run:
+            self._add_plain_run(group, run, run_ex, gts)
+
+    def _add_plain_run(self, group, run: list[int], exporter: str, ts: list[int]) -> None:
+        """Consecutive plain sFlow datagrams of one exporter (group indexes ``run``): what :meth:`_handle`
+        does for each -- metrics, sequence tracking, batching with the same flush points -- with their
+        rows added as slices of the group's rows instead of one array per datagram."""
+        if self.sflow_uptime_clock is not None:  # rows get per-datagram times: one by one
+            for j in run:
+                self._handle_plain(group.result(j), exporter, ts[j])
+            return
+        proto = "sflow5"
+        ch = self._children.get((exporter, proto)) or self._per_exporter(exporter, proto)
+        if not ch.n_datagrams:
+            self._dirty.append(ch)
+        ch.n_datagrams += len(run)
+        observe = self.sequences.observe_counts
+        header = group.header
+        m = self.metrics
+        bounds = group.bounds
+        flows = group.flows
+        batch_max = self.batch_max
+        batch = self._flows.get(exporter)
+        start = bounds[run[0]]  # first row not yet added to a batch
+        for j in run:
+            lost, dups, restarts = observe(header(j))
+            if lost or dups or restarts:
+                if lost > 0:
+                    m.seq_lost.labels(ch.label, proto).inc(lost)
+                if dups:
+                    m.seq_dup.labels(ch.label, proto).inc(dups)
+                if restarts:
+                    m.seq_restarts.labels(ch.label, proto).inc(restarts)
+            end = bounds[j + 1]
+            if end > start:
+                if batch is None:
+                    batch = self._flows[exporter] = FlowBatch()
+                if batch.records + (end - start) >= batch_max:
+                    batch.add_rows(flows[start:end])
+                    ch.n_flows += end - start
+                    start = end
+                    self._flush_flows(exporter)
+                    batch = None
+        end = bounds[run[-1] + 1]
+        if end > start:
+            if batch is None:
+                batch = self._flows[exporter] = FlowBatch()
+            batch.add_rows(flows[start:end])
+            ch.n_flows += end - start
+
+    def _handle_plain(self, res: DecodeResult, exporter: str, received_ms: int) -> None:
+        """:meth:`_handle` for a decoded datagram with a header and only flow records (no problems,
+        counters or templates): metrics, sequence tracking, skew, uptime clock and batching as there."""
+        h = res.header
+        proto = h.protocol
+        ch = self._children.get((exporter, proto)) or self._per_exporter(exporter, proto)
+        if not ch.n_datagrams:
+            self._dirty.append(ch)
+        ch.n_datagrams += 1
+        lost, dups, restarts = self.sequences.observe_counts(h)
+        if lost or dups or restarts:
+            m = self.metrics
+            if lost > 0:
+                m.seq_lost.labels(ch.label, proto).inc(lost)
+            if dups:
+                m.seq_dup.labels(ch.label, proto).inc(dups)
+            if restarts:
+                m.seq_restarts.labels(ch.label, proto).inc(restarts)
+        if h.export_time_ms is not None and self.skew.observe(h, received_ms) is not None:
+            ch.skew_exporter = exporter
+        if self.sflow_uptime_clock is not None and proto == "sflow5":
+            self.sflow_uptime_clock.apply(res, received_ms)
+        n = len(res.flows)
+        if n:
+            batch = self._flows.get(exporter)
+            if batch is None:
+                batch = self._flows[exporter] = FlowBatch()
+            batch.add_rows(res.flows)
+            ch.n_flows += n
+            if batch.records >= self.batch_max:
+                self._flush_flows(exporter)
 
     def _handle(self, datagram, exporter: str, received_ms: int, res) -> None:
         """An allowed datagram; ``res``: its decode_sflow_many outcome (result or DecodeError), None to decode here."""

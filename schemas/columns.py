@@ -130,12 +130,38 @@ def v4_column_to_addr16(v4: np.ndarray) -> np.ndarray:
     return out
 
 
+_ADDR_STR: dict[bytes, str] = {}  # 16-byte address -> text (formatting goes through ipaddress)
+_ADDR_STR_MAX = 1 << 18  # entries; the cache is emptied when full
+
+
 def addr_str(a16) -> str:
-    """Text form of a 16-byte address; IPv4-mapped ones print as IPv4."""
-    b = bytes(bytearray(a16))
-    if b[:12] == _V4_PREFIX:
-        return str(ipaddress.IPv4Address(b[12:]))
-    return str(ipaddress.IPv6Address(b))
+    """Text form of a 16-byte address (array, bytes or bytearray); IPv4-mapped ones print as IPv4. Cached."""
+    key = a16.tobytes() if hasattr(a16, "tobytes") else bytes(a16)
+    s = _ADDR_STR.get(key)
+    if s is None:
+        s = str(ipaddress.IPv4Address(key[12:])) if key[:12] == _V4_PREFIX else str(ipaddress.IPv6Address(key))
+        if len(_ADDR_STR) >= _ADDR_STR_MAX:
+            _ADDR_STR.clear()
+        _ADDR_STR[key] = s
+    return s
+
+
+def addr_strs(keys: list[bytes]) -> list[str]:
+    """``addr_str`` of several 16-byte ``bytes`` values (e.g. from :func:`addr_keys`): one cache lookup each."""
+    found = list(map(_ADDR_STR.get, keys))
+    return [s if s is not None else addr_str(k) for s, k in zip(found, keys)]
+
+
+def addr_keys(a16: np.ndarray) -> list[bytes]:
+    """The 16-byte values of an (n, 16) address column as ``bytes`` (what ``addr_str`` caches on)."""
+    return np.ascontiguousarray(a16, dtype=np.uint8).view("V16").reshape(-1).tolist()
+
+
+def addr_halves(a16: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(hi, lo) uint64 halves of an (n, 16) uint8 address column, big-endian (so their order is address order)."""
+    a = np.ascontiguousarray(np.asarray(a16, dtype=np.uint8).reshape(-1, 16))
+    w = a.view(">u8").reshape(-1, 2)
+    return w[:, 0].astype(np.uint64), w[:, 1].astype(np.uint64)
 
 
 def is_v4_mapped(a16: np.ndarray) -> np.ndarray:

@@ -1,24 +1,12 @@
 """Many Avro single-object messages of one flat record schema at once (detector outputs).
 
-The processors publish one Kafka message per output record (a matrix cell, a
-straggler score, a link-health record), tens of thousands per window close.
-:func:`schemas.codec.encode_record` (fastavro) costs ~4 us per record; this
-module encodes a list of records column by column with numpy and cuts the
-result into per-record messages, byte-identical to ``encode_record``: ~1 us
-per record for a list of 500 and more, even with fastavro at ~100.
-
-How: each field becomes one or two *parts*, a byte stream plus the length of
-every record's piece of it (a long: its zig-zag varints; a string: the
-varint length prefixes, then the UTF-8 bytes; a double: 8 bytes; a boolean:
-1 byte; an enum: the varint of the symbol index). Every record's message is
-``header + piece of part 1 + piece of part 2 + ...``; the pieces are
-scattered to their positions in one buffer with index arithmetic, and the
-buffer is sliced per record.
-
-Flat schemas only (fields of type long, int, double, boolean, string or
-enum). Other schemas, short lists, and records with a value of an
-unexpected type (which fastavro would reject or coerce its own way) go
-through ``encode_record``, so behaviour, including errors, stays the same.
+``encode_records(name, records)`` is ``[encode_record(name, r) for r in records]``,
+byte for byte, computed column by column: each field becomes a byte stream plus
+the length of every record's piece of it, the pieces are scattered to their
+places in one buffer and the buffer is cut per record. Schemas that are not
+flat, short lists and records with a value of an unexpected type go through
+``encode_record`` (fastavro), so behaviour, errors included, stays the same.
+Figures: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -28,25 +16,35 @@ from functools import cache
 import numpy as np
 import pyarrow as pa
 
-from .codec import _varint_bytes, _zigzag, encode_record, header, schema_json, utf8_buffers, varint_widths
+from .registry import encode_record, header, schema_json
+from .strings import utf8_buffers
+from .varint import varint_bytes, varint_widths, zigzag
 
 __all__ = ["encode_records", "flat_plan"]
 
-MIN_RECORDS = 100  # below this, per-record fastavro is faster (the numpy steps cost ~0.2-0.3 ms per call)
+MIN_RECORDS = 100  # below this, per-record fastavro is faster (docs/performance.md)
+
+
+_REQUIRED = object()  # a field without a default
 
 
 @cache
 def flat_plan(name: str) -> tuple | None:
-    """((field, kind, symbols), ...) of a flat record schema; None when a field is not flat."""
+    """((field, kind, symbols, default), ...) of a flat record schema; None when a field is not flat.
+
+    ``default``: the schema's default of the field (written when a record leaves the field out, as fastavro
+    does), else ``_REQUIRED``.
+    """
     plan = []
     for f in schema_json(name)["fields"]:
         t = f["type"]
+        default = f.get("default", _REQUIRED)
         if t in ("long", "int"):
-            plan.append((f["name"], "long", None))
+            plan.append((f["name"], "long", None, default))
         elif t in ("double", "boolean", "string"):
-            plan.append((f["name"], t, None))
+            plan.append((f["name"], t, None, default))
         elif isinstance(t, dict) and t.get("type") == "enum":
-            plan.append((f["name"], "enum", {s: i for i, s in enumerate(t["symbols"])}))
+            plan.append((f["name"], "enum", {s: i for i, s in enumerate(t["symbols"])}, default))
         else:
             return None
     return tuple(plan)
@@ -58,10 +56,18 @@ def encode_records(name: str, records: list[dict]) -> list[bytes]:
     if plan is None or len(records) < MIN_RECORDS:
         return [encode_record(name, r) for r in records]
     try:
-        parts = [p for field, kind, symbols in plan for p in _parts([r[field] for r in records], kind, symbols)]
+        parts = [p for field, kind, symbols, default in plan
+                 for p in _parts(_column(records, field, default), kind, symbols)]
     except (KeyError, TypeError, ValueError, OverflowError, pa.ArrowException):
         return [encode_record(name, r) for r in records]  # an odd value: fastavro decides (as before)
     return _assemble(header(name), len(records), parts)
+
+
+def _column(records: list[dict], field: str, default) -> list:
+    """The field's values (its default where a record leaves it out; KeyError when it has none)."""
+    if default is _REQUIRED:
+        return [r[field] for r in records]
+    return [r.get(field, default) for r in records]
 
 
 def _parts(values: list, kind: str, symbols: dict | None) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -70,9 +76,9 @@ def _parts(values: list, kind: str, symbols: dict | None) -> list[tuple[np.ndarr
     if kind == "long":
         if not all(type(v) is int for v in values):  # bool, float, None ...: not what fastavro writes as is
             raise TypeError("not int")
-        return [_varints(_zigzag(np.array(values, dtype=np.int64)))]
+        return [_varints(zigzag(np.array(values, dtype=np.int64)))]
     if kind == "enum":
-        return [_varints(_zigzag(np.array([symbols[v] for v in values], dtype=np.int64)))]
+        return [_varints(zigzag(np.array([symbols[v] for v in values], dtype=np.int64)))]
     if kind == "double":
         if not all(isinstance(v, float) or type(v) is int for v in values):
             raise TypeError("not a number")
@@ -92,7 +98,7 @@ def _parts(values: list, kind: str, symbols: dict | None) -> list[tuple[np.ndarr
 def _varints(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(concatenated varints of a non-empty uint64 column, width of each)."""
     umax = int(u.max())
-    return np.frombuffer(_varint_bytes(u, None, umax), dtype=np.uint8), varint_widths(u, umax)
+    return np.frombuffer(varint_bytes(u, None, umax), dtype=np.uint8), varint_widths(u, umax)
 
 
 def _assemble(head: bytes, n: int, parts: list[tuple[np.ndarray, np.ndarray]]) -> list[bytes]:

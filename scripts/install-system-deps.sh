@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the interop tests and benchmarks use:
 # real exporters (softflowd, pmacct), an independent decoder (tshark),
-# a peer collector (nfdump), tcpdump, and Prometheus + promtool (the rules'
+# a peer collector (nfdump), tcpdump, Prometheus + promtool (the rules'
 # unit tests and the real-Prometheus tests; tests/prom.py starts its own
-# instance on loopback, whatever the package's service does).
+# instance on loopback, whatever the package's service does), and headless
+# Chromium with its chromedriver for the console's browser tests.
 # Idempotent: does nothing when present.
 set -euo pipefail
 need=()
@@ -13,6 +14,8 @@ command -v tshark >/dev/null || need+=(tshark)
 command -v nfcapd >/dev/null || need+=(nfdump)
 command -v tcpdump >/dev/null || need+=(tcpdump)
 { command -v prometheus >/dev/null && command -v promtool >/dev/null; } || need+=(prometheus)
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -eq 0 ]; then
   echo "system deps: all present"
   exit 0

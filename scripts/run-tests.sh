@@ -10,6 +10,8 @@ export FABRICFLOW_STACK__KAFKA_PORT=${FABRICFLOW_TEST_KAFKA_PORT:-29092}
 export FABRICFLOW_STACK__S3_PORT=${FABRICFLOW_TEST_S3_PORT:-28333}
 export FABRICFLOW_STACK__S3_BASE_PORT=${FABRICFLOW_TEST_S3_BASE_PORT:-28400}
 export FABRICFLOW_REQUIRE_BROKER=1
+# the console's browser tests must run where Chromium is installed (scripts/install-system-deps.sh)
+if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then export FABRICFLOW_REQUIRE_BROWSER=1; fi
 
 stop() {
   "$BIN/fabricflow" stack down || true

@@ -1,29 +1,13 @@
 """Arrow schemas derived from the Avro schemas, and Arrow tables built from our columns.
 
-The ``.avsc`` files stay the one source of truth: every Avro field becomes one
-Arrow field of the same name, in the same order, non-nullable (our Avro
-records have no optional fields; an ``["null", T]`` union maps to a nullable
-``T``). Mapping:
-
-    int -> int32, long -> int64, boolean -> bool_, double -> float64,
-    float -> float32, string -> string, enum -> string,
-    fixed(16) (addresses) -> binary(16), array<T> -> list<T>,
-    map<string,string> -> map<string,string>, record -> struct.
-
-Derived text columns: a schema with 16-byte address fields gets one extra
-text column per address, appended after the Avro fields, so analysts can
-filter on ``dst_ip = '10.0.0.7'`` without decoding bytes:
-``exporter_addr -> exporter``, ``src_addr -> src_ip``, ``dst_addr -> dst_ip``
-(any other ``X`` -> ``X_text``). IPv4-mapped addresses print as dotted quads.
-They are dictionary-encoded strings (built from the distinct addresses of a
-batch, never one Python call per row).
-
+The ``.avsc`` files stay the one source of truth: every Avro field becomes one Arrow field of the
+same name and order; a schema with 16-byte address fields also gets a dictionary-encoded text column
+per address (``src_addr -> src_ip``...). Type mapping and column names: docs/archive.md.
 No I/O here beyond reading the ``.avsc`` files through :mod:`schemas.columns`.
 """
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Mapping
 from functools import cache
 
@@ -31,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.columns import load_avsc
+from schemas.columns import addr_strs, load_avsc
 
 _PRIMITIVE = {
     "int": pa.int32(),
@@ -153,23 +137,6 @@ def arrow_schema(avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Sche
 # ----------------------------------------------------------------------------- addresses
 
 
-_TEXT_CACHE: dict[bytes, str] = {}
-_TEXT_CACHE_MAX = 1 << 20
-
-
-def _format_addr(b: bytes) -> str:
-    s = _TEXT_CACHE.get(b)
-    if s is None:
-        if b[:12] == b"\x00" * 10 + b"\xff\xff":
-            s = str(ipaddress.IPv4Address(b[12:]))
-        else:
-            s = str(ipaddress.IPv6Address(b))
-        if len(_TEXT_CACHE) >= _TEXT_CACHE_MAX:
-            _TEXT_CACHE.clear()
-        _TEXT_CACHE[b] = s
-    return s
-
-
 def addr_text_array(addrs: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
     """Text form of a binary(16) address column, dictionary-encoded.
 
@@ -178,7 +145,7 @@ def addr_text_array(addrs: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
     if isinstance(addrs, pa.ChunkedArray):
         addrs = addrs.combine_chunks() if addrs.num_chunks != 1 else addrs.chunk(0)
     enc = pc.dictionary_encode(addrs)
-    texts = pa.array([_format_addr(b) for b in enc.dictionary.to_pylist()], type=pa.string())
+    texts = pa.array(addr_strs(enc.dictionary.to_pylist()), type=pa.string())
     return pa.DictionaryArray.from_arrays(enc.indices, texts)
 
 
@@ -257,19 +224,23 @@ def table_from_columns(columns, avsc: str | Mapping, *, text_addresses: bool = T
 def table_from_dicts(rows: Iterable[Mapping], avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:
     """Arrow table from Avro-shaped dicts (detector outputs: low volume).
 
-    Every Avro field must be present in every row (KeyError otherwise); addresses
-    as 16-byte ``bytes``; enums as their symbol string; maps as dicts.
+    Every Avro field without a default must be present in every row (KeyError
+    otherwise; a field with a default takes it where a row leaves it out, as an
+    Avro reader would); addresses as 16-byte ``bytes``; enums as their symbol
+    string; maps as dicts.
     """
     schema = arrow_schema(avsc, text_addresses=text_addresses)
+    defaults = {f["name"]: f["default"] for f in _avsc(avsc)["fields"] if "default" in f}
     rows = list(rows)
     base = [f for f in schema if not (f.type == TEXT_ADDR_TYPE and text_addresses)]
     for i, r in enumerate(rows):
-        missing = [f.name for f in base if f.name not in r]
+        missing = [f.name for f in base if f.name not in r and f.name not in defaults]
         if missing:
             raise KeyError(f"row {i} lacks field(s) {missing}")
     arrays: dict = {}
     for f in base:
-        values = [r[f.name] for r in rows]
+        d = defaults.get(f.name)
+        values = [r[f.name] for r in rows] if d is None else [r.get(f.name, d) for r in rows]
         if not f.nullable and any(v is None for v in values):
             raise ValueError(f"field {f.name!r} is not nullable")
         if pa.types.is_map(f.type):

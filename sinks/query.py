@@ -23,6 +23,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from schemas.columns import addr_str
 from sinks import layout
 
 PARTITION_SCHEMA = pa.schema([("dt", pa.string()), ("hour", pa.int32())])
@@ -386,7 +387,7 @@ class ArchiveQuery:
             return False
 
     def _flows(self, frm, to, source: str, exporter: str | None, needs_raw: str | None = None) -> tuple[str, dict]:
-        """FROM clause (flow rows with src/dst node, ip, group, job, category, bytes_est, packets_est and
+        """FROM clause (flow rows with src/dst node, ip, group, rack, job, category, bytes_est, packets_est and
         ``n``, the flow records a row stands for) and params of a flow report; sets :attr:`answered`.
 
         Each piece of :meth:`sources` is a view of its own (only its hours' files are listed and read);
@@ -419,7 +420,7 @@ class ArchiveQuery:
             else:
                 cond, n = "NOT duplicate", "flow_records"
             parts.append(f"""SELECT src_node, dst_node, src_ip::VARCHAR AS src_ip, dst_ip::VARCHAR AS dst_ip,
-                src_group, dst_group, src_job, dst_job, category, bytes_est, packets_est, {n} AS n
+                src_group, dst_group, src_rack, dst_rack, src_job, dst_job, category, bytes_est, packets_est, {n} AS n
                 FROM {alias} WHERE {cond}""")
         if not parts:
             raise EmptyRange("no flow data in range (neither raw flows nor rollups)")
@@ -445,8 +446,8 @@ class ArchiveQuery:
         (:func:`plan_sources`), else matrix_windows when it has data in range, else flows_enriched.
         ``exporter``: one exporter's view, from flows_enriched.
         """
-        if level not in ("node", "group"):
-            raise ValueError("level must be 'node' or 'group'")
+        if level not in ("node", "rack", "group"):
+            raise ValueError("level must be 'node', 'rack' or 'group'")
         if source not in ("matrix", "flows", *SOURCE_CHOICES):
             raise ValueError(f"source must be one of matrix, flows, {', '.join(SOURCE_CHOICES)}")
         if exporter is not None and source == "matrix":
@@ -466,7 +467,7 @@ class ArchiveQuery:
                 FROM matrix_windows WHERE level = ? GROUP BY 1, 2, 3
                 ORDER BY bytes_est DESC, src, dst, category""", frm, to, params=[level])
         f, params = self._flows(frm, to, "raw" if source == "flows" else source, exporter)
-        col = "node" if level == "node" else "group"
+        col = level
         return self._sql(f"""
             SELECT CASE WHEN src_{col} <> '' THEN src_{col} ELSE 'unknown' END AS src,
                    CASE WHEN dst_{col} <> '' THEN dst_{col} ELSE 'unknown' END AS dst,
@@ -520,9 +521,7 @@ class ArchiveQuery:
 def _jsonable(v):
     if isinstance(v, bytes):
         if len(v) == 16:
-            from sinks.arrow_schema import _format_addr
-
-            return _format_addr(v)
+            return addr_str(v)
         return v.hex()
     return str(v)
 

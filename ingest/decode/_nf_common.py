@@ -1,4 +1,8 @@
-"""Shared NetFlow v9 / IPFIX machinery: data sets -> flow rows, options records -> sampling state.
+"""Shared NetFlow v9 / IPFIX machinery: the one set walk, data sets -> flow rows, options -> sampling state.
+
+:func:`decode_message` walks the sets of a message for both protocols; a
+:class:`Dialect` holds what differs once the header is read (set ids, the
+template set parser, error wording, sequence increment, trailing bytes).
 
 Given a :class:`~ingest.decode.templates.Template` and a set body, produce
 ``FLOW_DTYPE`` rows (one numpy gather for fixed-length templates; a per-record
@@ -13,16 +17,20 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from schemas.columns import FLOW_DTYPE
+from schemas.columns import FLOW_DTYPE, concat_rows
 
 from . import _nf_plan as P
-from .result import EMPTY_FLOWS
+from .errors import DecodeError
+from .result import EMPTY_FLOWS, DecodeResult, ExportHeader
 from .templates import VAR_LEN, Pending, SamplingState, Template, TemplateCache
 
 _U16 = struct.Struct("!H")
+_SET = struct.Struct("!HH")
 _UPTIME_MOD = 0xFFFFFFFF
 
 
@@ -391,13 +399,76 @@ def handle_data_set(key, t: Template | None, expired: bool, body, ctx: Ctx, out_
     return _emit(t, body, ctx, ctx.export_ms, ctx.uptime_ms, ctx.recv_ms, out_parts)
 
 
-def join_parts(parts: list) -> np.ndarray:
-    """One FLOW_DTYPE array from per-set arrays (byte-level concatenate: no dtype promotion)."""
-    if not parts:
-        return EMPTY_FLOWS
-    if len(parts) == 1:
-        return parts[0]
-    return np.concatenate([p.view(np.uint8) for p in parts]).view(FLOW_DTYPE)
+@dataclass(frozen=True)
+class Dialect:
+    """What tells NetFlow v9 and IPFIX apart once their headers are read.
+
+    ``template_sets``: the set ids of (templates, options templates); ``parse_templates(body,
+    base, ctx, options, new_keys) -> (learned, withdrawn)`` reads one such set; ``set_name``
+    and ``end_name`` word the errors as each RFC names its sets; ``count_records``: the header
+    sequence advances by data records (IPFIX) instead of by 1 per packet (v9); ``trailing``:
+    bytes after the last set are a problem (IPFIX, whose header carries the message length).
+    """
+
+    protocol: str
+    proto_code: int
+    version: int
+    template_sets: tuple[int, int]
+    parse_templates: Callable
+    set_name: str
+    end_name: str
+    count_records: bool
+    trailing: bool
+
+
+def decode_message(
+    d: Dialect, datagram: bytes, end: int, pos: int, exporter: str, received_at_ms: int, templates: TemplateCache,
+    defer: list | None, domain: int, seq: int, export_ms: int, uptime_ms: int | None,
+) -> DecodeResult:
+    """Walk the sets of one NetFlow v9 / IPFIX message from ``pos`` to ``end`` (after its header).
+
+    Data sets become flow rows (or go to ``defer``, see :func:`_emit`), template sets are learned,
+    held data sets whose template arrives are released; every set is checked against ``end``.
+    """
+    problems: Counter = Counter()
+    if templates.has_pending():
+        expired = templates.expire_pending(received_at_ms)
+        if expired:
+            problems["pending_expired"] += expired
+    ctx = Ctx(d.protocol, d.proto_code, d.version, exporter, domain, received_at_ms, export_ms, uptime_ms, templates,
+              problems)
+    ctx.defer = defer
+    mv = memoryview(datagram)
+    parts: list = []
+    new_keys: list = []
+    learned = withdrawn = records = 0
+    tmpl_id, opts_id = d.template_sets
+    version = d.version
+    while end - pos >= 4:
+        set_id, length = _SET.unpack_from(datagram, pos)
+        if length < 4:
+            raise DecodeError(d.protocol, "bad_length", pos, f"{d.set_name} length {length}")
+        if pos + length > end:
+            raise DecodeError(d.protocol, "truncated", pos, f"{d.set_name} length {length} past {d.end_name}")
+        body = mv[pos + 4 : pos + length]
+        if set_id >= 256:
+            key = (exporter, version, domain, set_id)
+            t, expired = templates.get(key, received_at_ms)
+            records += handle_data_set(key, t, expired, body, ctx, parts)
+        elif set_id == tmpl_id or set_id == opts_id:
+            lrn, wd = d.parse_templates(body, pos + 4, ctx, set_id == opts_id, new_keys)
+            learned += lrn
+            withdrawn += wd
+        else:
+            problems["reserved_set_id"] += 1
+        pos += length
+    if d.trailing and pos != end:
+        problems["trailing_bytes"] += 1
+    if new_keys:
+        release_pending(new_keys, ctx, parts)
+    header = ExportHeader(d.protocol, exporter, domain, seq, records if d.count_records else 1, export_ms, uptime_ms)
+    return DecodeResult(flows=concat_rows(parts) if parts else EMPTY_FLOWS, header=header, problems=problems,
+                        templates_learned=learned, templates_withdrawn=withdrawn)
 
 
 def release_pending(keys, ctx: Ctx, out_parts: list) -> None:

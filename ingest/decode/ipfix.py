@@ -14,13 +14,12 @@ the :class:`TemplateCache`. Pure: no I/O, no clock.
 from __future__ import annotations
 
 import struct
-from collections import Counter
 
 from schemas.columns import PROTO_IPFIX
 
-from ._nf_common import Ctx, handle_data_set, join_parts, release_pending
+from ._nf_common import Ctx, Dialect, decode_message
 from .errors import DecodeError
-from .result import DecodeResult, ExportHeader
+from .result import DecodeResult
 from .templates import TemplateCache
 
 PROTOCOL = "ipfix"
@@ -101,6 +100,10 @@ def _template_set(body, base: int, ctx: Ctx, options: bool, new_keys: list) -> t
     return learned, withdrawn
 
 
+DIALECT = Dialect(PROTOCOL, PROTO_IPFIX, 10, (2, 3), _template_set, "set", "the message end",
+                  count_records=True, trailing=True)
+
+
 def decode_ipfix(
     datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache, defer: list | None = None
 ) -> DecodeResult:
@@ -115,42 +118,5 @@ def decode_ipfix(
         raise DecodeError(PROTOCOL, "bad_length", 2, f"message length {length}")
     if length > n:
         raise DecodeError(PROTOCOL, "truncated", 2, f"message length {length} > datagram {n}")
-    problems: Counter = Counter()
-    export_ms = export_time * 1000
-    if templates.has_pending():
-        expired = templates.expire_pending(received_at_ms)
-        if expired:
-            problems["pending_expired"] += expired
-    ctx = Ctx(PROTOCOL, PROTO_IPFIX, 10, exporter, domain, received_at_ms, export_ms, None, templates, problems)
-    ctx.defer = defer
-    mv = memoryview(datagram)
-    parts: list = []
-    new_keys: list = []
-    learned = withdrawn = 0
-    records = 0
-    pos = HEADER_LEN
-    while length - pos >= 4:
-        set_id, slen = _SET.unpack_from(datagram, pos)
-        if slen < 4:
-            raise DecodeError(PROTOCOL, "bad_length", pos, f"set length {slen}")
-        if pos + slen > length:
-            raise DecodeError(PROTOCOL, "truncated", pos, f"set length {slen} past the message end")
-        body = mv[pos + 4 : pos + slen]
-        if set_id >= 256:
-            key = (exporter, 10, domain, set_id)
-            t, expired = templates.get(key, received_at_ms)
-            records += handle_data_set(key, t, expired, body, ctx, parts)
-        elif set_id == 2 or set_id == 3:
-            lrn, wd = _template_set(body, pos + 4, ctx, set_id == 3, new_keys)
-            learned += lrn
-            withdrawn += wd
-        else:
-            problems["reserved_set_id"] += 1
-        pos += slen
-    if pos != length:
-        problems["trailing_bytes"] += 1
-    if new_keys:
-        release_pending(new_keys, ctx, parts)
-    flows = join_parts(parts)
-    header = ExportHeader(PROTOCOL, exporter, domain, seq, records, export_ms, None)
-    return DecodeResult(flows=flows, header=header, problems=problems, templates_learned=learned, templates_withdrawn=withdrawn)
+    return decode_message(DIALECT, datagram, length, HEADER_LEN, exporter, received_at_ms, templates, defer,
+                          domain, seq, export_time * 1000, None)

@@ -12,18 +12,17 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import struct
-from collections import Counter
 
 from schemas.columns import PROTO_NETFLOW9
 
-from ._nf_common import Ctx, handle_data_set, join_parts, release_pending
+from ._nf_common import Ctx, Dialect, decode_message
 from .errors import DecodeError
-from .result import DecodeResult, ExportHeader
+from .result import DecodeResult
 from .templates import VAR_LEN, TemplateCache
 
 PROTOCOL = "netflow9"
 _HDR = struct.Struct("!HHIIII")
-_SET = struct.Struct("!HH")
+_SET = struct.Struct("!HH")  # template id, field count
 _OPT = struct.Struct("!HHH")
 HEADER_LEN = 20
 
@@ -86,6 +85,15 @@ def _learn(ctx: Ctx, tid: int, kind: str, fields, scope_count: int, new_keys: li
     return 1 if res in ("new", "changed") else 0
 
 
+def _template_set(body, base: int, ctx: Ctx, options: bool, new_keys: list) -> tuple[int, int]:
+    """Template (0) or Options Template (1) FlowSet: ``(learned, 0)`` (v9 has no withdrawal)."""
+    return (_options_templates if options else _templates)(body, base, ctx, new_keys), 0
+
+
+DIALECT = Dialect(PROTOCOL, PROTO_NETFLOW9, 9, (0, 1), _template_set, "FlowSet", "the end",
+                  count_records=False, trailing=False)
+
+
 def decode_v9(
     datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache, defer: list | None = None
 ) -> DecodeResult:
@@ -101,39 +109,5 @@ def decode_v9(
     version, _count, uptime, secs, seq, source_id = _HDR.unpack_from(datagram, 0)
     if version != 9:
         raise DecodeError(PROTOCOL, "bad_version", 0)
-    problems: Counter = Counter()
-    export_ms = secs * 1000
-    if templates.has_pending():
-        expired = templates.expire_pending(received_at_ms)
-        if expired:
-            problems["pending_expired"] += expired
-    ctx = Ctx(PROTOCOL, PROTO_NETFLOW9, 9, exporter, source_id, received_at_ms, export_ms, uptime, templates, problems)
-    ctx.defer = defer
-    mv = memoryview(datagram)
-    parts: list = []
-    new_keys: list = []
-    learned = 0
-    pos = HEADER_LEN
-    while n - pos >= 4:
-        set_id, length = _SET.unpack_from(datagram, pos)
-        if length < 4:
-            raise DecodeError(PROTOCOL, "bad_length", pos, f"FlowSet length {length}")
-        if pos + length > n:
-            raise DecodeError(PROTOCOL, "truncated", pos, f"FlowSet length {length} past the end")
-        body = mv[pos + 4 : pos + length]
-        if set_id >= 256:
-            key = (exporter, 9, source_id, set_id)
-            t, expired = templates.get(key, received_at_ms)
-            handle_data_set(key, t, expired, body, ctx, parts)
-        elif set_id == 0:
-            learned += _templates(body, pos + 4, ctx, new_keys)
-        elif set_id == 1:
-            learned += _options_templates(body, pos + 4, ctx, new_keys)
-        else:
-            problems["reserved_set_id"] += 1
-        pos += length
-    if new_keys:
-        release_pending(new_keys, ctx, parts)
-    flows = join_parts(parts)
-    header = ExportHeader(PROTOCOL, exporter, source_id, seq, 1, export_ms, uptime)
-    return DecodeResult(flows=flows, header=header, problems=problems, templates_learned=learned)
+    return decode_message(DIALECT, datagram, n, HEADER_LEN, exporter, received_at_ms, templates, defer,
+                          source_id, seq, secs * 1000, uptime)

@@ -17,6 +17,12 @@ IPv6 extension chains, IPv4 options/fragments, ICMP, cut headers, non-IP) are
 parsed by the walker in :mod:`ingest.decode.packet`, which defines the
 semantics. Counter samples are parsed in Python (rare).
 
+The walk (sample chain, record chain, fixed fields, common-shape header
+parse) runs compiled by numba when it is installed (:mod:`._sflow_jit`, one
+pass over all datagrams, rows written straight as ``FLOW_DTYPE`` bytes) and
+with numpy otherwise; the numpy walk is the reference and both give
+identical results (``tests/unit/ingest/test_sflow_differential.py``).
+
 A datagram that is anything but plain (structural error, unknown sample or
 record type, sampled IPv4/IPv6 records, header protocol other than Ethernet,
 more than one raw header record in a sample, clamped header length, zero sampling rate, more than 64 samples or 16
@@ -51,7 +57,15 @@ from .sflow import (
 )
 from .templates import TemplateCache
 
-__all__ = ["decode_sflow_many"]
+try:  # the compiled walk is optional: without numba the numpy walk (the reference) is used
+    from . import _sflow_jit
+
+    JIT_AVAILABLE = _sflow_jit.layout_matches(FLOW_DTYPE)
+except ImportError:  # pragma: no cover - numba is a declared dependency
+    _sflow_jit = None
+    JIT_AVAILABLE = False
+
+__all__ = ["decode_sflow_many", "decode_sflow_group", "SflowGroup", "JIT_AVAILABLE"]
 
 _MAX_J = 64  # samples per datagram on the columnar path
 _MAX_REC = 16  # flow records per sample on the columnar path
@@ -133,12 +147,14 @@ def _shapes(win: np.ndarray, pos: np.ndarray, L: np.ndarray) -> dict:
 
 
 def decode_sflow_many(
-    datagrams, exporters, received_at_ms, templates: TemplateCache
+    datagrams, exporters, received_at_ms, templates: TemplateCache, jit: bool | None = None
 ) -> list[DecodeResult | DecodeError]:
     """Decode many sFlow v5 datagrams; per datagram its result or its :class:`DecodeError`.
 
     ``exporters`` and ``received_at_ms`` are one value for all datagrams or a
-    sequence with one value per datagram.
+    sequence with one value per datagram. ``jit``: walk the datagrams with the
+    numba-compiled walker (default: when numba is installed) or with numpy
+    (the reference); both give identical results.
     """
     k = len(datagrams)
     ex = [exporters] * k if isinstance(exporters, str) else list(exporters)
@@ -148,7 +164,53 @@ def decode_sflow_many(
     datas = [d if isinstance(d, bytes) else bytes(d) for d in datagrams]
     if k == 0:
         return []
+    g = decode_sflow_group(datas, ex, ts, templates, jit)
+    return [g.result(i) for i in range(k)]
 
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the compiled walk now, not on the first datagrams received."""
+    if JIT_AVAILABLE:
+        empty = b"\x00\x00\x00\x05\x00\x00\x00\x01" + bytes(20)  # sFlow v5, IPv4 agent, no samples
+        decode_sflow_many([empty], "0.0.0.0", 0, TemplateCache(), jit=True)
+
+
+class _Walk:
+    """What a structural walk found: per datagram, per flow row (plain datagrams only), per counter sample."""
+
+    __slots__ = ("heads", "agents", "bad", "starts", "dg", "source", "rate", "in_if", "out_if", "sw_vlan",
+                 "has_raw", "hlen", "frame_bytes", "hs", "ok", "sh", "ctr", "jit")
+
+
+def _walk_jit(datas: list[bytes]) -> _Walk:
+    """The compiled walk (:mod:`ingest.decode._sflow_jit`), same result as :func:`_walk_numpy`."""
+    k = len(datas)
+    lens = np.fromiter(map(len, datas), dtype=np.int64, count=k)
+    ends = np.cumsum(lens)
+    starts = ends - lens
+    datas.append(_PADDING)
+    u8 = np.frombuffer(b"".join(datas), dtype=np.uint8)
+    del datas[-1]
+    bad, sub, dseq, upt, agent, dg, cols, src, dst, shp, ctr = _sflow_jit.walk(u8, starts, ends)
+    w = _Walk()
+    w.heads = list(zip(sub.tolist(), dseq.tolist(), upt.tolist()))
+    ab = agent.tobytes()
+    w.agents = [ab[o : o + 16] for o in range(0, 16 * k, 16)]
+    w.bad, w.starts, w.dg = bad, starts, dg
+    w.source, w.rate, w.in_if, w.out_if, w.sw_vlan = cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], cols[:, 4]
+    w.has_raw, w.hlen, w.frame_bytes, w.hs = cols[:, 5] != 0, cols[:, 6], cols[:, 7], cols[:, 8]
+    w.ok = shp[:, 0] != 0
+    w.sh = {"src": src, "dst": dst, "ipv": shp[:, 2], "sp": shp[:, 3], "dp": shp[:, 4], "proto": shp[:, 5],
+            "flags": shp[:, 6], "tos": shp[:, 7], "vlan": shp[:, 8], "total": shp[:, 9], "vni": shp[:, 11],
+            "rop": shp[:, 12], "rqp": shp[:, 13]}
+    w.ctr = (ctr[:, 0], ctr[:, 1], ctr[:, 2], ctr[:, 3])
+    w.jit = (cols, src, dst, shp, agent, sub)
+    return w
+
+
+def _walk_numpy(datas: list[bytes]) -> _Walk:
+    """The reference walk: one numpy step per sample index and per record index, headers parsed by masks."""
+    k = len(datas)
     # ---- datagram headers (Python, one per datagram) -------------------------
     agents = [_ZERO16] * k
     heads: list = [None] * k
@@ -312,6 +374,61 @@ def decode_sflow_many(
             sh[name][rows] = inner[name][iok]
         sh["vni"][rows] = sh["vni"][vx][iok]
 
+    cs = np.flatnonzero(is_ctr & ~bad[s_dg])
+    cs = cs[np.argsort(s_dg[cs] * _MAX_J + s_j[cs], kind="stable")]
+    w = _Walk()
+    w.heads, w.agents, w.bad, w.starts, w.dg = heads, agents, bad, starts, dg
+    w.source, w.rate, w.in_if, w.out_if, w.sw_vlan = source, rate, in_if, out_if, sw_vlan
+    w.has_raw, w.hlen, w.frame_bytes, w.hs, w.ok, w.sh = has_raw, hlen, frame_bytes, hs, ok, sh
+    w.ctr = (s_dg[cs], s_body[cs], s_fmt[cs], s_len[cs])
+    w.jit = None
+    return w
+
+
+def _rows_jit(w: _Walk, datas: list[bytes], ts: list) -> np.ndarray:
+    """The flow rows written by the compiled :func:`~ingest.decode._sflow_jit.fill`, then the walker's rows."""
+    cols, src, dst, shp, agent, sub = w.jit
+    n_rows = len(w.dg)
+    raw = np.empty((n_rows, FLOW_DTYPE.itemsize), dtype=np.uint8)
+    _sflow_jit.fill(raw, w.dg, cols, src, dst, shp, np.array(ts, dtype=np.int64), agent, sub, PROTO_SFLOW5)
+    out = raw.view(FLOW_DTYPE).reshape(n_rows)
+    walk = np.flatnonzero(w.has_raw & ~w.ok)
+    if walk.size:
+        dg = w.dg
+        whs = (w.hs[walk] - w.starts[dg[walk]]).tolist()
+        parsed = [parse_ethernet(datas[i][o : o + n], 0, 0) for i, o, n in zip(dg[walk].tolist(), whs,
+                                                                                   w.hlen[walk].tolist())]
+        cols_w = list(zip(*parsed))
+        o = out[walk]
+        o["ip_version"] = cols_w[0]
+        o["src_addr"] = np.frombuffer(b"".join(cols_w[1]), dtype=np.uint8).reshape(-1, 16)
+        o["dst_addr"] = np.frombuffer(b"".join(cols_w[2]), dtype=np.uint8).reshape(-1, 16)
+        o["src_port"] = cols_w[3]
+        o["dst_port"] = cols_w[4]
+        o["ip_protocol"] = cols_w[5]
+        o["tcp_flags"] = cols_w[6]
+        o["tos"] = cols_w[7]
+        sw = w.sw_vlan[walk]
+        o["vlan"] = np.where(sw != 0, sw & 0xFFF, np.array(cols_w[8], dtype=np.int64))
+        wb = np.array(cols_w[9], dtype=np.int64)
+        b = np.where(wb < 0, w.frame_bytes[walk], wb)
+        o["bytes"] = b
+        be = b.astype(np.uint64) * w.rate[walk].astype(np.uint64)
+        o["bytes_est"] = np.minimum(be, _I64_MAX).astype(np.int64)
+        o["vxlan_vni"] = cols_w[10]
+        o["roce_opcode"] = cols_w[11]
+        o["roce_dest_qp"] = cols_w[12]
+        out[walk] = o
+    return out
+
+
+def _rows_numpy(w: _Walk, datas: list[bytes], ts: list) -> np.ndarray:
+    """The flow rows from the numpy walk's columns (the reference), the walker's rows included."""
+    k = len(datas)
+    heads, agents, starts, dg = w.heads, w.agents, w.starts, w.dg
+    source, rate, in_if, out_if, sw_vlan = w.source, w.rate, w.in_if, w.out_if, w.sw_vlan
+    has_raw, hlen, frame_bytes, hs, ok, sh = w.has_raw, w.hlen, w.frame_bytes, w.hs, w.ok, w.sh
+    n_rows = len(dg)
     out = np.empty(n_rows, dtype=FLOW_DTYPE)
     src = np.where(ok[:, None], sh["src"], 0).astype(np.uint8)
     dst = np.where(ok[:, None], sh["dst"], 0).astype(np.uint8)
@@ -375,14 +492,64 @@ def decode_sflow_many(
     out["time_received_ms"] = t
     out["time_export_ms"] = t
 
+    return out
+
+
+class SflowGroup:
+    """:func:`decode_sflow_group`'s outcome for ``k`` datagrams, without one object per plain datagram.
+
+    ``plain[i]``: datagram ``i`` decoded here to flow rows only (no counters, no problems);
+    its rows are ``flows[bounds[i] : bounds[i + 1]]`` (consecutive plain datagrams have
+    consecutive rows) and its header is ``header(i)``. Every other datagram's
+    :class:`DecodeResult` or :class:`DecodeError` is ``others[i]``.
+    """
+
+    __slots__ = ("flows", "bounds", "plain", "others", "heads", "agents")
+
+    def header(self, i: int) -> ExportHeader:
+        sub_agent, dseq, uptime = self.heads[i]
+        return ExportHeader(P, _agent_str(self.agents[i]), sub_agent, dseq, 1, None, uptime)
+
+    def result(self, i: int) -> DecodeResult | DecodeError:
+        """Datagram ``i`` as :func:`~ingest.decode.sflow.decode_sflow` returns it."""
+        if not self.plain[i]:
+            return self.others[i]
+        lo, hi = self.bounds[i], self.bounds[i + 1]
+        return DecodeResult(self.flows[lo:hi] if hi > lo else EMPTY_FLOWS, EMPTY_COUNTERS, self.header(i),
+                            Counter.__new__(Counter))
+
+
+def decode_sflow_group(
+    datagrams, exporters, received_at_ms, templates: TemplateCache, jit: bool | None = None
+) -> SflowGroup:
+    """:func:`decode_sflow_many` as one :class:`SflowGroup` (the ingest pipeline's form)."""
+    k = len(datagrams)
+    ex = [exporters] * k if isinstance(exporters, str) else list(exporters)
+    ts = [received_at_ms] * k if isinstance(received_at_ms, (int, np.integer)) else list(received_at_ms)
+    if len(ex) != k or len(ts) != k:
+        raise ValueError("exporters / received_at_ms must match the datagrams")
+    datas = [d if isinstance(d, bytes) else bytes(d) for d in datagrams]
+    if k == 0:
+        g = SflowGroup()
+        g.flows, g.bounds, g.plain, g.others, g.heads, g.agents = EMPTY_FLOWS, [0], [], {}, [], []
+        return g
+    if jit is None:
+        jit = JIT_AVAILABLE
+    w = _walk_jit(datas) if jit else _walk_numpy(datas)
+    return _group(w, _rows_jit(w, datas, ts) if w.jit is not None else _rows_numpy(w, datas, ts), datas, ex, ts,
+                  templates)
+
+
+def _group(w: _Walk, out: np.ndarray, datas: list[bytes], ex: list, ts: list, templates: TemplateCache) -> SflowGroup:
+    k = len(datas)
+    heads, agents, bad, starts, dg = w.heads, w.agents, w.bad, w.starts, w.dg
+
     # ---- counter samples (Python) and per-datagram results ---------------------
     problems: dict[int, Counter] = {}
     ctr_rows: dict[int, list] = {}
-    cs = np.flatnonzero(is_ctr & ~bad[s_dg])
-    if cs.size:
-        cs = cs[np.argsort(s_dg[cs] * _MAX_J + s_j[cs], kind="stable")]
-        for i, body, fmt, slen in zip(s_dg[cs].tolist(), s_body[cs].tolist(), s_fmt[cs].tolist(),
-                                      s_len[cs].tolist()):
+    c_dg, c_body, c_fmt, c_len = w.ctr
+    if len(c_dg):
+        for i, body, fmt, slen in zip(c_dg.tolist(), c_body.tolist(), c_fmt.tolist(), c_len.tolist()):
             if bad[i]:
                 continue
             o = body - int(starts[i])
@@ -399,24 +566,27 @@ def decode_sflow_many(
 
     counts = np.bincount(dg, minlength=k)
     bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
-    results: list = []
-    append = results.append
-    new_counter = Counter.__new__  # an empty Counter without the __init__/update call
-    for i, slow, head, a16, lo, hi in zip(range(k), bad.tolist(), heads, agents, bounds, bounds[1:]):
-        if slow:
-            try:
-                append(decode_sflow(datas[i], ex[i], ts[i], templates))
-            except DecodeError as err:
-                append(err)
-            continue
-        sub_agent, dseq, uptime = head
-        crows = ctr_rows.get(i) if ctr_rows else None
-        append(
-            DecodeResult(
+    plain = (~bad).tolist()
+    others: dict[int, DecodeResult | DecodeError] = {}
+    for i in np.flatnonzero(bad).tolist():
+        try:
+            others[i] = decode_sflow(datas[i], ex[i], ts[i], templates)
+        except DecodeError as err:
+            others[i] = err
+    for i in set(problems) | set(ctr_rows):
+        pr = problems.get(i)
+        crows = ctr_rows.get(i)
+        if plain[i] and (pr or crows):
+            plain[i] = False
+            sub_agent, dseq, uptime = heads[i]
+            a16 = agents[i]
+            lo, hi = bounds[i], bounds[i + 1]
+            others[i] = DecodeResult(
                 out[lo:hi] if hi > lo else EMPTY_FLOWS,
                 _counter_array(crows, a16, sub_agent, ts[i], uptime) if crows else EMPTY_COUNTERS,
                 ExportHeader(P, _agent_str(a16), sub_agent, dseq, 1, None, uptime),
-                problems.get(i) or new_counter(Counter),
+                pr,
             )
-        )
-    return results
+    g = SflowGroup()
+    g.flows, g.bounds, g.plain, g.others, g.heads, g.agents = out, bounds, plain, others, heads, agents
+    return g

@@ -23,17 +23,19 @@ from typing import NamedTuple
 import numpy as np
 
 from .incast import IncastAggregator, IncastConfig, IncastDetector, endpoint_codes
+from .interning import Interner, RowInterner
 from .linkhealth import LinkHealthConfig, LinkHealthDetector
-from .matrix import KEY_COLUMNS, CellAggregator, MatrixConfig, matrix_cells
+from .matrix import KEY_COLUMNS, CellAggregator, MatrixConfig, matrix_cells, signal_columns
 from .pattern import PatternConfig, PatternDetector
+from .snapshots import from_bytes, to_bytes
 from .straggler import StragglerConfig, StragglerDetector
-from .windows import Interner, RowInterner, WindowConfig, WindowManager, from_bytes, to_bytes
+from .windows import WindowConfig, WindowManager
 
 __all__ = ["EngineConfig", "Engine", "Output", "KINDS"]
 
 KINDS = ("matrix", "incast", "straggler", "link", "pattern")
 # string columns of a flow batch the detectors use, as interner codes (in this order: KEY_COLUMNS of a cell)
-CODED_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category")
+CODED_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category", "src_rack", "dst_rack")
 SNAPSHOT_VERSION = 1
 
 
@@ -106,6 +108,7 @@ class Engine:
             rows = {k: codes[f] for k, f in zip(KEY_COLUMNS, CODED_FIELDS)}
             rows.update(bytes_est=bytes_est, packets_est=batch["packets_est"].astype(np.int64),
                         flow_records=np.ones(n, dtype=np.int64), samples=packets)
+            rows.update(signal_columns(batch))
             for ws, we, cells in self.main.process(times, rows):
                 out.extend(self._main_window(ws, we, cells))
         if "incast" in cfg.enabled:

@@ -1,22 +1,9 @@
 """Incast detection: many sources bursting to one destination in a short window.
 
-Input: per short window (default 1 s), per (destination, source) the estimated
-rate (``IncastAggregator``, fed with interned codes by the engine). Output:
-IncastEvent dicts (incast_event.avsc) with hysteresis, so one burst is one
-event: ``open`` when a destination receives from >= ``min_sources`` sources at
->= ``open_fraction`` of its link capacity, ``update`` for every later window
-still at >= ``close_fraction``, ``close`` after ``close_after_windows``
-consecutive windows below ``close_fraction`` (windows without any traffic count
-as below).
-
-Rate of one record: ``bytes_est * 8 / max(duration, window)``; sFlow samples
-have no duration, so their bytes count fully in their window. A long NetFlow
-record contributes its average rate to the window where it ended.
-
-Uncertainty: with ``c`` sampled packets behind the sampled part of the estimate
-the relative standard error is about ``sqrt(1/c)`` (sFlow packet-sampling
-theory); ``fraction_low/high`` are ``fraction -/+ z * share_sampled * sqrt(1/c)``
-(``z`` = 1.96, ~95 %). Unsampled records (rate 1) add no sampling error.
+Per short window, per (destination, source) the estimated rate (``IncastAggregator``, fed with
+interned codes by the engine); :class:`IncastDetector` turns destinations receiving from many sources
+near their link capacity into IncastEvent dicts (incast_event.avsc), with hysteresis so one burst is
+one event, and bounds on the fraction from the sampling error. Method: docs/detectors.md, "Incast".
 Pure logic: no clock, no Kafka.
 """
 
@@ -28,8 +15,12 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from pydantic import Field
 
+from schemas.columns import addr_str
+
+from .groupby import group_reduce, reduce_runs
+from .interning import Interner
 from .params import detector_params
-from .windows import Interner, addr_text, dump_columns, group_reduce, load_columns, reduce_runs
+from .snapshots import dump_columns, load_columns
 
 __all__ = ["IncastConfig", "IncastAggregator", "IncastDetector", "endpoint_codes", "as_capacity"]
 
@@ -77,7 +68,7 @@ def endpoint_codes(
     at = unknown if rows is None else rows[unknown]
     view = np.ascontiguousarray(addrs[at], dtype=np.uint8).view(np.dtype((np.void, 16))).ravel()
     uniq, inv = np.unique(view, return_inverse=True)
-    lut = np.fromiter((interner.code(addr_text(u.tobytes())) for u in uniq), dtype=np.int32, count=len(uniq))
+    lut = np.fromiter((interner.code(addr_str(u.tobytes())) for u in uniq), dtype=np.int32, count=len(uniq))
     out[unknown] = lut[inv.ravel()]
     return out
 

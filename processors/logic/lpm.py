@@ -20,7 +20,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["PrefixTable", "parse_prefix", "addr_halves", "prefix_str"]
+from schemas.columns import addr_halves
+
+__all__ = ["PrefixTable", "parse_prefix", "prefix_str"]
 
 _ALL64 = (1 << 64) - 1
 
@@ -50,13 +52,6 @@ def prefix_str(value: int, length: int) -> str:
     if length >= 96 and (value >> 32) == 0xFFFF:
         return f"{ipaddress.IPv4Address(value & 0xFFFFFFFF)}/{length - 96}"
     return f"{ipaddress.IPv6Address(value)}/{length}"
-
-
-def addr_halves(addrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(hi, lo) uint64 halves (big-endian order) of an (n, 16) uint8 address column."""
-    a = np.ascontiguousarray(np.asarray(addrs, dtype=np.uint8).reshape(-1, 16))
-    w = a.view(">u8").reshape(-1, 2)
-    return w[:, 0].astype(np.uint64), w[:, 1].astype(np.uint64)
 
 
 _MIX_HI = np.uint64(0xC2B2AE3D27D4EB4F)

@@ -2,14 +2,16 @@
 
 ``CellAggregator`` is the window aggregator shared by the matrix, straggler and
 pattern detectors: per window it keeps estimated bytes, estimated packets, flow
-records and samples (sampled packets) per (src node, dst node, src group, dst
-group, src job, dst job, category), as columns of interned string codes.
-``matrix_cells`` turns one closed window into node x node and group x group
-cells. Pure logic; time comes in with the data.
+records, samples (sampled packets) and the estimated TCP / congestion signal
+packets (SYN, RST, ECN CE, RoCEv2 CNP: see :func:`signal_columns`) per (src node,
+dst node, src group, dst group, src job, dst job, category, src rack, dst rack),
+as columns of interned string codes. ``matrix_cells`` turns one closed window
+into node x node, rack x rack and group x group cells. Pure logic; time comes
+in with the data.
 
-Cells from workers that saw different exporters are additive: summing
-bytes_est / packets_est / flow_records / samples of equal (window, level, src,
-dst, category) keys gives the cluster-wide cell.
+Cells from workers that saw different exporters are additive: summing every
+value column of equal (window, level, src, dst, category) keys gives the
+cluster-wide cell.
 """
 
 from __future__ import annotations
@@ -18,22 +20,59 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from .groupby import group_reduce
+from .interning import Interner
 from .params import detector_params
-from .windows import Interner, dump_columns, group_reduce, load_columns
+from .snapshots import dump_columns, load_columns
 
-__all__ = ["MatrixConfig", "CellAggregator", "KEY_COLUMNS", "VALUE_COLUMNS", "matrix_cells", "UNKNOWN"]
+__all__ = [
+    "MatrixConfig", "CellAggregator", "KEY_COLUMNS", "VALUE_COLUMNS", "SIGNAL_COLUMNS", "LEVELS", "matrix_cells",
+    "signal_columns", "UNKNOWN",
+]  # fmt: skip
 
-# key columns (int32 interned codes) and value columns (int64) of a window state
-KEY_COLUMNS = ("sn", "dn", "sg", "dg", "sj", "dj", "cat")
-VALUE_COLUMNS = ("bytes_est", "packets_est", "flow_records", "samples")
+# key columns (int32 interned codes) and value columns (int64) of a window state; the rack columns come last so
+# that adding them left the interner's code order of the other labels as it was
+KEY_COLUMNS = ("sn", "dn", "sg", "dg", "sj", "dj", "cat", "sr", "dr")
+SIGNAL_COLUMNS = ("syn_packets_est", "rst_packets_est", "ecn_ce_packets_est", "cnp_packets_est")
+VALUE_COLUMNS = ("bytes_est", "packets_est", "flow_records", "samples", *SIGNAL_COLUMNS)
+# matrix level -> (src key column, dst key column); cells come out sorted by level name
+LEVELS = {"group": ("sg", "dg"), "node": ("sn", "dn"), "rack": ("sr", "dr")}
 UNKNOWN = "unknown"
+TCP = 6
+TCP_SYN, TCP_RST = 0x02, 0x04
+ECN_CE = 3  # IP ECN bits 11
+ROCE_CNP = 0x81  # RoCEv2 BTH opcode of a congestion notification packet
+
+
+def signal_columns(batch) -> dict[str, np.ndarray]:
+    """The SIGNAL_COLUMNS of a flow batch (``flow_enriched`` rows or anything indexable by field), int64.
+
+    - ``syn_packets_est`` / ``rst_packets_est``: TCP records whose ``tcp_flags`` has SYN / RST, each counted as
+      its sampling rate (one sampled packet scaled). sFlow: one record per sampled packet, so this is the
+      estimate; NetFlow/IPFIX: ``tcp_flags`` is an OR over the flow's packets, so a record stands for at least
+      one such packet: a lower bound.
+    - ``ecn_ce_packets_est``: ``packets_est`` of records whose ``tos & 3 == 3`` (IP ECN CE mark).
+    - ``cnp_packets_est``: ``packets_est`` of records whose RoCEv2 BTH opcode is 0x81 (CNP; sFlow header
+      samples only, -1 elsewhere).
+    """
+    rate = np.maximum(np.asarray(batch["sampling_rate"], dtype=np.int64), 1)
+    packets_est = np.asarray(batch["packets_est"], dtype=np.int64)
+    tcp = np.asarray(batch["ip_protocol"]) == TCP
+    flags = np.asarray(batch["tcp_flags"])
+    zero = np.zeros(len(rate), dtype=np.int64)
+    return {
+        "syn_packets_est": np.where(tcp & ((flags & TCP_SYN) != 0), rate, zero),
+        "rst_packets_est": np.where(tcp & ((flags & TCP_RST) != 0), rate, zero),
+        "ecn_ce_packets_est": np.where((np.asarray(batch["tos"]) & 3) == ECN_CE, packets_est, zero),
+        "cnp_packets_est": np.where(np.asarray(batch["roce_opcode"]) == ROCE_CNP, packets_est, zero),
+    }
 
 
 @detector_params
 class MatrixConfig:
     """Traffic matrix parameters (docs/detectors.md, "Traffic matrix")."""
 
-    levels: tuple[str, ...] = Field(("node", "group"), description="Matrices to emit per window")
+    levels: tuple[str, ...] = Field(("node", "rack", "group"), description="Matrices to emit per window (node, rack, group)")
     min_bytes_est: int = Field(0, ge=0, description="Cells with fewer estimated bytes are not emitted (0 = all)")
     compact_rows: int = Field(50_000, ge=1, description="A window re-aggregates its pending partial groups beyond this many rows (memory/CPU only; results identical)")
 
@@ -83,6 +122,11 @@ class CellAggregator:
     def load(self, obj: dict) -> dict:
         cols = load_columns(obj)
         n = len(cols["sn"])
+        # a snapshot written before the rack and signal columns: rack code 0 (the interner's "") and zero signals
+        for k in KEY_COLUMNS:
+            cols.setdefault(k, np.zeros(n, np.int32))
+        for v in VALUE_COLUMNS:
+            cols.setdefault(v, np.zeros(n, np.int64))
         return {"chunks": [cols] if n else [], "rows": n, "compacted": n}
 
 
@@ -93,14 +137,14 @@ def matrix_cells(
     window_end: int,
     config: MatrixConfig = MatrixConfig(),
 ) -> list[dict]:
-    """MatrixCell dicts for one closed window, sorted by (level, src, dst, category).
+    """MatrixCell dicts for one closed window, sorted by (level, src, dst, category); levels: group, node, rack.
 
     "" and "unknown" endpoints are one key ("unknown"). Keys are ranked by their text first, so the group-by
     yields the cells already merged and in output order.
     """
     out: list[dict] = []
     n = len(cells["sn"])
-    for level, (ks, kd) in sorted((("node", ("sn", "dn")), ("group", ("sg", "dg")))):
+    for level, (ks, kd) in sorted(LEVELS.items()):
         if level not in config.levels or n == 0:
             continue
         ep_names, ep_rank = _ranks(interner, cells[ks], cells[kd], empty_as=UNKNOWN)
@@ -113,7 +157,7 @@ def matrix_cells(
         src = ep_names[keys[0]].tolist()
         dst = ep_names[keys[1]].tolist()
         cat = cat_names[keys[2]].tolist()
-        b, p, r, s = (x.tolist() for x in sums)
+        b, p, r, s, syn, rst, ce, cnp = (x.tolist() for x in sums)
         ws, we = int(window_start), int(window_end)
         for i in range(len(src)):
             out.append(
@@ -128,6 +172,10 @@ def matrix_cells(
                     "packets_est": p[i],
                     "flow_records": r[i],
                     "samples": s[i],
+                    "syn_packets_est": syn[i],
+                    "rst_packets_est": rst[i],
+                    "ecn_ce_packets_est": ce[i],
+                    "cnp_packets_est": cnp[i],
                 }
             )
     return out

@@ -1,30 +1,9 @@
-"""Per-job communication pattern: cycle period and collective peer structure.
+"""Per-job communication pattern: the period of the compute/communication cycle and the node pairs
+carrying the collective, from the closed windows of the traffic matrix.
 
-From the closed windows of the traffic matrix, per job:
-- a series of collective bytes per window (src and dst in the job, categories
-  collective/rocev2); windows without any such traffic count as 0;
-- the period of the compute/communication cycle: the lag with the highest
-  autocorrelation of the mean-removed series (biased estimator, lags 2 ..
-  n/2 windows), accepted when that autocorrelation >= ``min_acf``. Resolution is
-  one window; the period must span >= 2 windows and the series must hold >= 2
-  periods, so with 10 s windows periods from 20 s to half the history show up;
-- the structure: the set of (src, dst) node pairs carrying the collective,
-  a pair counted when it holds >= ``min_pair_share`` of the job's window bytes
-  in >= ``presence`` of the last ``recent_windows`` windows that carried
-  collective traffic for the job (sampling may miss a pair in one window).
-
-After ``baseline_windows`` windows the first estimate becomes the job's
-baseline (output kind ``pattern_baseline``). Every later window compares the
-most recent estimate with it and reports ``pattern_deviation`` (state
-``open``) when the pair set changes or the measured period moves by more than
-``period_tolerance`` (a window with no measurable period opens nothing: mixed
-cycles during a change often look aperiodic); when the job returns to its
-baseline, state ``close``.
-Output dicts (no avsc yet):
-``{kind, state, job, deviation, window_start_ms, window_end_ms, detail,
-baseline_period_ms, current_period_ms, added_pairs, removed_pairs, peers}``
-(``*_period_ms`` = -1 when not periodic; pairs as [src, dst]; peers maps each
-node to its sorted collective peers).
+After ``baseline_windows`` windows the first estimate becomes the job's baseline (``pattern_baseline``);
+later windows report a ``pattern_deviation`` (``open`` / ``close``) when the pair set or the period
+moves away from it. Method, limits and the output record: docs/detectors.md, "Pattern".
 Pure logic: no clock, no Kafka.
 """
 
@@ -34,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from .groupby import group_reduce
+from .interning import Interner
 from .params import detector_params
-from .windows import Interner, group_reduce
 
 __all__ = ["PatternConfig", "PatternDetector", "estimate_period"]
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from processors.logic.alerts import AlertManager, Condition, RuleAlertSettings
+from processors.logic.groupby import GroupBy
 from processors.logic.rules import (
     RULE_NAMES,
     CheckpointRule,
@@ -33,7 +34,7 @@ from processors.logic.rules import (
     StorageOnComputeRule,
     UnregisteredHostRule,
 )
-from processors.logic.rules.common import BatchContext, GroupBy, Networks
+from processors.logic.rules.common import BatchContext, Networks
 from processors.logic.rules.config import (  # re-exported
     AlertSettings,
     AllowRule,

@@ -1,29 +1,9 @@
-"""Straggler scoring: per job and window, each node's collective bytes vs its peers.
+"""Straggler scoring: per job and window, each node's collective bytes against its peers'.
 
-For every closed window and job, each member node gets a StragglerScore dict
-(straggler_score.avsc):
-- sent / received estimated bytes in the configured categories (collective,
-  rocev2) where the node is the source / destination and belongs to the job;
-- link bytes = what the node sent to its busiest destination node. Nodes are
-  compared on this, not on their total: in a tree (or parameter-server)
-  collective a node sends ``allreduce`` bytes once per tree edge, so an inner
-  node sends 2-3x what a leaf sends and every healthy leaf would sit at ~0.67
-  of the peer median; per link all roles send the same. In a ring (one
-  successor) link bytes = sent bytes minus the ACKs to the predecessor;
-- peer median (median of the *other* nodes' link bytes) and ratio = link bytes / peer median;
-- raw robust z = (link - peer median) / (1.4826 * MAD), MAD over the job's
-  nodes, floored at ``mad_floor_fraction`` * peer median so identical peers
-  don't make any deviation infinite; clipped to +-``z_clip``;
-- score = rolling median of the last ``smoothing_windows`` raw z values;
-- evidence_windows = consecutive windows with raw ratio < ``ratio_threshold``
-  AND raw z < ``z_threshold``; straggler = evidence >= ``persist_windows`` and
-  score < ``z_threshold``. One low window is never enough, and a job whose
-  nodes all slow down together keeps ratios near 1.
-
-Members are the nodes seen in the job within the last ``membership_windows``
-windows, so a node that stops sending entirely scores 0 instead of vanishing.
-Jobs with fewer than ``min_peers`` peers per node are not scored.
-Pure logic: no clock, no Kafka.
+For every closed window and job, each member node gets a StragglerScore dict (straggler_score.avsc):
+its link bytes against the peer median, a robust z score smoothed over a few windows, and a
+straggler flag that needs several low windows in a row. Method and limits: docs/detectors.md,
+"Stragglers". Pure logic: no clock, no Kafka.
 """
 
 from __future__ import annotations
@@ -32,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from .groupby import group_reduce
+from .interning import Interner
 from .params import detector_params
-from .windows import Interner, group_reduce
 
 __all__ = ["StragglerConfig", "StragglerDetector", "leave_one_out_median"]
 

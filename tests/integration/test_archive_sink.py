@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from schemas import codec
 from schemas.columns import addr16, dtype_for, empty_counters, empty_flows, load_avsc
 from sinks import layout
-from sinks.service import ArchiveService
+from sinks.archive_service import ArchiveService
 
 from .crashing_sink import CRASH_EXIT_CODE
 
@@ -322,7 +322,7 @@ def test_archives_every_topic_into_hourly_partitions(backend, unique_topic):
     counted = [(h, e["kind"], e["detail"]) for h, r in sums.items() for e in r["events"] for _ in range(e["count"])]
     assert set(counted) <= {(T0, "alert", "segmentation"), (T0 + HOUR, "alert", "segmentation"),
                             (T0, "incast", "storage")}
-    assert len(counted) + svc.book.late_events == 3
+    assert len(counted) + svc.summaries.book.late_events == 3
     summ, _ = read_dataset(fs, root, "summaries_hourly")
     assert sorted(summ["hour_start_ms"].to_pylist()) == [T0, T0 + HOUR]
 

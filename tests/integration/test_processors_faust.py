@@ -50,8 +50,8 @@ def counter_batches(start_ms=1_767_225_600_000, seconds=60) -> list[tuple[str, n
 
 
 def expected_outputs(settings, batches, counters=()) -> list[tuple]:
-    """What ``fabricflow replay`` computes for the same input (replay.core.replay_batches)."""
-    from replay.core import core_factory_from, replay_batches
+    """What ``fabricflow replay`` computes for the same input (replay.replay_batches)."""
+    from replay import core_factory_from, replay_batches
     from schemas import codec
 
     factory = core_factory_from(settings.processors, inventory=str(INVENTORY))
@@ -211,7 +211,7 @@ def test_raw_offsets_are_committed_only_after_the_shuffle_is_delivered(kafka_boo
     restarted worker resumes after the committed offset)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from processors import shuffle
+    from processors.worker import shuffle
 
     s = _settings(kafka_bootstrap, unique_topic, tmp_path, output_linger_ms=5000)
     create_topics(s)

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fabricflow.settings import load_settings
-from replay.core import (
+from replay import (
     ReplayError,
     canonical,
     core_factory_from,

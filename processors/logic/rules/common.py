@@ -2,18 +2,13 @@
 
 - :class:`Networks`: CIDR membership of (n, 16) address columns, vectorised
   (addresses as two big-endian uint64 halves, one masked compare per CIDR).
-- :class:`GroupBy`: sort-based group-by over integer/string/address key
-  columns (``np.unique`` factorisation + ``np.lexsort``), exact int64 sums,
-  min/max per group, top rows per group for samples (``desc=``: in the same sort).
-- :class:`DenseGroups` / :func:`min_max_by`: groups by one small integer key
-  (string codes, job x bucket) through ``bincount`` / ``ufunc.at`` tables, no sort.
 - :class:`BatchContext`: one enriched batch with lazily computed, cached
   derived columns, masks and address selections shared by all rules (the
   cheap string-code tests first, address work only on the rows they leave).
 - :func:`format_tuple`: the ``'proto src:sport -> dst:dport'`` sample string
   (only for the few rows reported).
 
-Pure: no I/O, no clock.
+The rules group rows with :mod:`processors.logic.groupby`. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -24,23 +19,14 @@ from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
-import pyarrow as pa
 
-from processors.logic.windows import addr_text, addr_texts
-from schemas.columns import dtype_for
+from processors.logic.groupby import factorize, factorize_interned, lut_limit
+from schemas.columns import addr_halves, addr_keys, addr_str, addr_strs, dtype_for
 
 ENRICHED_DTYPE = dtype_for("flow_enriched")
 _ENRICHED_FIELDS = frozenset(ENRICHED_DTYPE.names)
-_I64_MAX, _I64_MIN = int(np.iinfo(np.int64).max), int(np.iinfo(np.int64).min)
 _V4_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
 _PROTO = {1: "icmp", 6: "tcp", 17: "udp", 47: "gre", 50: "esp", 58: "ipv6-icmp", 132: "sctp"}
-
-
-def addr_halves(a16: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(n, 16) uint8 -> (hi, lo) uint64 columns, big-endian (so order = address order)."""
-    a = np.ascontiguousarray(np.asarray(a16, dtype=np.uint8).reshape(-1, 16))
-    v = a.view(">u8").astype(np.uint64)
-    return v[:, 0], v[:, 1]
 
 
 class Networks:
@@ -87,211 +73,9 @@ class Networks:
         return self.contains_halves(hi, lo)
 
 
-def factorize(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted uniques, codes) of a 1-D column.
-
-    String (object) columns go through Arrow's dictionary encoding (C++, a few
-    times faster than sorting Python strings); only the small dictionary is
-    sorted, so codes follow the sorted order of the uniques either way.
-    """
-    col = np.asarray(col)
-    if len(col) == 0:
-        return col[:0], np.zeros(0, dtype=np.int64)
-    if col.dtype == object:
-        try:
-            enc = pa.array(col, type=pa.string()).dictionary_encode()
-        except (TypeError, ValueError, pa.ArrowException):
-            enc = None
-        if enc is not None and enc.null_count == 0:
-            dic = np.array(enc.dictionary.to_pylist(), dtype=object)
-            order = np.argsort(dic, kind="stable")
-            rank = np.empty(len(order), dtype=np.int64)
-            rank[order] = np.arange(len(order))
-            return dic[order], rank[enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
-    uniq, inv = np.unique(col, return_inverse=True)
-    return uniq, inv.astype(np.int64).reshape(-1)
-
-
-def factorize_interned(codes: np.ndarray, strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """``factorize`` of a string column given as integer codes into ``strings`` (same result, no string hashing).
-
-    The distinct codes come from a ``bincount`` and each row's rank from a lookup table indexed by code
-    (no sort of the column) while the codes are small; otherwise from ``np.unique``.
-    """
-    codes = np.asarray(codes)
-    if len(codes) == 0:
-        return np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
-    dense = codes.dtype.kind in "iu" and 0 <= codes.min() and codes.max() < _lut_limit(len(codes))
-    if dense:
-        u = np.flatnonzero(np.bincount(codes))
-    else:
-        u, inv = np.unique(codes, return_inverse=True)
-    dic = np.empty(len(u), dtype=object)
-    dic[:] = [strings[i] for i in u.tolist()]  # one per distinct value
-    order = np.argsort(dic, kind="stable")
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    if dense:
-        lut = np.empty(int(u[-1]) + 1, dtype=np.int64)
-        lut[u] = rank
-        return dic[order], lut[codes]
-    return dic[order], rank[inv.reshape(-1)]
-
-
-def _lut_limit(n: int) -> int:
-    """Largest code (exclusive) for which a lookup table indexed by code is cheaper than sorting ``n`` values."""
-    return 8 * n + 4096
-
-
-def min_max_by(ids: Sequence[np.ndarray], k: int, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per id in ``[0, k)``: min of ``lo`` and max of ``hi`` over the rows having that id in any of the id
-    columns ``ids`` (each aligned with ``lo`` / ``hi``); the int64 max / min for an id without rows.
-    With ``lo <= hi`` row by row, an id has rows exactly where its min <= its max. No sort, no bincount."""
-    mins = np.empty(k, dtype=np.int64)
-    mins.fill(_I64_MAX)
-    maxs = np.empty(k, dtype=np.int64)
-    maxs.fill(_I64_MIN)
-    for col in ids:
-        np.minimum.at(mins, col, lo)
-        np.maximum.at(maxs, col, hi)
-    return mins, maxs
-
-
-class DenseGroups:
-    """Groups of rows by one non-negative integer key, in key order (as ``GroupBy(key)``), without a sort.
-
-    Keys below ``size`` (when that is small next to the row count) index ``bincount`` / ``ufunc.at``
-    tables directly; larger ones are first replaced by their rank (``np.unique``). Reductions are of
-    integer values into int64.
-    """
-
-    def __init__(self, key: np.ndarray, size: int):
-        key = np.asarray(key, dtype=np.int64)
-        values = None
-        if size > _lut_limit(len(key)):
-            values, key = np.unique(key, return_inverse=True)
-            key, size = key.reshape(-1), len(values)
-        counts = np.bincount(key, minlength=size)
-        present = counts.nonzero()[0]
-        self._key, self._size, self._present = key, size, present
-        self._counts = counts[present]
-        self.keys = present if values is None else values[present]
-        self.ngroups = len(present)
-
-    @property
-    def first(self) -> np.ndarray:
-        """Per group, its first row (the lowest row index)."""
-        return self.min(np.arange(len(self._key)))
-
-    def count(self) -> np.ndarray:
-        return self._counts
-
-    def sum(self, values: np.ndarray) -> np.ndarray:
-        return self._reduce(np.add, 0, values)
-
-    def min(self, values: np.ndarray) -> np.ndarray:
-        return self._reduce(np.minimum, _I64_MAX, values)
-
-    def max(self, values: np.ndarray) -> np.ndarray:
-        return self._reduce(np.maximum, _I64_MIN, values)
-
-    def _reduce(self, ufunc: np.ufunc, start: int, values: np.ndarray) -> np.ndarray:
-        out = np.empty(self._size, dtype=np.int64)
-        out.fill(start)
-        ufunc.at(out, self._key, values)
-        return out[self._present]
-
-
-class GroupBy:
-    """Group rows by several key columns; groups come out sorted by key values.
-
-    ``desc``: rows of each group come in ``order`` by descending ``desc`` (ties: lower index first), so
-    ``top(k)`` gives ``top_rows(desc, k)`` without a second sort, and ``first`` is each group's top row.
-    Otherwise rows of a group are in index order.
-    """
-
-    def __init__(self, *keys: np.ndarray, desc: np.ndarray | None = None):
-        n = len(keys[0]) if keys else 0
-        codes = []
-        for k in keys:
-            k = np.asarray(k)
-            if k.dtype == object:
-                codes.append(factorize(k)[1])
-            else:
-                codes.append(k.astype(np.int64) if k.dtype.kind == "b" else k)
-        self.n = n
-        if n == 0:
-            self.order = np.zeros(0, dtype=np.int64)
-            self.starts = np.zeros(0, dtype=np.int64)
-            self.gid = np.zeros(0, dtype=np.int64)
-            self.first = np.zeros(0, dtype=np.int64)
-            self.ngroups = 0
-            return
-        sort_keys = tuple(reversed(codes))
-        if desc is not None:  # least significant: lexsort is stable, so equal weights stay in index order
-            sort_keys = (-np.asarray(desc, dtype=np.float64), *sort_keys)
-        order = np.lexsort(sort_keys) if sort_keys else np.arange(n)
-        change = np.zeros(n, dtype=bool)
-        change[0] = True
-        for c in codes:
-            cs = c[order]
-            change[1:] |= cs[1:] != cs[:-1]
-        self.order = order
-        self.starts = np.flatnonzero(change)
-        self._change = change
-        self.first = order[self.starts]
-        self.ngroups = len(self.starts)
-
-    @cached_property
-    def gid(self) -> np.ndarray:
-        """Group number of every row."""
-        gid = np.empty(self.n, dtype=np.int64)
-        gid[self.order] = np.cumsum(self._change) - 1
-        return gid
-
-    def sum(self, values: np.ndarray) -> np.ndarray:
-        if self.ngroups == 0:
-            return np.zeros(0, dtype=np.int64)
-        return np.add.reduceat(np.asarray(values)[self.order], self.starts)
-
-    def count(self) -> np.ndarray:
-        c = np.empty(self.ngroups, dtype=np.int64)
-        c[:-1] = self.starts[1:] - self.starts[:-1]
-        c[-1:] = self.n - self.starts[-1:]
-        return c
-
-    def min(self, values: np.ndarray) -> np.ndarray:
-        if self.ngroups == 0:
-            return np.zeros(0, dtype=np.asarray(values).dtype)
-        return np.minimum.reduceat(np.asarray(values)[self.order], self.starts)
-
-    def max(self, values: np.ndarray) -> np.ndarray:
-        if self.ngroups == 0:
-            return np.zeros(0, dtype=np.asarray(values).dtype)
-        return np.maximum.reduceat(np.asarray(values)[self.order], self.starts)
-
-    def top_rows(self, weight: np.ndarray, k: int) -> list[np.ndarray]:
-        """Per group, up to ``k`` row indices by descending weight (ties: lower index first)."""
-        if self.ngroups == 0:
-            return []
-        # lexsort is stable: rows of equal group and weight stay in index order; groups come in the order
-        # of their numbers, so group g starts where it starts in ``order`` too
-        order = np.lexsort((-np.asarray(weight, dtype=np.float64), self.gid))
-        return self._slices(order, k)
-
-    def top(self, k: int) -> list[np.ndarray]:
-        """Per group, its first ``k`` rows in ``order`` (built with ``desc``: the ``top_rows(desc, k)``)."""
-        return self._slices(self.order, k)
-
-    def _slices(self, order: np.ndarray, k: int) -> list[np.ndarray]:
-        starts = self.starts.tolist()
-        ends = starts[1:] + [self.n]
-        return [order[s : min(e, s + k)] for s, e in zip(starts, ends)]
-
-
 def format_tuple(proto: int, src16, sport: int, dst16, dport: int) -> str:
     """``'tcp 10.0.0.1:5555 -> 10.0.1.2:2049'`` (IPv6 in brackets)."""
-    src, dst = _host_text(addr_text(src16)), _host_text(addr_text(dst16))
+    src, dst = _host_text(addr_str(src16)), _host_text(addr_str(dst16))
     return _tuple_text(_proto_text(proto), src, int(sport), dst, int(dport))
 
 
@@ -453,7 +237,7 @@ class BatchContext:
         ``labels[id]`` the value (for ``DenseGroups``; labels may hold values absent from the batch, in any
         order). The caller's codes when it interned the columns with a small table, else ``factorize`` ranks."""
         it = self._interned
-        if it is not None and all(n in it[0] for n in names) and len(it[1]) <= _lut_limit(self.n):
+        if it is not None and all(n in it[0] for n in names) and len(it[1]) <= lut_limit(self.n):
             return [it[0][n] for n in names], it[1]
         if len(names) == 1:
             uniq, codes = self.codes(names[0])
@@ -479,7 +263,7 @@ class BatchContext:
         proto, sport, dport = (b[f][rows].tolist() for f in ("ip_protocol", "src_port", "dst_port"))
         src, dst = addr_keys(b["src_addr"][rows]), addr_keys(b["dst_addr"][rows])
         hosts = list({*src, *dst})
-        host = {a: _host_text(t) for a, t in zip(hosts, addr_texts(hosts))}
+        host = {a: _host_text(t) for a, t in zip(hosts, addr_strs(hosts))}
         name = {p: _proto_text(p) for p in set(proto)}
         out = []
         end = 0
@@ -494,11 +278,6 @@ class BatchContext:
                         break
             out.append(picked)
         return out
-
-
-def addr_keys(a16: np.ndarray) -> list[bytes]:
-    """The 16-byte values of an (n, 16) address column as ``bytes`` (what ``addr_text`` caches on)."""
-    return np.ascontiguousarray(a16, dtype=np.uint8).view("V16").reshape(-1).tolist()
 
 
 class StatelessRule:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from processors.logic.alerts import Condition
+from processors.logic.groupby import GroupBy
 from schemas.columns import addr_str
 
-from .common import BatchContext, GroupBy, Networks
+from .common import BatchContext, Networks
 from .config import ExternalDependencyConfig, ms
 
 

@@ -1,18 +1,9 @@
 """Volume rules over a sliding event-time window: exfiltration and off-hours transfers.
 
-Both aggregate a batch's matching rows per (key, time bucket) with one
-vectorised group-by, keep per-key bucket totals for the last ``window``, and
-report a condition for a key when its windowed total crosses the threshold.
-Evidence is the not-yet-reported part of the window, so bytes are never
-counted twice across reports.
-
-- ``exfiltration``: source group in ``source_groups``, destination group in
-  ``watch_dst_groups`` (default: ``unknown``, i.e. not in the inventory), not
-  an authorized group or CIDR; more than ``min_bytes`` within ``window`` and
-  active for at least ``min_duration``. Key: (source group, destination address).
-- ``off_hours_transfer``: source group in ``source_groups``, flow end outside
-  the business-hours schedule (local time via zoneinfo, DST-safe), more than
-  ``min_bytes`` within ``window``. Key: (source group, source node, destination group).
+Both sum a batch's matching rows per (key, time bucket), keep per-key bucket totals for the last
+``window`` and report a key when its windowed total crosses the threshold; evidence is the
+not-yet-reported part of the window, so bytes are never counted twice. Rules and defaults:
+docs/alerts.md.
 """
 
 from __future__ import annotations
@@ -23,9 +14,10 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from processors.logic.alerts import Condition
+from processors.logic.groupby import GroupBy
 from schemas.columns import addr_str
 
-from .common import BatchContext, GroupBy, Networks
+from .common import BatchContext, Networks
 from .config import WEEKDAYS, ExfiltrationConfig, OffHoursConfig, Schedule, ms
 
 # bucket entry: [bytes, flows, first_ms, last_ms, reported_bytes, reported_flows]

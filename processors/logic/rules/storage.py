@@ -1,23 +1,8 @@
 """Storage I/O checks: checkpoint cadence per job, and storage traffic on the compute network.
 
-Checkpoints (``checkpoint_late`` / ``checkpoint_missing``): storage-category
-bytes from a job's nodes (``src_job``) to the storage groups are summed per
-(job, ``bucket``) with one vectorised group-by. Buckets are final once the
-watermark passes their end; a final bucket with at least ``burst_min_bytes``
-is active, and active buckets no more than ``merge_gap`` apart form one burst
-(a checkpoint). The expected interval is the job's configured ``interval``,
-else the median of the last ``history`` burst intervals once ``min_bursts``
-bursts were seen. Overdue = time since the last burst start (or, for a job
-with a configured interval and no burst yet, since the job was first seen):
-
-- ``late_factor`` x expected < overdue <= ``missing_factor`` x expected -> checkpoint_late
-- overdue > ``missing_factor`` x expected -> checkpoint_missing
-
-both checked on every watermark while the job is active (any traffic within
-``job_idle_timeout``), and on arrival of a burst that came too late.
-
-``storage_on_compute``: storage-category rows between two compute-group nodes,
-or rows on ifIndexes configured as compute (per exporter, or ``*``).
+``checkpoint_late`` / ``checkpoint_missing``: storage bursts per job, grouped into checkpoints and
+compared with the job's configured or learned interval. ``storage_on_compute``: storage traffic
+between compute nodes or on ifIndexes configured as compute. Rules and defaults: docs/alerts.md.
 """
 
 from __future__ import annotations
@@ -27,9 +12,10 @@ import ipaddress
 import numpy as np
 
 from processors.logic.alerts import Condition
-from schemas.columns import addr16, addr_str
+from processors.logic.groupby import DenseGroups, GroupBy, min_max_by
+from schemas.columns import addr16, addr_halves, addr_str
 
-from .common import BatchContext, DenseGroups, GroupBy, StatelessRule, addr_halves, min_max_by
+from .common import BatchContext, StatelessRule
 from .config import CheckpointConfig, StorageOnComputeConfig, ms
 
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from processors.logic.alerts import Condition
+from processors.logic.groupby import GroupBy
+from schemas.columns import addr_keys, addr_str
 
-from .common import BatchContext, GroupBy, Networks, StatelessRule, addr_keys, addr_text
+from .common import BatchContext, Networks, StatelessRule
 from .config import UNKNOWN_GROUP, UnregisteredConfig
 
 
@@ -43,7 +45,7 @@ class UnregisteredHostRule(StatelessRule):
         nsrc = gb.sum(is_src.astype(np.int64)).tolist()  # rows seen as source; the others as destination
         tops = gb.top(20)
         samples = ctx.samples_of([rows[t] for t in tops])
-        addrs = [addr_text(k) for k in addr_keys(addr16[gb.first])]
+        addrs = [addr_str(k) for k in addr_keys(addr16[gb.first])]
         peers_sorted = peer[gb.order].tolist()  # each group's peers are one slice of this
         bounds = gb.starts.tolist() + [len(rows)]
         out = []

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
-SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in ("__init__.py", "common.py"))
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in ("__init__.py", "common.py", "console_run.py"))  # helpers
 
 
 def test_scripts_found():

@@ -21,7 +21,8 @@ def flows(records: list[dict]) -> np.ndarray:
 
     Keys: src, dst (node names, "" = unknown), t (event time ms = time_start = time_end
     unless t_start given), bytes, packets, rate (sampling), category, src_job, dst_job,
-    src_group, dst_group, src_ip, dst_ip. bytes_est/packets_est are scaled by rate.
+    src_group, dst_group, src_rack, dst_rack, src_ip, dst_ip, ip_protocol (17), dst_port (4791),
+    tcp_flags, tos, roce_opcode (-1). bytes_est/packets_est are scaled by rate.
     """
     arr = np.zeros(len(records), dtype=ENRICHED)
     for k, v in FLOW_ABSENT.items():
@@ -41,8 +42,13 @@ def flows(records: list[dict]) -> np.ndarray:
         arr[i]["ip_version"] = 4
         arr[i]["src_addr"] = np.frombuffer(addr16(r.get("src_ip", node_ip(src) if src else "198.51.100.7")), np.uint8)
         arr[i]["dst_addr"] = np.frombuffer(addr16(r.get("dst_ip", node_ip(dst) if dst else "198.51.100.8")), np.uint8)
-        arr[i]["ip_protocol"] = 17
-        arr[i]["dst_port"] = 4791
+        arr[i]["ip_protocol"] = r.get("ip_protocol", 17)
+        arr[i]["dst_port"] = r.get("dst_port", 4791)
+        arr[i]["tcp_flags"] = r.get("tcp_flags", 0)
+        arr[i]["tos"] = r.get("tos", 0)
+        arr[i]["roce_opcode"] = r.get("roce_opcode", -1)
+        arr[i]["src_rack"] = r.get("src_rack", "")
+        arr[i]["dst_rack"] = r.get("dst_rack", "")
         arr[i]["time_end_ms"] = r["t"]
         arr[i]["time_start_ms"] = r.get("t_start", r["t"])
         arr[i]["time_received_ms"] = r["t"]

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.logic.lpm import PrefixTable, addr_halves, parse_prefix, prefix_str
-from schemas.columns import addr16_column
+from processors.logic.lpm import PrefixTable, parse_prefix, prefix_str
+from schemas.columns import addr16_column, addr_halves
 
 
 def _mapped_net(c: str) -> ipaddress.IPv6Network:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import codec
+from schemas import codec, varint
 from schemas.columns import AVRO_DIR, COUNTER_DTYPE, FLOW_DTYPE, dtype_for
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -87,14 +87,14 @@ def test_decode_accepts_multi_block_arrays_from_other_writers():
     for name, kind in codec._plan("counter_batch"):
         col = arr[name]
         if kind == "long":
-            body1 = codec._varint_bytes(codec._zigzag(col[:1]))
-            body2 = codec._varint_bytes(codec._zigzag(col[1:]))
+            body1 = varint.varint_bytes(varint.zigzag(col[:1]))
+            body2 = varint.varint_bytes(varint.zigzag(col[1:]))
         elif kind == "bool":
             body1, body2 = col[:1].astype(np.uint8).tobytes(), col[1:].astype(np.uint8).tobytes()
         else:
             body1, body2 = col[:1].tobytes(), col[1:].tobytes()
         # block 1: count 1; block 2: count -2 with byte size
-        parts += [codec._encode_long(1), body1, codec._encode_long(-2), codec._encode_long(len(body2)), body2, b"\x00"]
+        parts += [varint.encode_long(1), body1, varint.encode_long(-2), varint.encode_long(len(body2)), body2, b"\x00"]
     back = codec.decode_batch(b"".join(parts))
     assert back["if_index"].tolist() == [1, 2, 3]
     assert back["in_octets"].tolist() == [2**40, -5, 7]
@@ -106,6 +106,23 @@ def test_committed_batch_avsc_match_derivation():
         assert committed == codec.schema_json(name), f"{name}.avsc is stale: run schemas.codec.write_batch_schemas()"
 
 
+def test_record_written_with_an_earlier_schema_version_reads_with_defaults():
+    """matrix_cell before the rack level and signal columns (schemas/avro/history/matrix_cell.1.avsc)."""
+    old = fastavro.parse_schema(json.loads((AVRO_DIR / "history" / "matrix_cell.1.avsc").read_text()))
+    fp = bytes.fromhex(fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(old), "CRC-64-AVRO"))
+    assert fp != codec.schema_fingerprint("matrix_cell")
+    cell = {"window_start_ms": 1, "window_end_ms": 2, "level": "group", "src": "gpu", "dst": "storage",
+            "category": "storage", "bytes_est": 9, "packets_est": 3, "flow_records": 1, "samples": 3}
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, old, cell)
+    msg = codec.MAGIC + fp + buf.getvalue()
+    assert codec.schema_of(msg) == "matrix_cell"
+    assert codec.decode_record(msg, expect="matrix_cell") == cell | {
+        "syn_packets_est": 0, "rst_packets_est": 0, "ecn_ce_packets_est": 0, "cnp_packets_est": 0}
+    with pytest.raises(codec.CodecError):
+        codec.decode_record(msg[:-2], expect="matrix_cell")
+
+
 def test_record_schemas_roundtrip():
     cell = {
         "window_start_ms": 1000, "window_end_ms": 11000, "level": "node", "src": "gpu-1", "dst": "gpu-2",
@@ -113,7 +130,11 @@ def test_record_schemas_roundtrip():
     }  # fmt: skip
     msg = codec.encode_record("matrix_cell", cell)
     assert codec.schema_of(msg) == "matrix_cell"
-    assert codec.decode_record(msg, expect="matrix_cell") == cell
+    # fields added later (with defaults) read as their default when a writer leaves them out
+    signals = {"syn_packets_est": 0, "rst_packets_est": 0, "ecn_ce_packets_est": 0, "cnp_packets_est": 0}
+    assert codec.decode_record(msg, expect="matrix_cell") == cell | signals
+    cell = cell | signals | {"level": "rack", "syn_packets_est": 1024, "cnp_packets_est": 7}
+    assert codec.decode_record(codec.encode_record("matrix_cell", cell), expect="matrix_cell") == cell
     with pytest.raises(codec.CodecError):
         codec.decode_record(msg, expect="alert")
 

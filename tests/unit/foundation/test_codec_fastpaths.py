@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import codec
+from schemas import codec, strings, varint
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, dtype_for
 
 ENRICHED = dtype_for("flow_enriched")
@@ -34,17 +34,17 @@ RELAXED = [HealthCheck.too_slow, HealthCheck.data_too_large]
 @contextmanager
 def small_columns_limits(small: int, small_strings: int):
     """Set the codec's "few values: plain Python" limits (0, 0 forces the numpy/pyarrow paths)."""
-    saved = codec._SMALL, codec._SMALL_STRINGS
-    codec._SMALL, codec._SMALL_STRINGS = small, small_strings
+    saved = varint._SMALL, strings._SMALL_STRINGS
+    varint._SMALL, strings._SMALL_STRINGS = small, small_strings
     try:
         yield
     finally:
-        codec._SMALL, codec._SMALL_STRINGS = saved
+        varint._SMALL, strings._SMALL_STRINGS = saved
 
 
 def every_path():
     """Run the body once with the default limits and once with every column on the vectorised path."""
-    for limits in ((codec._SMALL, codec._SMALL_STRINGS), (0, 0)):
+    for limits in ((varint._SMALL, strings._SMALL_STRINGS), (0, 0)):
         with small_columns_limits(*limits):
             yield limits
 
@@ -184,7 +184,7 @@ def test_varint_bytes_every_width_matches_reference(w):
     mixed = np.concatenate([uniform, rng.integers(0, 1 << 14, 300, dtype=np.uint64)])
     rng.shuffle(mixed)
     for u in (uniform, mixed, uniform[:1], np.array([lo, hi], dtype=np.uint64)):
-        assert codec._varint_bytes(u) == b"".join(ref_varint(int(x)) for x in u)
+        assert varint.varint_bytes(u) == b"".join(ref_varint(int(x)) for x in u)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=RELAXED)
@@ -198,7 +198,7 @@ def test_long_column_encode_matches_fastavro_and_roundtrips(col):
     for _ in every_path():
         msg = codec.encode_batch("counter_batch", arr)
         assert msg[codec.HEADER_LEN :] == ref
-        assert codec._encode_long_column(col) == b"".join(ref_long(int(v)) for v in col)
+        assert varint.encode_long_column(col) == b"".join(ref_long(int(v)) for v in col)
         assert_same(codec.decode_batch(msg), arr)
 
 
@@ -220,9 +220,9 @@ def test_long_columns_from_other_writers_decode(cols, seed):
 def test_varint_column_at_the_end_of_a_message_decodes(col, tail):
     """Varints whose 8-byte word loads run past the end of the message (read from a zero-padded copy)."""
     body = b"".join(ref_long(int(v)) for v in col)
-    m = codec._Message(b"\x01" * 3 + body + b"\x00" * tail)
+    m = varint.Message(b"\x01" * 3 + body + b"\x00" * tail)
     for _ in every_path():
-        vals, end = codec._decode_varints(m, 3, len(col))
+        vals, end = varint.decode_varints(m, 3, len(col))
         assert end == 3 + len(body)
         assert vals.tolist() == col.tolist()
 

@@ -140,13 +140,13 @@ def _run_many(items, chunks, **ingest):
 @pytest.fixture
 def count_many(monkeypatch):
     calls = []
-    real = pipeline_mod.decode_sflow_many
+    real = pipeline_mod.decode_sflow_group
 
     def spy(datagrams, *a, **k):
         calls.append(len(datagrams))
         return real(datagrams, *a, **k)
 
-    monkeypatch.setattr(pipeline_mod, "decode_sflow_many", spy)
+    monkeypatch.setattr(pipeline_mod, "decode_sflow_group", spy)
     return calls
 
 
@@ -186,14 +186,14 @@ def test_counter_samples_unchanged_by_batching(count_many):
 
 
 def test_columnar_failure_falls_back_per_datagram(monkeypatch):
-    """A decode_sflow_many bug: every datagram is decoded on its own, nothing lost or miscounted."""
+    """A decode_sflow_group bug: every datagram is decoded on its own, nothing lost or miscounted."""
     items = _stream(4)[:400]
 
     def broken(*_a, **_k):
         raise RuntimeError("boom")
 
     got_ref, got_ref_m, flush_at = _run_many(items, [200, 200])
-    monkeypatch.setattr(pipeline_mod, "decode_sflow_many", broken)
+    monkeypatch.setattr(pipeline_mod, "decode_sflow_group", broken)
     got, got_m, _ = _run_many(items, [200, 200])
     assert got == got_ref and got_m == got_ref_m
 

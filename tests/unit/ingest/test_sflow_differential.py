@@ -1,7 +1,8 @@
 """Differential tests: the fast sFlow decoders equal the reference walker exactly.
 
 Compared for every datagram: ``decode_sflow`` (per datagram, struct fast
-path), ``decode_sflow_many`` (columnar, many datagrams) and
+path), ``decode_sflow_many`` (columnar, many datagrams; its numba-compiled
+walk and its numpy walk, both) and
 ``decode_sflow_reference`` (``decode_sflow`` with every sampled header parsed
 by the walker in ``ingest.decode.packet``, no struct fast path): flow and
 counter bytes, dtypes, header, problems, or the DecodeError's reason, offset
@@ -25,12 +26,13 @@ from bench.decode_sflow import synthetic
 from ingest.decode import DecodeError, TemplateCache, decode
 from ingest.decode.packet import parse_ethernet
 from ingest.decode.sflow import _fast_eth, decode_sflow
-from ingest.decode.sflow_batch import decode_sflow_many
+from ingest.decode.sflow_batch import JIT_AVAILABLE, decode_sflow_many
 from ingest.pcapread import read_udp
 from tests.fixtures_path import SHARED_FIXTURES
 from tests.unit.decode_sflow import sflow_build as b
 
 decode_sflow_reference = functools.partial(decode_sflow, fast_headers=False)
+JITS = (True, False) if JIT_AVAILABLE else (False,)
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 PCAPS = [
@@ -65,10 +67,11 @@ def _check_all(datagrams, cache=None, exporter="192.0.2.7", t=1_700_000_000_123)
     refs = [_outcome(decode_sflow_reference, d, exporter, t, cache) for d in datagrams]
     for d, ref in zip(datagrams, refs):
         _assert_same(_outcome(decode_sflow, d, exporter, t, cache), ref)
-    many = decode_sflow_many(datagrams, exporter, t, cache if cache is not None else TemplateCache())
-    assert len(many) == len(datagrams)
-    for got, ref in zip(many, refs):
-        _assert_same(got, ref)
+    for jit in JITS:  # the compiled walk and the numpy walk (the reference of the columnar path)
+        many = decode_sflow_many(datagrams, exporter, t, cache if cache is not None else TemplateCache(), jit=jit)
+        assert len(many) == len(datagrams)
+        for got, ref in zip(many, refs):
+            _assert_same(got, ref)
     return refs
 
 
@@ -124,8 +127,9 @@ def test_bench_synthetic_stream_identical():
         part = dgrams[i : i + n]
         ex = [f"10.0.0.{j % 7}" for j in range(len(part))]
         ts = [1_000 + j for j in range(len(part))]
-        for d, e, t, got in zip(part, ex, ts, decode_sflow_many(part, ex, ts, cache)):
-            _assert_same(got, _outcome(decode_sflow_reference, d, e, t, cache))
+        for jit in JITS:
+            for d, e, t, got in zip(part, ex, ts, decode_sflow_many(part, ex, ts, cache, jit=jit)):
+                _assert_same(got, _outcome(decode_sflow_reference, d, e, t, cache))
         i += n
 
 
@@ -283,6 +287,17 @@ def test_garbage_identical(tails, atype):
 def test_truncated_at_every_length_identical():
     base = synthetic(2, 3, seed=11)[1]
     _check_all([base[:cut] for cut in range(len(base) + 1)])
+
+
+def test_compiled_walk_is_available():
+    """numba is a declared dependency and the flow layout is the one the compiled walk writes."""
+    import numpy as np
+
+    from ingest.decode import _sflow_jit
+    from schemas.columns import FLOW_DTYPE
+
+    assert JIT_AVAILABLE and _sflow_jit.layout_matches(FLOW_DTYPE)
+    assert not _sflow_jit.layout_matches(np.dtype([("export_protocol", "<i4")]))
 
 
 def test_dispatch_uses_fast_decoder():

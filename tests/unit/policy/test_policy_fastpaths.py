@@ -13,11 +13,10 @@ from policy_testkit import CLUSTER, GB, MIN, T0, flow, make_batch
 
 from processors.logic.policy import PolicyEngine
 from processors.logic.rules import CheckpointRule, CheckpointConfig
-from processors.logic.rules.common import (
-    BatchContext, DenseGroups, GroupBy, Networks, addr_keys, factorize, factorize_interned, format_tuple,
-    min_max_by,
-)
-from processors.logic.windows import Interner, addr_text, addr_texts
+from processors.logic.groupby import DenseGroups, GroupBy, factorize, factorize_interned, min_max_by
+from processors.logic.interning import Interner
+from processors.logic.rules.common import BatchContext, Networks, format_tuple
+from schemas.columns import addr_keys, addr_str, addr_strs
 
 CODED = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category")
 
@@ -120,11 +119,11 @@ def _samples_ref(b, rows, k):
     return out
 
 
-def test_addr_keys_and_texts_equal_addr_text():
+def test_addr_keys_and_strs_equal_addr_str():
     b = make_batch([flow(a, a) for a in ADDRS])
     keys = addr_keys(b["src_addr"])
     assert keys == [bytes(b["src_addr"][i]) for i in range(len(b))]
-    assert addr_texts(keys) == [addr_text(b["src_addr"][i]) for i in range(len(b))]
+    assert addr_strs(keys) == [addr_str(b["src_addr"][i]) for i in range(len(b))]
 
 
 def _interned(b, interner):

@@ -10,8 +10,8 @@ from processors.logic.core import ProcessorCore
 from processors.logic.engine import Engine
 from processors.logic.enrich import Enricher
 from processors.logic.inventory import Inventory
-from processors.logic.rules.common import factorize, factorize_interned
-from processors.logic.windows import Interner
+from processors.logic.groupby import factorize, factorize_interned
+from processors.logic.interning import Interner
 from tests.synth import training_batches
 
 INVENTORY = Path(__file__).resolve().parents[2] / "data" / "cluster_inventory.yaml"
@@ -101,6 +101,7 @@ def test_engine_label_codes_equal_plain(seed, sizes, restore_at, with_none):
 
     rng = np.random.default_rng(seed)
     tables = {"node": StringTable(["", "n1", "n2", "n3"]), "group": StringTable(["unknown", "gpu", ""]),
+              "rack": StringTable(["", "r1", "n1"]),
               "job": StringTable(["", "job-1", None if with_none else "job-2"]),
               "category": StringTable(["rocev2", "collective", "dns"])}
     fast, plain = Engine(), Engine()

@@ -13,15 +13,9 @@ from processors.logic.core import shard_of
 from processors.logic.incast import KEYS, MAXES, SUMS, IncastAggregator
 from processors.logic.matrix import KEY_COLUMNS, UNKNOWN, VALUE_COLUMNS, CellAggregator, MatrixConfig, matrix_cells
 from processors.logic.rules.common import BatchContext, Networks
-from processors.logic.windows import (
-    Interner,
-    RowInterner,
-    WindowConfig,
-    WindowManager,
-    addr_text,
-    group_reduce,
-    reduce_runs,
-)
+from processors.logic.groupby import GroupBy, group_reduce, reduce_runs
+from processors.logic.interning import Interner, RowInterner
+from processors.logic.windows import WindowConfig, WindowManager
 from schemas.columns import addr_str, dtype_for
 
 ENRICHED = dtype_for("flow_enriched")
@@ -46,10 +40,7 @@ def _group_reduce_ref(keys, sums=(), maxes=()):
 _key_dtypes = st.sampled_from([np.int32, np.int64, np.uint64, np.int8, np.bool_])
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.integers(1, 60), st.lists(st.tuples(_key_dtypes, st.sampled_from([2, 50, 2**31, 2**62, 2**63 - 1])),
-                                     min_size=1, max_size=7), st.data())
-def test_group_reduce_equals_reference(n, specs, data):
+def _draw_keys(n, specs, data):
     keys = []
     for dt, span in specs:
         if dt is np.bool_:
@@ -60,6 +51,14 @@ def test_group_reduce_equals_reference(n, specs, data):
         hi = min(int(info.max), span)
         vals = data.draw(st.lists(st.one_of(st.integers(lo, hi), st.sampled_from([lo, hi])), min_size=n, max_size=n))
         keys.append(np.array(vals, dtype=dt))
+    return keys
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 60), st.lists(st.tuples(_key_dtypes, st.sampled_from([2, 50, 2**31, 2**62, 2**63 - 1])),
+                                     min_size=1, max_size=7), st.data())
+def test_group_reduce_equals_reference(n, specs, data):
+    keys = _draw_keys(n, specs, data)
     sums = [np.array(data.draw(st.lists(st.integers(-10**12, 10**12), min_size=n, max_size=n)), dtype=np.int64)]
     maxes = [np.array(data.draw(st.lists(st.integers(-5, 5), min_size=n, max_size=n)), dtype=np.int64)]
     uk, us, um = group_reduce(keys, sums, maxes)
@@ -68,6 +67,25 @@ def test_group_reduce_equals_reference(n, specs, data):
     assert [[int(us[0][g])] for g in range(len(rk))] == rs
     assert [[int(um[0][g])] for g in range(len(rk))] == rm
     assert all(u.dtype == k.dtype for u, k in zip(uk, keys))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 60), st.lists(st.tuples(_key_dtypes, st.sampled_from([2, 50, 2**31, 2**62, 2**63 - 1])),
+                                     min_size=1, max_size=5), st.booleans(), st.data())
+def test_groupby_rows_in_lexsort_order(n, specs, ranked, data):
+    """GroupBy sorts on one combined key where the key ranges allow it: the rows come in the order of a
+    lexsort on the key columns (and ``desc``), whichever path it takes."""
+    keys = _draw_keys(n, specs, data)
+    desc = np.array(data.draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n)), dtype=np.float64) if ranked else None
+    gb = GroupBy(*keys, desc=desc)
+    sort_keys = tuple(k.astype(np.int64) if k.dtype == bool else k for k in reversed(keys))
+    want = np.lexsort(sort_keys if desc is None else (-desc, *sort_keys))
+    assert gb.order.tolist() == want.tolist()
+    rows = [tuple(int(k[i]) for k in keys) for i in want.tolist()]
+    starts = [i for i in range(n) if i == 0 or rows[i] != rows[i - 1]]
+    assert gb.starts.tolist() == starts
+    assert gb.first.tolist() == want[starts].tolist()
+    assert [tuple(int(k[i]) for k in keys) for i in range(n)] == [rows[starts[g]] for g in gb.gid.tolist()]
 
 
 def test_group_reduce_falls_back_when_dense_ranks_overflow_too():
@@ -296,13 +314,14 @@ def test_batch_context_isin_on_codes_equals_strings():
             assert legacy.isin(name, values).tolist() == want
 
 
-def test_addr_text_cached_equals_addr_str():
+def test_addr_str_cached_gives_the_same_text():
     a = np.zeros(16, dtype=np.uint8)
     a[10:12] = 0xFF
     a[12:] = [10, 1, 2, 3]
     v6 = np.arange(16, dtype=np.uint8)
-    for x in (a, v6, a.tobytes()):
-        assert addr_text(x) == addr_str(x) == addr_text(x)
+    for x, want in ((a, "10.1.2.3"), (v6, "1:203:405:607:809:a0b:c0d:e0f"), (a.tobytes(), "10.1.2.3"),
+                    (bytearray(v6.tobytes()), "1:203:405:607:809:a0b:c0d:e0f")):
+        assert addr_str(x) == want == addr_str(x)  # the second call reads the cache
 
 
 # --------------------------------------------------------------------------- categories: port table look-ups

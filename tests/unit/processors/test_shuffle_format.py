@@ -1,4 +1,4 @@
-"""The shuffle topic's flow batch format (processors/shuffle.py): exact round trip, standard .npy inside an
+"""The shuffle topic's flow batch format (processors/worker/shuffle.py): exact round trip, standard .npy inside an
 LZ4 block, and bad input always a CodecError (counted and skipped by detect), never another exception."""
 
 import io
@@ -9,10 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors import shuffle
+from processors.worker import shuffle
 from schemas.codec import CodecError, encode_batch
 from schemas.columns import FLOW_DTYPE
 from tests.synth import training_batches
+
+
+def _lz4(inner: bytes) -> bytes:
+    """Any bytes in the shuffle's LZ4 framing (to reach the .npy checks behind it)."""
+    return shuffle.LZ4_MAGIC + bytes(cramjam.lz4.compress_block(inner))
 
 
 def _flows(n: int, seed: int = 1) -> np.ndarray:
@@ -21,13 +26,12 @@ def _flows(n: int, seed: int = 1) -> np.ndarray:
     return np.frombuffer(raw.tobytes(), dtype=FLOW_DTYPE).copy()  # every byte pattern, incl. extreme values
 
 
-@pytest.mark.parametrize("compress", [True, False])
 @pytest.mark.parametrize("n", [0, 1, 7, 2000])
-def test_round_trip_is_exact(n, compress):
+def test_round_trip_is_exact(n):
     flows = _flows(n, seed=n)
-    msg = shuffle.encode_flows(flows, compress=compress)
+    msg = shuffle.encode_flows(flows)
     assert shuffle.is_flow_batch(msg)
-    assert msg.startswith(shuffle.LZ4_MAGIC if compress else shuffle.MAGIC)
+    assert msg.startswith(shuffle.LZ4_MAGIC)
     back = shuffle.decode_flows(msg)
     assert back.dtype == FLOW_DTYPE and len(back) == n
     assert back.tobytes() == flows.tobytes()
@@ -41,7 +45,7 @@ def test_real_batches_and_slices_round_trip():
 
 def test_message_is_a_standard_npy_file_in_an_lz4_block():
     flows = _flows(5)
-    plain = shuffle.encode_flows(flows, compress=False)
+    plain = shuffle.npy_bytes(flows)
     loaded = np.load(io.BytesIO(plain), allow_pickle=False)
     assert loaded.tobytes() == flows.tobytes()
     buf = io.BytesIO()
@@ -56,7 +60,7 @@ def test_message_is_a_standard_npy_file_in_an_lz4_block():
 def test_compression_pays_on_real_batches():
     batch = np.concatenate([b for _exp, b in training_batches(seconds=10)])
     assert len(batch) >= 80
-    assert len(shuffle.encode_flows(batch)) * 4 < len(shuffle.encode_flows(batch, compress=False))
+    assert len(shuffle.encode_flows(batch)) * 4 < len(shuffle.npy_bytes(batch))
 
 
 def test_lz4_length_and_block_mismatches_are_rejected():
@@ -70,11 +74,13 @@ def test_lz4_length_and_block_mismatches_are_rejected():
         shuffle.decode_flows(inner)
 
 
-def test_avro_and_other_messages_are_told_apart():
+def test_avro_plain_npy_and_other_messages_are_told_apart():
+    """Only the LZ4 form is a flow batch: Avro and the plain .npy of earlier versions are rejected."""
     _exp, batch = training_batches(seconds=1)[0]
-    assert not shuffle.is_flow_batch(encode_batch("flow_batch", batch[:3]))
-    with pytest.raises(CodecError):
-        shuffle.decode_flows(encode_batch("flow_batch", batch[:3]))
+    for other in (encode_batch("flow_batch", batch[:3]), shuffle.npy_bytes(batch[:3])):
+        assert not shuffle.is_flow_batch(other)
+        with pytest.raises(CodecError):
+            shuffle.decode_flows(other)
 
 
 def test_wrong_dtype_and_shape_are_rejected():
@@ -84,13 +90,13 @@ def test_wrong_dtype_and_shape_are_rejected():
         buf = io.BytesIO()
         np.lib.format.write_array(buf, arr, version=(1, 0))
         with pytest.raises(CodecError):
-            shuffle.decode_flows(buf.getvalue())
+            shuffle.decode_flows(_lz4(buf.getvalue()))
 
 
-@pytest.mark.parametrize("compress", [True, False])
-def test_truncated_and_padded_messages_are_rejected(compress):
-    msg = shuffle.encode_flows(_flows(4), compress=compress)
-    for bad in (msg[:-1], msg + b"\x00", msg[:12], msg[:9]):
+def test_truncated_and_padded_messages_are_rejected():
+    npy = shuffle.npy_bytes(_flows(4))
+    msg = shuffle.encode_flows(_flows(4))
+    for bad in (msg[:-1], msg + b"\x00", msg[:12], msg[:9], _lz4(npy[:-1]), _lz4(npy + b"\x00"), _lz4(npy[:9])):
         with pytest.raises(CodecError):
             shuffle.decode_flows(bad)
 
@@ -99,8 +105,9 @@ def test_truncated_and_padded_messages_are_rejected(compress):
 @given(st.binary(max_size=600), st.integers(0, 2000))
 def test_corrupt_messages_raise_codec_error_only(noise, cut):
     """Random bytes after the magic, or a real message cut / overwritten anywhere: a CodecError or a valid array."""
-    candidates = [shuffle.MAGIC + noise, shuffle.MAGIC + b"\x01\x00" + noise, shuffle.LZ4_MAGIC + noise]
-    for real in (shuffle.encode_flows(_flows(2)), shuffle.encode_flows(_flows(2), compress=False)):
+    candidates = [_lz4(shuffle.MAGIC + noise), _lz4(shuffle.MAGIC + b"\x01\x00" + noise), shuffle.LZ4_MAGIC + noise]
+    npy = shuffle.npy_bytes(_flows(2))
+    for real in (shuffle.encode_flows(_flows(2)), _lz4(npy[: cut % (len(npy) + 1)])):
         candidates.append(real[: cut % (len(real) + 1)])
         pos = cut % len(real)
         candidates.append(real[:pos] + noise[:8] + real[pos + len(noise[:8]) :])

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from fabricflow.settings import load_settings
-from replay.core import (
+from replay import (
     ReplayError,
     archive_source,
     canonical,

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from cli.main import State
 from fabricflow.settings import load_settings
-from replay.core import archive_source, canonical, core_factory_from, output_records, replay_batches
+from replay import archive_source, canonical, core_factory_from, output_records, replay_batches
 from cli.replay import register
 from sinks.layout import HOUR_MS
 from tests.unit.replay import helpers as h
@@ -50,7 +50,7 @@ def run(env, *args):
 
 
 def direct(env, sets=()):
-    from replay.core import parse_set
+    from replay import parse_set
 
     s = load_settings(None)
     src = archive_source(None, str(env / "archive"), int(FRM), int(TO))

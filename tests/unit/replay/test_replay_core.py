@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from fabricflow.settings import load_settings
 from processors.logic.core import ProcessorCore, shard_of
-from replay.core import (
+from replay import (
     ReplayError,
     canonical,
     core_factory_from,

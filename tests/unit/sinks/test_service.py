@@ -14,7 +14,8 @@ from fabricflow.settings import load_settings
 from schemas import codec
 from sinks import layout
 from sinks.fs import ArchiveUrlError, archive_filesystem
-from sinks.service import PARTIAL_METRIC, ArchiveService, routes_for
+from sinks.summary_emitter import PARTIAL_METRIC
+from sinks.archive_service import ArchiveService, routes_for
 from tests.unit.sinks.helpers import T0, FakeConsumer, FakeProducer, Msg, enriched, flows
 
 HOUR = layout.HOUR_MS
@@ -37,7 +38,7 @@ def service(**archive):
     svc = ArchiveService(s, fs=fs, root=root, metrics_port=0, clock=lambda: 1_800_000_000.0,
                          write_queue_rows=WRITE_QUEUE_ROWS)
     svc.consumer = FakeConsumer()
-    svc.producer = FakeProducer()
+    svc.summaries.producer = FakeProducer()
     return svc
 
 
@@ -114,7 +115,7 @@ def test_summaries_emitted_once_and_flagged_partial_after_resume():
                 Msg(t.flows_enriched, 0, 11, codec.encode_batch("flow_enriched_batch", e1)),
                 Msg(t.flows_enriched, 0, 12, codec.encode_batch("flow_enriched_batch", e2))])
     svc.flush()
-    sent = svc.producer.sent
+    sent = svc.summaries.producer.sent
     assert [(k, r["flow_records"], r["bytes_est"]) for _, k, r in sent] == [
         (str(T0).encode(), 2, 12), (str(T0 + HOUR).encode(), 1, 1)]
     assert sent[0][2]["quality"] == [{"metric": PARTIAL_METRIC, "exporter": "", "value": 1.0}]  # resumed in hour 0
@@ -122,7 +123,7 @@ def test_summaries_emitted_once_and_flagged_partial_after_resume():
     late = enriched([{"time_end_ms": T0 + 5, "bytes_est": 1}])
     svc.handle([Msg(t.flows_enriched, 0, 13, codec.encode_batch("flow_enriched_batch", late))])
     svc.flush()
-    assert len(svc.producer.sent) == 2 and svc.book.late_rows == 1  # never a second summary of hour 0
+    assert len(svc.summaries.producer.sent) == 2 and svc.summaries.book.late_rows == 1  # never a second summary of hour 0
 
 
 def test_routes_cover_archived_topics_only():
@@ -140,7 +141,7 @@ def test_on_step_sees_every_step_of_each_plan_in_order(write_mode):
     """The step observer (the crash tests kill the sink at one step) sees each plan's steps in order."""
     svc = service()
     seen = []
-    svc.on_step = lambda step, plan: seen.append((step, plan))
+    svc.ledger.on_step = lambda step, plan: seen.append((step, plan))
     t = svc.settings.kafka.topics
     svc.handle([Msg(t.flows_raw, 0, 0, codec.encode_batch("flow_batch", flows([T0, T0 + 1])))])
     flushed(svc, force=True)

@@ -18,7 +18,7 @@ from fabricflow.settings import load_settings
 from schemas import codec
 from sinks import layout
 from sinks.archive import FileToWrite, FlushPlan
-from sinks.service import ArchiveService
+from sinks.archive_service import ArchiveService
 from sinks.writer import FAILED, OK, SKIPPED, WriteQueue
 from tests.unit.sinks.helpers import T0, FakeConsumer, FakeProducer, Msg, flow_table, flows
 
@@ -151,9 +151,9 @@ def test_submit_blocks_while_the_queue_is_full():
 def make_service(fs, root, consumer):
     s = load_settings(None, archive={"grace_s": 60, "idle_flush_s": 1})
     svc = ArchiveService(s, fs=fs, root=root, metrics_port=0, clock=lambda: 1_800_000_000.0, summaries=False)
-    assert svc.write_queue_rows > 0  # the default: a writer thread
+    assert svc.ledger.write_queue_rows > 0  # the default: a writer thread
     svc.consumer = consumer
-    svc.producer = FakeProducer()
+    svc.summaries.producer = FakeProducer()
     return svc
 
 
@@ -209,7 +209,7 @@ def test_write_failure_is_reported_retried_and_never_committed_past():
 
     svc.writer.write = flaky
     feed(svc, msgs, 0)
-    assert len(svc._inflight) > 1, "later files are queued behind the failing one"
+    assert len(svc.ledger.inflight) > 1, "later files are queued behind the failing one"
     gate.set()
     svc.drain()
     assert failures, "the failure was injected"
@@ -217,8 +217,8 @@ def test_write_failure_is_reported_retried_and_never_committed_past():
     assert reg.get_sample_value("fabricflow_sink_errors_total", {"stage": "write"}) == 1
     # nothing at or after the unwritten file's first offset is committed
     assert all(c.get(tp, 0) <= failures[0] for c in consumer.commits)
-    assert svc._retry_at > 0  # backing off; the files stay planned
-    svc._retry_at = 0.0  # the retry delay has passed
+    assert svc.ledger.retry_at > 0  # backing off; the files stay planned
+    svc.ledger.retry_at = 0.0  # the retry delay has passed
     svc.flush(force=True)
     assert sorted(archived_ids(fs, root)) == list(range(nrows))
     assert committed_of(consumer, tp) == len(msgs)
@@ -257,7 +257,7 @@ def test_crash_with_a_write_in_flight_then_restart_archives_every_row_once():
     committed = committed_of(consumer, tp)
     assert committed < len(msgs)
     dead.set()  # A is killed: its blocked write fails, files not started are skipped ...
-    assert a._wq.wait_idle(WAIT)  # ... and a write under way on its other thread lands before B starts
+    assert a.ledger.wq.wait_idle(WAIT)  # ... and a write under way on its other thread lands before B starts
     assert committed_of(consumer, tp) == committed  # A's results are never collected: nothing more committed
 
     b = make_service(fs, root, FakeConsumer())
@@ -284,8 +284,8 @@ def test_each_file_is_written_once_when_jobs_finish_between_plan_and_queueing():
 
     def plan_then_let_the_writer_finish(*a, **k):
         plan = real_plan(*a, **k)  # lists the files in flight (pending, not confirmed)
-        if svc._wq is not None:
-            svc._wq.wait_idle(WAIT)  # ... which finish now, before the plan is queued
+        if svc.ledger.wq is not None:
+            svc.ledger.wq.wait_idle(WAIT)  # ... which finish now, before the plan is queued
         return plan
 
     svc.writer.write = write
@@ -312,10 +312,10 @@ def test_revoke_waits_for_files_in_flight_and_commits_before_giving_up():
 
     svc.writer.write = slow
     feed(svc, msgs, 0)
-    assert svc._inflight  # closed hours are queued, not written yet
+    assert svc.ledger.inflight  # closed hours are queued, not written yet
     threading.Timer(0.2, gate.set).start()
     svc._on_revoke(consumer, [TopicPartition(tp[0], 0)])
-    assert not svc._inflight and ("flows_raw", 0) not in svc.sink.buffers
+    assert not svc.ledger.inflight and ("flows_raw", 0) not in svc.sink.buffers
     assert sorted(archived_ids(fs, root)) == list(range(nrows))
     assert consumer.commits[-1] == {tp: len(msgs)}
 
@@ -330,11 +330,11 @@ def test_lost_partition_is_never_committed():
     real, gate = svc.writer.write, threading.Event()
     svc.writer.write = lambda f: (gate.wait(WAIT), real(f))[1]
     feed(svc, msgs, 0)
-    assert svc._inflight
+    assert svc.ledger.inflight
     n_commits = len(consumer.commits)
     threading.Timer(0.2, gate.set).start()
     svc._on_lost(consumer, [TopicPartition(tp[0], 0)])
-    assert not svc._inflight  # the files in flight landed before the buffers were dropped
+    assert not svc.ledger.inflight  # the files in flight landed before the buffers were dropped
     assert all(tp not in c for c in consumer.commits[n_commits:])
 
 
@@ -377,8 +377,8 @@ def test_exactly_once_when_killed_at_random_points_with_writes_in_flight(kills, 
                 killed = True
                 break
         if killed:
-            if svc._wq is not None:  # a write already under way lands or not; nothing of this process runs later
-                svc._wq.wait_idle(WAIT)
+            if svc.ledger.wq is not None:  # a write already under way lands or not; nothing of this process runs later
+                svc.ledger.wq.wait_idle(WAIT)
             committed = max(committed, committed_of(svc.consumer, tp))
             continue
         svc.flush(force=True)

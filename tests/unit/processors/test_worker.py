@@ -1,4 +1,4 @@
-"""Faust wiring without a broker: handlers, re-delivery after restore, metrics."""
+"""The processor worker without a broker: prepare, detect, checkpoints, re-delivery after restore, metrics."""
 
 from pathlib import Path
 from unittest import mock
@@ -6,8 +6,7 @@ from unittest import mock
 import numpy as np
 
 from fabricflow.settings import load_settings
-from processors import shuffle
-from processors.app import Processors
+from processors.worker import Processors, shuffle
 from processors.logic.core import shard_of
 from schemas import codec
 from tests.synth import training_batches
@@ -40,13 +39,18 @@ def _proc(tmp_path, **processors):
         kafka={"bootstrap_servers": "127.0.0.1:9", "partitions": 2},
         processors={"inventory": str(INVENTORY), "datadir": str(tmp_path), "metrics_port": 0, "web_port": 0, **processors},
     )
-    with mock.patch("processors.app.Producer", _NoBrokerProducer):  # no librdkafka "connection refused" noise
+    with mock.patch("processors.worker.publish.Producer", _NoBrokerProducer):  # no librdkafka "connection refused" noise
         p = Processors(s)
     sent = []
     p.publisher.produce = lambda topic, key, value, partition=None, headers=None: sent.append((topic, key, value, partition, headers))
     p.publisher.poll = lambda: None
     p.state = {}  # the Faust table, replaced by a dict
     return p, sent
+
+
+def _cores(p):
+    """partition -> core of the shards the worker detects."""
+    return {s.partition: s.core for s in p.shards.detecting()}
 
 
 def _metric(p, name, **labels):
@@ -63,7 +67,7 @@ def test_prepare_enriches_and_reshards(tmp_path):
     assert sum(len(e) for e in enriched) == len(batch)
     assert sum(len(b) for _p, b in shuffled) == len(batch)
     for part, b in shuffled:  # every row went to the shard shard_of() names (shuffle carries raw rows)
-        assert set(shard_of(p.prepare_core.enrich(b), 2).tolist()) == {part}
+        assert set(shard_of(p.prepare.core.enrich(b), 2).tolist()) == {part}
     assert _metric(p, "fabricflow_processors_records_total") == len(batch)
     assert set(enriched[0]["src_job"].tolist()) == {"train-a"}
 
@@ -73,11 +77,11 @@ def test_shuffle_redelivery_after_restore_is_skipped(tmp_path):
     batches = training_batches(seconds=30)
     msgs = []
     for _e, b in batches:
-        e = p.prepare_core.enrich(b)
+        e = p.prepare.core.enrich(b)
         msgs.append(shuffle.encode_flows(b[shard_of(e, 2) == 0]))
     for off, m in enumerate(msgs[:20]):
         p.handle_shuffle(0, off, m)
-    p.write_snapshot(0)
+    p.checkpoint.commit([p.shards[0]])
     # A new worker (restart) restores the snapshot; Kafka re-delivers from an older committed offset.
     q, sent2 = _proc(tmp_path)
     q.state = {b"0": p.state[b"0"]}
@@ -85,24 +89,29 @@ def test_shuffle_redelivery_after_restore_is_skipped(tmp_path):
     for off in range(20, len(msgs)):
         p.handle_shuffle(0, off, msgs[off])
         q.handle_shuffle(0, off, msgs[off])
-    assert q.cores[0].snapshot() == p.cores[0].snapshot()
+    assert _cores(q)[0].snapshot() == _cores(p)[0].snapshot()
 
 
-def test_detect_still_reads_shuffle_batches_of_earlier_versions(tmp_path):
-    """The shuffle carried Avro FlowBatch, then plain .npy batches, now LZ4-compressed .npy: all give the same state."""
+def test_detect_reads_only_the_current_shuffle_format(tmp_path):
+    """The shuffle is internal and short-lived: detect reads LZ4 .npy flow batches and Avro counter batches only.
+    Messages of earlier versions (Avro FlowBatch / FlowEnrichedBatch, plain .npy) are counted as undecodable and
+    skipped, the shard's state untouched."""
     p, _ = _proc(tmp_path)
     q, _ = _proc(tmp_path)
-    r, _ = _proc(tmp_path)
-    for off, (_e, b) in enumerate(training_batches(seconds=12)):
+    batches = training_batches(seconds=12)
+    for off, (_e, b) in enumerate(batches):
         for shard in (0, 1):
-            part = b[shard_of(p.prepare_core.enrich(b), 2) == shard]
+            part = b[shard_of(p.prepare.core.enrich(b), 2) == shard]
             p.handle_shuffle(shard, off, shuffle.encode_flows(part))
-            q.handle_shuffle(shard, off, codec.encode_batch("flow_batch", part))
-            r.handle_shuffle(shard, off, shuffle.encode_flows(part, compress=False))
-    assert sum(c.stats.raw_records for c in p.cores.values()) == sum(len(b) for _e, b in training_batches(seconds=12))
+    assert sum(c.stats.raw_records for c in _cores(p).values()) == sum(len(b) for _e, b in batches)
     assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic=p.settings.kafka.topics.shuffle) == 0
-    for shard in (0, 1):
-        assert p.cores[shard].snapshot() == q.cores[shard].snapshot() == r.cores[shard].snapshot()
+    _e, b = batches[0]
+    legacy = [codec.encode_batch("flow_batch", b), codec.encode_batch("flow_enriched_batch", p.prepare.core.enrich(b)),
+              shuffle.npy_bytes(b)]
+    for off, m in enumerate(legacy):
+        assert q.handle_shuffle(0, off, m) is True
+    assert _metric(q, "fabricflow_processors_undecodable_messages_total", topic=q.settings.kafka.topics.shuffle) == 3
+    assert q.shards[0].core.stats.raw_records == 0 and q.shards[0].last_offset == 2
 
 
 def test_undecodable_messages_are_counted_not_fatal(tmp_path):
@@ -113,14 +122,14 @@ def test_undecodable_messages_are_counted_not_fatal(tmp_path):
     assert p.handle_shuffle(0, 2, shuffle.LZ4_MAGIC + b"\x10\x00\x00\x00garbage") is True
     assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic="flows.raw.v1") == 1
     assert _metric(p, "fabricflow_processors_undecodable_messages_total", topic=p.settings.kafka.topics.shuffle) == 3
-    p._failed("detect", RuntimeError("boom"))
+    p.metrics.failed("detect", RuntimeError("boom"))
     assert _metric(p, "fabricflow_processors_errors_total", stage="detect") == 1
     assert not p.metrics.healthy()
 
 
 def test_batches_reproduced_by_prepare_after_a_restart_are_applied_once(tmp_path):
     """prepare is at-least-once: after a crash it re-produces shuffle messages (new offsets, same src header)."""
-    from processors.app import source_of
+    from processors.worker.shuffle import source_of
 
     p, sent = _proc(tmp_path)
     for off, (exp, b) in enumerate(training_batches(seconds=5)):
@@ -128,11 +137,11 @@ def test_batches_reproduced_by_prepare_after_a_restart_are_applied_once(tmp_path
     shuffle = [(part, v, h) for t, _k, v, part, h in sent if t == p.settings.kafka.topics.shuffle]
     for i, (part, v, h) in enumerate(shuffle):
         p.handle_shuffle(part, i, v, source_of(h))
-    before = {k: c.snapshot() for k, c in p.cores.items()}
+    before = {k: c.snapshot() for k, c in _cores(p).items()}
     # The same shuffle messages again, at later offsets (as re-produced after a restart):
     for i, (part, v, h) in enumerate(shuffle):
         assert p.handle_shuffle(part, 1000 + i, v, source_of(h)) is False
-    assert {k: c.snapshot() for k, c in p.cores.items()} == before
+    assert {k: c.snapshot() for k, c in _cores(p).items()} == before
     assert _metric(p, "fabricflow_processors_duplicate_batches_total") == len(shuffle)
 
 
@@ -142,7 +151,7 @@ def _raw_items(batches, first_offset=0, partition=0):
 
 
 def _shuffled(p, sent):
-    from processors.app import segments_of, source_of
+    from processors.worker.shuffle import segments_of, source_of
 
     return [(part, v, source_of(h), segments_of(h)) for t, _k, v, part, h in sent if t == p.settings.kafka.topics.shuffle]
 
@@ -156,7 +165,7 @@ def _detector_outputs(p, sent):
     kinds = {t.matrix: "matrix", t.incast: "incast", t.straggler: "straggler", t.link_health: "link"}
     out = [(kinds[tp], k, json.dumps(codec.decode_record(v), sort_keys=True, default=str))
            for tp, k, v, _p, _h in sent if tp in kinds]
-    for core in p.cores.values():
+    for core in _cores(p).values():
         out += [(o.kind, o.key.encode(), json.dumps(codec.decode_record(codec.encode_record(
             {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health"}[o.kind],
             o.value)), sort_keys=True, default=str)) for o in core.flush() if o.kind != "alert"]
@@ -167,7 +176,7 @@ def _detector_outputs(p, sent):
 def test_prepare_combines_raw_messages_per_shard_and_keeps_enriched_per_message(tmp_path):
     """handle_raw_many: one shuffle message per shard for all the raw messages taken (seg header: each raw
     message's rows), and flows.enriched.v1 exactly as when each raw message is handled alone."""
-    from processors.app import segments_of
+    from processors.worker.shuffle import segments_of
 
     batches = training_batches(seconds=4)
     one, sent1 = _proc(tmp_path)
@@ -190,21 +199,21 @@ def test_prepare_combines_raw_messages_per_shard_and_keeps_enriched_per_message(
         for _src, (off, chunk), n in segs:
             assert chunk == 0
             b = batches[off][1]
-            assert rows[at : at + n].tobytes() == b[shard_of(many.prepare_core.enrich(b), 2) == part].tobytes()
+            assert rows[at : at + n].tobytes() == b[shard_of(many.prepare.core.enrich(b), 2) == part].tobytes()
             at += n
     # detect gives every shard the same state as from the one-message-per-raw-message shuffle
     for p, sent in ((one, sent1), (many, sent8)):
         for i, (part, v, src, segs) in enumerate(_shuffled(p, sent)):
             p.handle_shuffle(part, i, v, src, segs)
-    assert set(one.cores) == set(many.cores) == {part for part, _v, _h in shuffled}
+    assert set(_cores(one)) == set(_cores(many)) == {part for part, _v, _h in shuffled}
     assert _detector_outputs(one, sent1) == _detector_outputs(many, sent8)
 
 
 def test_shuffle_pieces_respect_the_record_limit(tmp_path):
-    from processors.app import _fill
+    from processors.worker.shuffle import fill
 
     pieces = [("r:0", (1, 0), 3), ("r:0", (2, 0), 4), ("r:0", (3, 0), 9), ("r:0", (4, 0), 1)]
-    assert [[x[1][0] for x in g] for g in _fill(pieces, 8)] == [[1, 2], [3], [4]]
+    assert [[x[1][0] for x in g] for g in fill(pieces, 8)] == [[1, 2], [3], [4]]
     batches = training_batches(seconds=3)
     limit = max(len(b) for _e, b in batches) // 3
     p, sent = _proc(tmp_path, shuffle_max_records=limit)
@@ -230,10 +239,10 @@ def test_reproduced_rows_regrouped_with_new_ones_are_applied_once(tmp_path):
     for q, out in ((ref, ref_sent), (p, sent)):
         for i, (part, v, src, segs) in enumerate(_shuffled(q, out)):
             q.handle_shuffle(part, i, v, src, segs)
-    assert set(p.cores) == set(ref.cores)
+    assert set(_cores(p)) == set(_cores(ref))
     assert _detector_outputs(p, sent) == _detector_outputs(ref, ref_sent)
-    for part in ref.cores:  # the same batches in the same order: the very same state
-        assert p.cores[part].snapshot() == ref.cores[part].snapshot()
+    for part in _cores(ref):  # the same batches in the same order: the very same state
+        assert _cores(p)[part].snapshot() == _cores(ref)[part].snapshot()
     assert n_first < len(sent)
     assert _metric(p, "fabricflow_processors_duplicate_batches_total") >= 1
     total = sum(len(b) for _e, b in batches)
@@ -270,13 +279,13 @@ class _Event:
 def _shard_msgs(p, seconds=30, shard=0):
     out = []
     for _e, b in training_batches(seconds=seconds):
-        e = p.prepare_core.enrich(b)
+        e = p.prepare.core.enrich(b)
         out.append(shuffle.encode_flows(b[shard_of(e, 2) == shard]))
     return out
 
 
 def _state_of(p, part):
-    return p.cores[part].snapshot(), p.last_offset[part]
+    return p.shards[part].core.snapshot(), p.shards[part].last_offset
 
 
 def test_snapshot_every_n_messages_acks_only_covered_events(tmp_path):
@@ -295,7 +304,7 @@ def test_snapshot_every_n_messages_acks_only_covered_events(tmp_path):
     assert _metric(p, "fabricflow_processors_snapshots_total") == 1
     # The time rule: an idle partition's pending events are snapshotted once the oldest is snapshot_interval_s old.
     p.handle_shuffle_events([_Event(0, n + 5, msgs[0])])
-    t0 = p.pending_since[0]
+    t0 = p.shards[0].pending_since
     assert p.write_due_snapshots(now=t0 + 0.1) == []
     assert [e.message.offset for e in p.write_due_snapshots(now=t0 + p.settings.processors.snapshot_interval_s)] == [n + 5]
 
@@ -313,7 +322,7 @@ def test_crash_between_snapshots_recovers_exactly(tmp_path):
         for ev in p.write_due_snapshots(now=0.0):
             assert ev.message.offset == committed
             committed = ev.message.offset + 1
-    assert committed == 21 and len(p.pending[0]) == 4
+    assert committed == 21 and len(p.shards[0].pending) == 4
     # Crash: the worker's memory is lost; the table (changelog) holds the snapshot at offset 20.
     q, _ = _proc(tmp_path, snapshot_every_messages=snap_every)
     q.state = dict(p.state)
@@ -329,15 +338,15 @@ def test_crash_between_snapshots_recovers_exactly(tmp_path):
     import json
     import zlib
 
-    assert json.loads(zlib.decompress(q.snapshot(0))) == json.loads(zlib.decompress(r.snapshot(0)))
+    assert json.loads(zlib.decompress(q.shards[0].snapshot())) == json.loads(zlib.decompress(r.shards[0].snapshot()))
 
 
 def test_events_of_an_older_consumer_generation_are_ignored(tmp_path):
     p, _ = _proc(tmp_path)
     msgs = _shard_msgs(p, seconds=3)
     p.handle_shuffle_events([_Event(0, 0, msgs[0], generation_id=1), _Event(0, 1, msgs[1], generation_id=2)], generation=2)
-    assert [e.message.offset for e in p.pending[0]] == [1]
-    assert p.last_offset[0] == 1 and _metric(p, "fabricflow_processors_shuffle_messages_total") == 1
+    assert [e.message.offset for e in p.shards[0].pending] == [1]
+    assert p.shards[0].last_offset == 1 and _metric(p, "fabricflow_processors_shuffle_messages_total") == 1
 
 
 def test_force_snapshot_covers_every_pending_partition(tmp_path):
@@ -346,12 +355,12 @@ def test_force_snapshot_covers_every_pending_partition(tmp_path):
     p.handle_shuffle_events([_Event(0, 0, m0[0]), _Event(1, 0, m1[0]), _Event(0, 1, m0[1])])
     acked = p.write_due_snapshots(now=0.0, force=True)
     assert sorted((e.message.partition, e.message.offset) for e in acked) == [(0, 0), (0, 1), (1, 0)]
-    assert set(p.state) == {b"0", b"1"} and p.pending == {}
+    assert set(p.state) == {b"0", b"1"} and not any(s.pending for s in p.shards)
 
 
 def test_reusing_prepares_enriched_records_gives_the_same_state_and_outputs(tmp_path):
     """detect takes prepare's enriched rows for its own shards (no decode, no second enrichment): same result."""
-    from processors.app import source_of
+    from processors.worker.shuffle import source_of
 
     runs = []
     for reuse in (262_144, 0):
@@ -368,14 +377,14 @@ def test_reusing_prepares_enriched_records_gives_the_same_state_and_outputs(tmp_
                     p.handle_shuffle(part, offsets[part], v, source_of(h))
                     offsets[part] += 1
         outputs = [(t, k, v) for t, k, v, _p, _h in sent if t not in (shuffle_topic, p.settings.kafka.topics.flows_enriched)]
-        runs.append(({k: c.snapshot() for k, c in p.cores.items()}, outputs, _metric(p, "fabricflow_processors_reused_batches_total")))
+        runs.append(({k: c.snapshot() for k, c in _cores(p).items()}, outputs, _metric(p, "fabricflow_processors_reused_batches_total")))
     (snap_a, out_a, reused_a), (snap_b, out_b, reused_b) = runs
     assert reused_a > 0 and reused_b == 0
     assert snap_a == snap_b and out_a == out_b and len(out_a) > 0
 
 
 def test_reuse_needs_the_same_message_bytes(tmp_path):
-    from processors.app import source_of
+    from processors.worker.shuffle import source_of
 
     p, sent = _proc(tmp_path)
     p.core_for(0), p.core_for(1)
@@ -383,16 +392,16 @@ def test_reuse_needs_the_same_message_bytes(tmp_path):
     p.handle_raw("flows.raw.v1", exp.encode(), codec.encode_batch("flow_batch", b), 0, 7)
     (part, v, h), *_ = [(part, v, h) for t, _k, v, part, h in sent if t == p.settings.kafka.topics.shuffle]
     other = shuffle.encode_flows(shuffle.decode_flows(v)[:3])  # e.g. another worker's message, same src
-    assert p._reused(part, source_of(h), other) is None
-    assert p.reuse_records == sum(len(e[2]) for d in p.reuse.values() for e in d.values())
+    assert p.reuse.take(p.shards[part], source_of(h), other) is None
+    assert p.reuse.records == sum(len(e.enriched) for s in p.shards for e in s.reuse.values())
 
 
 def test_events_of_a_revoked_partition_are_not_applied(tmp_path):
     p, _ = _proc(tmp_path)
     msgs = _shard_msgs(p, seconds=3)
-    p.assigned = {1}  # partition 0 was revoked while its events waited in the take buffer
+    p.shards.assigned = {1}  # partition 0 was revoked while its events waited in the take buffer
     p.handle_shuffle_events([_Event(0, 0, msgs[0])])
-    assert p.pending == {} and 0 not in p.cores and p.write_due_snapshots(now=0.0, force=True) == []
+    assert 0 not in p.shards and p.write_due_snapshots(now=0.0, force=True) == []
 
 
 def test_worker_consumer_uses_the_configured_fetch_wait(tmp_path):
@@ -415,8 +424,8 @@ def test_worker_consumer_uses_the_configured_fetch_wait(tmp_path):
 def test_enriched_messages_from_label_codes_are_the_plain_encoding(tmp_path):
     p, sent = _proc(tmp_path)
     _exp, batch = training_batches(seconds=2)[0]
-    enriched = p.prepare_core.enrich(batch)
-    coded = p.prepare_core.enricher.label_codes(enriched)
+    enriched = p.prepare.core.enrich(batch)
+    coded = p.prepare.core.enricher.label_codes(enriched)
     assert coded is not None
     for step in (1, 7, 64, 65, len(batch) - 1, len(batch), len(batch) + 5):
         sent.clear()
@@ -434,7 +443,7 @@ def test_offsets_are_committed_only_after_the_publisher_delivered(tmp_path):
 
     from faust.transport.drivers import aiokafka as faust_aiokafka
 
-    from processors.app import _FetchWaitConsumer
+    from processors.worker.faust_app import FetchWaitConsumer
 
     p, _sent = _proc(tmp_path)
     queued = [3]
@@ -452,7 +461,7 @@ def test_offsets_are_committed_only_after_the_publisher_delivered(tmp_path):
         committed.append(dict(offsets))
         return True
 
-    consumer = object.__new__(_FetchWaitConsumer)
+    consumer = object.__new__(FetchWaitConsumer)
     consumer.app = p.app
     with mock.patch.object(faust_aiokafka.Consumer, "_commit_offsets", base_commit):
         assert asyncio.run(consumer._commit_offsets({"tp": 7})) is False  # 3 messages not delivered: no commit
@@ -479,7 +488,7 @@ def test_enriched_messages_copy_the_flow_fields_of_the_raw_message(tmp_path):
         p, sent = _proc(tmp_path, enriched_max_records=step)
         p.handle_raw("flows.raw.v1", b"e1", raw, 0, 5)
         got = [v for t, _k, v, _p, _h in sent if t == p.settings.kafka.topics.flows_enriched]
-        expect = p.prepare_core.enrich(batch)
+        expect = p.prepare.core.enrich(batch)
         plain = [codec.encode_batch("flow_enriched_batch", expect[i : i + step]) for i in range(0, len(batch), step)]
         if raw[codec.HEADER_LEN:] == codec.encode_batch("flow_batch", batch)[codec.HEADER_LEN:]:
             assert got == plain
@@ -515,21 +524,21 @@ def test_counter_samples_wait_for_a_batch_and_give_the_same_link_outputs(tmp_pat
         right_away.handle_shuffle(1, off, m)
         queued.handle_shuffle(1, off, m)
     assert links(sent1) and not links(sent2)  # 24 samples wait (< 40)
-    queued.write_snapshot(1)
-    assert not links(sent2) and queued.counters_waiting[1]  # kept, in the snapshot
+    queued.checkpoint.commit([queued.shards[1]])
+    assert not links(sent2) and queued.shards[1].counters_waiting  # kept, in the snapshot
     # the worker dies; the shard's next owner restores the snapshot with the waiting samples
     restored, sent3 = _proc(tmp_path / "c", counter_batch_rows=40)
     restored.state = dict(queued.state)
     restored.core_for(1)
-    assert [len(c) for c in restored.counters_waiting[1]] == [4] * 6
+    assert [len(c) for c in restored.shards[1].counters_waiting] == [4] * 6
     for off, m in enumerate(msgs[6:], 6):
         right_away.handle_shuffle(1, off, m)
         restored.handle_shuffle(1, off, m)
     assert len(links(sent3)) > 0  # 24 + 16 samples reached the threshold
     restored.on_tick(int(2e12))  # the rest at the tick
-    assert not restored.counters_waiting
+    assert not any(s.counters_waiting for s in restored.shards)
     assert links(sent3) == links(sent1)
-    assert restored.cores[1].engine.link.stale == right_away.cores[1].engine.link.stale == 2
+    assert _cores(restored)[1].engine.link.stale == _cores(right_away)[1].engine.link.stale == 2
     assert _metric(restored, "fabricflow_processors_counter_samples_total") == 24
 
 
@@ -544,12 +553,12 @@ def test_snapshot_waits_for_the_outputs_of_the_messages_it_covers(tmp_path):
     events = [_Event(0, off, m) for off, m in enumerate(_shard_msgs(p))]
     p.handle_shuffle_events(events)
     assert p.write_due_snapshots(now=0.0, force=True) == []  # 3 outputs not acknowledged: no snapshot
-    assert order == ["flush"] and not p.state and len(p.pending[0]) == len(events)
+    assert order == ["flush"] and not p.state and len(p.shards[0].pending) == len(events)
     assert _metric(p, "fabricflow_processors_snapshots_total") == 0
     left["n"] = 0
     order.clear()
     assert p.write_due_snapshots(now=0.0, force=True) == events
-    assert order == ["flush", "write"] and not p.pending.get(0)
+    assert order == ["flush", "write"] and not p.shards[0].pending
 
 
 class _RecordingStore(dict):
@@ -560,3 +569,36 @@ class _RecordingStore(dict):
     def __setitem__(self, key, value):
         self.order.append("write")
         super().__setitem__(key, value)
+
+
+def test_revocation_drops_the_shard_and_hands_its_state_over(tmp_path):
+    """A revoked shard is one object dropped: its pending events are snapshotted (not acknowledged), its kept
+    enriched rows leave the reuse cache, events of it still buffered are not applied, and both producers are
+    flushed before the rebalance goes on."""
+    import asyncio
+
+    p, sent = _proc(tmp_path)
+    p.shards.assigned = {0, 1}
+    for off, (exp, b) in enumerate(training_batches(seconds=4)):
+        p.handle_raw("flows.raw.v1", exp.encode(), codec.encode_batch("flow_batch", b), 0, off)
+    kept = {s.partition: sum(len(k.enriched) for k in s.reuse.values()) for s in p.shards}
+    gone = max(kept, key=kept.get)
+    assert kept[gone] and p.reuse.records == sum(kept.values())
+    part, v, src, _segs = next(m for m in _shuffled(p, sent) if m[0] == gone)
+    p.handle_shuffle_events([_Event(gone, 0, v, [shuffle.src_header(src[0], *src[1])])])
+    assert len(p.shards[gone].pending) == 1 and str(gone).encode() not in p.state
+
+    class _Changelog:
+        flushed = 0
+
+        async def flush(self):
+            self.flushed += 1
+
+    changelog = _Changelog()
+    asyncio.run(p.revoke([gone], changelog))
+    assert gone not in p.shards
+    assert str(gone).encode() in p.state  # handed over: the next owner restores it and skips what it covers
+    assert p.reuse.records == sum(n for k, n in kept.items() if k != gone)
+    assert changelog.flushed == 1
+    p.handle_shuffle_events([_Event(gone, 1, v)])  # still in Faust's buffers: not applied here
+    assert gone not in p.shards

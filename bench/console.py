@@ -1,0 +1,229 @@
+"""Console benchmark: API latency at 512 nodes and time to first paint of the matrix in headless Chromium.
+
+Synthetic data, no broker: a 512-node inventory (32 ToR switches x 16 nodes, 8 jobs of 64 nodes) and
+one full-mesh window of 262,144 node cells (plus group cells) in the console's live store and in a
+Parquet archive; one hour of detector outputs in the archive (straggler scores for every node and
+10-s window: 184,320 rows; link-health samples for every port every 10 s: 184,320 rows; 120 incast
+events, 40 link events, 60 alerts). The console runs in-process (uvicorn, 127.0.0.1:31334) and is
+called over HTTP like a page would.
+
+Prints, each the median of several calls (targets: < 200 ms per API call, < 1 s to first paint):
+  - GET /api/matrix for one live window (512 x 512), values as the page asks (base64) and as a JSON list
+  - GET /api/matrix for the same window from the archive
+  - GET /api/events for one hour from the archive
+  - first paint of the matrix view: navigation start -> the 262k-cell canvas drawn (performance mark)
+
+Usage: .venv/bin/python bench/console.py [--repeat 7] [--port 31334]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+# this file is bench/console.py: the script's own directory must not shadow the console package
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import uvicorn
+
+from console.app import ConsoleState, create_app
+from console.history import History
+from console.layout import Layout
+from console.live import LiveStore
+from sinks.archive import HourlyBuffer, ParquetWriter
+from sinks.arrow_schema import arrow_schema, table_from_dicts
+
+N_SW, PER_SW, JOB = 32, 16, 64
+N = N_SW * PER_SW
+W = 10_000
+T0 = 1_767_225_600_000 + 3_600_000  # 2026-01-01T01:00Z
+
+
+def inventory() -> dict:
+    nodes, switches = [], []
+    for s in range(N_SW):
+        ports = []
+        for k in range(PER_SW):
+            i = s * PER_SW + k
+            name = f"gpu{i:03d}"
+            nodes.append({"name": name, "ips": [f"10.{s}.{k // 250}.{k % 250 + 1}"], "rack": f"r{s:02d}",
+                          "switch": f"tor{s:02d}", "group": "gpu", "capacity": "100G"})
+            ports.append({"if_index": k + 1, "node": name, "speed": "100G"})
+        switches.append({"name": f"tor{s:02d}", "agent": f"10.255.0.{s + 1}", "ports": ports})
+    jobs = [{"name": f"job{j}", "nodes": [f"gpu{i:03d}" for i in range(j * JOB, (j + 1) * JOB)]} for j in range(N // JOB)]
+    return {"nodes": nodes, "switches": switches, "jobs": jobs}
+
+
+def matrix_table(ws: int) -> pa.Table:
+    names = np.array([f"gpu{i:03d}" for i in range(N)], dtype=object)
+    i, j = np.divmod(np.arange(N * N), N)
+    rng = np.random.default_rng(1)
+    b = rng.lognormal(16, 2, N * N).astype(np.int64) + 1
+    cols = {"window_start_ms": np.full(N * N, ws), "window_end_ms": np.full(N * N, ws + W), "level": ["node"] * (N * N),
+            "src": names[i], "dst": names[j], "category": ["collective"] * (N * N), "bytes_est": b,
+            "packets_est": b // 1000, "flow_records": np.full(N * N, 3), "samples": np.maximum(1, b // 4_000_000)}
+    return pa.Table.from_pydict(cols, schema=arrow_schema("matrix_cell"))
+
+
+def archive(root: str, cells: pa.Table) -> None:
+    w = ParquetWriter(None, root)
+
+    def put(dataset, table, offset=0):
+        b = HourlyBuffer(dataset, 0)
+        b.add(table, offset)
+        w.write_plan(b.flush_plan(force=True))
+
+    put("matrix_windows", cells)
+    windows = range(T0, T0 + 3_600_000, W)
+    names = [f"gpu{i:03d}" for i in range(N)]
+    scores = {"window_start_ms": [], "window_end_ms": [], "job": [], "node": [], "sent_bytes": [], "recv_bytes": [],
+              "peer_median_sent": [], "peer_median_recv": [], "ratio_sent": [], "score": [], "evidence_windows": [],
+              "straggler": [], "peers": []}
+    for ws in windows:
+        for i, n in enumerate(names):
+            strag = i == 7 and ws >= T0 + 600_000
+            for k, v in (("window_start_ms", ws), ("window_end_ms", ws + W), ("job", f"job{i // JOB}"), ("node", n),
+                         ("sent_bytes", 10**9), ("recv_bytes", 10**9), ("peer_median_sent", 1e9),
+                         ("peer_median_recv", 1e9), ("ratio_sent", 0.3 if strag else 1.0),
+                         ("score", -6.0 if strag else 0.0), ("evidence_windows", 3 if strag else 0),
+                         ("straggler", strag), ("peers", JOB - 1)):
+                scores[k].append(v)
+    put("straggler_scores", pa.Table.from_pydict(scores, schema=arrow_schema("straggler_score")))
+    link = {f.name: [] for f in arrow_schema("link_health")}
+    for ws in windows:
+        for s in range(N_SW):
+            for k in range(PER_SW):
+                for f, v in (("time_ms", ws), ("interval_ms", W), ("kind", "sample"), ("exporter", f"10.255.0.{s + 1}"),
+                             ("switch", f"tor{s:02d}"), ("if_index", k + 1), ("if_speed", 100_000_000_000),
+                             ("previous_if_speed", 100_000_000_000), ("util_in", 0.3), ("util_out", 0.3),
+                             ("in_errors_per_s", 0.0), ("out_errors_per_s", 0.0), ("in_discards_per_s", 0.0),
+                             ("out_discards_per_s", 0.0), ("oper_up", True), ("detail", "")):
+                    link[f].append(v)
+    for e in range(40):
+        for f, v in (("time_ms", T0 + e * 90_000), ("interval_ms", W), ("kind", "error_burst"), ("exporter", "10.255.0.1"),
+                     ("switch", "tor00"), ("if_index", 1 + e % PER_SW), ("if_speed", 100_000_000_000),
+                     ("previous_if_speed", 100_000_000_000), ("util_in", 0.3), ("util_out", 0.3),
+                     ("in_errors_per_s", 50.0), ("out_errors_per_s", 0.0), ("in_discards_per_s", 0.0),
+                     ("out_discards_per_s", 0.0), ("oper_up", True), ("detail", "50 errors/s")):
+            link[f].append(v)
+    put("link_health", pa.Table.from_pydict(link, schema=arrow_schema("link_health")))
+    incast = [{"event_id": f"gpu{e:03d}-{e}", "state": "open", "window_start_ms": T0 + e * 30_000,
+               "window_end_ms": T0 + e * 30_000 + 200, "destination": f"gpu{e:03d}", "destination_group": "gpu",
+               "sources": names[:16], "source_rates_bps": [7e9] * 16, "aggregate_bps": 1.1e11, "capacity_bps": 1e11,
+               "fraction": 1.1, "fraction_low": 0.95, "fraction_high": 1.25, "samples": 300, "sampling_rate": 4096}
+              for e in range(120)]
+    put("incast_events", table_from_dicts(incast, "incast_event"))
+    alerts = [{"dedup_key": f"segmentation|gpu{e:03d}", "rule": "segmentation", "severity": "warning", "state": "firing",
+               "summary": f"segmentation gpu{e:03d}", "entities": {"src_node": f"gpu{e:03d}", "dst_node": "mgmt01"},
+               "window_start_ms": T0 + e * 60_000, "window_end_ms": T0 + e * 60_000 + W, "first_seen_ms": T0 + e * 60_000,
+               "last_seen_ms": T0 + e * 60_000 + W, "bytes_est": 10**6, "flows": 3, "sample_flows": []} for e in range(60)]
+    put("alerts", table_from_dicts(alerts, "alert"))
+
+
+def serve(state: ConsoleState, port: int) -> uvicorn.Server:
+    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="off"))
+    server.install_signal_handlers = lambda: None
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"console did not start on 127.0.0.1:{port}")
+        time.sleep(0.05)
+    return server
+
+
+def timed_get(url: str, repeat: int) -> tuple[float, int, dict]:
+    times, size, body = [], 0, {}
+    for _ in range(repeat):
+        t = time.perf_counter()
+        with urllib.request.urlopen(url, timeout=60) as r:
+            raw = r.read()
+        times.append(time.perf_counter() - t)
+        size = len(raw)
+        body = json.loads(raw)
+    return statistics.median(times) * 1000, size, body
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="console benchmark")
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--port", type=int, default=31334)
+    args = ap.parse_args()
+    from processors.logic.inventory import Inventory
+
+    t = time.perf_counter()
+    layout = Layout.from_inventory(Inventory.from_dict(inventory()))
+    cells = matrix_table(T0)
+    store = LiveStore(layout)
+    for r in cells.to_pylist():
+        store.add("matrix", r)
+    tmp = tempfile.mkdtemp(prefix="fabricflow-console-bench-")
+    archive(tmp, cells)
+    print(f"set-up: {N} nodes, {cells.num_rows:,} cells in one window, one hour of outputs archived "
+          f"({time.perf_counter() - t:.1f} s)")
+    history = History(fsspec.filesystem("file"), tmp)
+    live_srv = serve(ConsoleState(layout, store, history), args.port)
+    arch_srv = serve(ConsoleState(layout, LiveStore(layout), history), args.port + 1)
+    live, arch = f"http://127.0.0.1:{args.port}", f"http://127.0.0.1:{args.port + 1}"
+    rows = []
+    ms, size, body = timed_get(f"{live}/api/matrix?window={T0}&encoding=b64", args.repeat)
+    assert body["nonzero"] == N * N and body["source"] == "live", body.get("nonzero")
+    rows.append(("GET /api/matrix, one live window, 512 x 512 (page: b64)", ms, size, 200))
+    ms, size, body = timed_get(f"{live}/api/matrix?window={T0}", args.repeat)
+    rows.append(("GET /api/matrix, same, values as a JSON list", ms, size, 200))
+    ms, size, body = timed_get(f"{arch}/api/matrix?from={T0}&to={T0 + W}&encoding=b64", args.repeat)
+    assert body["nonzero"] == N * N and body["source"] == "archive", body.get("nonzero")
+    rows.append(("GET /api/matrix, same window from the archive (b64)", ms, size, 200))
+    ms, size, body = timed_get(f"{arch}/api/events?from={T0}&to={T0 + 3_600_000}", args.repeat)
+    rows.append((f"GET /api/events, one hour from the archive ({body['total']} events)", ms, size, 200))
+    ms, size, body = timed_get(f"{live}/api/matrix/cell?window={T0}&src=gpu001&dst=gpu002", args.repeat)
+    rows.append(("GET /api/matrix/cell (hover detail), live", ms, size, 200))
+
+    paint = []
+    from devtools.browser import available, browser
+
+    why = available()
+    if why:
+        print(f"first paint: skipped ({why})")
+    else:
+        with browser(1500, 1000, driver_port=args.port + 2) as d:
+            for k in range(max(3, args.repeat // 2)):
+                d.get(f"{live}/?k={k}#view=matrix&window={T0}")
+                got = None
+                deadline = time.monotonic() + 30
+                while got is None and time.monotonic() < deadline:
+                    got = d.execute_script(
+                        "const p = performance.getEntriesByName('matrix-painted')[0], "
+                        "q = performance.getEntriesByName('matrix-data')[0]; "
+                        "return p ? [p.startTime, q.startTime] : null")
+                    time.sleep(0.05)
+                if got is None:
+                    raise SystemExit("the matrix was not painted within 30 s")
+                paint.append(got)
+        first = statistics.median(p[0] for p in paint)
+        draw = statistics.median(p[0] - p[1] for p in paint)
+        rows.append(("matrix view: navigation start -> 262k cells painted", first, 0, 1000))
+        rows.append(("  of which drawing the canvas (data in hand -> painted)", draw, 0, None))
+    live_srv.should_exit = arch_srv.should_exit = True
+    print(f"{'measurement':<62}{'median ms':>10}{'bytes':>12}{'target ms':>11}")
+    worst = True
+    for name, ms, size, target in rows:
+        ok = "" if target is None else ("  ok" if ms < target else "  OVER")
+        worst &= target is None or ms < target
+        print(f"{name:<62}{ms:>10.1f}{size:>12,}{'' if target is None else target:>11}{ok}")
+    return 0 if worst else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""The console's history: the Parquet archive through the same DuckDB layer as ``fabricflow query``.
+
+Every query names a time range (the views cover only the hours in it, see
+:class:`sinks.query.ArchiveQuery`) and passes every user-given value as a DuckDB
+parameter: the SQL texts below are constants. Calls are serialised (one DuckDB
+connection) and run off the event loop by the web layer.
+
+A missing dataset or an empty range is an empty answer, not an error; an
+archive that cannot be reached raises :class:`ArchiveUnavailable` and flips
+``ok`` for the page's banner.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from schemas.columns import addr_str
+from sinks.query import ArchiveError, ArchiveQuery, DatasetMissing, EmptyRange
+
+
+class ArchiveUnavailable(Exception):
+    pass
+
+
+_CELL_READ = ["window_start_ms", "level", "src", "dst", "category", "bytes_est", "packets_est", "flow_records",
+              "samples"]
+_MATRIX_WINDOWS = "SELECT DISTINCT window_start_ms, window_end_ms FROM matrix_windows ORDER BY 1"
+_INCAST = "SELECT * EXCLUDE (dt, hour) FROM incast_events ORDER BY window_start_ms"
+_STRAGGLERS = "SELECT * EXCLUDE (dt, hour) FROM straggler_scores WHERE straggler ORDER BY window_start_ms"
+_SCORES = "SELECT * EXCLUDE (dt, hour) FROM straggler_scores WHERE job = $job ORDER BY window_start_ms, node"
+_LINK_EVENTS = "SELECT * EXCLUDE (dt, hour) FROM link_health WHERE kind <> 'sample' ORDER BY time_ms"
+_ALERTS = "SELECT * EXCLUDE (dt, hour) FROM alerts ORDER BY last_seen_ms"
+_PORT_SERIES = """
+    SELECT time_ms, util_in, util_out, in_errors_per_s + out_errors_per_s AS errors_per_s,
+           in_discards_per_s + out_discards_per_s AS discards_per_s, if_speed, oper_up
+    FROM link_health WHERE kind = 'sample' AND switch = $switch AND if_index = $if_index ORDER BY time_ms"""
+_PORT_LATEST = """
+    SELECT switch, if_index, max(time_ms) AS time_ms, arg_max(if_speed, time_ms) AS if_speed,
+           arg_max(oper_up, time_ms) AS oper_up, arg_max(util_in, time_ms) AS util_in,
+           arg_max(util_out, time_ms) AS util_out,
+           arg_max(in_errors_per_s + out_errors_per_s, time_ms) AS errors_per_s,
+           arg_max(in_discards_per_s + out_discards_per_s, time_ms) AS discards_per_s
+    FROM link_health WHERE kind = 'sample' GROUP BY 1, 2"""
+_FLOWS = """
+    SELECT time_end_ms, ip_protocol, src_addr, src_port, dst_addr, dst_port, src_node, dst_node, category,
+           bytes, packets, bytes_est, packets_est, sampling_rate, exporter_addr, export_protocol
+    FROM flows_enriched
+    WHERE ($node = '' OR src_node = $node OR dst_node = $node)
+      AND ($dst = '' OR dst_node = $dst)
+      AND ($src = '' OR src_node = $src)
+    ORDER BY bytes_est DESC, time_end_ms LIMIT $limit"""
+# phases on the training timeline, per time bin: collective traffic inside the job, dataset reads
+# (storage -> job nodes) and checkpoint writes (job nodes -> storage)
+_PHASES = """
+    SELECT (time_end_ms // $bin) * $bin AS t,
+           CASE WHEN category IN ('collective', 'rocev2') AND src_job = $job AND dst_job = $job THEN 'communication'
+                WHEN category = 'storage' AND dst_job = $job THEN 'dataset_read'
+                WHEN category = 'storage' AND src_job = $job THEN 'checkpoint_write' END AS phase,
+           sum(bytes_est)::BIGINT AS bytes_est
+    FROM flows_enriched WHERE (src_job = $job OR dst_job = $job) AND list_contains($protocols, export_protocol)
+    GROUP BY 1, 2 HAVING phase IS NOT NULL ORDER BY 1"""
+_COMM_TIMES = """
+    SELECT (time_end_ms // $bin)::BIGINT AS b, sum(bytes_est)::BIGINT AS bytes_est FROM flows_enriched
+    WHERE category IN ('collective', 'rocev2') AND src_job = $job AND dst_job = $job
+      AND list_contains($protocols, export_protocol) GROUP BY 1 ORDER BY 1"""
+
+_ADDR_COLUMNS = ("src_addr", "dst_addr", "exporter_addr")
+# export_protocol codes (flow_record.avsc) of processors.detector_protocols names
+PROTOCOL_CODES = {"sflow5": 1, "netflow5": 2, "netflow9": 3, "ipfix": 4}
+
+
+def _rows(table: pa.Table) -> list[dict]:
+    out = table.to_pylist()
+    for r in out:
+        for c in _ADDR_COLUMNS:
+            if isinstance(r.get(c), bytes):
+                r[c] = addr_str(r[c])
+    return out
+
+
+def _empty_cells() -> pa.Table:
+    from .live import CELL_SCHEMA
+
+    return CELL_SCHEMA.empty_table()
+
+
+class History:
+    def __init__(self, fs, root: str, protocols=("sflow5", "netflow5", "netflow9", "ipfix")):
+        """``protocols``: the export protocols the timeline (phases, iteration period) is built from, as
+        ``processors.detector_protocols``: one observation layer, so a packet seen by ToR sFlow and core
+        NetFlow is not counted twice and NetFlow's export timing (active timeout) does not fake a rhythm."""
+        self.fs, self.root = fs, root
+        self.protocols = [PROTOCOL_CODES[p] for p in protocols]
+        self.lock = threading.Lock()
+        self.con = duckdb.connect()
+        self.ok = True
+        self.error: str | None = None
+        self.since_ms = int(time.time() * 1000)
+
+    @classmethod
+    def from_settings(cls, settings) -> History:
+        from sinks.fs import archive_filesystem
+
+        fs, root = archive_filesystem(settings.archive)
+        return cls(fs, root, settings.processors.detector_protocols)
+
+    def _set(self, ok: bool, error: str | None) -> None:
+        if ok != self.ok:
+            self.since_ms = int(time.time() * 1000)
+        self.ok, self.error = ok, error
+
+    def status(self) -> dict:
+        return {"ok": self.ok, "error": self.error, "since_ms": self.since_ms}
+
+    def check(self) -> bool:
+        """Can the archive root be listed? (updates ``ok``)"""
+        with self.lock:
+            try:
+                ArchiveQuery(self.fs, self.root, self.con)
+                self._set(True, None)
+            except ArchiveError as e:
+                self._set(False, str(e))
+            except Exception as e:  # network errors from s3fs/aiobotocore come in many types
+                self._set(False, f"{type(e).__name__}: {e}")
+        return self.ok
+
+    def query(self, sql: str, lo: int, hi: int, params: dict | None = None) -> pa.Table | None:
+        """Run a constant ``sql`` over [lo, hi) with ``params``; None when its dataset has no data in range."""
+        with self.lock:
+            try:
+                aq = ArchiveQuery(self.fs, self.root, self.con)
+                table = aq.sql(sql, lo, hi, params=params)
+                self._set(True, None)
+                return table
+            except (DatasetMissing, EmptyRange):
+                self._set(True, None)
+                return None
+            except ArchiveError as e:
+                if "is not in the archive" in str(e) or "datasets present" in str(e):
+                    self._set(True, None)
+                    return None
+                self._set(False, str(e))
+                raise ArchiveUnavailable(str(e)) from None
+            except (OSError, duckdb.IOException) as e:
+                self._set(False, f"{type(e).__name__}: {e}")
+                raise ArchiveUnavailable(str(e)) from None
+
+    # ------------------------------------------------------------------ named reads
+
+    def matrix_cells(self, lo: int, hi: int, level: str) -> tuple[pa.Table, int]:
+        """(the matrix cells of ``level`` with windows starting in [lo, hi), number of windows), not summed.
+
+        Read with Arrow instead of SQL: the files come from :meth:`ArchiveQuery.files` (same hour pruning),
+        name columns stay dictionary-encoded and the console sums the cells with numpy
+        (:func:`console.views.pair_sums`). A DuckDB ``GROUP BY src, dst`` of one 512-node window (262k
+        string pairs) takes ~0.5 s; this read takes a few tens of ms. The filters are Arrow expressions
+        built from validated values, never SQL text.
+        """
+        lvl = "group" if level == "group" else "node"
+        with self.lock:
+            try:
+                aq = ArchiveQuery(self.fs, self.root, self.con)
+                files = aq.files("matrix_windows", lo, hi) if "matrix_windows" in aq.datasets else []
+                self._set(True, None)
+            except ArchiveError as e:
+                self._set(False, str(e))
+                raise ArchiveUnavailable(str(e)) from None
+            except OSError as e:
+                self._set(False, f"{type(e).__name__}: {e}")
+                raise ArchiveUnavailable(str(e)) from None
+            if not files:
+                return _empty_cells(), 0
+            fmt = ds.ParquetFileFormat(read_options={"dictionary_columns": ["level", "src", "dst", "category"]})
+            data = ds.dataset(files, format=fmt, filesystem=self.fs)
+            t = data.to_table(columns=_CELL_READ, filter=(pc.field("window_start_ms") >= lo) &
+                              (pc.field("window_start_ms") < hi) & (pc.field("level") == lvl))
+        windows = len(pc.unique(t.column("window_start_ms"))) if t.num_rows else 0
+        return t.drop_columns(["window_start_ms"]), windows
+
+    def matrix_windows(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        t = self.query(_MATRIX_WINDOWS, lo, hi)
+        return [] if t is None else list(zip(t.column(0).to_pylist(), t.column(1).to_pylist()))
+
+    def event_records(self, lo: int, hi: int, types: set[str]) -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {}
+        for kind, sql in (("incast", _INCAST), ("straggler", _STRAGGLERS), ("link", _LINK_EVENTS), ("alert", _ALERTS)):
+            if kind in types:
+                t = self.query(sql, lo, hi)
+                out[kind] = [] if t is None else _rows(t)
+        return out
+
+    def scores(self, job: str, lo: int, hi: int) -> list[dict]:
+        t = self.query(_SCORES, lo, hi, {"job": job})
+        return [] if t is None else t.to_pylist()
+
+    def port_series(self, switch: str, if_index: int, lo: int, hi: int) -> list[tuple]:
+        t = self.query(_PORT_SERIES, lo, hi, {"switch": switch, "if_index": int(if_index)})
+        return [] if t is None else [tuple(r.values()) for r in t.to_pylist()]
+
+    def ports_latest(self, lo: int, hi: int) -> list[dict]:
+        t = self.query(_PORT_LATEST, lo, hi)
+        return [] if t is None else t.to_pylist()
+
+    def flows(self, lo: int, hi: int, node: str = "", src: str = "", dst: str = "", limit: int = 20) -> list[dict]:
+        t = self.query(_FLOWS, lo, hi, {"node": node, "src": src, "dst": dst, "limit": int(limit)})
+        return [] if t is None else _rows(t)
+
+    def phases(self, job: str, lo: int, hi: int, bin_ms: int) -> list[dict]:
+        t = self.query(_PHASES, lo, hi, {"job": job, "bin": int(bin_ms), "protocols": self.protocols})
+        return [] if t is None else t.to_pylist()
+
+    def iteration_period_ms(self, job: str, lo: int, hi: int, bin_ms: int = 100) -> float | None:
+        t = self.query(_COMM_TIMES, lo, hi, {"job": job, "bin": int(bin_ms), "protocols": self.protocols})
+        if t is None or t.num_rows < 8:
+            return None
+        b = t.column("b").to_numpy()
+        series = np.zeros(int(b.max() - b.min()) + 1)
+        series[b - b.min()] = t.column("bytes_est").to_numpy()
+        return period_ms(series, bin_ms)
+
+
+def period_ms(series: np.ndarray, bin_ms: int, min_ms: int = 300, max_ms: int = 60_000) -> float | None:
+    """The dominant period of a binned rate series by autocorrelation (None when nothing stands out)."""
+    x = np.asarray(series, dtype=float)
+    if len(x) < 8 or not np.any(x):
+        return None
+    x = x - x.mean()
+    n = len(x)
+    f = np.fft.rfft(x, 2 * n)
+    ac = np.fft.irfft(f * np.conj(f))[:n]
+    if ac[0] <= 0:
+        return None
+    ac = ac / ac[0]
+    lo, hi = max(1, min_ms // bin_ms), min(n // 2, max_ms // bin_ms)
+    if hi <= lo + 1:
+        return None
+    seg = ac[lo:hi]
+    # first clear local maximum above 0.3 (the fundamental, not a multiple)
+    for i in range(1, len(seg) - 1):
+        if seg[i] >= 0.3 and seg[i] >= seg[i - 1] and seg[i] >= seg[i + 1]:
+            return float((lo + i) * bin_ms)
+    return None

@@ -1,0 +1,136 @@
+"""Run the console: the live reader, the archive checker and uvicorn, in-process.
+
+    svc = ConsoleServer(settings).start()   # returns once the port is bound
+    print(f"console: {svc.url}")
+    ...
+    svc.stop()
+
+``fabricflow console`` runs it in the foreground; ``fabricflow demo`` and the tests
+start and stop it beside the pipeline.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+import time
+
+import uvicorn
+
+from .app import ConsoleState, create_app
+from .history import History
+from .layout import Layout, load_layout
+from .live import LiveStore
+
+log = logging.getLogger(__name__)
+
+
+class ConsoleConfigError(Exception):
+    """The console cannot start with these settings (one line naming the setting)."""
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConsoleConfigError(f"console.listen: {listen!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen(listen: str, token) -> tuple[str, int]:
+    """(host, port); refuses a non-loopback address without an access token."""
+    host, port = split_listen(listen)
+    if not is_loopback(host) and not (token and token.get_secret_value()):
+        raise ConsoleConfigError(
+            f"console.listen {listen!r} is not a loopback address: set console.token "
+            "(FABRICFLOW_CONSOLE__TOKEN) to require an access token, or listen on 127.0.0.1")
+    return host, port
+
+
+class ConsoleServer:
+    def __init__(self, settings, listen: str | None = None, live: bool = True, archive: bool = True,
+                 layout: Layout | None = None):
+        c = settings.console
+        self.settings = settings
+        self.host, self.port = check_listen(listen or c.listen, c.token)
+        inv = c.inventory or settings.processors.inventory
+        self.layout = layout if layout is not None else load_layout(inv)
+        self.store = LiveStore(self.layout, c.live_windows, c.live_events, c.live_port_samples)
+        self.feed = None
+        if live:
+            from .feed import KafkaFeed
+
+            self.feed = KafkaFeed(settings, self.store)
+        self.history = History.from_settings(settings) if archive else None
+        self.state = ConsoleState(self.layout, self.store, self.history, self.feed,
+                                  c.token.get_secret_value() if c.token else None,
+                                  int(c.query_max_range_s * 1000))
+        self.app = create_app(self.state)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def start(self, timeout: float = 15.0) -> ConsoleServer:
+        if self.feed is not None:
+            self.feed.start()
+        if self.history is not None:
+            threading.Thread(target=self._watch_archive, name="console-archive", daemon=True).start()
+        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning", access_log=False,
+                                lifespan="off", timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._server.install_signal_handlers = lambda: None  # the caller owns signals
+        self._thread = threading.Thread(target=self._server.run, name="console-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise ConsoleConfigError(f"console: cannot serve on {self.host}:{self.port} (in use, or not an "
+                                         "address of this machine)")
+            time.sleep(0.05)
+        if self.port == 0:  # an ephemeral port: read back the bound one
+            self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def _watch_archive(self) -> None:
+        while not self._stop.is_set():
+            self.history.check()
+            self._stop.wait(10.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+        if self.feed is not None:
+            self.feed.stop()
+
+    def __enter__(self) -> ConsoleServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def serve_forever(self) -> None:
+        """Block until interrupted (Ctrl-C / SIGTERM turn into KeyboardInterrupt / SystemExit by the caller)."""
+        try:
+            while self._thread is not None and self._thread.is_alive():
+                self._thread.join(0.5)
+        finally:
+            self.stop()

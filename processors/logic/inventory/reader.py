@@ -1,0 +1,340 @@
+"""Reading an inventory file: YAML or CSV text -> the dict of the YAML shape -> a validated spec.
+
+CSV rows are folded into the YAML shape, remembering the line of every value,
+so that every problem is reported as ``<file>: <where>: <what>`` with a YAML
+path (``nodes[2] (gpu-03).group``) or a CSV line and column; all problems of a
+file are reported at once in one :class:`InventoryError`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .models import InventoryError, InventorySpec
+
+__all__ = ["CSV_COLUMNS", "CSV_KINDS", "Locator", "by_line", "read_csv", "read_file", "read_spec", "read_yaml"]
+
+_NAMED_SECTIONS = {"nodes": "name", "jobs": "name", "switches": "name", "networks": "prefix"}
+_CSV_COLUMN_OF = {
+    "nodes": {"name": "node", "addresses": "address"},
+    "networks": {"prefix": "address"},
+    "jobs": {"name": "job", "nodes": "node"},
+    "switches": {"name": "switch", "agents": "address", "peer": "node"},
+    "cluster_ranges": {},
+    "external_authorized": {},
+}
+
+
+class Locator:
+    """Renders a pydantic-style location tuple.
+
+    YAML/dict: ``nodes[2] (gpu-03).group``; CSV: ``line 7: column 'group'``.
+    """
+
+    def __init__(self, data: Any, csv_lines: dict[tuple, int] | None = None):
+        self.data = data
+        self.csv_lines = csv_lines
+
+    def __call__(self, loc: tuple) -> str:
+        if self.csv_lines is not None:
+            return self._csv(loc)
+        out = ""
+        for i, part in enumerate(loc):
+            if isinstance(part, int):
+                out += f"[{part}]"
+                if i == 1 and loc[0] in _NAMED_SECTIONS:
+                    label = self._label(loc[0], part)
+                    if label:
+                        out += f" ({label})"
+            else:
+                out += ("." if out else "") + str(part)
+        return out
+
+    def _label(self, section: str, index: int) -> str:
+        try:
+            v = self.data[section][index].get(_NAMED_SECTIONS[section])
+        except Exception:
+            return ""
+        return v if isinstance(v, str) else ""
+
+    def _csv(self, loc: tuple) -> str:
+        line = None
+        for k in range(len(loc), 0, -1):
+            line = self.csv_lines.get(tuple(loc[:k]))
+            if line is not None:
+                break
+        where = f"line {line}" if line is not None else "file"
+        section = loc[0] if loc else ""
+        names = [p for p in loc[1:] if isinstance(p, str)]
+        if section in ("cluster_ranges", "external_authorized"):
+            col = "address"
+        elif section == "switches" and len(loc) >= 4 and loc[2] == "ports":
+            col = "if_index" if len(loc) == 4 else _CSV_COLUMN_OF["switches"].get(str(loc[4]), str(loc[4]))
+        elif names:
+            col = _CSV_COLUMN_OF.get(section, {}).get(names[-1], names[-1])
+        else:
+            col = ""
+        return f"{where}: column {col!r}" if col else where
+
+
+def by_line(problems: list[str]) -> list[str]:
+    """CSV problems in file order (stable; problems without a line number last)."""
+
+    def key(p: str) -> int:
+        m = re.match(r"line (\d+)", p)
+        return int(m.group(1)) if m else 1 << 62
+
+    return sorted(problems, key=key)
+
+
+def _pydantic_problems(err: ValidationError, locate: Locator, is_csv: bool) -> list[str]:
+    out = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        kind = e["type"]
+        if kind == "missing":
+            msg = "required value missing" if is_csv else "required key missing"
+        elif kind == "extra_forbidden":
+            msg = "unknown key"
+        elif kind == "value_error" and "error" in e.get("ctx", {}):
+            msg = str(e["ctx"]["error"])
+        elif loc and loc[-1] == "[key]":
+            loc = loc[:-1]
+            msg = f"port key {e['input']!r} is not an ifIndex (integer 0..4294967295)"
+        elif kind == "literal_error" and loc == ("version",):
+            msg = f"unsupported version {e['input']!r} (expected 1)"
+        else:
+            msg = f"{e['msg']} (got {e['input']!r})"
+        where = locate(loc)
+        out.append(f"{where}: {msg}" if where else msg)
+    return out
+
+
+# ---------------------------------------------------------------- file readers
+
+CSV_COLUMNS = (
+    "kind", "address", "node", "group", "rack", "switch", "capacity", "job", "from", "until", "if_index", "speed",
+)
+CSV_KINDS = {
+    "host": {"address", "node", "group", "rack", "switch", "capacity"},
+    "cluster_range": {"address"},
+    "external_authorized": {"address"},
+    "job": {"job", "node", "from", "until"},
+    "switch_agent": {"switch", "address", "rack"},
+    "switch_port": {"switch", "if_index", "node", "speed"},
+}
+
+
+def read_yaml(text: str, source: str) -> Any:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InventoryError(source, [f"{where}YAML syntax error: {problem}"]) from None
+    if data is None:
+        raise InventoryError(source, ["file is empty"])
+    if not isinstance(data, dict):
+        raise InventoryError(source, [f"top level must be a mapping, got {type(data).__name__}"])
+    return data
+
+
+def read_csv(text: str, source: str) -> tuple[dict, dict[tuple, int]]:
+    """CSV rows -> the same dict shape as the YAML file, plus dict location -> line number."""
+    if not text.strip():
+        raise InventoryError(source, ["file is empty (expected a header line)"])
+    lines = [("\n" if ln.lstrip().startswith("#") else ln) for ln in io.StringIO(text)]
+    reader = csv.reader(lines)
+    problems: list[str] = []
+    header: list[str] | None = None
+    for row in reader:
+        if row:
+            header = [h.strip().lower() for h in row]
+            header_line = reader.line_num
+            break
+    if header is None:
+        raise InventoryError(source, ["file is empty (expected a header line)"])
+    for h in header:
+        if h not in CSV_COLUMNS:
+            problems.append(f"line {header_line}: unknown column {h!r} (known columns: {', '.join(CSV_COLUMNS)})")
+    if len(set(header)) != len(header):
+        problems.append(f"line {header_line}: repeated column name in header")
+    if problems:
+        raise InventoryError(source, problems)
+
+    data: dict[str, Any] = {}
+    at: dict[tuple, int] = {}
+    node_pos: dict[str, int] = {}
+    job_pos: dict[tuple, int] = {}
+    switch_pos: dict[str, int] = {}
+
+    def switch_entry(name: str, line: int) -> int:
+        if name not in switch_pos:
+            sw = data.setdefault("switches", [])
+            switch_pos[name] = len(sw)
+            sw.append({"name": name, "agents": [], "ports": {}})
+            at[("switches", switch_pos[name])] = line
+        return switch_pos[name]
+
+    for row in reader:
+        if not row or all(not c.strip() for c in row):
+            continue
+        line = reader.line_num
+        if len(row) > len(header):
+            problems.append(f"line {line}: {len(row)} cells but the header has {len(header)} columns")
+            continue
+        cells = {h: (row[i].strip() if i < len(row) else "") for i, h in enumerate(header)}
+        kind = cells.get("kind", "") or "host"
+        if kind not in CSV_KINDS:
+            problems.append(
+                f"line {line}: column 'kind': unknown kind {kind!r} (expected one of {', '.join(CSV_KINDS)})"
+            )
+            continue
+        extra = [h for h, v in cells.items() if v and h != "kind" and h not in CSV_KINDS[kind]]
+        if extra:
+            problems.append(f"line {line}: column {extra[0]!r} does not apply to kind {kind!r}")
+            continue
+        c = {h: v for h, v in cells.items() if v}
+        if kind == "host":
+            if "node" in c:
+                name = c["node"]
+                if name not in node_pos:
+                    nodes = data.setdefault("nodes", [])
+                    node_pos[name] = len(nodes)
+                    nodes.append({"name": name, "addresses": []})
+                    at[("nodes", node_pos[name])] = line
+                i = node_pos[name]
+                node = data["nodes"][i]
+                bad = False
+                for col in ("group", "rack", "switch", "capacity"):
+                    if col in c:
+                        if col in node and node[col] != c[col]:
+                            problems.append(
+                                f"line {line}: column {col!r}: {c[col]!r} conflicts with {node[col]!r} "
+                                f"given for node {name!r} on line {at[('nodes', i, col)]}"
+                            )
+                            bad = True
+                        elif col not in node:
+                            node[col] = c[col]
+                            at[("nodes", i, col)] = line
+                if bad:
+                    continue
+                if "address" in c:
+                    at[("nodes", i, "addresses", len(node["addresses"]))] = line
+                    node["addresses"].append(c["address"])
+                else:
+                    problems.append(f"line {line}: column 'address': required value missing")
+            else:
+                nets = data.setdefault("networks", [])
+                at[("networks", len(nets))] = line
+                nets.append({("prefix" if k == "address" else k): v for k, v in c.items() if k != "kind"})
+        elif kind in ("cluster_range", "external_authorized"):
+            key = "cluster_ranges" if kind == "cluster_range" else "external_authorized"
+            lst = data.setdefault(key, [])
+            if "address" not in c:
+                problems.append(f"line {line}: column 'address': required value missing")
+                continue
+            at[(key, len(lst))] = line
+            lst.append(c["address"])
+        elif kind == "job":
+            jkey = (c.get("job", ""), c.get("from", ""), c.get("until", ""))
+            if jkey not in job_pos:
+                jobs = data.setdefault("jobs", [])
+                job_pos[jkey] = len(jobs)
+                job = {"nodes": []}
+                for col, field in (("job", "name"), ("from", "from"), ("until", "until")):
+                    if col in c:
+                        job[field] = c[col]
+                jobs.append(job)
+                at[("jobs", job_pos[jkey])] = line
+            j = job_pos[jkey]
+            if "node" not in c:
+                problems.append(f"line {line}: column 'node': required value missing")
+                continue
+            at[("jobs", j, "nodes", len(data["jobs"][j]["nodes"]))] = line
+            data["jobs"][j]["nodes"].append(c["node"])
+        else:
+            if "switch" not in c:
+                problems.append(f"line {line}: column 'switch': required value missing")
+                continue
+            s = switch_entry(c["switch"], line)
+            sw = data["switches"][s]
+            if kind == "switch_agent":
+                if "rack" in c:
+                    if sw.get("rack", c["rack"]) != c["rack"]:
+                        problems.append(
+                            f"line {line}: column 'rack': {c['rack']!r} conflicts with {sw['rack']!r} "
+                            f"given for switch {c['switch']!r} on line {at[('switches', s, 'rack')]}"
+                        )
+                        continue
+                    if "rack" not in sw:
+                        sw["rack"] = c["rack"]
+                        at[("switches", s, "rack")] = line
+                if "address" not in c:
+                    problems.append(f"line {line}: column 'address': required value missing")
+                    continue
+                at[("switches", s, "agents", len(sw["agents"]))] = line
+                sw["agents"].append(c["address"])
+            else:
+                if "if_index" not in c:
+                    problems.append(f"line {line}: column 'if_index': required value missing")
+                    continue
+                key = c["if_index"]
+                norm = str(int(key)) if key.isdigit() else key
+                if any((str(int(k)) if k.isdigit() else k) == norm for k in sw["ports"]):
+                    problems.append(
+                        f"line {line}: column 'if_index': port {key} of switch {c['switch']!r} "
+                        f"already given on line {at[('switches', s, 'ports', norm)]}"
+                    )
+                    continue
+                at[("switches", s, "ports", key)] = line
+                at[("switches", s, "ports", norm)] = line
+                if key.isdigit():
+                    at[("switches", s, "ports", int(key))] = line
+                sw["ports"][key] = {k: v for k, v in (("peer", c.get("node")), ("speed", c.get("speed"))) if v}
+    if problems:
+        raise InventoryError(source, problems)
+    return data, at
+
+
+def read_file(path: str | os.PathLike) -> tuple[Any, dict[tuple, int] | None]:
+    """(data of the YAML shape, CSV line of each location or None) of a ``.yaml``/``.yml``/``.csv`` file;
+    raises :class:`InventoryError`."""
+    source = str(path)
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".yaml", ".yml", ".csv"):
+        problem = f"unsupported inventory format {suffix or '(none)'!r} (use .yaml, .yml or .csv)"
+        raise InventoryError(source, [problem])
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise InventoryError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InventoryError(source, [f"not UTF-8 text (byte offset {exc.start})"]) from None
+    if suffix == ".csv":
+        return read_csv(text, source)
+    return read_yaml(text, source), None
+
+
+def read_spec(data: Any, source: str, csv_lines: dict[tuple, int] | None = None) -> tuple[InventorySpec, Locator]:
+    """Validate a dict of the YAML shape: (the spec, its :class:`Locator`); raises :class:`InventoryError`."""
+    if not isinstance(data, dict):
+        raise InventoryError(source, [f"top level must be a mapping, got {type(data).__name__}"])
+    locate = Locator(data, csv_lines)
+    try:
+        spec = InventorySpec.model_validate(data)
+    except ValidationError as err:
+        problems = _pydantic_problems(err, locate, csv_lines is not None)
+        raise InventoryError(source, by_line(problems) if csv_lines is not None else problems) from None
+    return spec, locate

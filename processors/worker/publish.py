@@ -1,0 +1,87 @@
+"""The worker's confluent-kafka producer: shuffle messages, ``flows.enriched.v1`` and detector outputs.
+
+Faust does not know this producer: offsets are committed and snapshots written only after it has
+delivered what it holds (:mod:`processors.worker.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from confluent_kafka import Producer
+
+from fabricflow import streams
+from fabricflow.settings import Settings
+from schemas import codec
+from schemas.outputs import encode_outputs
+
+log = logging.getLogger("fabricflow.processors")
+
+
+class OutputPublisher:
+    """confluent-kafka producer for the shuffle, enriched flows and detector outputs (never drops a message)."""
+
+    def __init__(self, settings: Settings):
+        k = settings.kafka
+        self.topics = k.topics
+        self.output_topics = streams.output_topics(k)
+        self.producer = Producer(
+            {
+                **k.client_config(),
+                "enable.idempotence": True,
+                "compression.type": settings.ingest.producer.compression,
+                "linger.ms": settings.processors.output_linger_ms,
+                "partitioner": "murmur2_random",
+                "message.max.bytes": 8_000_000,
+                # delivery reports only for failures: no Python callback per delivered output message
+                "delivery.report.only.error": True,
+            }
+        )
+        self.failed = 0
+
+    def _cb(self, err, _msg):
+        if err is not None:
+            self.failed += 1
+            log.warning("output delivery failed: %s", err)
+
+    def produce(self, topic, key: bytes, value: bytes, partition: int | None = None, headers=None):
+        kw = {"partition": partition} if partition is not None else {}
+        if headers:
+            kw["headers"] = headers
+        while True:
+            try:
+                self.producer.produce(topic, key=key, value=value, on_delivery=self._cb, **kw)
+                return
+            except BufferError:  # outputs must not be dropped: wait for the buffer to drain
+                self.producer.poll(0.1)
+
+    def enriched(self, key: bytes, batch: np.ndarray, max_records: int, coded: codec.Coded | None = None,
+                 raw: tuple[bytes, dict] | None = None) -> None:
+        """Publish ``batch`` in messages of at most ``max_records`` (``coded``: ``Enricher.label_codes(batch)``).
+
+        ``raw``: (the raw message whose rows ``batch`` enriches, its field spans from ``decode_batch``); when
+        one message carries them all, the flow fields' encodings are copied from it.
+        """
+        verbatim = None
+        if raw is not None and len(batch) <= max_records:
+            verbatim = codec.field_encodings(*raw, "flow_enriched_batch")
+        for i in range(0, len(batch), max_records):
+            rows = slice(i, i + max_records)
+            msg = codec.encode_batch("flow_enriched_batch", batch[rows], codec.coded_rows(coded, rows), verbatim)
+            self.produce(self.topics.flows_enriched, key, msg)
+
+    def outputs(self, outputs) -> None:
+        """Produce detector outputs in order; the records of each kind are Avro-encoded together."""
+        by_kind: dict[str, list] = {}
+        for o in outputs:
+            by_kind.setdefault(o[0], []).append(o[2])
+        encoded = {kind: iter(encode_outputs(kind, values)) for kind, values in by_kind.items()}
+        for kind, key, _value in outputs:
+            self.produce(self.output_topics[kind], key.encode(), next(encoded[kind]))
+
+    def poll(self):
+        self.producer.poll(0)
+
+    def flush(self, timeout: float = 10.0) -> int:
+        return self.producer.flush(timeout)

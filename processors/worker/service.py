@@ -1,0 +1,153 @@
+"""A processor worker: the stages, the shards and the checkpoint put together, and ``run_processors``.
+
+:class:`Processors` is what the Faust wiring (:mod:`processors.worker.faust_app`) drives and what the tests
+and the benchmark call without Faust.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import faust
+
+from fabricflow.service import Service
+from fabricflow.settings import Settings
+
+from ..logic.core import ProcessorCore, engine_config
+from ..logic.inventory import Inventory, InventoryWatcher
+from .checkpoint import Checkpoint
+from .detect import Detect
+from .faust_app import make_app
+from .metrics import ProcessorMetrics
+from .prepare import Prepare, ReuseCache
+from .publish import OutputPublisher
+from .shard import Shards
+
+log = logging.getLogger("fabricflow.processors")
+
+
+class Processors:
+    """One worker: ``prepare`` and ``detect`` over this worker's shards, checkpointed to the Faust table."""
+
+    def __init__(self, settings: Settings, inventory: Inventory | None = None):
+        self.settings = s = settings
+        p = s.processors
+        self.config = engine_config(p)
+        self.policy = p.policy
+        self.watcher = InventoryWatcher(p.inventory) if p.inventory else None
+        self.inventory = inventory or (self.watcher.inventory if self.watcher else Inventory.empty())
+        self.publisher = OutputPublisher(s)
+        self.metrics = ProcessorMetrics()
+        # stalled when the timer (every tick_s) has not run for a while: the event loop is stuck
+        self.service = Service("processors", self.metrics.registry, stall_s=max(30.0, 10 * p.tick_s))
+        self.service.add_check("batches", lambda: self.metrics.healthy() or self.metrics.last_error)
+        self.checkpoint = Checkpoint(self.publisher, self.metrics, p.snapshot_every_messages, p.snapshot_interval_s,
+                                     before_commit=self.prepare_pending)
+        self.shards = Shards(self._new_core, self.checkpoint.load)
+        self.reuse = ReuseCache(p.reuse_enriched_records, self.inventory)
+        self.prepare = Prepare(s, ProcessorCore(self.inventory, self.config, observation=p.observation_exporters),
+                               self.shards, self.reuse,
+                               self.publisher, self.metrics)
+        self.detect = Detect(s, self.shards, self.reuse, self.publisher, self.metrics)
+        self.app = make_app(self)
+
+    def _new_core(self) -> ProcessorCore:
+        p = self.settings.processors
+        return ProcessorCore(self.inventory, self.config, self.policy, detector_protocols=p.detector_protocols,
+                             observation=p.observation_exporters)
+
+    @property
+    def state(self):
+        """The ``core-state`` table (a dict in tests)."""
+        return self.checkpoint.store
+
+    @state.setter
+    def state(self, store) -> None:
+        self.checkpoint.store = store
+
+    # ------------------------------------------------------------------ what the agents and timers call
+
+    def handle_raw(self, topic: str, key: bytes | None, value: bytes, partition: int = -1, offset: int = -1) -> None:
+        """One raw message (:meth:`Prepare.handle_many` of one)."""
+        self.prepare.handle_many([(topic, key, value, partition, offset)])
+
+    def handle_raw_many(self, items) -> None:
+        self.prepare.handle_many(items)
+
+    def prepare_pending(self) -> None:
+        self.prepare.prepare_taken()
+
+    def handle_shuffle(self, partition: int, offset: int, value: bytes, source: tuple | None = None,
+                       segments: list | None = None) -> bool:
+        return self.detect.handle(partition, offset, value, source, segments)
+
+    def handle_shuffle_events(self, events, generation: int | None = None) -> None:
+        self.detect.handle_events(events, generation)
+
+    def write_due_snapshots(self, now: float, force: bool = False) -> list:
+        """Write the due snapshots (every pending one with ``force``); return the events now covered."""
+        return self.checkpoint.commit_due(self.shards, now, force)
+
+    def apply_waiting_counters(self) -> None:
+        self.detect.apply_waiting_counters()
+
+    def core_for(self, partition: int) -> ProcessorCore:
+        """The shard's core (created, and restored from its snapshot, on first use)."""
+        return self.shards.active(partition).core
+
+    def on_tick(self, now_ms: int) -> None:
+        """Timer: reload the inventory if its file changed, then :meth:`Detect.tick`."""
+        if self.watcher is not None:
+            errors = self.watcher.errors_total
+            if self.watcher.maybe_reload(now_ms / 1000.0):
+                self._set_inventory(self.watcher.inventory)
+                self.metrics.reloads.labels("ok").inc()
+                log.info("inventory reloaded from %s", self.settings.processors.inventory)
+            elif self.watcher.errors_total > errors:
+                self.metrics.reloads.labels("error").inc()
+                log.warning("inventory %s not reloaded (kept the previous one): %s", self.settings.processors.inventory, self.watcher.last_error)
+        self.detect.tick(now_ms)
+
+    def _set_inventory(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+        self.prepare.core.set_inventory(inventory)
+        self.reuse.inventory = inventory
+        for shard in self.shards:
+            self.reuse.forget(shard)
+            if shard.core is not None:
+                shard.core.set_inventory(inventory)
+
+    async def revoke(self, partitions: list[int], changelog_producer) -> None:
+        """Shuffle partitions revoked: drop their shards at once (events of them still in Faust's buffers are
+        not applied), then hand their state over (:meth:`Checkpoint.hand_over`)."""
+        if self.shards.assigned is not None:
+            self.shards.assigned.difference_update(partitions)
+        dropped = []
+        for part in partitions:
+            shard = self.shards.drop(part)
+            if shard is not None:
+                self.reuse.forget(shard)
+                dropped.append(shard)
+        await self.checkpoint.hand_over(dropped, changelog_producer, revoked=bool(partitions))
+
+
+def run_processors(settings: Settings) -> int:
+    """Run one worker until Faust stops it (SIGTERM/SIGINT are Faust's); flush the outputs on the way out."""
+    proc = Processors(settings)
+    p = settings.processors
+    svc = proc.service
+    svc.ensure_topics(settings.kafka)
+    svc.serve_http(p.web_bind, p.metrics_port)
+    svc.on_stop(lambda: _flush_on_exit(proc.publisher), "output producer")
+    worker = faust.Worker(proc.app, loglevel=settings.log_level.lower(), quiet=True)
+    try:
+        worker.execute_from_commandline()
+    finally:
+        svc.stop()
+    return 0
+
+
+def _flush_on_exit(publisher: OutputPublisher) -> None:
+    left = publisher.flush(10)
+    if left:
+        log.warning("%d output messages were not delivered before shutdown", left)

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Regenerate the console screenshots in docs/images/ from a real scenario run.
+
+Runs the first 260 s of ``mixed`` at 10x through a fresh local pipeline with the console beside
+it (ports 31300-31399 unless --base-port), waits until the incast, the straggler and the link
+downgrade are in the console, then photographs each view in headless Chromium:
+
+    docs/images/console-matrix.png     traffic matrix (node level, newest complete window)
+    docs/images/console-topology.png   switches and ports, the downgraded port opened
+    docs/images/console-jobs.png       train-a: per node rates, phase bands, straggler windows
+    docs/images/console-events.png     every detection on one axis, the incast opened with its flows
+    docs/images/console-topn.png       group -> category -> group Sankey and top talkers
+
+Usage: .venv/bin/python scripts/console-screenshots.py [--out docs/images] [--base-port 31300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from devtools.browser import available, browser, console_errors, wait_rendered
+from bench.console_run import ports_in_block, scenario_with_console, wait_for
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(REPO / "docs" / "images"))
+    ap.add_argument("--base-port", type=int, default=31300)
+    ap.add_argument("--duration", type=float, default=260.0, help="Scenario seconds to send (at 10x).")
+    args = ap.parse_args()
+    why = available()
+    if why:
+        print(f"console-screenshots: {why}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _ports, _console, driver_port = ports_in_block(args.base_port)
+    with tempfile.TemporaryDirectory(prefix="fabricflow-shots-") as tmp:
+        with scenario_with_console("mixed", Path(tmp) / "mixed", base_port=args.base_port,
+                                   duration_s=args.duration) as run:
+            wait_for(run.sim.done.is_set, 300, "the simulator", check=run.pipe.check)
+
+            def have(t, sub=None):
+                return [e for e in run.console.store.events() if e["type"] == t and (sub is None or e["subtype"] == sub)]
+
+            wait_for(lambda: have("incast") and have("straggler") and have("link", "link_downgrade"), 120,
+                     "incast, straggler and link downgrade in the console", check=run.pipe.check)
+            time.sleep(15)  # the archive sink flushes idle partitions after archive.idle_flush_s (10 s)
+            incast = have("incast")[0]
+            downgrade = have("link", "link_downgrade")[0]
+            lo = run.epoch_ms
+            hi = run.epoch_ms + int(args.duration * 1000) + 30_000  # event time runs at the scenario's clock
+            rng = f"&mode=range&from={lo}&to={hi}"
+            shots = {
+                "matrix": "#view=matrix",
+                "topology": f"#view=topology&port={downgrade['switch']}:{downgrade['if_index']}",
+                "jobs": f"#view=jobs&job=train-a{rng}",
+                "events": f"#view=events&event={incast['id']}{rng}",
+                "topn": "#view=topn",
+            }
+            with browser(1500, 1200, driver_port=driver_port) as d:
+                for view, frag in shots.items():
+                    d.get(run.url + frag)
+                    wait_rendered(d, view)
+                    time.sleep(1.5)  # detail panels and charts finish drawing
+                    path = out / f"console-{view}.png"
+                    d.save_screenshot(str(path))
+                    print(f"wrote {path}")
+                errs = console_errors(d)
+                if errs:
+                    print("browser console errors:\n  " + "\n  ".join(errs), file=sys.stderr)
+                    return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Kafka message values of the consumed topics -> records (pure; no Kafka).
+
+Each topic kind has its wire schema (``schemas/avro``); patterns.v1 is JSON today and may become
+Avro, so both are read. A value that cannot be read raises :class:`Undecodable` with a reason from a
+closed set (the ``reason`` label): empty, not_avro, unknown_schema, wrong_schema, corrupt, not_json.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from schemas import codec
+
+__all__ = ["Undecodable", "SCHEMAS", "decode_value"]
+
+# topic kind -> Avro schema name (None: JSON, or Avro single-object when it starts with the marker)
+SCHEMAS = {
+    "matrix": "matrix_cell",
+    "counters": "counter_batch",
+    "link": "link_health",
+    "incast": "incast_event",
+    "straggler": "straggler_score",
+    "alerts": "alert",
+    "patterns": None,
+}
+
+
+class Undecodable(ValueError):
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+def _codec_reason(err: codec.CodecError) -> str:
+    msg = str(err)
+    if "single-object" in msg:
+        return "not_avro"
+    if "unknown schema" in msg:
+        return "unknown_schema"
+    if msg.startswith("expected") or "is not a batch schema" in msg:
+        return "wrong_schema"
+    return "corrupt"
+
+
+def decode_value(kind: str, value: bytes | None) -> dict | np.ndarray:
+    """One message value: a record dict, or for ``counters`` the decoded ``CounterBatch`` rows."""
+    if not value:
+        raise Undecodable("empty")
+    schema = SCHEMAS[kind]
+    try:
+        if kind == "counters":
+            return codec.decode_batch(value, expect=schema)
+        if schema is not None:
+            return codec.decode_record(value, expect=schema)
+        if value[:2] == codec.MAGIC:
+            return codec.decode_record(value)
+    except codec.CodecError as e:
+        raise Undecodable(_codec_reason(e), str(e)) from None
+    except Exception as e:  # any other failure of a decoder on corrupt bytes
+        raise Undecodable("corrupt", f"{type(e).__name__}: {e}") from None
+    try:
+        rec = json.loads(value)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Undecodable("not_json", str(e)) from None
+    if not isinstance(rec, dict):
+        raise Undecodable("not_json", "not a JSON object")
+    return rec

@@ -1,0 +1,127 @@
+"""The console page in headless Chromium on fixture data with hostile names (no broker needed).
+
+A node named ``<script>alert(1)</script>`` and one named ``<img/src=x/onerror=alert(2)>`` must
+show as text in every view; no element is created from them and no script runs. Skipped when
+Debian's chromium / chromium-driver are not installed, unless FABRICFLOW_REQUIRE_BROWSER=1.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import fsspec
+import pytest
+import uvicorn
+
+from devtools.browser import available, browser, click, console_errors, wait_rendered
+from bench.console_run import wait_for
+from console.app import ConsoleState, create_app
+from console.history import History
+from console.live import LiveStore
+from tests.unit.console.fixtures import EVIL, EVIL2, fill_store, layout, write_archive
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
+PORT = int(os.environ.get("FABRICFLOW_TEST_CONSOLE_PORT", "31333"))
+
+
+@pytest.fixture(scope="module")
+def archive_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("archive"))
+    write_archive(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def page_url(archive_root):
+    why = available()
+    if why:
+        if os.environ.get("FABRICFLOW_REQUIRE_BROWSER") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    root = archive_root
+    L = layout()
+    store = LiveStore(L)
+    fill_store(store)
+    app = create_app(ConsoleState(L, store, History(fsspec.filesystem("file"), root), None))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=PORT, log_level="warning", lifespan="off"))
+    server.install_signal_handlers = lambda: None
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, f"console test server did not start on 127.0.0.1:{PORT}"
+    yield f"http://127.0.0.1:{PORT}/"
+    server.should_exit = True
+    t.join(10)
+
+
+@pytest.fixture(scope="module")
+def drv():
+    with browser(1400, 900) as d:
+        yield d
+
+
+def _no_injection(d):
+    assert d.execute_script("return document.querySelectorAll('main img, main script').length") == 0
+    assert d.execute_script("return window.__xss === undefined")
+
+
+def test_hostile_names_render_as_text_in_every_view(page_url, drv):
+    drv.get(page_url + "#view=matrix")
+    wait_rendered(drv, "matrix")
+    labels = drv.execute_script("return Array.from(document.querySelectorAll('#m-labels li')).map(li => li.textContent)")
+    assert EVIL in labels and EVIL2 in labels
+    _no_injection(drv)
+
+    drv.get(page_url + "#view=events")
+    wait_rendered(drv, "events")
+    cells = drv.execute_script("return Array.from(document.querySelectorAll('#e-table td')).map(td => td.textContent)")
+    assert EVIL in cells and EVIL2 in cells
+    click(drv, "#e-table tr[data-id^='alert:']")
+    wait_for(lambda: EVIL2 in drv.find_element("id", "e-detail").text, 20, "the alert's detail panel")
+    _no_injection(drv)
+
+    drv.get(page_url + "#view=topology")
+    wait_rendered(drv, "topology")
+    assert any(EVIL in t for t in drv.execute_script(
+        "return Array.from(document.querySelectorAll('.port .n')).map(e => e.textContent)"))
+    _no_injection(drv)
+
+    for view in ("jobs", "topn"):
+        drv.get(page_url + "#view=" + view)
+        assert wait_rendered(drv, view) == view
+        _no_injection(drv)
+    assert console_errors(drv) == []
+
+
+def test_view_state_is_in_the_url(page_url, drv):
+    drv.get(page_url + "#view=matrix&level=group&cat=collective")
+    wait_rendered(drv, "matrix")
+    labels = drv.execute_script("return Array.from(document.querySelectorAll('#m-labels li')).map(li => li.textContent)")
+    assert labels == ["gpu", "storage"]
+    assert drv.find_element("id", "m-level").get_attribute("value") == "group"
+    click(drv, "#tabs button[data-view='topology']")
+    wait_rendered(drv, "topology")
+    assert "view=topology" in drv.current_url and "level=group" in drv.current_url
+    assert console_errors(drv) == []
+
+
+def test_archive_outage_shows_a_banner_and_the_page_recovers(page_url, drv, archive_root):
+    import os as _os
+
+    off = archive_root + ".off"
+    drv.get(page_url + "#view=events&mode=range&from=1767229200000&to=1767229230000")
+    wait_rendered(drv, "events")
+    _os.rename(archive_root, off)
+    try:
+        drv.execute_script("window.dispatchEvent(new HashChangeEvent('hashchange'))")  # re-query the archive
+        banner = drv.find_element("id", "banner")
+        wait_for(lambda: banner.is_displayed() and "archive unavailable" in banner.text, 20, "the archive banner")
+    finally:
+        _os.rename(off, archive_root)
+    wait_for(lambda: not banner.is_displayed(), 20, "the banner to go once the archive is back")
+    wait_for(lambda: "could not load" not in drv.find_element("id", "e-info").text, 20, "the events to load again")
+    drv.get_log("browser")  # the 503 of the outage is expected; nothing else after

@@ -1,0 +1,235 @@
+"""The console's JSON APIs on a live store and an archive with the same fixture data (no broker, no browser)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import SecretStr
+from starlette.testclient import TestClient
+
+from console.app import ConsoleState, create_app
+from console.history import History
+from console.live import LiveStore
+from console.server import ConsoleConfigError, check_listen
+from tests.unit.console.fixtures import EVIL, EVIL2, WS, W, fill_store, layout, write_archive
+
+
+@pytest.fixture(scope="module")
+def archive_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("archive"))
+    write_archive(root)
+    return root
+
+
+def make_state(archive_root=None, token=None, fill=True) -> ConsoleState:
+    L = layout()
+    store = LiveStore(L)
+    if fill:
+        fill_store(store)
+    history = None
+    if archive_root is not None:
+        import fsspec
+
+        history = History(fsspec.filesystem("file"), archive_root)
+    return ConsoleState(L, store, history, None, token)
+
+
+@pytest.fixture()
+def client(archive_root):
+    return TestClient(create_app(make_state(archive_root)))
+
+
+RANGE = {"from": str(WS), "to": str(WS + 3 * W)}
+
+
+def test_matrix_live_window_dense_and_ordered(client):
+    r = client.get("/api/matrix", params={"window": WS})
+    assert r.status_code == 200, r.text
+    m = r.json()
+    assert m["source"] == "live"
+    labels = m["labels"]
+    # inventory nodes first, by switch then job, then names only seen in the data
+    assert labels[:5] == [EVIL, "gpu01", "gpu02", "gpu04", "stor01"] and labels[5] == EVIL2
+    n = len(labels)
+    assert len(m["values"]) == n * n
+    cell = lambda s, d: m["values"][labels.index(s) * n + labels.index(d)]
+    assert cell("gpu01", "gpu02") == 5_010_000 and cell("gpu02", "gpu01") == 0
+    assert m["nonzero"] == 6 and m["blocks"][0]["name"] == "train-a"
+
+
+def test_matrix_category_filter_and_levels(client):
+    m = client.get("/api/matrix", params={"window": WS, "category": "storage"}).json()
+    assert m["total_bytes"] == 2_010_000
+    g = client.get("/api/matrix", params={"window": WS, "level": "group"}).json()
+    assert g["labels"] == ["gpu", "storage"] and g["total_bytes"] == 16_500_000
+    r = client.get("/api/matrix", params={"window": WS, "level": "rack"}).json()
+    assert r["labels"][:2] == ["r1", "r2"]
+    assert r["values"][0] == 9_010_000  # r1 -> r1: gpu01->gpu02 (both), gpu02->EVIL
+
+
+def test_matrix_range_from_archive_matches_live(client, archive_root):
+    live = client.get("/api/matrix", params=RANGE).json()
+    assert live["source"] == "live" and live["windows"] == 3
+    # an archive-only console answers the same range from Parquet
+    arch_client = TestClient(create_app(make_state(archive_root, fill=False)))
+    arch = arch_client.get("/api/matrix", params=RANGE).json()
+    assert arch["source"] == "archive" and arch["windows"] == 3
+    assert arch["labels"] == live["labels"] and arch["values"] == live["values"]
+
+
+def test_cell_detail_has_category_split_and_uncertainty(client):
+    d = client.get("/api/matrix/cell", params={"window": WS, "src": "gpu01", "dst": "gpu02"}).json()
+    assert [c["category"] for c in d["categories"]] == ["collective", "storage"]
+    assert d["bytes_est"] == 5_010_000 and d["rate_bps"] == pytest.approx(5_010_000 * 8 / 10)
+    assert d["rel95"] == pytest.approx(1.96 / 200 ** 0.5)
+
+
+@pytest.mark.parametrize("path,params,needle", [
+    ("/api/matrix", {"level": "pod"}, "level must be one of"),
+    ("/api/matrix", {"category": "collective,bogus"}, "unknown value 'bogus'"),
+    ("/api/matrix", {"window": "abc"}, "window must be an integer"),
+    ("/api/matrix", {"from": "yesterday", "to": "1"}, "cannot read 'yesterday' as a time"),
+    ("/api/matrix", {"from": "2000", "to": "1000"}, "to must be after from"),
+    ("/api/matrix", {"from": "1000"}, "from and to go together"),
+    ("/api/matrix", {"last": "forever"}, "duration"),
+    ("/api/matrix", {"last": "30d"}, "longer than"),
+    ("/api/matrix", {"rows": "1"}, "unknown parameter 'rows'"),
+    ("/api/matrix/cell", {"src": "gpu01"}, "dst is required"),
+    ("/api/topn", {"n": "0"}, "n must be between 1 and 200"),
+    ("/api/events", {"types": "incast,meteor"}, "unknown value 'meteor'"),
+    ("/api/events", {"limit": "1e9"}, "limit must be an integer"),
+    ("/api/events", {"q": "x" * 201}, "longer than 200"),
+    ("/api/port", {"switch": "tor1", "if_index": "-1"}, "if_index must be between"),
+    ("/api/port", {"switch": "tor1\x00"}, "control characters"),
+    ("/api/job", {}, "name is required"),
+    ("/api/event", {}, "id is required"),
+])
+def test_bad_parameters_are_400_with_a_message(client, path, params, needle):
+    r = client.get(path, params=params)
+    assert r.status_code == 400, (path, params, r.text)
+    assert needle in r.json()["error"]
+
+
+def test_sql_injection_text_is_a_value_not_sql(client):
+    evil = "x' OR 1=1 --"
+    r = client.get("/api/event", params={"id": "incast:" + evil, **RANGE})
+    assert r.status_code == 404
+    r = client.get("/api/port", params={"switch": evil, "if_index": 1, **RANGE})
+    assert r.status_code == 200 and r.json()["series"]["time_ms"] == []
+    r = client.get("/api/job", params={"name": evil, **RANGE})
+    assert r.status_code == 200 and r.json()["nodes"] == []
+
+
+def test_events_on_one_axis_with_filters(client):
+    evs = client.get("/api/events").json()["events"]
+    types = sorted({e["type"] for e in evs})
+    assert types == ["alert", "incast", "link", "straggler"]
+    strag = [e for e in evs if e["type"] == "straggler"]
+    assert [e["entity"] for e in strag] == [EVIL] and strag[0]["end_ms"] - strag[0]["start_ms"] == 2 * W
+    only = client.get("/api/events", params={"types": "incast"}).json()["events"]
+    assert [e["entity"] for e in only] == ["gpu02"]
+    q = client.get("/api/events", params={"q": "downgrade"}).json()["events"]
+    assert [e["subtype"] for e in q] == ["link_downgrade"] and q[0]["nodes"] == ["gpu04"]
+
+
+def test_event_detail_related_and_flows(client):
+    evs = client.get("/api/events", params=RANGE).json()["events"]
+    incast = next(e for e in evs if e["type"] == "incast")
+    d = client.get("/api/event", params={"id": incast["id"], **RANGE}).json()
+    assert d["event"]["uncertainty"]["fraction_low"] == 0.9
+    flows = d["flows"]
+    assert {f["dst_node"] for f in flows} == {"gpu02"} and len(flows) == 3
+    assert flows[0]["bytes_est"] >= flows[-1]["bytes_est"]
+    assert flows[0]["src_addr"].startswith("10.0.1.") and flows[0]["exporter_addr"] == "10.0.255.1"
+    assert flows[0]["sampling_rate"] == 4096 and flows[0]["dst_port"] == 50051
+    # straggler EVIL's ring successor is gpu04, whose port tor2/if1 was downgraded
+    strag = next(e for e in evs if e["type"] == "straggler")
+    d = client.get("/api/event", params={"id": strag["id"], **RANGE}).json()
+    assert any(r["subtype"] == "link_downgrade" and "ring successor gpu04" in r["reason"] for r in d["related"])
+
+
+def test_topology_marks_downgraded_port(client):
+    t = client.get("/api/topology").json()
+    ports = {(p["switch"], p["if_index"]): p for s in t["switches"] for p in s["ports"]}
+    assert ports[("tor2", 1)]["health"] == ["below_speed"] and ports[("tor2", 1)]["node"] == "gpu04"
+    assert ports[("tor1", 1)]["health"] == [] and ports[("tor1", 1)]["util"] == 0.3
+    assert ports[("tor1", 3)]["node"] == EVIL and ports[("tor1", 3)]["if_speed"] is None
+    s = client.get("/api/port", params={"switch": "tor2", "if_index": 1}).json()
+    assert len(s["series"]["time_ms"]) == 3 and s["series"]["if_speed"][-1] == 1_000_000_000
+    a = client.get("/api/topology", params=RANGE).json()
+    ports = {(p["switch"], p["if_index"]): p for s in a["switches"] for p in s["ports"]}
+    assert "below_speed" not in ports[("tor2", 1)]["health"]  # the archived sample is still at 25G
+    assert ports[("tor2", 1)]["events"] == ["link_downgrade"]
+
+
+def test_job_view_and_topn(client):
+    j = client.get("/api/job", params={"name": "train-a"}).json()
+    assert [n["node"] for n in j["nodes"]] == ["gpu01", "gpu02", EVIL, "gpu04"]
+    assert j["nodes"][2]["straggler"] == [False, True, True]
+    assert j["stragglers"][0]["entity"] == EVIL
+    t = client.get("/api/topn", params={"window": WS, "n": 1}).json()
+    assert t["links"][0] == {"src": "gpu", "dst": "gpu", "category": "collective", "bytes_est": 14_500_000,
+                             "rate_bps": 14_500_000 * 8 / 10}
+    assert t["links"][1]["src"] == "(others)" and t["links"][1]["folded"] == 1
+    assert t["talkers"][0]["src"] == "gpu01" and t["talkers"][-1]["folded"] == 5
+
+
+def test_status_and_page(client):
+    s = client.get("/api/status").json()
+    assert s["live"]["windows"] == 3 and s["archive"]["ok"] is True and s["broker"]["ok"] is None
+    page = client.get("/")
+    assert page.status_code == 200 and "static/console.js" in page.text
+    assert client.get("/api/nothing").status_code == 404
+
+
+def test_archive_down_is_503_and_status_says_so(tmp_path):
+    state = make_state(str(tmp_path / "gone"), fill=False)
+    c = TestClient(create_app(state))
+    r = c.get("/api/matrix", params=RANGE)
+    assert r.status_code == 503 and "archive unavailable" in r.json()["error"]
+    assert c.get("/api/status").json()["archive"]["ok"] is False
+    (tmp_path / "gone").mkdir()
+    assert c.get("/api/matrix", params=RANGE).status_code == 200
+    assert c.get("/api/status").json()["archive"]["ok"] is True
+
+
+def test_token_required_on_every_request(archive_root):
+    c = TestClient(create_app(make_state(archive_root, token="s3cret")))
+    assert c.get("/api/status").status_code == 401
+    assert c.get("/").status_code == 401
+    assert c.get("/static/console.js").status_code == 401
+    assert c.get("/api/status", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert c.get("/api/status", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    page = c.get("/", params={"token": "s3cret"})
+    assert page.status_code == 200 and "static/console.js?token=s3cret" in page.text
+    assert c.get("/static/console.js", params={"token": "s3cret"}).status_code == 200
+
+
+def test_listen_needs_token_off_loopback():
+    assert check_listen("127.0.0.1:8090", None) == ("127.0.0.1", 8090)
+    assert check_listen("[::1]:8090", None) == ("::1", 8090)
+    with pytest.raises(ConsoleConfigError, match="console.token"):
+        check_listen("0.0.0.0:8090", None)
+    with pytest.raises(ConsoleConfigError, match="console.token"):
+        check_listen("10.1.2.3:8090", SecretStr(""))
+    assert check_listen("0.0.0.0:8090", SecretStr("t")) == ("0.0.0.0", 8090)
+
+
+def test_names_are_returned_verbatim_for_the_page_to_escape(client):
+    """The API returns names as data (JSON-escaped); the page puts them in text nodes (browser test)."""
+    r = client.get("/api/inventory")
+    assert EVIL in [n["name"] for n in r.json()["nodes"]]
+    assert r.headers["content-type"].startswith("application/json")
+
+
+def test_a_downgrade_relates_to_a_later_straggler_until_the_port_recovers():
+    from console import events as ev
+    from tests.unit.console.fixtures import link
+
+    L = layout()
+    down = ev.link_event(link(WS, "tor2", 1, kind="link_downgrade", speed=1_000_000_000), "gpu04")
+    strag = {"id": "straggler:train-a:x:1", "type": "straggler", "subtype": "straggler", "entity": EVIL,
+             "start_ms": WS + 600_000, "end_ms": WS + 660_000, "nodes": [EVIL], "summary": ""}
+    rel = ev.related(strag, [down], L)
+    assert [r["id"] for r in rel] == [down["id"]] and "ring successor gpu04" in rel[0]["reason"]
+    up = ev.link_event(link(WS + 300_000, "tor2", 1, kind="speed_change"), "gpu04")
+    assert ev.related(strag, [down, up], L) == []

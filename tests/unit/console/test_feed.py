@@ -1,0 +1,51 @@
+"""The live reader's decoding, without a broker: Avro outputs, JSON patterns, raw counter batches, bad bytes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from console.feed import KafkaFeed
+from console.live import LiveStore
+from fabricflow.settings import load_settings
+from schemas import codec
+from schemas.columns import addr16, empty_counters
+from tests.unit.console.fixtures import INCAST, WS, cell, layout
+
+
+def _counters(t_ms, octets, speed=25_000_000_000, errors=0):
+    c = empty_counters(1)
+    c["exporter_addr"][0] = np.frombuffer(addr16("10.0.255.2"), dtype=np.uint8)
+    c["if_index"] = 1
+    c["if_speed"] = speed
+    c["if_oper_up"] = True
+    c["time_received_ms"] = t_ms
+    c["in_octets"] = octets
+    c["out_octets"] = octets
+    c["in_errors"] = errors
+    return codec.encode_batch("counter_batch", c)
+
+
+def test_take_decodes_every_kind_and_counts_bad_messages():
+    s = load_settings()
+    store = LiveStore(layout())
+    feed = KafkaFeed(s, store)
+    t = s.kafka.topics
+    feed._take(t.matrix, codec.encode_record("matrix_cell", cell(WS, "gpu01", "gpu02", "collective", 1000)))
+    feed._take(t.incast, codec.encode_record("incast_event", INCAST))
+    pattern = {"kind": "pattern", "state": "open", "job": "train-a", "deviation": "period_change", "window_start_ms": WS,
+               "window_end_ms": WS + 10_000, "detail": "2.0 s -> 3.1 s", "baseline_period_ms": 2000,
+               "current_period_ms": 3100, "added_pairs": [], "removed_pairs": [], "peers": {}}
+    feed._take(t.patterns, json.dumps(pattern).encode())
+    feed._take(t.counters_raw, _counters(WS, 0))
+    feed._take(t.counters_raw, _counters(WS + 10_000, 31_250_000_000 // 8 * 10 // 10, speed=1_000_000_000, errors=500))
+    feed._take(t.matrix, b"\xc3\x01garbage")
+    feed._take(t.alerts, b"{not json")
+    assert feed.bad_messages == 2 and feed.messages == 7
+    assert store.cells(WS)[0].num_rows == 1
+    types = sorted(e["type"] for e in store.events())
+    assert types == ["incast", "pattern"]
+    port = next(p for p in store.port_states() if (p.switch, p.if_index) == ("tor2", 1))
+    assert port.if_speed == 1_000_000_000 and port.errors_per_s == 50.0
+    assert port.util_in == (31_250_000_000 // 8) * 8 / 10 / 1_000_000_000
