@@ -309,10 +309,12 @@ class ArchiveQuery:
         if _is_local(self.fs):
             paths = files
         else:
+            protos = [self.fs.protocol] if isinstance(self.fs.protocol, str) else list(self.fs.protocol)
             if not self._fs_registered:
-                self.con.register_filesystem(self.fs)
+                if not set(protos) & set(self.con.list_filesystems()):  # a shared connection may have it
+                    self.con.register_filesystem(self.fs)
                 self._fs_registered = True
-            proto = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+            proto = protos[0]
             paths = [f"{proto}://{f.lstrip('/')}" if proto != "memory" else f"memory://{f}" for f in files]
         lst = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
         src = (f"read_parquet({lst}, union_by_name = true, hive_partitioning = true, "
