@@ -325,7 +325,7 @@ def time_reports(root: str, hour: int, runs: int) -> list[dict]:
             if name == "sql count(*)":
                 in_range = res.column("n")[0].as_py()
             r = {"range": rname, "report": name, "median_s": statistics.median(secs), "min_s": min(secs),
-                 "cpu_s": statistics.median(cpus), "runs": runs, "result_rows": res.num_rows, "files_read": len(used),
+                 "runs": runs, "result_rows": res.num_rows, "files_read": len(used),
                  "rows_in_files": sum(rows_of[f] for f in used)}
             out.append(r)
             print(f"  {rname:6} {name:13} median {r['median_s']:7.2f} s  min {r['min_s']:7.2f} s  "
@@ -543,7 +543,7 @@ def time_week(root: str, runs: int) -> list[dict]:
             rows = sum(pq.ParquetFile(f).metadata.num_rows for d, lo, hi, _ in used
                        for f in ArchiveQuery(None, root).files(d, lo, hi)) if used else 0
             r = {"range": rname, "report": name, "median_s": statistics.median(secs), "min_s": min(secs),
-                 "runs": runs, "result_rows": res.num_rows,
+                 "cpu_s": statistics.median(cpus), "runs": runs, "result_rows": res.num_rows,
                  "datasets": " + ".join(f"{d} ({n})" for d, _, _, n in used), "rows_read": rows}
             out.append(r)
             print(f"  {rname:22} {name:13} median {r['median_s']:6.2f} s  min {r['min_s']:6.2f} s  "
