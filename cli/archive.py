@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from .context import fail, settings_of
-from .options import QueryOptions, parse_duration_ms, with_query_options
+from .options import Exporter, QueryOptions, parse_duration_ms, with_query_options
 
 sink_app = typer.Typer(help="Sinks: the hourly Parquet archive and its retention.", no_args_is_help=True)
 SOURCE_HELP = ("raw (flows_enriched), 1m or 1h (traffic rollups) or auto: the coarsest rollup that answers the "
@@ -91,6 +91,64 @@ def sink_retention(
     for d in deleted:
         typer.echo(f"{verb} {d.dataset} dt={d.dt}" + ("" if d.hour is None else f" hour={d.hour:02d}"))
     typer.echo(f"{len(deleted)} partition(s) {verb}" + (" (dry run)" if dry_run else ""), err=True)
+
+
+@sink_app.command("compact")
+def sink_compact(
+    ctx: typer.Context,
+    group: str = typer.Option("fabricflow-archive", "--group", help="The archive sink's Kafka consumer group."),
+):
+    """Merge each closed hour's rollup files of one Kafka partition into one (docs/archive.md, "Rollups").
+
+    Only files below the archive sink's committed offsets are merged (read from Kafka), so it is safe while
+    the sink runs; run it periodically, one at a time, like retention.
+    """
+    import time
+
+    from fabricflow import streams
+    from fabricflow.logs import setup_logging
+    from sinks.compaction import compact
+    from sinks.fs import ArchiveUrlError, archive_filesystem
+    from sinks.layout import HOUR_MS
+
+    s = settings_of(ctx)
+    setup_logging(s.log_level)
+    try:
+        fs, root = archive_filesystem(s.archive)
+    except (ArchiveUrlError, ValueError) as e:
+        fail(str(e))
+    sources = sorted({d.derived_from for d in streams.DERIVED})
+    try:
+        committed = _committed_offsets(s.kafka, group, {d: streams.topic_of(s.kafka, streams.DATASETS[d]) for d in sources})
+    except Exception as e:  # broker unreachable, unknown topic: one line
+        fail(f"cannot read the committed offsets of group {group}: {e}")
+    before = (int(time.time() * 1000) - int(s.archive.grace_s * 1000)) // HOUR_MS
+    done = compact(fs, root, committed, before_hour=before)
+    for m in done:
+        typer.echo(f"merged {m.inputs} files ({m.rows_in} rows) -> {m.path} ({m.rows_out} rows)")
+    typer.echo(f"{len(done)} merged file(s) written", err=True)
+
+
+def _committed_offsets(kafka, group: str, topics: dict[str, str]) -> dict[tuple[str, int], int]:
+    """(dataset, partition) -> committed offset of ``group`` (partitions without a commit are left out)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    conf = kafka.client_config()
+    conf.update({"group.id": group, "enable.auto.commit": False})
+    c = Consumer(conf)
+    try:
+        out = {}
+        for dataset, topic in topics.items():
+            md = c.list_topics(topic, timeout=10).topics.get(topic)
+            if md is None or md.error is not None:
+                continue
+            tps = [TopicPartition(topic, p) for p in md.partitions]
+            for tp in c.committed(tps, timeout=10):
+                if tp.offset >= 0:
+                    out[(dataset, tp.partition)] = tp.offset
+        return out
+    finally:
+        c.close()
 
 
 # ---------------------------------------------------------------------- query
@@ -198,8 +256,7 @@ def query_sql(
 def query_top(
     ctx: typer.Context,
     n: int = typer.Option(10, "--limit", "-n", min=1, help="Number of pairs."),
-    exporter: Optional[str] = typer.Option(
-        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    exporter: Exporter = None,
     source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
     opts: QueryOptions = QueryOptions(),
 ):
@@ -217,8 +274,7 @@ def query_matrix(
     source: str = typer.Option("auto", "--source", help="matrix (matrix_windows), raw or flows (flows_enriched), "
                                "1m or 1h (traffic rollups) or auto: the coarsest rollup that answers the range exactly, "
                                "else matrix_windows, else raw. The dataset used is named on stderr."),
-    exporter: Optional[str] = typer.Option(
-        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    exporter: Exporter = None,
     opts: QueryOptions = QueryOptions(),
 ):
     """Traffic matrix (src, dst, category) summed over the range."""
@@ -233,8 +289,7 @@ def query_matrix(
 def query_node(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="Node name (inventory) or IP address."),
-    exporter: Optional[str] = typer.Option(
-        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    exporter: Exporter = None,
     source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
     opts: QueryOptions = QueryOptions(),
 ):
@@ -248,8 +303,7 @@ def query_node(
 def query_job(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="Job name (inventory)."),
-    exporter: Optional[str] = typer.Option(
-        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    exporter: Exporter = None,
     source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
     opts: QueryOptions = QueryOptions(),
 ):
@@ -264,8 +318,7 @@ def query_segmentation(
     ctx: typer.Context,
     policy: Optional[Path] = typer.Option(
         None, "--policy", help="Policy file (YAML, docs/alerts.md): mark each row allowed / violation."),
-    exporter: Optional[str] = typer.Option(
-        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    exporter: Exporter = None,
     opts: QueryOptions = QueryOptions(),
 ):
     """Group x group bytes and flow records by category; with --policy, each row allowed or a violation."""

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from schemas import codec
-
 
 class SinkMetrics:
     """Prometheus metrics of the archive sink (own registry, served by the service's /metrics)."""
@@ -28,19 +26,3 @@ class SinkMetrics:
         self.retention_runs = Counter("fabricflow_sink_retention_runs_total", "Scheduled archive retention passes completed", registry=r)
         self.retention_deleted = Counter("fabricflow_sink_retention_deleted_partitions_total", "Archive partitions deleted by retention", registry=r)
         self.retention_errors = Counter("fabricflow_sink_retention_errors_total", "Scheduled archive retention passes that failed (retried next interval)", registry=r)
-
-
-def undecodable_reason(err: Exception) -> str:
-    """Bounded reason label for an undecodable message."""
-    msg = str(err)
-    if isinstance(err, codec.CodecError):
-        if "single-object" in msg:
-            return "not_avro"
-        if "unknown schema" in msg:
-            return "unknown_schema"
-        if msg.startswith("expected") or "is not a batch schema" in msg:
-            return "wrong_schema"
-        if "empty message" in msg:
-            return "empty"
-        return "corrupt"
-    return "corrupt"
