@@ -212,7 +212,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         result["sent_records"] = int(sent.get("records", 0))
         result["kafka_records"] = count_topic(s, s.kafka.topics.flows_raw)
         # The sink may still be catching up (on 2 shared cores it archives slower than the load comes in): poll the
-        # archive until it holds every Kafka record, or stops growing for 3 polls, or --drain seconds passed.
+        # archive until it holds every Kafka record, or stops growing for 6 polls, or --drain seconds passed.
         rows = dup = 0
         stalled, last = 0, -1
         while time.monotonic() - t_end < drain:
@@ -220,7 +220,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
             if rows - dup >= result["kafka_records"]:
                 break
             stalled = stalled + 1 if rows == last else 0
-            if stalled >= 3:
+            if stalled >= 6:  # a minute without a new file: the sink writes ~1M-row files in bursts
                 break
             last = rows
             time.sleep(10)
