@@ -328,16 +328,26 @@ class ArchiveService:
     def _on_revoke(self, consumer, partitions) -> None:
         tps = {(p.topic, p.partition) for p in partitions}
         log.info("revoked %d partitions: flushing them", len(tps))
-        plan = FlushPlan()
-        now = self._now_ms()
-        for topic, part in tps:
-            route = self.routes.get(topic)
-            buf = self.sink.buffers.get((route.dataset, part)) if route else None
-            if buf is not None:
-                plan.extend(buf.flush_plan(now, force=True))
-        if plan.files or plan.safe_offsets:
-            self._execute(plan, force=True)
-        self.drain()  # the partitions' files are durable and committed before they are given up
+        try:
+            plan = FlushPlan()
+            now = self._now_ms()
+            for topic, part in tps:
+                route = self.routes.get(topic)
+                buf = self.sink.buffers.get((route.dataset, part)) if route else None
+                if buf is not None:
+                    plan.extend(buf.flush_plan(now, force=True))  # may list the archive (written index)
+            if plan.files or plan.safe_offsets:
+                self._execute(plan, force=True)
+            self.drain()  # the partitions' files are durable and committed before they are given up
+        except Exception as e:  # the object store is down: give them up uncommitted, as if lost
+            # An exception out of a rebalance callback ended the process (seen with the object store stopped
+            # during a rebalance, bench/chaos.py s3-stop). Nothing past the last commit is confirmed, so the
+            # next owner re-reads it and overwrites any file written meanwhile (keys come from offsets).
+            self.metrics.errors.labels("write").inc()
+            log.warning("revoked partitions not flushed (%s: %s): their buffers are dropped uncommitted and re-read "
+                        "by the next owner", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            self._on_lost(consumer, partitions)
+            return
         self._forget(tps, committed=True)
 
     def _on_lost(self, consumer, partitions) -> None:

@@ -102,6 +102,25 @@ def test_revoke_flushes_commits_and_drops():
     assert len(rows_of(svc, "flows_raw")[1]) == 1
 
 
+def test_revoke_while_the_object_store_is_down_gives_the_partitions_up_uncommitted(monkeypatch):
+    """An exception out of the rebalance callback ended the sink (chaos s3-stop); now it is counted and the
+    partitions are given up uncommitted, like lost ones: the next owner re-reads them."""
+    svc = service()
+    t = svc.settings.kafka.topics
+    svc.handle([Msg(t.flows_raw, 0, 7, codec.encode_batch("flow_batch", flows([T0, T0 + 1])))])
+
+    def down(*_a, **_kw):
+        raise ConnectionError("Could not connect to the endpoint URL")
+
+    monkeypatch.setattr(svc.fs, "ls", down)  # fsspec's memory filesystem is one shared instance: undo after
+    monkeypatch.setattr(svc.fs, "find", down)
+    monkeypatch.setattr(svc.writer, "write", down)
+    svc._on_revoke(svc.consumer, [TopicPartition(t.flows_raw, 0)])  # must not raise
+    assert ("flows_raw", 0) not in svc.sink.buffers
+    assert svc.consumer.commits == []
+    assert svc.metrics.registry.get_sample_value("fabricflow_sink_errors_total", {"stage": "write"}) >= 1
+
+
 def test_summaries_emitted_once_and_flagged_partial_after_resume():
     svc = service()
     t = svc.settings.kafka.topics
