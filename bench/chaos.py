@@ -228,6 +228,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         result["archived_after_load_s"] = round(time.monotonic() - t_end, 1)
         result.update(archive_rows=rows, duplicated=dup, lost=max(0, result["kafka_records"] - (rows - dup)))
         result["timeline"] = tl.rows
+        result["restarted"] = getattr(pipe, "restarted", [])
         if second is not None:
             kill9(second)
     return result
@@ -279,6 +280,9 @@ def _fault(scenario: str, pipe: LocalPipeline, second, metrics: dict, outage: fl
         pipe.stack.s3.pid_file.unlink(missing_ok=True)
         time.sleep(outage)
         pipe.stack._start_seaweedfs()
+        if pipe.procs["archive"].poll() is not None:  # it exited (one line, status 1): restart it as a supervisor would
+            pipe.restarted = getattr(pipe, "restarted", []) + [f"archive exited with status {pipe.procs['archive'].returncode}"]
+            pipe._spawn("archive", ["sink", "archive"])
         r = _progress(metrics["archive"], "fabricflow_sink_rows_written_total")
     elif scenario == "archive-kill":
         wait_until(lambda: scrape(metrics["archive"]).get("fabricflow_sink_buffered_rows", 0) > 0, 60, 0.05)

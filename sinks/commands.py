@@ -75,9 +75,11 @@ def register(app: typer.Typer) -> None:
                                  max_rows=max_rows)
         except (ArchiveUrlError, ValueError) as e:
             fail(str(e))
+        from sinks.service import ArchiveUnavailable
+
         try:
             report = svc.run(max_seconds=max_seconds, idle_exit_s=idle_exit)
-        except Unreachable as e:
+        except (Unreachable, ArchiveUnavailable) as e:
             fail(str(e), 1)
         typer.echo(" ".join(f"{k}={v}" for k, v in report.items()), err=True)
 

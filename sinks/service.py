@@ -192,6 +192,21 @@ class _Crash:
             os._exit(CRASH_EXIT_CODE)
 
 
+class ArchiveUnavailable(RuntimeError):
+    """The object store failed where the sink cannot retry in place (one line; the service exits 1).
+
+    Reading which offsets an hour already holds (the written index) happens while messages are added; if
+    the store is down then, the consumer has moved past messages that are not buffered. Exiting is safe:
+    offsets are committed only after their files are written, so a restart re-reads exactly what is
+    missing (and waits for the store at start).
+    """
+
+
+def _storage_error(e: BaseException) -> bool:
+    mod = type(e).__module__ or ""
+    return isinstance(e, (OSError, ConnectionError, TimeoutError)) or mod.startswith(("botocore", "aiobotocore", "aiohttp", "s3fs"))
+
+
 class ArchiveService:
     """Consume the archived topics and write the hourly Parquet archive (see the module docstring).
 
@@ -772,7 +787,15 @@ class ArchiveService:
                 msgs = self.consumer.consume(self.batch_messages, timeout=0.2)
                 self.metrics.last_loop = time.monotonic()
                 for i in range(0, len(msgs), FLUSH_EVERY_MESSAGES):  # files due are queued while decoding goes on
-                    self.handle(msgs[i:i + FLUSH_EVERY_MESSAGES])
+                    try:
+                        self.handle(msgs[i:i + FLUSH_EVERY_MESSAGES])
+                    except Exception as e:
+                        if _storage_error(e):
+                            raise ArchiveUnavailable(
+                                f"the object store did not answer while reading the archive index "
+                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); exiting: "
+                                "a restart waits for it and resumes from the committed offsets") from None
+                        raise
                     self.flush()
                 if any(m.error() is None for m in msgs):
                     last_msg = time.monotonic()

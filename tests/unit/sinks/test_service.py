@@ -196,3 +196,40 @@ def test_pattern_deviations_are_archived_from_avro():
 
     t = table_from_dicts([r], layout.spec(route.dataset).avsc)
     assert t.column("added_pairs").to_pylist() == [[["gpu-1", "gpu-5"]]]
+
+
+def test_object_store_down_while_reading_the_index_ends_the_run_with_one_line(monkeypatch):
+    """The written index is read while messages are added; a failure there cannot be retried in place (the
+    consumer moved on), so run() ends with ArchiveUnavailable (exit 1) instead of a traceback."""
+    from sinks.service import ArchiveUnavailable
+
+    svc = service()
+    t = svc.settings.kafka.topics
+
+    class OneBatch(FakeConsumer):
+        def __init__(self):
+            super().__init__()
+            self.sent = False
+
+        def subscribe(self, *_a, **_kw):
+            pass
+
+        def consume(self, _n, timeout=0):
+            if self.sent:
+                return []
+            self.sent = True
+            return [Msg(t.flows_raw, 0, 7, codec.encode_batch("flow_batch", flows([T0])))]
+
+        def close(self):
+            pass
+
+    def down(*_a, **_kw):
+        raise ConnectionRefusedError(111, "Connect call failed")
+
+    monkeypatch.setattr(svc.fs, "ls", down)
+    monkeypatch.setattr("sinks.service.Consumer", lambda _conf: OneBatch())
+    monkeypatch.setattr("fabricflow.readiness.wait_for_kafka", lambda *a, **kw: 1)
+    monkeypatch.setattr("fabricflow.topics.ensure_topics", lambda *a, **kw: {})
+    monkeypatch.setattr("sinks.service.ArchiveService._consumer_config", lambda self: {})
+    with pytest.raises(ArchiveUnavailable, match="did not answer while reading the archive index"):
+        svc.run(max_seconds=5)
