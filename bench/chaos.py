@@ -214,7 +214,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         result["sent_records"] = int(sent.get("records", 0))
         result["kafka_records"] = count_topic(s, s.kafka.topics.flows_raw)
         # The sink may still be catching up (on 2 shared cores it archives slower than the load comes in): poll the
-        # archive until it holds every Kafka record, or stops growing for 3 polls, or --drain seconds passed.
+        # archive until it holds every Kafka record, or stops growing for 6 polls, or --drain seconds passed.
         rows = dup = 0
         stalled, last = 0, -1
         while time.monotonic() - t_end < drain:
@@ -222,7 +222,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
             if rows - dup >= result["kafka_records"]:
                 break
             stalled = stalled + 1 if rows == last else 0
-            if stalled >= 3:
+            if stalled >= 6:  # a minute without a new file: the sink writes ~1M-row files in bursts
                 break
             last = rows
             time.sleep(10)
@@ -230,6 +230,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         result["archived_after_load_s"] = round(time.monotonic() - t_end, 1)
         result.update(archive_rows=rows, duplicated=dup, lost=max(0, result["kafka_records"] - (rows - dup)))
         result["timeline"] = tl.rows
+        result["restarted"] = getattr(pipe, "restarted", [])
         if second is not None:
             kill9(second)
     return result
@@ -281,6 +282,9 @@ def _fault(scenario: str, pipe: LocalPipeline, second, metrics: dict, outage: fl
         pipe.stack.s3.pid_file.unlink(missing_ok=True)
         time.sleep(outage)
         pipe.stack._start_seaweedfs()
+        if pipe.procs["archive"].poll() is not None:  # it exited (one line, status 1): restart it as a supervisor would
+            pipe.restarted = getattr(pipe, "restarted", []) + [f"archive exited with status {pipe.procs['archive'].returncode}"]
+            pipe._spawn("archive", ["sink", "archive"])
         r = _progress(metrics["archive"], "fabricflow_sink_rows_written_total")
     elif scenario == "archive-kill":
         wait_until(lambda: scrape(metrics["archive"]).get("fabricflow_sink_buffered_rows", 0) > 0, 60, 0.05)

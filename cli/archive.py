@@ -51,7 +51,7 @@ def sink_archive(
     from fabricflow.kafka_security import check_files
     from fabricflow.logs import setup_logging
     from fabricflow.readiness import Unreachable
-    from sinks.archive_service import ArchiveService
+    from sinks.archive_service import ArchiveService, ArchiveUnavailable
     from sinks.fs import ArchiveUrlError
 
     s = settings_of(ctx)
@@ -64,7 +64,7 @@ def sink_archive(
         fail(str(e))
     try:
         report = svc.run(max_seconds=max_seconds, idle_exit_s=idle_exit)
-    except Unreachable as e:  # Kafka or the object store did not answer within its wait timeout
+    except (Unreachable, ArchiveUnavailable) as e:  # Kafka or the object store did not answer: exit 1, one line
         fail(str(e), 1)
     typer.echo(" ".join(f"{k}={v}" for k, v in report.items()), err=True)
 

@@ -30,7 +30,7 @@ from sinks.fs import archive_filesystem
 from sinks.retention import RetentionSchedule, retention_policy
 from sinks.summary_emitter import SummaryEmitter
 
-__all__ = ["ArchiveService", "Route", "routes_for"]
+__all__ = ["ArchiveService", "ArchiveUnavailable", "Route", "routes_for"]
 
 log = logging.getLogger("fabricflow.sink")
 
@@ -38,6 +38,21 @@ DEFAULT_GROUP = "fabricflow-archive"
 DEFAULT_METRICS_PORT = 9182
 DEFAULT_WRITE_QUEUE_ROWS = 1_000_000
 FLUSH_EVERY_MESSAGES = 64  # plan (and queue due files) at least this often while a large poll is handled
+
+
+class ArchiveUnavailable(RuntimeError):
+    """The object store failed where the sink cannot retry in place (one line; the service exits 1).
+
+    Reading which offsets an hour already holds (the written index) happens while messages are added; if
+    the store is down then, the consumer has moved past messages that are not buffered. Exiting is safe:
+    offsets are committed only after their files are written, so a restart re-reads exactly what is
+    missing (and waits for the store at start).
+    """
+
+
+def _storage_error(e: BaseException) -> bool:
+    mod = type(e).__module__ or ""
+    return isinstance(e, (OSError, ConnectionError, TimeoutError)) or mod.startswith(("botocore", "aiobotocore", "aiohttp", "s3fs"))
 
 
 @dataclass(frozen=True)
@@ -152,16 +167,26 @@ class ArchiveService:
     def _on_revoke(self, consumer, partitions) -> None:
         tps = {(p.topic, p.partition) for p in partitions}
         log.info("revoked %d partitions: flushing them", len(tps))
-        plan = FlushPlan()
-        now = self._now_ms()
-        for topic, part in tps:
-            route = self.routes.get(topic)
-            buf = self.sink.buffers.get((route.dataset, part)) if route else None
-            if buf is not None:
-                plan.extend(buf.flush_plan(now, force=True))
-        if plan.files or plan.safe_offsets:
-            self.ledger.execute(plan, force=True)
-        self.drain()  # the partitions' files are durable and committed before they are given up
+        try:
+            plan = FlushPlan()
+            now = self._now_ms()
+            for topic, part in tps:
+                route = self.routes.get(topic)
+                buf = self.sink.buffers.get((route.dataset, part)) if route else None
+                if buf is not None:
+                    plan.extend(buf.flush_plan(now, force=True))  # may list the archive (written index)
+            if plan.files or plan.safe_offsets:
+                self.ledger.execute(plan, force=True)
+            self.drain()  # the partitions' files are durable and committed before they are given up
+        except Exception as e:  # the object store is down: give them up uncommitted, as if lost
+            # An exception out of a rebalance callback ends the process (seen with the object store stopped
+            # during a rebalance, bench/chaos.py s3-stop). Nothing past the last commit is confirmed, so the
+            # next owner re-reads it and overwrites any file written meanwhile (keys come from offsets).
+            self.metrics.errors.labels("write").inc()
+            log.warning("revoked partitions not flushed (%s: %s): their buffers are dropped uncommitted and re-read "
+                        "by the next owner", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            self._on_lost(consumer, partitions)
+            return
         self._forget(tps, committed=True)
 
     def _on_lost(self, consumer, partitions) -> None:
@@ -365,7 +390,15 @@ class ArchiveService:
                 msgs = self.consumer.consume(self.batch_messages, timeout=0.2)
                 self.service.beat()
                 for i in range(0, len(msgs), FLUSH_EVERY_MESSAGES):  # files due are queued while decoding goes on
-                    self.handle(msgs[i:i + FLUSH_EVERY_MESSAGES])
+                    try:
+                        self.handle(msgs[i:i + FLUSH_EVERY_MESSAGES])
+                    except Exception as e:
+                        if _storage_error(e):
+                            raise ArchiveUnavailable(
+                                f"the object store did not answer while reading the archive index "
+                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); exiting: "
+                                "a restart waits for it and resumes from the committed offsets") from None
+                        raise
                     self.flush()
                 if any(m.error() is None for m in msgs):
                     last_msg = time.monotonic()

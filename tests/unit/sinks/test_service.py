@@ -103,6 +103,25 @@ def test_revoke_flushes_commits_and_drops():
     assert len(rows_of(svc, "flows_raw")[1]) == 1
 
 
+def test_revoke_while_the_object_store_is_down_gives_the_partitions_up_uncommitted(monkeypatch):
+    """An exception out of the rebalance callback ended the sink (chaos s3-stop); now it is counted and the
+    partitions are given up uncommitted, like lost ones: the next owner re-reads them."""
+    svc = service()
+    t = svc.settings.kafka.topics
+    svc.handle([Msg(t.flows_raw, 0, 7, codec.encode_batch("flow_batch", flows([T0, T0 + 1])))])
+
+    def down(*_a, **_kw):
+        raise ConnectionError("Could not connect to the endpoint URL")
+
+    monkeypatch.setattr(svc.fs, "ls", down)  # fsspec's memory filesystem is one shared instance: undo after
+    monkeypatch.setattr(svc.fs, "find", down)
+    monkeypatch.setattr(svc.writer, "write", down)
+    svc._on_revoke(svc.consumer, [TopicPartition(t.flows_raw, 0)])  # must not raise
+    assert ("flows_raw", 0) not in svc.sink.buffers
+    assert svc.consumer.commits == []
+    assert svc.metrics.registry.get_sample_value("fabricflow_sink_errors_total", {"stage": "write"}) >= 1
+
+
 def test_summaries_emitted_once_and_flagged_partial_after_resume():
     svc = service()
     t = svc.settings.kafka.topics
@@ -186,3 +205,40 @@ def test_ingest_quality_is_archived_from_avro():
 
     t = table_from_dicts([r], layout.spec(route.dataset).avsc)
     assert t.column("clock_skew_max_ms").to_pylist() == [None] and t.column("clock_skew_ms").to_pylist() == [12.5]
+
+
+def test_object_store_down_while_reading_the_index_ends_the_run_with_one_line(monkeypatch):
+    """The written index is read while messages are added; a failure there cannot be retried in place (the
+    consumer moved on), so run() ends with ArchiveUnavailable (exit 1) instead of a traceback."""
+    from sinks.archive_service import ArchiveUnavailable
+
+    svc = service()
+    t = svc.settings.kafka.topics
+
+    class OneBatch(FakeConsumer):
+        def __init__(self):
+            super().__init__()
+            self.sent = False
+
+        def subscribe(self, *_a, **_kw):
+            pass
+
+        def consume(self, _n, timeout=0):
+            if self.sent:
+                return []
+            self.sent = True
+            return [Msg(t.flows_raw, 0, 7, codec.encode_batch("flow_batch", flows([T0])))]
+
+        def close(self):
+            pass
+
+    def down(*_a, **_kw):
+        raise ConnectionRefusedError(111, "Connect call failed")
+
+    monkeypatch.setattr(svc.fs, "ls", down)
+    monkeypatch.setattr("sinks.archive_service.Consumer", lambda _conf: OneBatch())
+    monkeypatch.setattr("fabricflow.readiness.wait_for_kafka", lambda *a, **kw: 1)
+    monkeypatch.setattr("fabricflow.streams.ensure_topics", lambda *a, **kw: {})
+    monkeypatch.setattr("sinks.archive_service.ArchiveService._consumer_config", lambda self: {})
+    with pytest.raises(ArchiveUnavailable, match="did not answer while reading the archive index"):
+        svc.run(max_seconds=5)
