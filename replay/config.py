@@ -38,7 +38,8 @@ def core_factory_from(
     inventory=None,
     policy=None,
 ) -> Callable[[], ProcessorCore]:
-    """A factory of identically configured cores (settings + ``--set`` overrides, inventory, policy).
+    """A factory of identically configured cores (settings + ``--set`` overrides, inventory, policy, and the
+    app-category rules of ``processors.categories``).
 
     ``inventory``: an ``Inventory``, a path, or None (the settings' file, else empty).
     ``policy``: a path, a dict, or None (the settings' file, else defaults).
@@ -82,8 +83,17 @@ def core_factory_from(
             first = str(e).splitlines()
             raise ReplayError(f"policy: {' '.join(first[:3])}") from None
 
+    rules = None  # app-category rules: the settings' file (processors.categories) as a live worker uses it
+    if getattr(processors_settings, "categories", None):
+        from processors.logic.config_files import ConfigFileError, load_categories_file
+
+        try:
+            rules = load_categories_file(processors_settings.categories)
+        except ConfigFileError as e:
+            raise ReplayError(f"categories: {e}") from None
+
     def factory() -> ProcessorCore:
-        return ProcessorCore(inv, config, pol, detector_protocols=tuple(processors_settings.detector_protocols),
+        return ProcessorCore(inv, config, pol, rules=rules, detector_protocols=tuple(processors_settings.detector_protocols),
                              observation=dict(processors_settings.observation_exporters))
 
     return factory

@@ -67,3 +67,24 @@ def test_an_unregistered_host_alert_fires_once_across_shards():
     one, four = firing(1), firing(4)
     assert len(one) == 1 and len(four) == 1
     assert four[0].key == one[0].key
+
+
+def test_replay_uses_the_category_rules_file(tmp_path):
+    """processors.categories reaches replay's cores as it reaches a live worker's: a GPFS port becomes storage."""
+    import pytest
+
+    from replay import ReplayError
+
+    cats = tmp_path / "categories.yaml"
+    cats.write_text("storage_ports: [tcp/2049, tcp/1191]\n")
+    _e, batch = training_batches(seconds=1)[0]
+    b = batch.copy()
+    b["ip_protocol"], b["dst_port"], b["src_port"] = 6, 1191, 40000
+    plain = core_factory_from(load_settings(None, processors={"inventory": str(INVENTORY)}).processors)()
+    with_rules = core_factory_from(load_settings(None, processors={"inventory": str(INVENTORY),
+                                                                   "categories": str(cats)}).processors)()
+    assert "storage" not in set(plain.enrich(b)["category"].tolist())
+    assert set(with_rules.enrich(b)["category"].tolist()) == {"storage"}
+    cats.write_text("storage_ports: [nonsense]\n")
+    with pytest.raises(ReplayError, match="categories: .*categories.yaml: line 1"):
+        core_factory_from(load_settings(None, processors={"categories": str(cats)}).processors)
