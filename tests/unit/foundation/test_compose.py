@@ -219,3 +219,39 @@ def test_dockerfile_copies_every_package():
     text = (REPO / "Dockerfile").read_text()
     for pkg in ("fabricflow", "ingest", "processors", "schemas", "sinks"):
         assert f"COPY {pkg} ./{pkg}" in text
+
+
+def test_prometheus_scrapes_the_compose_services_on_their_metrics_ports():
+    """deploy/prometheus/prometheus.compose.yml names compose services and the ports they serve /metrics on."""
+    c = _compose()
+    services = _ff_services(c)
+    prom = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.compose.yml").read_text())
+    port_of = {"ingest": "FABRICFLOW_INGEST__METRICS_PORT", "processors": "FABRICFLOW_PROCESSORS__METRICS_PORT",
+               "sink-archive": "FABRICFLOW_ARCHIVE__METRICS_PORT", "sink-metrics": "FABRICFLOW_METRICS__PORT"}
+    seen = set()
+    for job in prom["scrape_configs"]:
+        targets = [t for sc in job.get("static_configs", []) for t in sc["targets"]]
+        targets += [f"{n}:{sd['port']}" for sd in job.get("dns_sd_configs", []) for n in sd["names"]]
+        for t in targets:
+            host, port = t.rsplit(":", 1)
+            assert host in services, f"{job['job_name']} scrapes {host}, not a compose service"
+            assert services[host]["environment"][port_of[host]] == port, t
+            seen.add(host)
+    assert seen == set(port_of)
+    assert services["sink-metrics"]["environment"]["FABRICFLOW_METRICS__BIND"] == "0.0.0.0"
+    assert "prometheus" in c["services"] and "grafana" in c["services"]
+
+
+def test_console_is_opt_in_and_needs_a_token():
+    """The console binds 0.0.0.0 in its container: only with --profile console, its token from the host."""
+    svc = _compose()["services"]["console"]
+    assert svc["profiles"] == ["console"]
+    env = svc["environment"]
+    assert env["FABRICFLOW_CONSOLE__LISTEN"].startswith("0.0.0.0:")
+    assert env["FABRICFLOW_CONSOLE__TOKEN"] == "${FABRICFLOW_CONSOLE_TOKEN:-}"
+    assert "FABRICFLOW_CONSOLE_TOKEN" in COMPOSE.read_text().split("console:", 1)[0]  # documented above the service
+    from console.server import ConsoleConfigError, check_listen
+    from pydantic import SecretStr
+
+    with pytest.raises(ConsoleConfigError):
+        check_listen(env["FABRICFLOW_CONSOLE__LISTEN"], SecretStr(""))  # variable unset: refuses to start
