@@ -520,9 +520,13 @@ class Processors:
                     rows = codec.decode_batch(value, spans=spans)
                     flows.append(_RawPart(f"{topic}:{partition}", offset, key or b"", rows, (value, spans)))
                 elif name == "counter_batch":
+                    # the owner shard reports link health; every other shard gets a copy marked role=state
+                    # that only updates its port state (storage_bound headroom, cause links, live capacity)
                     shard = zlib.crc32(key or b"") % self.partitions
                     src = [("src", f"{topic}:{partition}:{offset}:0".encode())]
-                    self.publisher.produce(self._shuffle_topic, key or b"", value, partition=shard, headers=src)
+                    for s in range(self.partitions):
+                        headers = src if s == shard else src + [("role", b"state")]
+                        self.publisher.produce(self._shuffle_topic, key or b"", value, partition=s, headers=headers)
                 else:
                     self.metrics.undecodable.labels(topic).inc()
                     log.warning("ignoring %s message on %s", name, topic)
@@ -658,7 +662,8 @@ class Processors:
             if self.assigned is not None and part not in self.assigned:
                 continue  # revoked while the event waited in Faust's buffers
             try:
-                self.handle_shuffle(part, m.offset, ev.value, source_of(m.headers), segments_of(m.headers))
+                self.handle_shuffle(part, m.offset, ev.value, source_of(m.headers), segments_of(m.headers),
+                                    state_only=_header(m.headers, "role") == "state")
             except Exception as e:  # skipped and counted, like an undecodable message; acked with the next snapshot
                 self._failed("detect", e)
             pend = self.pending.setdefault(part, [])
@@ -725,7 +730,7 @@ class Processors:
         return zlib.compress(json.dumps(snap, separators=(",", ":")).encode(), 1)
 
     def handle_shuffle(self, partition: int, offset: int, value: bytes, source: tuple | None = None,
-                       segments: list | None = None) -> bool:
+                       segments: list | None = None, state_only: bool = False) -> bool:
         """Process one shuffle message; False when it was already applied (skipped).
 
         The state is not snapshotted here: see :meth:`write_due_snapshots`.
@@ -779,6 +784,8 @@ class Processors:
                 enriched = codec.decode_batch(value)
                 outs = core.process_enriched(enriched)
                 self.metrics.detect_records.inc(len(enriched))
+            elif name == "counter_batch" and state_only:  # another shard's counters: port state only
+                outs = core.process_counters(codec.decode_batch(value), emit=False)
             elif name == "counter_batch":
                 counters = codec.decode_batch(value)
                 self.metrics.counters.inc(len(counters))

@@ -6,7 +6,8 @@ Combines the event-time windows with the detectors:
 - counter samples: link health (no windows, per-port state).
 
 Every output is an ``Output(kind, key, value)``: kind is one of "matrix",
-"incast", "straggler", "link", "pattern"; key is the suggested Kafka message
+"incast", "straggler", "link", "pattern", "alert" (lb_skew and storage_bound
+verdicts, alerts.v1 Alert dicts); key is the suggested Kafka message
 key; value is a dict matching the kind's Avro schema (pattern: see
 processors/logic/pattern.py). Deterministic: the same inputs, in the same
 order, with the same ``tick`` times, give the same outputs; ``snapshot()`` /
@@ -22,16 +23,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .incast import IncastAggregator, IncastConfig, IncastDetector, endpoint_codes
+from .incast import IncastAggregator, IncastConfig, IncastDetector, as_capacity, endpoint_codes
+from .lbskew import LbSkewConfig, LbSkewDetector
 from .linkhealth import LinkHealthConfig, LinkHealthDetector
 from .matrix import KEY_COLUMNS, CellAggregator, MatrixConfig, matrix_cells
 from .pattern import PatternConfig, PatternDetector
+from .storagebound import StorageBoundConfig, StorageBoundDetector
 from .straggler import StragglerConfig, StragglerDetector
 from .windows import Interner, RowInterner, WindowConfig, WindowManager, from_bytes, to_bytes
 
-__all__ = ["EngineConfig", "Engine", "Output", "KINDS"]
+__all__ = ["EngineConfig", "Engine", "Output", "KINDS", "DETECTORS"]
 
-KINDS = ("matrix", "incast", "straggler", "link", "pattern")
+KINDS = ("matrix", "incast", "straggler", "link", "pattern")  # output kinds of their own topics (plus "alert")
+DETECTORS = (*KINDS, "lb_skew", "storage_bound")  # names in EngineConfig.enabled; the last two emit "alert"
+MAIN_KINDS = {"matrix", "straggler", "pattern", "lb_skew", "storage_bound"}  # detectors on the main windows
 # string columns of a flow batch the detectors use, as interner codes (in this order: KEY_COLUMNS of a cell)
 CODED_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category")
 SNAPSHOT_VERSION = 1
@@ -53,8 +58,10 @@ class EngineConfig:
     straggler: StragglerConfig = field(default_factory=StragglerConfig)
     pattern: PatternConfig = field(default_factory=PatternConfig)
     link: LinkHealthConfig = field(default_factory=LinkHealthConfig)
+    lb_skew: LbSkewConfig = field(default_factory=LbSkewConfig)
+    storage_bound: StorageBoundConfig = field(default_factory=StorageBoundConfig)
     time_field: str = "time_end_ms"
-    enabled: tuple[str, ...] = KINDS
+    enabled: tuple[str, ...] = DETECTORS
 
 
 class Engine:
@@ -65,6 +72,8 @@ class Engine:
         config: EngineConfig | None = None,
         capacity_bps: Callable[[str], float] | Mapping[str, float] | None = None,
         switch_name: Callable[[str], str] | None = None,
+        port_info: Callable[[str, int], tuple[str, float]] | None = None,
+        node_job: Callable[[str, int], str] | None = None,
     ):
         self.config = cfg = config or EngineConfig()
         self.interner = Interner([""])
@@ -74,10 +83,13 @@ class Engine:
         short = WindowConfig(size_ms=cfg.incast.window_ms, lateness_ms=cfg.incast.lateness_ms,
                              idle_close_s=cfg.window.idle_close_s)
         self.short = WindowManager(short, IncastAggregator())
+        self.link = LinkHealthDetector(cfg.link, switch_name, port_info, node_job)
         self.incast = IncastDetector(cfg.incast, capacity_bps)
+        self.set_capacity(capacity_bps)
         self.straggler = StragglerDetector(cfg.straggler)
         self.pattern = PatternDetector(cfg.pattern)
-        self.link = LinkHealthDetector(cfg.link, switch_name)
+        self.lb_skew = LbSkewDetector(cfg.lb_skew, cfg.window.size_ms)
+        self.storage_bound = StorageBoundDetector(cfg.storage_bound, cfg.window.size_ms, self.link.node_state)
         self.records_in = 0
         self.last_codes: dict[str, np.ndarray] | None = None  # string columns of the last flow batch, as interner codes
 
@@ -102,7 +114,7 @@ class Engine:
         packets = batch["packets"].astype(np.int64)
         bytes_est = batch["bytes_est"].astype(np.int64)
         out: list[Output] = []
-        if {"matrix", "straggler", "pattern"} & set(cfg.enabled):
+        if MAIN_KINDS & set(cfg.enabled):
             rows = {k: codes[f] for k, f in zip(KEY_COLUMNS, CODED_FIELDS)}
             rows.update(bytes_est=bytes_est, packets_est=batch["packets_est"].astype(np.int64),
                         flow_records=np.ones(n, dtype=np.int64), samples=packets)
@@ -200,21 +212,58 @@ class Engine:
                 out.append(Output("matrix", f"{c['level']}|{c['src']}|{c['dst']}|{c['category']}", c))
         if "straggler" in en:
             for s in self.straggler.on_window(ws, we, cells, self.interner):
+                if s["straggler"]:
+                    s["explained_by"] = self._link_cause(s["job"], s["node"], we)
                 out.append(Output("straggler", s["job"], s))
         if "pattern" in en:
             for p in self.pattern.on_window(ws, we, cells, self.interner):
                 out.append(Output("pattern", p["job"], p))
+        if "lb_skew" in en:
+            out.extend(Output("alert", a["dedup_key"], a) for a in self.lb_skew.on_window(ws, we, cells, self.interner))
+        if "storage_bound" in en:
+            out.extend(Output("alert", a["dedup_key"], a)
+                       for a in self.storage_bound.on_window(ws, we, cells, self.interner))
         return out
 
+    def _link_cause(self, job: str, node: str, now_ms: int) -> str:
+        """Key of an open link event on ``node``'s port or on its busiest destination's (ring successor's), or ""."""
+        for n in (node, self.straggler.successor.get(f"{job}\x00{node}", "")):
+            st = self.link.node_state(n, now_ms) if n else None
+            if st is not None and st["event"]:
+                return st["port"]
+        return ""
+
     def _incast_window(self, ws: int, res) -> list[Output]:
-        return [Output("incast", e["destination"], e) for e in self.incast.on_window(ws, res, self.interner)]
+        return self._incast_outputs(self.incast.on_window(ws, res, self.interner))
+
+    def _incast_outputs(self, events: list[dict]) -> list[Output]:
+        """Incast outputs, each with its destination port's ifOutDiscards/s as last sampled (cause link)."""
+        out = []
+        for e in events:
+            st = self.link.node_state(e["destination"], e["window_end_ms"])
+            if st is not None:
+                e["dst_port"], e["dst_out_discards_per_s"] = st["port"], st["out_discards_per_s"]
+            out.append(Output("incast", e["destination"], e))
+        return out
+
+    def set_capacity(self, capacity_bps) -> None:
+        """Incast capacity: the live ifSpeed of the destination's port when sampled, else ``capacity_bps``."""
+        base = as_capacity(capacity_bps, self.config.incast.default_capacity_bps)
+        live = self.link.live_speed
+        self.incast.capacity = lambda node: live(node) or base(node)
 
     # -- counters ----------------------------------------------------------------
-    def process_counters(self, batch: np.ndarray, message: np.ndarray | None = None) -> list[Output]:
-        """Counter samples (COUNTER_DTYPE) -> link health outputs (``message``: see LinkHealthDetector.process)."""
+    def process_counters(self, batch: np.ndarray, message: np.ndarray | None = None, emit: bool = True) -> list[Output]:
+        """Counter samples (COUNTER_DTYPE) -> link health outputs (``message``: see LinkHealthDetector.process).
+
+        ``emit=False``: only update the port state the other detectors read (storage_bound headroom,
+        cause links, live incast capacity) for counters another shard owns and reports."""
         if "link" not in self.config.enabled or len(batch) == 0:
             return []
-        return [Output("link", f"{d['exporter']}|{d['if_index']}", d) for d in self.link.process(batch, message)]
+        out = self.link.process(batch, message)
+        if not emit:
+            return []
+        return [Output("link", f"{d['exporter']}|{d['if_index']}", d) for d in out]
 
     # -- timer -------------------------------------------------------------------
     def tick(self, now_ms: int) -> list[Output]:
@@ -225,7 +274,7 @@ class Engine:
         for ws, _we, res in self.short.tick(now_ms):
             out.extend(self._incast_window(ws, res))
         if self.short.is_idle(now_ms) and self.incast.open_events:
-            out.extend(Output("incast", e["destination"], e) for e in self.incast.close_idle())
+            out.extend(self._incast_outputs(self.incast.close_idle()))
         return out
 
     def flush(self) -> list[Output]:
@@ -235,7 +284,7 @@ class Engine:
             out.extend(self._main_window(ws, we, cells))
         for ws, _we, res in self.short.flush():
             out.extend(self._incast_window(ws, res))
-        out.extend(Output("incast", e["destination"], e) for e in self.incast.close_idle())
+        out.extend(self._incast_outputs(self.incast.close_idle()))
         return out
 
     @property
@@ -261,6 +310,8 @@ class Engine:
             "straggler": self.straggler.snapshot(),
             "pattern": self.pattern.snapshot(),
             "link": self.link.snapshot(),
+            "lb_skew": self.lb_skew.snapshot(),
+            "storage_bound": self.storage_bound.snapshot(),
         }
 
     def restore(self, snap: dict) -> None:
@@ -276,6 +327,10 @@ class Engine:
         self.straggler.restore(snap["straggler"])
         self.pattern.restore(snap["pattern"])
         self.link.restore(snap["link"])
+        if "lb_skew" in snap:  # snapshots written before these detectors existed start them empty
+            self.lb_skew.restore(snap["lb_skew"])
+        if "storage_bound" in snap:
+            self.storage_bound.restore(snap["storage_bound"])
 
     def snapshot_bytes(self) -> bytes:
         return to_bytes(self.snapshot())
