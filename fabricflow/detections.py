@@ -9,7 +9,6 @@ a job's pattern deviating. Updates of ongoing conditions are not repeated.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -106,7 +105,7 @@ class DetectionFeed:
                 continue
             kind = self.topics.get(m.topic())
             try:
-                v = json.loads(m.value()) if kind == "pattern" else codec.decode_record(m.value())
+                v = codec.decode_record(m.value())
             except (codec.CodecError, ValueError):
                 continue
             self.messages += 1

@@ -46,7 +46,7 @@ def topic_specs(kafka: KafkaSettings) -> list[TopicSpec]:
         TopicSpec("straggler", t.straggler, p, {"retention.ms": month}, "straggler_score", "key = job"),
         TopicSpec("link_health", t.link_health, p, {"retention.ms": month}, "link_health", "key = switch|ifIndex"),
         TopicSpec("alerts", t.alerts, p, {"retention.ms": month}, "alert", "key = dedup key"),
-        TopicSpec("patterns", t.patterns, p, {"retention.ms": month}, "", "JSON pattern deviations, key = job"),
+        TopicSpec("patterns", t.patterns, p, {"retention.ms": month}, "", "pattern, Avro: baselines, deviations and the training timeline per window, key = job"),
         TopicSpec("shuffle", t.shuffle, p, {"retention.ms": str(DAY_MS)}, "flow_batch", "internal: raw flows re-partitioned by destination job/node (see processors/app.py)"),
         TopicSpec("summaries", t.summaries, p, {"retention.ms": str(365 * DAY_MS)}, "summary_hourly", "key = hour"),
     ]

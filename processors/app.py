@@ -76,7 +76,7 @@ OUTPUT_SCHEMA = {
     "straggler": ("straggler", "straggler_score"),
     "link": ("link_health", "link_health"),
     "alert": ("alerts", "alert"),
-    "pattern": ("patterns", None),  # JSON
+    "pattern": ("patterns", "pattern"),
 }
 
 

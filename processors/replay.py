@@ -83,9 +83,9 @@ OUTPUT_TOPIC_KEYS = {
     "alert": "alerts",
     "pattern": "patterns",
 }
-#: Output kind -> Avro schema of the value (pattern values are JSON).
+#: Output kind -> Avro schema of the value.
 OUTPUT_SCHEMAS = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score",
-                  "link": "link_health", "alert": "alert"}
+                  "link": "link_health", "alert": "alert", "pattern": "pattern"}
 
 
 class ReplayError(Exception):
@@ -758,7 +758,7 @@ def replay_topic_names(kafka_settings) -> dict[str, str]:
 
 
 def encode_output(o: Output) -> bytes:
-    """Message value of one output: Avro single-object encoding (pattern: JSON)."""
+    """Message value of one output: Avro single-object encoding (JSON for a kind without a schema)."""
     from schemas import codec
 
     schema = OUTPUT_SCHEMAS.get(o.kind)

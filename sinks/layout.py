@@ -40,6 +40,7 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("straggler_scores", "straggler_score", "window_start_ms"),
         DatasetSpec("link_health", "link_health", "time_ms"),
         DatasetSpec("alerts", "alert", "window_start_ms"),
+        DatasetSpec("patterns", "pattern", "window_start_ms"),
         DatasetSpec("summaries_hourly", "summary_hourly", "hour_start_ms"),
     )
 }

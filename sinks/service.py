@@ -2,7 +2,7 @@
 
 One confluent-kafka consumer (group ``fabricflow-archive``, manual commits)
 reads every archived topic (flows.raw, flows.enriched, counters.raw, matrix,
-incast, straggler, link_health, alerts, summaries; not the DLQ nor patterns),
+incast, straggler, link_health, alerts, patterns, summaries; not the DLQ),
 decodes each message with :mod:`schemas.codec` (batches stay the decoded numpy
 arrays; records become Arrow tables) and feeds :class:`sinks.archive.ArchiveSink`.
 The consumer thread, per poll (and every ``FLUSH_EVERY_MESSAGES`` of a large one)::
@@ -113,6 +113,7 @@ ARCHIVED: tuple[tuple[str, str, str, str | None], ...] = (
     ("straggler", "straggler_scores", "straggler_score", "straggler"),
     ("link_health", "link_health", "link_health", "link"),
     ("alerts", "alerts", "alert", "alert"),
+    ("patterns", "patterns", "pattern", None),
     ("summaries", "summaries_hourly", "summary_hourly", None),
 )
 

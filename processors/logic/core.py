@@ -34,6 +34,7 @@ from .matrix import MatrixConfig
 from .pattern import PatternConfig
 from .policy import PolicyEngine, load_policy_config
 from .storagebound import StorageBoundConfig
+from .timeline import TimelineConfig
 from .straggler import StragglerConfig
 from .windows import WindowConfig
 
@@ -47,6 +48,7 @@ _SECTIONS = {
     "pattern": PatternConfig,
     "lb_skew": LbSkewConfig,
     "storage_bound": StorageBoundConfig,
+    "timeline": TimelineConfig,
 }
 
 

@@ -6,8 +6,8 @@ Combines the event-time windows with the detectors:
 - counter samples: link health (no windows, per-port state).
 
 Every output is an ``Output(kind, key, value)``: kind is one of "matrix",
-"incast", "straggler", "link", "pattern", "alert" (lb_skew and storage_bound
-verdicts, alerts.v1 Alert dicts); key is the suggested Kafka message
+"incast", "straggler", "link", "pattern" (also the training timeline), "alert" (lb_skew and
+storage_bound verdicts, alerts.v1 Alert dicts); key is the suggested Kafka message
 key; value is a dict matching the kind's Avro schema (pattern: see
 processors/logic/pattern.py). Deterministic: the same inputs, in the same
 order, with the same ``tick`` times, give the same outputs; ``snapshot()`` /
@@ -30,12 +30,14 @@ from .matrix import KEY_COLUMNS, CellAggregator, MatrixConfig, matrix_cells
 from .pattern import PatternConfig, PatternDetector
 from .storagebound import StorageBoundConfig, StorageBoundDetector
 from .straggler import StragglerConfig, StragglerDetector
+from .timeline import PhaseAggregator, TimelineConfig, TimelineDetector
 from .windows import Interner, RowInterner, WindowConfig, WindowManager, from_bytes, to_bytes
 
 __all__ = ["EngineConfig", "Engine", "Output", "KINDS", "DETECTORS"]
 
 KINDS = ("matrix", "incast", "straggler", "link", "pattern")  # output kinds of their own topics (plus "alert")
-DETECTORS = (*KINDS, "lb_skew", "storage_bound")  # names in EngineConfig.enabled; the last two emit "alert"
+# names in EngineConfig.enabled: lb_skew and storage_bound emit "alert", timeline emits "pattern"
+DETECTORS = (*KINDS, "lb_skew", "storage_bound", "timeline")
 MAIN_KINDS = {"matrix", "straggler", "pattern", "lb_skew", "storage_bound"}  # detectors on the main windows
 # string columns of a flow batch the detectors use, as interner codes (in this order: KEY_COLUMNS of a cell)
 CODED_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category")
@@ -60,6 +62,7 @@ class EngineConfig:
     link: LinkHealthConfig = field(default_factory=LinkHealthConfig)
     lb_skew: LbSkewConfig = field(default_factory=LbSkewConfig)
     storage_bound: StorageBoundConfig = field(default_factory=StorageBoundConfig)
+    timeline: TimelineConfig = field(default_factory=TimelineConfig)
     time_field: str = "time_end_ms"
     enabled: tuple[str, ...] = DETECTORS
 
@@ -90,6 +93,8 @@ class Engine:
         self.pattern = PatternDetector(cfg.pattern)
         self.lb_skew = LbSkewDetector(cfg.lb_skew, cfg.window.size_ms)
         self.storage_bound = StorageBoundDetector(cfg.storage_bound, cfg.window.size_ms, self.link.node_state)
+        self.phases = WindowManager(cfg.window, PhaseAggregator(cfg.timeline.slot_ms, cfg.window.size_ms))
+        self.timeline = TimelineDetector(cfg.timeline, cfg.window.size_ms)
         self.records_in = 0
         self.last_codes: dict[str, np.ndarray] | None = None  # string columns of the last flow batch, as interner codes
 
@@ -120,6 +125,10 @@ class Engine:
                         flow_records=np.ones(n, dtype=np.int64), samples=packets)
             for ws, we, cells in self.main.process(times, rows):
                 out.extend(self._main_window(ws, we, cells))
+        if "timeline" in cfg.enabled:
+            idx, rows = self._phase_rows(codes, times, bytes_est)
+            for ws, we, res in self.phases.process(times[idx], rows, observed_max_ms=int(times.max())):
+                out.extend(self._timeline_window(ws, we, res))
         if "incast" in cfg.enabled:
             idx = np.flatnonzero(self._incast_category(codes["category"]))
             # rows in short-window order (stable), so the short windows take them without another sort
@@ -225,6 +234,25 @@ class Engine:
                        for a in self.storage_bound.on_window(ws, we, cells, self.interner))
         return out
 
+    def _phase_rows(self, codes, times, bytes_est) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Rows of the batch in a timeline phase (PhaseAggregator rows): collective inside a job,
+        storage into a job from outside it (dataset reads), storage out of a job (checkpoint writes)."""
+        code = self.interner.code
+        empty = code("")
+        cat, sj, dj = codes["category"], codes["src_job"], codes["dst_job"]
+        comm = np.isin(cat, [code(c) for c in self.config.pattern.categories]) & (sj == dj) & (sj != empty)
+        storage = cat == code("storage")
+        read = storage & (dj != empty) & (sj != dj)
+        write = storage & (sj != empty) & (sj != dj) & ~read
+        idx = np.flatnonzero(comm | read | write)
+        phase = np.where(comm[idx], 0, np.where(read[idx], 1, 2)).astype(np.int64)
+        return idx, {"job": np.where(read[idx], dj[idx], sj[idx]).astype(np.int32), "phase": phase,
+                     "t": times[idx], "bytes": bytes_est[idx]}
+
+    def _timeline_window(self, ws: int, we: int, res) -> list[Output]:
+        return [Output("pattern", r["job"], r)
+                for r in self.timeline.on_window(ws, we, res, self.interner, self.pattern)]
+
     def _link_cause(self, job: str, node: str, now_ms: int) -> str:
         """Key of an open link event on ``node``'s port or on its busiest destination's (ring successor's), or ""."""
         for n in (node, self.straggler.successor.get(f"{job}\x00{node}", "")):
@@ -271,6 +299,8 @@ class Engine:
         out: list[Output] = []
         for ws, we, cells in self.main.tick(now_ms):
             out.extend(self._main_window(ws, we, cells))
+        for ws, we, res in self.phases.tick(now_ms):
+            out.extend(self._timeline_window(ws, we, res))
         for ws, _we, res in self.short.tick(now_ms):
             out.extend(self._incast_window(ws, res))
         if self.short.is_idle(now_ms) and self.incast.open_events:
@@ -282,6 +312,8 @@ class Engine:
         out: list[Output] = []
         for ws, we, cells in self.main.flush():
             out.extend(self._main_window(ws, we, cells))
+        for ws, we, res in self.phases.flush():
+            out.extend(self._timeline_window(ws, we, res))
         for ws, _we, res in self.short.flush():
             out.extend(self._incast_window(ws, res))
         out.extend(self._incast_outputs(self.incast.close_idle()))
@@ -312,6 +344,8 @@ class Engine:
             "link": self.link.snapshot(),
             "lb_skew": self.lb_skew.snapshot(),
             "storage_bound": self.storage_bound.snapshot(),
+            "phases": self.phases.snapshot(),
+            "timeline": self.timeline.snapshot(),
         }
 
     def restore(self, snap: dict) -> None:
@@ -331,6 +365,9 @@ class Engine:
             self.lb_skew.restore(snap["lb_skew"])
         if "storage_bound" in snap:
             self.storage_bound.restore(snap["storage_bound"])
+        if "timeline" in snap:
+            self.phases.restore(snap["phases"])
+            self.timeline.restore(snap["timeline"])
 
     def snapshot_bytes(self) -> bytes:
         return to_bytes(self.snapshot())

@@ -159,7 +159,7 @@ def _detector_outputs(p, sent):
     for core in p.cores.values():
         out += [(o.kind, o.key.encode(), json.dumps(codec.decode_record(codec.encode_record(
             {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health"}[o.kind],
-            o.value)), sort_keys=True, default=str)) for o in core.flush() if o.kind != "alert"]
+            o.value)), sort_keys=True, default=str)) for o in core.flush() if o.kind not in ("alert", "pattern")]
     assert out
     return sorted(out)
 
