@@ -1,9 +1,10 @@
 """Inference load skew: per job, each replica's share of its frontends' traffic vs an even split.
 
 Per closed main window and job J, the rows of the window's cells (matrix.KEY_COLUMNS)
-between a *frontend* (a node of a group in ``frontend_groups``, outside J) and a node
-of J, in ``categories`` (empty: any), in both directions (requests in, responses out),
-give each replica's bytes. A replica is every node of J that exchanged frontend traffic
+from a *frontend* (a node of a group in ``frontend_groups``, outside J) to a node of J,
+in ``categories`` (empty: any), give each replica's request bytes. Requests only: they
+are the flows whose destination is in J, so one detector shard sees all of them
+(responses go to the frontend's shard). A replica is every node of J that exchanged frontend traffic
 within the last ``membership_windows`` windows, so a replica that the balancer starves
 still counts in the split (with 0 bytes).
 
@@ -89,16 +90,9 @@ class LbSkewDetector:
                 mask &= np.isin(cells["cat"], [interner.index[c] for c in cfg.categories if c in interner.index])
             inbound = mask & np.isin(cells["sg"], fronts) & (cells["dj"] != empty) & (cells["dj"] != cells["sj"])
             inbound &= cells["dn"] != empty
-            outbound = mask & np.isin(cells["dg"], fronts) & (cells["sj"] != empty) & (cells["sj"] != cells["dj"])
-            outbound &= cells["sn"] != empty
-            # one row per (job, replica, frontend): requests in plus responses out
-            job = np.concatenate([cells["dj"][inbound], cells["sj"][outbound]])
-            rep = np.concatenate([cells["dn"][inbound], cells["sn"][outbound]])
-            fe = np.concatenate([cells["sn"][inbound], cells["dn"][outbound]])
-            byt = np.concatenate([cells["bytes_est"][inbound], cells["bytes_est"][outbound]])
-            smp = np.concatenate([cells["samples"][inbound], cells["samples"][outbound]])
-            rec = np.concatenate([cells["flow_records"][inbound], cells["flow_records"][outbound]])
-            keys, sums, _ = group_reduce([job, rep, fe], [byt, smp, rec])
+            # one row per (job, replica, frontend): the requests
+            keys, sums, _ = group_reduce([cells[k][inbound] for k in ("dj", "dn", "sn")],
+                                         [cells[k][inbound] for k in ("bytes_est", "samples", "flow_records")])
         else:
             keys, sums = [np.zeros(0, np.int32)] * 3, [np.zeros(0, np.int64)] * 3
         per_job: dict[str, dict[str, dict[str, list[int]]]] = {}  # job -> replica -> frontend -> [bytes, samples, records]
@@ -147,7 +141,7 @@ class LbSkewDetector:
             sources = ",".join(f"{f}:{v[0] / fe_total[f]:.2f}" for f, v in top if fe_total.get(f))
             self.alerts.observe(Condition(
                 rule=RULE, key=(job, r),
-                summary=(f"job {job}: replica {r} gets {share:.0%} of the frontend traffic "
+                summary=(f"job {job}: replica {r} gets {share:.0%} of the frontend requests "
                          f"(even split {even:.0%} over {len(replicas)} replicas) for {st['evidence']} windows; "
                          f"top sources {sources or '-'}"),
                 entities={"job": job, "replica": r, "share": f"{share:.3f}", "even_share": f"{even:.3f}",

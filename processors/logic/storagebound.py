@@ -22,7 +22,10 @@ from the window's cells (matrix.KEY_COLUMNS) in ``categories``:
   link fault therefore gives no verdict, nor does one where a port is unknown.
 
 The verdict goes through an :class:`~processors.logic.alerts.AlertManager` (rule
-``storage_bound``, dedup key ``storage_bound|job|storage``) as ``alerts.v1`` Alert dicts.
+``storage_bound``, dedup key ``storage_bound|job|storage|signal``, signal ``dataset_reads``
+or ``checkpoint_writes``) as ``alerts.v1`` Alert dicts. One alert per signal: reads land
+on the job's detector shard, writes on the storage node's, and each shard sees its own
+signal whole, so the alerts do not depend on how the stream is sharded.
 
 What flow data can show: that the bytes between the job and the storage fell while the
 links had room and no port reported trouble. What it cannot show: why the storage is slow
@@ -152,8 +155,13 @@ class StorageBoundDetector:
             if not st["slow_burst"]:
                 st["bursts"] = (st["bursts"] + [max(st["burst"])])[-3:]
             st["burst"], st["slow_burst"] = [], False
-        if not why:
-            return
+        for what, got, ref, windows in why:
+            self._verdict(ws, we, job, storage, e, what, got, ref, windows)
+
+    def _verdict(self, ws: int, we: int, job: str, storage: str, e: dict, what: str, got: int, ref: float,
+                 windows: int) -> None:
+        cfg = self.config
+        size_s = self.window_ms / 1000
         ports = sorted(e["nodes"]) + [storage]
         states = {n: self.link_state(n, we) for n in ports}
         if any(v is None for v in states.values()):
@@ -163,7 +171,6 @@ class StorageBoundDetector:
         top = max(states.values(), key=lambda v: v["util"])
         if top["util"] >= cfg.max_link_util:
             return
-        what, got, ref, windows = why[0]
         sport = states[storage]
         ent = {
             "job": job, "storage": storage, "signal": what.replace(" ", "_"),
@@ -174,7 +181,7 @@ class StorageBoundDetector:
             "ports_checked": str(len(ports)),
         }
         self.alerts.observe(Condition(
-            rule=RULE, key=(job, storage),
+            rule=RULE, key=(job, storage, what.replace(" ", "_")),
             summary=(f"job {job}: {what} with {storage} at {_bps(got * 8 / size_s)}, {got / ref:.0%} of their baseline "
                      f"{_bps(ref * 8 / size_s)} for {windows} windows, while the {len(ports)} ports involved stay at "
                      f"<= {top['util']:.0%} utilisation with no link event: the network is not the bottleneck"),

@@ -50,12 +50,12 @@ def test_persistent_skew_fires_once_with_replica_share_and_sources():
     ]
     assert out[0].value == {
         "dedup_key": "lb_skew|inf|r2", "rule": "lb_skew", "severity": "warning", "state": "firing",
-        "summary": "job inf: replica r2 gets 70% of the frontend traffic (even split 33% over 3 replicas) for 3 "
+        "summary": "job inf: replica r2 gets 70% of the frontend requests (even split 33% over 3 replicas) for 3 "
                    "windows; top sources lb:0.70",
         "entities": {"job": "inf", "replica": "r2", "share": "0.700", "even_share": "0.333", "replicas": "3",
                      "evidence_windows": "3", "sources": "lb:0.70"},
         "window_start_ms": 40_000, "window_end_ms": 50_000, "first_seen_ms": 40_000, "last_seen_ms": 50_000,
-        "bytes_est": 2_100 * M, "flows": 2, "sample_flows": [],
+        "bytes_est": 700 * M, "flows": 1, "sample_flows": [],
     }  # fmt: skip
 
 
@@ -77,6 +77,15 @@ def test_too_few_samples_neither_add_nor_reset_evidence():
     out = e.process_flows(flows(recs)) + e.flush()
     assert [(o.value["state"], o.value["window_end_ms"], o.value["entities"]["evidence_windows"]) for o in out] == [
         ("firing", 60_000, "3")]
+
+
+def test_responses_are_not_counted():
+    # only the requests (destination in the job) count: responses land on the frontend's detector shard
+    recs = [r for w in range(6) for r in window(w, EVEN)]
+    recs += [dict(src="r2", dst="lb", t=w * 10_000 + 300, bytes=5000 * M, packets=500, category="other",
+                  dst_group="frontend", src_job="inf") for w in range(6)]
+    e = engine()
+    assert e.process_flows(flows(recs)) + e.flush() == []
 
 
 def test_training_traffic_inside_the_job_and_other_groups_are_not_counted():

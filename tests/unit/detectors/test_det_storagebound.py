@@ -64,7 +64,7 @@ def test_reads_far_below_baseline_with_link_headroom_give_a_verdict():
     out = run(STEADY + SLOW + STEADY)
     assert [(a["state"], a["window_end_ms"]) for a in out] == [("firing", 110_000), ("resolved", 160_000)]
     assert out[0] == {
-        "dedup_key": "storage_bound|j|st", "rule": "storage_bound", "severity": "warning", "state": "firing",
+        "dedup_key": "storage_bound|j|st|dataset_reads", "rule": "storage_bound", "severity": "warning", "state": "firing",
         "summary": "job j: dataset reads with st at 80.00 Mb/s, 25% of their baseline 320.00 Mb/s for 3 windows, "
                    "while the 5 ports involved stay at <= 1% utilisation with no link event: the network is not "
                    "the bottleneck",
