@@ -95,6 +95,7 @@ class Engine:
         self.storage_bound = StorageBoundDetector(cfg.storage_bound, cfg.window.size_ms, self.link.node_state)
         self.phases = WindowManager(cfg.window, PhaseAggregator(cfg.timeline.slot_ms, cfg.window.size_ms))
         self.timeline = TimelineDetector(cfg.timeline, cfg.window.size_ms)
+        self.incast_starts: dict[str, int] = {}  # open incast event id -> its first window start
         self.records_in = 0
         self.last_codes: dict[str, np.ndarray] | None = None  # string columns of the last flow batch, as interner codes
 
@@ -265,10 +266,15 @@ class Engine:
         return self._incast_outputs(self.incast.on_window(ws, res, self.interner))
 
     def _incast_outputs(self, events: list[dict]) -> list[Output]:
-        """Incast outputs, each with its destination port's ifOutDiscards/s as last sampled (cause link)."""
+        """Incast outputs, each with its destination port and the highest ifOutDiscards/s of that port in the
+        counter samples taken since the event opened (cause link). The open record has the last sample before
+        the burst (often 0: counters come every 10-30 s); update and close records cover the burst."""
         out = []
         for e in events:
-            st = self.link.node_state(e["destination"], e["window_end_ms"])
+            start = self.incast_starts.setdefault(e["event_id"], e["window_start_ms"])
+            if e["state"] == "close":
+                del self.incast_starts[e["event_id"]]
+            st = self.link.node_state(e["destination"], e["window_end_ms"], since_ms=start)
             if st is not None:
                 e["dst_port"], e["dst_out_discards_per_s"] = st["port"], st["out_discards_per_s"]
             out.append(Output("incast", e["destination"], e))
@@ -344,6 +350,7 @@ class Engine:
             "link": self.link.snapshot(),
             "lb_skew": self.lb_skew.snapshot(),
             "storage_bound": self.storage_bound.snapshot(),
+            "incast_starts": dict(sorted(self.incast_starts.items())),
             "phases": self.phases.snapshot(),
             "timeline": self.timeline.snapshot(),
         }
@@ -365,6 +372,7 @@ class Engine:
             self.lb_skew.restore(snap["lb_skew"])
         if "storage_bound" in snap:
             self.storage_bound.restore(snap["storage_bound"])
+        self.incast_starts = {k: int(v) for k, v in snap.get("incast_starts", {}).items()}
         if "timeline" in snap:
             self.phases.restore(snap["phases"])
             self.timeline.restore(snap["timeline"])

@@ -52,6 +52,7 @@ _U32 = np.uint64(2**32)
 _KIND_ORDER = {k: i for i, k in enumerate(
     ["counter_reset", "sample", "speed_change", "link_downgrade", "oper_down", "oper_up", "error_burst",
      "discard_burst", "sustained_utilisation"])}
+RECENT = 8  # counter samples per port kept for node_state's discards since a time
 # link events that make a port "faulty" for a while (node_state), by code in the ``event`` state column
 EVENT_KINDS = ("", "link_downgrade", "oper_down", "error_burst", "discard_burst")
 
@@ -98,6 +99,7 @@ class LinkHealthDetector:
         self.slot: dict[tuple[str, int], int] = {}
         self.st = {k: np.zeros(0, dtype=t) for k, t in _STATE_FIELDS.items()}
         self.stale = 0
+        self.recent: dict[int, list[list]] = {}  # slot -> last RECENT [time_ms, out discards/s] with rates
         self.set_port_info(port_info)
 
     def set_port_info(self, port_info: Callable[[str, int], tuple[str, float]] | None) -> None:
@@ -278,6 +280,8 @@ class LinkHealthDetector:
         hit = live & (ev > 0)
         st["event"][slots[hit]] = ev[hit]
         st["event_t"][slots[hit]] = t[hit]
+        for s_, t_, d_ in zip(slots[ok].tolist(), t[ok].tolist(), rate["out_discards"][ok].tolist()):
+            self.recent[s_] = (self.recent.get(s_, []) + [[t_, d_]])[-RECENT:]
         for c in COUNTERS:
             st[c][ls] = cur[c][live]
 
@@ -355,7 +359,7 @@ class LinkHealthDetector:
                   if self.st["t"][s] != np.iinfo(np.int64).min and self.st["speed"][s] > 0]
         return float(min(speeds)) if speeds else None
 
-    def node_state(self, node: str, now_ms: int) -> dict | None:
+    def node_state(self, node: str, now_ms: int, since_ms: int | None = None) -> dict | None:
         """The port behind ``node`` as last sampled (the worst one when several), None when no counter
         sample of it was seen: ``port`` (the link output key ``exporter|if_index``), ``switch``,
         ``if_index``, ``util`` (max of in/out of the last interval), ``if_speed``, ``configured_bps``
@@ -363,7 +367,8 @@ class LinkHealthDetector:
         oper_down, link_downgrade (below the configured speed), error_burst / discard_burst (still
         above threshold), or the port was last seen in one of these states (or just downgraded)
         within ``event_hold_s`` before ``now_ms`` (or after it: callers ask about windows that
-        closed a lateness ago)."""
+        closed a lateness ago). ``since_ms``: ``out_discards_per_s`` is then the highest of the port's
+        (last 8) samples taken after it (their intervals reach past it), the last sample's when none is."""
         best = None
         st = self.st
         for s in self.node_slots.get(node, ()):
@@ -385,6 +390,10 @@ class LinkHealthDetector:
             d = {"port": f"{exporter}|{if_index}", "switch": str(self.switch_name(exporter)), "if_index": int(if_index),
                  "util": float(st["util"][s]), "if_speed": speed, "configured_bps": conf,
                  "out_discards_per_s": float(st["out_disc"][s]), "event": event}
+            if since_ms is not None:
+                after = [d_ for t_, d_ in self.recent.get(s, ()) if t_ > since_ms]
+                if after:
+                    d["out_discards_per_s"] = float(max(after))
             if best is None or (bool(d["event"]), d["util"]) > (bool(best["event"]), best["util"]):
                 best = d
         return best
@@ -396,6 +405,7 @@ class LinkHealthDetector:
             "keys": [[e, i] for e, i in self.keys],
             "state": {k: [conv.get(v.dtype.kind, int)(x) for x in v[:n].tolist()] for k, v in self.st.items()},
             "stale": self.stale,
+            "recent": {str(k): v for k, v in sorted(self.recent.items())},
         }
 
     def restore(self, snap: dict) -> None:
@@ -405,4 +415,5 @@ class LinkHealthDetector:
         self.st = {k: np.asarray(snap["state"][k], dtype=t) if k in snap["state"]
                    else np.full(n, _DEFAULTS.get(k, 0), dtype=t) for k, t in _STATE_FIELDS.items()}
         self.stale = int(snap["stale"])
+        self.recent = {int(k): [[int(t), float(d)] for t, d in v] for k, v in snap.get("recent", {}).items()}
         self.set_port_info(self.port_info)

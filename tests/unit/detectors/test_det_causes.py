@@ -117,3 +117,23 @@ def test_incast_carries_the_destination_port_discards_and_uses_its_live_speed():
     # 4 x 2 Gb/s against the port's live 10G (the inventory said 100G: 8 % would not open)
     assert (out[0]["capacity_bps"], out[0]["fraction"]) == (10e9, 0.8)
     assert (out[0]["dst_port"], out[0]["dst_out_discards_per_s"]) == (f"{EXPORTER}|1", 2000.0)
+
+
+def test_incast_discards_are_the_worst_sampled_since_the_event_opened():
+    from processors.logic.incast import IncastConfig
+
+    e = Engine(EngineConfig(incast=IncastConfig(lateness_ms=0), enabled=("incast", "link")),
+               capacity_bps={"n0": 10e9}, port_info=port_info)
+    e.process_counters(counters([dict(if_index=1, t=0, speed=10_000_000_000)]))
+
+    def burst(t):
+        return [dict(src=f"s{k}", dst="n0", t=t + 100, bytes=250_000_000, packets=1000) for k in range(4)]
+
+    out = e.process_flows(flows(burst(1_000) + [dict(src="x", dst="y", t=2_050, bytes=1)]))  # closes [1 s, 2 s)
+    # the port's next samples cover the burst: 6000 drops in 2 s, then 1000 in 1 s
+    e.process_counters(counters([dict(if_index=1, t=2_000, seq=2, speed=10_000_000_000, out_discards=6_000)]))
+    e.process_counters(counters([dict(if_index=1, t=3_000, seq=3, speed=10_000_000_000, out_discards=7_000)]))
+    out += e.process_flows(flows(burst(2_000) + [dict(src="x", dst="y", t=3_050, bytes=1)])) + e.flush()
+    got = [(o.value["state"], o.value["dst_out_discards_per_s"]) for o in out if o.kind == "incast"]
+    assert got == [("open", 0.0), ("update", 3000.0), ("close", 3000.0)]
+    assert e.incast_starts == {}
