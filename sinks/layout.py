@@ -36,15 +36,8 @@ class DatasetSpec:
 DATASETS: dict[str, DatasetSpec] = {
     d.name: d
     for d in (
-        DatasetSpec("flows_raw", "flow_record", "time_end_ms"),
-        DatasetSpec("flows_enriched", "flow_enriched", "time_end_ms"),
-        DatasetSpec("counters_raw", "counter_sample", "time_received_ms"),
-        DatasetSpec("matrix_windows", "matrix_cell", "window_start_ms"),
-        DatasetSpec("incast_events", "incast_event", "window_start_ms"),
-        DatasetSpec("straggler_scores", "straggler_score", "window_start_ms"),
-        DatasetSpec("link_health", "link_health", "time_ms"),
-        DatasetSpec("alerts", "alert", "window_start_ms"),
-        DatasetSpec("summaries_hourly", "summary_hourly", "hour_start_ms"),
+        # archived streams: fabricflow.streams (the one catalog of datasets, row schemas and time columns)
+        *(DatasetSpec(s.dataset, s.row_schema, s.time_column) for s in streams.STREAMS if s.dataset),
         # derived datasets (rollups): fabricflow.streams.DERIVED, written by the archive writer beside each
         # file of the dataset they derive from (sinks.rollups)
         *(DatasetSpec(d.name, "", "bucket_ms", d.derived_from, d.bucket_ms) for d in streams.DERIVED),
