@@ -157,18 +157,19 @@ def _shuffled(p, sent):
 
 
 def _detector_outputs(p, sent):
-    """Matrix, incast, straggler and link outputs produced so far plus those of a final flush (alerts' evidence
-    depends on batching, docs/replay.md), canonical and sorted."""
+    """Matrix, incast, straggler, link and pattern outputs produced so far plus those of a final flush (alerts'
+    evidence depends on batching, docs/replay.md), canonical and sorted."""
     import json
 
+    from fabricflow.streams import OUTPUTS
+
     t = p.settings.kafka.topics
-    kinds = {t.matrix: "matrix", t.incast: "incast", t.straggler: "straggler", t.link_health: "link"}
+    kinds = {getattr(t, s.name): kind for kind, s in OUTPUTS.items() if kind != "alert"}
     out = [(kinds[tp], k, json.dumps(codec.decode_record(v), sort_keys=True, default=str))
            for tp, k, v, _p, _h in sent if tp in kinds]
     for core in _cores(p).values():
         out += [(o.kind, o.key.encode(), json.dumps(codec.decode_record(codec.encode_record(
-            {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health"}[o.kind],
-            o.value)), sort_keys=True, default=str)) for o in core.flush() if o.kind not in ("alert", "pattern")]
+            OUTPUTS[o.kind].schema, o.value)), sort_keys=True, default=str)) for o in core.flush() if o.kind != "alert"]
     assert out
     return sorted(out)
 
