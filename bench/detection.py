@@ -309,8 +309,15 @@ def run_scenario(
     drain_quiet_s: float = 2.0,
     drain_max_s: float = 60.0,
     log=print,
+    on_up=None,
+    on_drained=None,
 ) -> RunResult:
-    """Run one scenario through a fresh local pipeline; return detections, matrix cells and the truth path."""
+    """Run one scenario through a fresh local pipeline; return detections, matrix cells and the truth path.
+
+    ``on_up(pipe)`` is called once the pipeline is up, before the simulator starts;
+    ``on_drained(pipe, last_window_ms)`` once the scenario's last matrix window was read (or the
+    drain timed out), while the pipeline still runs (the Prometheus end-to-end tests attach there).
+    """
     path = scenario_file(name)
     scen = yaml.safe_load(path.read_text())
     state_dir = Path(state_dir)
@@ -332,6 +339,8 @@ def run_scenario(
     truth_path = state_dir / "truth.jsonl"
     with pipe:
         up = time.monotonic() - t0
+        if on_up is not None:
+            on_up(pipe)
         epoch = next_epoch_ms(window_ms)
         feed = BenchFeed(pipe.settings())
         try:
@@ -362,6 +371,8 @@ def run_scenario(
                 raise sim.error
         finally:
             feed.close()
+        if on_drained is not None:
+            on_drained(pipe, last_window)
         wall = time.monotonic() - t0
         sim.sim.truth.write(truth_path)
     return RunResult(name, speed, truth_path, feed.seen, {k: dict(v) for k, v in feed.cells.items()}, sim.offsets_ms,

@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from .context import fail, settings_of
-from .options import QueryOptions, parse_duration_ms, with_query_options
+from .options import Exporter, QueryOptions, parse_duration_ms, with_query_options
 
 sink_app = typer.Typer(help="Sinks: the hourly Parquet archive and its retention.", no_args_is_help=True)
 SOURCE_HELP = ("raw (flows_enriched), 1m or 1h (traffic rollups) or auto: the coarsest rollup that answers the "
@@ -191,8 +191,7 @@ def query_sql(
 def query_top(
     ctx: typer.Context,
     n: int = typer.Option(10, "--limit", "-n", min=1, help="Number of pairs."),
-    exporter: Optional[str] = typer.Option(
-        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    exporter: Exporter = None,
     source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
     opts: QueryOptions = QueryOptions(),
 ):
@@ -210,8 +209,7 @@ def query_matrix(
     source: str = typer.Option("auto", "--source", help="matrix (matrix_windows), raw or flows (flows_enriched), "
                                "1m or 1h (traffic rollups) or auto: the coarsest rollup that answers the range exactly, "
                                "else matrix_windows, else raw. The dataset used is named on stderr."),
-    exporter: Optional[str] = typer.Option(
-        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    exporter: Exporter = None,
     opts: QueryOptions = QueryOptions(),
 ):
     """Traffic matrix (src, dst, category) summed over the range."""
@@ -226,8 +224,7 @@ def query_matrix(
 def query_node(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="Node name (inventory) or IP address."),
-    exporter: Optional[str] = typer.Option(
-        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    exporter: Exporter = None,
     source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
     opts: QueryOptions = QueryOptions(),
 ):
@@ -241,8 +238,7 @@ def query_node(
 def query_job(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="Job name (inventory)."),
-    exporter: Optional[str] = typer.Option(
-        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    exporter: Exporter = None,
     source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
     opts: QueryOptions = QueryOptions(),
 ):
@@ -257,8 +253,7 @@ def query_segmentation(
     ctx: typer.Context,
     policy: Optional[Path] = typer.Option(
         None, "--policy", help="Policy file (YAML, docs/alerts.md): mark each row allowed / violation."),
-    exporter: Optional[str] = typer.Option(
-        None, "--exporter", help="One exporter's own view (every record it sent) instead of each packet counted once."),
+    exporter: Exporter = None,
     opts: QueryOptions = QueryOptions(),
 ):
     """Group x group bytes and flow records by category; with --policy, each row allowed or a violation."""

@@ -69,3 +69,8 @@ def parse_duration_ms(text: str) -> int:
     if not m:
         raise ValueError(f"cannot read {text!r} as a duration (e.g. 90m, 6h, 2d)")
     return int(float(m.group(1)) * _UNIT_MS[m.group(2)])
+
+
+EXPORTER_HELP = "One exporter's own view (every record it sent) instead of each packet counted once."
+#: ``--exporter ADDR`` of the flow reports
+Exporter = Annotated[Optional[str], typer.Option("--exporter", help=EXPORTER_HELP)]

@@ -66,6 +66,7 @@ __all__ = [
     "score_detections",
     "truth_matrix",
     "matrix_error",
+    "matrix_total_error",
     "merge_scores",
 ]
 
@@ -524,6 +525,40 @@ def matrix_error(
         rep.bias = sum_est / sum_true - 1.0 if sum_true else None
         rep.worst = sorted(rows, key=lambda r: -abs(r["rel_error"]) / r["bound95"])[:worst]
     return rep
+
+
+def matrix_total_error(
+    estimated: Mapping[tuple[str, str], float],
+    truth: list[dict],
+    *,
+    min_expected_samples: float = 100.0,
+    exclude: Iterable[tuple[int, int]] = (),
+    worst: int = 5,
+) -> MatrixReport:
+    """:func:`matrix_error` of whole-run node -> node totals: ``estimated`` is (src, dst) -> bytes over the
+    run (e.g. the final values of a counter), compared with the truth's bytes summed over all its windows.
+
+    One cell per pair; ``min_expected_samples`` applies to the pair's packets over the run / N, so the
+    95 % bound (1.96 / sqrt(expected samples)) is tighter than per window. Summing over the run also
+    removes the window-edge effects of an accelerated replay (events shifted across a window boundary
+    still count once). ``exclude`` windows are left out of the truth (their estimates cannot be
+    separated from a total: use it only where the estimate has none either).
+    """
+    scen = _scenario(truth)
+    window_ms = int(scen.get("window_ms") or 10_000)
+    excl = list(exclude)
+    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for ws, cells in truth_matrix(truth).items():
+        if any(ws < b and ws + window_ms > a for a, b in excl):
+            continue
+        for key, (b, pk) in cells.items():
+            totals[key][0] += b
+            totals[key][1] += pk
+    start = int(scen.get("start_ms") or 0)
+    one_window = [scen, {"type": "window", "start_ms": start, "end_ms": start + window_ms,
+                         "pairs": [{"src": s, "dst": d, "bytes": b, "packets": pk}
+                                   for (s, d), (b, pk) in sorted(totals.items())]}]  # fmt: skip
+    return matrix_error({start: estimated}, one_window, min_expected_samples=min_expected_samples, worst=worst)
 
 
 def merge_scores(reports: Iterable[ScoreReport]) -> dict[str, DetectorScore]:

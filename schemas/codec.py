@@ -19,7 +19,7 @@ from functools import cache
 
 import numpy as np
 
-from .columns import dtype_for
+from .columns import dtype_for, load_avsc
 from .registry import (
     BATCHES,
     HEADER_LEN,
@@ -29,12 +29,14 @@ from .registry import (
     decode_record,
     derive_batch_schema,
     encode_record,
+    error_reason,
     header,
     parsed,
     schema_fingerprint,
     schema_json,
     schema_of,
     write_batch_schemas,
+    writer_schema,
 )
 from .strings import StringTable, decode_strings, encode_strings
 from .varint import Message, decode_varints, encode_long, encode_long_column, read_long
@@ -54,6 +56,7 @@ __all__ = [  # the batch codec, and the framing and schema names of schemas.regi
     "derive_batch_schema",
     "encode_batch",
     "encode_record",
+    "error_reason",
     "field_encodings",
     "header",
     "parsed",
@@ -67,8 +70,12 @@ __all__ = [  # the batch codec, and the framing and schema names of schemas.regi
 @cache
 def _plan(batch: str):
     """[(field, kind)] for a batch schema; kind in long|bool|fixed16|string|double."""
+    return _plan_of(schema_json(batch), batch)
+
+
+def _plan_of(schema: dict, batch: str):
     plan = []
-    for f in schema_json(batch)["fields"]:
+    for f in schema["fields"]:
         it = f["type"]["items"]
         if it in ("int", "long"):
             kind = "long"
@@ -184,6 +191,8 @@ def decode_batch(message: bytes, expect: str | None = None, spans: dict | None =
         raise CodecError(f"{name} is not a batch schema")
     if expect is not None and name != expect:
         raise CodecError(f"expected {expect}, got {name}")
+    old = writer_schema(message)  # an earlier compatible version of the batch's record schema
+    plan = _plan(name) if old is None else _old_plan(name, bytes(message[2:HEADER_LEN]), old)
     m = Message(message)
     mv = memoryview(message)
     buf = m.buf
@@ -192,7 +201,7 @@ def decode_batch(message: bytes, expect: str | None = None, spans: dict | None =
     cols: dict[str, np.ndarray] = {}
     n_expected: int | None = None
     last_long = (0, 0, None)  # (start, end, values) of the previous long block
-    for fname, kind in _plan(name):
+    for fname, kind in plan:
         chunks = []
         total = 0
         fstart = pos
@@ -245,8 +254,29 @@ def decode_batch(message: bytes, expect: str | None = None, spans: dict | None =
     out = np.zeros(n_expected or 0, dtype=dtype_for(BATCHES[name]))
     if n_expected:
         for fname, col in cols.items():
-            out[fname] = col
+            if fname in out.dtype.names:
+                out[fname] = col
+        if old is not None:  # fields added since that writer: their schema defaults
+            for fname, default in _defaults(name).items():
+                if fname not in cols:
+                    out[fname] = default
     return out
+
+
+_OLD_PLANS: dict[bytes, tuple] = {}
+
+
+def _old_plan(name: str, fp: bytes, writer) -> tuple:
+    plan = _OLD_PLANS.get(fp)
+    if plan is None:
+        plan = _OLD_PLANS[fp] = _plan_of(writer, name)
+    return plan
+
+
+@cache
+def _defaults(batch: str) -> dict:
+    """Field -> Avro default of the batch's current record schema (fields with one)."""
+    return {f["name"]: f["default"] for f in load_avsc(BATCHES[batch])["fields"] if "default" in f}
 
 
 def batch_to_records(arr: np.ndarray) -> list[dict]:

@@ -28,12 +28,14 @@ __all__ = [
     "decode_record",
     "derive_batch_schema",
     "encode_record",
+    "error_reason",
     "header",
     "parsed",
     "schema_fingerprint",
     "schema_json",
     "schema_of",
     "write_batch_schemas",
+    "writer_schema",
 ]
 
 MAGIC = b"\xc3\x01"
@@ -48,9 +50,26 @@ class CodecError(Exception):
     """A message that is not a fabricflow Avro single-object message."""
 
 
-def derive_batch_schema(record_name: str) -> dict:
-    """Columnar batch schema: same fields as the record schema, each an array."""
-    rec = load_avsc(record_name)
+def error_reason(err: Exception) -> str:
+    """Bounded reason label for a message that could not be decoded (metrics label, never free text)."""
+    if not isinstance(err, CodecError):
+        return "corrupt"
+    msg = str(err)
+    if "single-object" in msg:
+        return "not_avro"
+    if "unknown schema" in msg:
+        return "unknown_schema"
+    if msg.startswith("expected") or "is not a batch schema" in msg:
+        return "wrong_schema"
+    if "empty message" in msg:
+        return "empty"
+    return "corrupt"
+
+
+def derive_batch_schema(record_name: str, record: dict | None = None) -> dict:
+    """Columnar batch schema: same fields as the record schema (``record``, default the current
+    ``<record_name>.avsc``), each an array."""
+    rec = record if record is not None else load_avsc(record_name)
     batch_name = rec["name"].replace("Record", "") + "Batch" if rec["name"] == "FlowRecord" else rec["name"] + "Batch"
     fields = []
     named_seen: set[str] = set()
@@ -105,17 +124,33 @@ def _by_fingerprint() -> dict[bytes, str]:
 
 @cache
 def _history() -> dict[bytes, tuple[str, object]]:
-    """Fingerprint -> (record schema name, parsed writer schema) of earlier compatible versions of the record
-    schemas (``schemas/avro/history/<name>.<n>.avsc``): messages written with them are read into the
-    current schema by Avro schema resolution (fields added since take their defaults)."""
+    """Fingerprint -> (schema name, parsed writer schema) of earlier compatible versions of the schemas
+    (``schemas/avro/history/<record name>.<n>.avsc``): record messages written with them are read into the
+    current schema by Avro schema resolution, batches of a record written with them by
+    :func:`schemas.codec.decode_batch` (in both cases fields added since take their defaults)."""
     out = {}
+    batch_of = {record: batch for batch, record in BATCHES.items()}
     for path in sorted((AVRO_DIR / "history").glob("*.avsc")):
         name = path.name.split(".")[0]
+        old = json.loads(path.read_text())
         if name in RECORD_SCHEMAS:
-            writer = parse_schema(json.loads(path.read_text()))
-            fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(writer), "CRC-64-AVRO"))
-            out[fp] = (name, writer)
+            writer = parse_schema(old)
+        elif name in batch_of:
+            name, writer = batch_of[name], parse_schema(derive_batch_schema(name, old))
+        else:
+            continue
+        fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(writer), "CRC-64-AVRO"))
+        out[fp] = (name, writer)
     return out
+
+
+def writer_schema(message: bytes) -> dict | None:
+    """The parsed schema an older compatible writer used for ``message``, None when it is the current one."""
+    fp = bytes(message[2:HEADER_LEN])
+    old = _history().get(fp)
+    if old is None or schema_fingerprint(old[0]) == fp:
+        return None
+    return old[1]
 
 
 def header(name: str) -> bytes:

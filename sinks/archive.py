@@ -1,30 +1,9 @@
-"""Hourly Parquet archive writer: buffering by event hour, flush plans, atomic writes.
+"""Hourly Parquet archive writer: buffering by event hour, flush plans, atomic writes (the exactly-once core).
 
-The exactly-once core. The Kafka consumer loop (not here) does::
-
-    buf.add(table, offsets)              # rows of one or more messages, in offset order
-    plan = buf.flush_plan(now_ms)        # what to write + last durable offset
-    writer.write_plan(plan)              # every file durable before ...
-    consumer.commit(plan.commit_offsets) # ... the offsets are committed
-    buf.confirm(plan)
-
-Guarantees, for any crash point followed by a restart from the last
-committed offsets with a fresh buffer:
-
-* Nothing is committed past an unwritten row: ``safe_offset`` is the smallest
-  offset still buffered minus one (Kafka commit value = ``safe_offset + 1``).
-* Keys come from the data (dataset, event hour, partition, first and last
-  offset), so re-writing a planned file overwrites it with the same rows.
-* A restart re-reads rows that may already be durable (say hour H was written
-  up to offset 250 while hour H+1 kept the commit at 149). For every file of
-  (dataset, partition, hour) the rows of that hour whose offsets fall in the
-  file's [first, last] are exactly the file's rows, so the writer's
-  :class:`WrittenIndex` (the archive listing itself) tells which re-read rows
-  are already durable and they are dropped. Different chunking on replay
-  (idle timers, size limits) therefore never duplicates a row.
-
-Pure-ish: :class:`HourlyBuffer` has no clock (``now_ms`` is an argument) and no
-I/O except through the index it is given; :class:`ParquetWriter` does the I/O.
+The consumer loop adds rows in offset order, asks for a flush plan, writes its files and commits the
+plan's offsets only once they are durable; keys come from the data, so a retry overwrites. Pure-ish:
+:class:`HourlyBuffer` has no clock and no I/O but through its index; :class:`ParquetWriter` does the
+I/O. The guarantees and the argument are in docs/archive.md, "Exactly-once design".
 """
 
 from __future__ import annotations

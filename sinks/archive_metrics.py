@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from schemas import codec
-
 
 class SinkMetrics:
     """Prometheus metrics of the archive sink (own registry, served by the service's /metrics)."""
@@ -25,19 +23,3 @@ class SinkMetrics:
         self.buffered = Gauge("fabricflow_sink_buffered_rows", "Rows buffered, not yet written", ["dataset"], registry=r)
         self.summaries = Counter("fabricflow_sink_summaries_total", "Hourly summaries produced", ["partial"], registry=r)
         self.summary_late = Counter("fabricflow_sink_summary_late_rows_total", "Flow rows for an hour whose summary was already produced", registry=r)
-
-
-def undecodable_reason(err: Exception) -> str:
-    """Bounded reason label for an undecodable message."""
-    msg = str(err)
-    if isinstance(err, codec.CodecError):
-        if "single-object" in msg:
-            return "not_avro"
-        if "unknown schema" in msg:
-            return "unknown_schema"
-        if msg.startswith("expected") or "is not a batch schema" in msg:
-            return "wrong_schema"
-        if "empty message" in msg:
-            return "empty"
-        return "corrupt"
-    return "corrupt"

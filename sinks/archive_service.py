@@ -17,12 +17,13 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from fabricflow import streams
+from fabricflow.kafka import consumer_config
 from fabricflow.logs import RateLimitedLog
 from fabricflow.service import Service
 from schemas import codec
 from sinks import layout
 from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenIndex, ParquetWriter, batch_dtype
-from sinks.archive_metrics import SinkMetrics, undecodable_reason
+from sinks.archive_metrics import SinkMetrics
 from sinks.arrow_schema import table_from_columns, table_from_dicts
 from sinks.commit_ledger import CommitLedger
 from sinks.fs import archive_filesystem
@@ -119,21 +120,9 @@ class ArchiveService:
     # ------------------------------------------------------------------ kafka plumbing
 
     def _consumer_config(self) -> dict:
-        k = self.settings.kafka
-        conf = k.client_config()
-        conf.update({
-            "client.id": f"{k.client_id}-archive",
-            "group.id": self.group_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": k.session_timeout_ms,
-            "heartbeat.interval.ms": max(100, k.session_timeout_ms // 3),
-            # flow batches are ~100 B/row (~400 kB per 4096-row message): fetch many per request
-            "max.partition.fetch.bytes": 16 * 1024 * 1024,
-            "fetch.max.bytes": 64 * 1024 * 1024,
-        })
-        return conf
+        # flow batches are ~100 B/row (~400 kB per 4096-row message): fetch many per request
+        return consumer_config(self.settings.kafka, self.group_id, "archive",
+                               **{"max.partition.fetch.bytes": 16 * 1024 * 1024, "fetch.max.bytes": 64 * 1024 * 1024})
 
     def _on_assign(self, consumer, partitions) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
@@ -209,7 +198,7 @@ class ArchiveService:
             self.summaries.enriched_watermark(partition, buf.watermark)
 
     def _bad(self, route: Route, partition: int, offset: int, err: Exception) -> None:
-        reason = undecodable_reason(err)
+        reason = codec.error_reason(err)
         self.metrics.undecodable.labels(route.dataset, reason).inc()
         self.report["undecodable"] += 1
         self.ratelog.warning(f"undecodable:{route.topic}", "skipping undecodable message %s[%d]@%d (%s): %s",

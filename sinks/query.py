@@ -349,7 +349,7 @@ class ArchiveQuery:
             return False
 
     def _flows(self, frm, to, source: str, exporter: str | None, needs_raw: str | None = None) -> tuple[str, dict]:
-        """FROM clause (flow rows with src/dst node, ip, group, job, category, bytes_est, packets_est and
+        """FROM clause (flow rows with src/dst node, ip, group, rack, job, category, bytes_est, packets_est and
         ``n``, the flow records a row stands for) and params of a flow report; sets :attr:`answered`.
 
         Each piece of :meth:`sources` is a view of its own (only its hours' files are listed and read);
@@ -382,7 +382,7 @@ class ArchiveQuery:
             else:
                 cond, n = "NOT duplicate", "flow_records"
             parts.append(f"""SELECT src_node, dst_node, src_ip::VARCHAR AS src_ip, dst_ip::VARCHAR AS dst_ip,
-                src_group, dst_group, src_job, dst_job, category, bytes_est, packets_est, {n} AS n
+                src_group, dst_group, src_rack, dst_rack, src_job, dst_job, category, bytes_est, packets_est, {n} AS n
                 FROM {alias} WHERE {cond}""")
         if not parts:
             raise EmptyRange("no flow data in range (neither raw flows nor rollups)")

@@ -1,26 +1,10 @@
-"""Background writer threads for the archive service: planned files are written off the consumer thread.
+"""Background writer threads of the archive service: planned files are written off the consumer thread.
 
-:class:`WriteQueue` takes jobs (the new files of one flush plan), writes their
-files on ``parallel`` threads (Parquet encoding releases the GIL; one thread
-encodes while another waits for an upload) and hands each finished job back
-to the consumer thread, which alone commits offsets and confirms buffers.
-Ordering rules, which the service's exactly-once argument relies on:
-
-* Files start in submission order; jobs are *reported* strictly in
-  submission order, a job only once all its files are done and every job
-  before it was reported. So when job *k* is reported ``ok``, every file of
-  every job before it is durable.
-* The first failed write halts the queue: files not started yet are skipped,
-  the failed job is reported ``failed`` and every job after it ``skipped``
-  (even if some of its files were already written: durable but never
-  committed, and planned again), until the consumer thread, having seen every
-  report, calls :meth:`resume`. A job reported ``ok`` therefore never follows
-  an unwritten file.
-* :meth:`submit` blocks while more than ``max_rows`` rows wait (back
-  pressure: the consumer thread stops decoding when the writer falls behind).
-
-No Kafka, no clock reads other than for waiting; ``write`` is any callable
-taking one :class:`sinks.archive.FileToWrite`.
+:class:`WriteQueue` writes each job's files on ``parallel`` threads and reports jobs strictly in
+submission order; the first failed write halts it until the consumer thread, which alone commits
+offsets, has seen every report and resumes it; :meth:`WriteQueue.submit` blocks while more than
+``max_rows`` rows wait. The ordering rules the exactly-once argument relies on are in
+docs/archive.md, "The archive service".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The structural walk of :func:`~ingest.decode.sflow_batch.decode_sflow_many`, compiled by numba.
 
-Same contract as the numpy walk in ``sflow_batch._front_numpy`` (the
+Same contract as the numpy walk in ``sflow_batch._walk_numpy`` (the
 reference): per datagram whether it is plain, its header fields and agent
 address; per flow sample of a plain datagram, in (datagram, sample) order,
 the fixed fields, the raw header record and the common-shape parse of the

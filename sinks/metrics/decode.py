@@ -33,17 +33,6 @@ class Undecodable(ValueError):
         self.reason = reason
 
 
-def _codec_reason(err: codec.CodecError) -> str:
-    msg = str(err)
-    if "single-object" in msg:
-        return "not_avro"
-    if "unknown schema" in msg:
-        return "unknown_schema"
-    if msg.startswith("expected") or "is not a batch schema" in msg:
-        return "wrong_schema"
-    return "corrupt"
-
-
 def decode_value(kind: str, value: bytes | None) -> dict | np.ndarray:
     """One message value: a record dict, or for ``counters`` the decoded ``CounterBatch`` rows."""
     if not value:
@@ -57,7 +46,7 @@ def decode_value(kind: str, value: bytes | None) -> dict | np.ndarray:
         if value[:2] == codec.MAGIC:
             return codec.decode_record(value)
     except codec.CodecError as e:
-        raise Undecodable(_codec_reason(e), str(e)) from None
+        raise Undecodable(codec.error_reason(e), str(e)) from None
     except Exception as e:  # any other failure of a decoder on corrupt bytes
         raise Undecodable("corrupt", f"{type(e).__name__}: {e}") from None
     try:

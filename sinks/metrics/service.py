@@ -45,6 +45,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fabricflow import streams
+from fabricflow.kafka import consumer_config
 from fabricflow.logs import RateLimitedLog
 from fabricflow.service import Service
 from processors.logic.inventory import Inventory, InventoryWatcher
@@ -152,18 +153,7 @@ class MetricsService:
     # ------------------------------------------------------------------ Kafka
 
     def _consumer_config(self) -> dict:
-        k = self.settings.kafka
-        conf = k.client_config()
-        conf.update({
-            "client.id": f"{k.client_id}-metrics",
-            "group.id": self.group,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": k.session_timeout_ms,
-            "heartbeat.interval.ms": max(100, k.session_timeout_ms // 3),
-        })
-        return conf
+        return consumer_config(self.settings.kafka, self.group, "metrics")
 
     def _on_assign(self, consumer, partitions) -> None:
         try:

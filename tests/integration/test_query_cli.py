@@ -202,7 +202,7 @@ def test_parquet_output(archive, tmp_path):
     (["query", "sql", "SELECT * FROM alerts"], "datasets present: flows_enriched"),
     (["query", "sql", "SELEKT 1"], "query failed"),
     (["query", "matrix", "--source", "matrix"], "dataset 'matrix_windows' is not in the archive"),
-    (["query", "matrix", "--level", "rack"], "--level must be node or group"),
+    (["query", "matrix", "--level", "pod"], "--level must be node, rack or group"),
     (["query", "segmentation", "--policy", "/nonexistent/policy.yaml"], "policy file not found"),
 ])
 def test_errors_are_one_line_exit_2(archive, args, message):

@@ -120,3 +120,37 @@ def test_fabricflow_worker_one_step_null_sink(capsys):
     bi.table({("netflow9", "fabricflow"): step, ("netflow9", "nfcapd"): step})
     out = capsys.readouterr().out
     assert "netflow9" in out and "1.00x" in out
+
+
+@pytest.mark.parametrize("make", [lambda: common.netflow_stream(9, records=25, pool=4),
+                                  lambda: common.netflow_stream(10, records=25, pool=4),
+                                  lambda: common.sflow_stream(7, pool=8)], ids=["v9", "ipfix", "sflow"])
+def test_sender_never_repeats_a_flow(make):
+    """pmacct aggregates in memory: over several passes of the pool every flow must be new,
+    with only the stamped source port and address bytes changed."""
+    s = make()
+    snd = common.Sender(s, 9)  # never sends here
+    try:
+        cache = TemplateCache()
+        for t in s.templates:
+            decode(t, "127.0.0.1", 0, cache)
+        keys, total = set(), 0
+        first = None
+        n = len(snd.bufs)
+        for _ in range(3):
+            snd._stamp(0, n)
+            flows = concat_rows([decode(bytes(b), "127.0.0.1", 0, cache).flows for b in snd.bufs])
+            if first is None:
+                first = flows
+            else:
+                for c in flows.dtype.names:
+                    if c not in ("src_addr", "src_port"):
+                        assert np.array_equal(flows[c], first[c]), c
+            # VXLAN rows show the inner frame; the outer one (what pmacct aggregates on) is stamped
+            flows = flows[flows["vxlan_vni"] < 0]
+            keys |= {(bytes(a), int(p), bytes(d), int(q)) for a, p, d, q in
+                     zip(flows["src_addr"], flows["src_port"], flows["dst_addr"], flows["dst_port"])}
+            total += len(flows)
+        assert total > 2 * sum(s.records) and len(keys) == total
+    finally:
+        snd.close()

@@ -15,6 +15,7 @@ from devtools.scoring import (
     expected_detections,
     faults_from_truth,
     matrix_error,
+    matrix_total_error,
     merge_scores,
     score_detections,
 )
@@ -328,3 +329,20 @@ def test_matrix_error_floor_exclusions_and_non_nodes():
     assert m.cells == 4 * 8 and m.skipped_windows == 2
     assert matrix_error(est, t, nodes_only=False).cells == 5 * 10
     assert matrix_error(est, t, min_expected_samples=1).cells == 5 * 10
+
+
+def test_matrix_total_error_compares_whole_run_totals():
+    t = truth([], ring_windows(20))
+    per_window = sampled_estimate(t, 4096, seed=1)  # deterministic; 4 pairs, so any seed puts 0-1 outside
+    totals: dict = {}
+    for cells in per_window.values():
+        for k, v in cells.items():
+            totals[k] = totals.get(k, 0.0) + v
+    m = matrix_total_error(totals, t)
+    # 4 pairs x 20 windows x 1e6 packets / 4096: ~4,900 expected samples per pair, 95 % bound 2.8 %
+    assert m.cells == 4 and m.median_bound95 == pytest.approx(1.96 / math.sqrt(20 * 1_000_000 / 4096))
+    assert m.ok and abs(m.bias) < 0.02
+    # 10 % too high is far outside a 2.8 % bound
+    assert matrix_total_error({k: v * 1.1 for k, v in totals.items()}, t).within_bound95 == 0.0
+    assert matrix_total_error({}, t).missing == 4
+    assert matrix_total_error(totals, t, exclude=[(T0, T0 + 10**9)]).cells == 0

@@ -213,7 +213,7 @@ def test_reports_count_each_packet_once_and_one_exporters_view_on_request(tmp_pa
     root = str(tmp_path)
     base = {"time_end_ms": T0 + 1000, "src_node": "g1", "dst_node": "g2", "category": "collective",
             "src_group": "gpu", "dst_group": "gpu", "src_job": "jobA", "dst_job": "jobA",
-            "src_addr": "10.0.0.1", "dst_addr": "10.0.0.2"}
+            "src_addr": "10.0.0.1", "dst_addr": "10.0.0.2", "src_rack": "r1", "dst_rack": "r2"}
     rows = [{**base, "bytes_est": 5000, "packets_est": 5, "exporter_addr": "10.0.255.1", "duplicate": False},
             {**base, "bytes_est": 4900, "packets_est": 5, "exporter_addr": "10.0.255.10", "duplicate": True},
             {**base, "bytes_est": 700, "packets_est": 1, "exporter_addr": "10.0.255.1", "duplicate": False,
@@ -230,5 +230,7 @@ def test_reports_count_each_packet_once_and_one_exporters_view_on_request(tmp_pa
     assert sent == {"g2": 5000, "g3": 700}
     m = q.matrix(None, None, source="flows").to_pylist()
     assert sum(r["bytes_est"] for r in m) == 5700
+    racks = {(r["src"], r["dst"]): r["bytes_est"] for r in q.matrix(None, None, level="rack", source="flows").to_pylist()}
+    assert racks == {("r1", "r2"): 5700}
     with pytest.raises(ValueError, match="one exporter's view comes from the flow records"):
         q.matrix(None, None, source="matrix", exporter="10.0.255.10")
