@@ -24,7 +24,8 @@ from .kafka_helpers import consume, create_topics, decode_outputs, produce_batch
 
 pytestmark = pytest.mark.integration
 INVENTORY = Path(__file__).resolve().parents[1] / "data" / "cluster_inventory.yaml"
-KIND_TOPIC = {"matrix": "matrix", "incast": "incast", "straggler": "straggler", "link": "link_health", "alert": "alerts"}
+KIND_TOPIC = {"matrix": "matrix", "incast": "incast", "straggler": "straggler", "link": "link_health", "alert": "alerts",
+              "pattern": "patterns"}
 
 
 ALERT_IDENTITY = ("dedup_key", "rule", "severity", "state", "first_seen_ms", "entities")
@@ -57,7 +58,8 @@ def expected_outputs(settings, batches, counters=()) -> list[tuple]:
     factory = core_factory_from(settings.processors, inventory=str(INVENTORY))
     outs = replay_batches([b for _e, b in batches], [b for _e, b in counters], factory, settings.kafka.partitions)
     t = settings.kafka.topics
-    schemas = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health", "alert": "alert"}
+    schemas = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health", "alert": "alert",
+               "pattern": "pattern"}
     res = []
     for kind, key, value in outs:
         # Round-trip through the codec so floats/enums compare like consumed messages.

@@ -85,7 +85,8 @@ def expected_outputs(settings, inventory: Path, batches) -> set[tuple]:
             outs += cores.setdefault(int(p), ProcessorCore(inv, cfg)).process_enriched(e[shards == p])
     for core in cores.values():
         outs += core.flush()
-    schema = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health", "alert": "alert"}
+    schema = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health", "alert": "alert",
+              "pattern": "pattern"}
     t = settings.kafka.topics
     return {
         (getattr(t, KIND_TOPIC[kind]), key, json.dumps(codec.decode_record(codec.encode_record(schema[kind], value)), sort_keys=True, default=str))
