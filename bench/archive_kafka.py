@@ -111,6 +111,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="service runs on the same messages (new group each)")
     ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval for the run (GIL hand-over, s)")
     ap.add_argument("--write-queue-rows", type=int, help="ArchiveService write_queue_rows (0 = no writer thread)")
+    ap.add_argument("--enriched", action="store_true",
+                    help="EnrichedFlowBatch to flows.enriched (archived with its rollups) instead of raw flows")
     ap.add_argument("--profile", help="write a cProfile of the service run (consumer thread) to this file")
     args = ap.parse_args()
     if args.switch_interval:
@@ -147,7 +149,9 @@ def run(args, base, stack) -> None:
     n_msgs = args.rows // args.batch
     step = 2 * 3_600_000 // max(n_msgs, 1)
     t0 = time.perf_counter()
-    msgs = [codec.encode_batch("flow_batch", make_batch(rng, args.batch, T0 + i * step, False)) for i in range(n_msgs)]
+    schema, topic, row_schema = (("flow_enriched_batch", s.kafka.topics.flows_enriched, "flow_enriched") if args.enriched
+                                 else ("flow_batch", s.kafka.topics.flows_raw, "flow_record"))
+    msgs = [codec.encode_batch(schema, make_batch(rng, args.batch, T0 + i * step, args.enriched)) for i in range(n_msgs)]
     t_encode = time.perf_counter() - t0
     rows = n_msgs * args.batch
     mbytes = sum(len(m) for m in msgs) / 1e6
@@ -160,7 +164,7 @@ def run(args, base, stack) -> None:
     for i, m in enumerate(msgs):
         while True:
             try:
-                p.produce(s.kafka.topics.flows_raw, value=m, partition=i % args.partitions)
+                p.produce(topic, value=m, partition=i % args.partitions)
                 break
             except BufferError:
                 p.poll(0.05)
@@ -176,7 +180,7 @@ def run(args, base, stack) -> None:
     c_codec = (time.thread_time() - c0) * scale
     c0 = time.thread_time()
     for a in arrs:
-        table_from_columns(a, "flow_record")
+        table_from_columns(a, row_schema)
     c_arrow = (time.thread_time() - c0) * scale
     del msgs, arrs, sample
 
@@ -263,8 +267,8 @@ def one_service_run(args, s, rows, line, r) -> None:
         if real_build is not None:
             archive_mod.build_table = real_build
             ParquetWriter.encode = real_encode
-    assert rep["rows_written"] == rows, rep
-    size = sum(svc.fs.du(f"{svc.root}/flows_raw", total=False).values())
+    assert rep["rows_written"] >= rows, rep  # + the hourly summaries the service archives (enriched input)
+    size = sum(svc.fs.du(f"{svc.root}/{'flows_enriched' if args.enriched else 'flows_raw'}", total=False).values())
     print(f"-- service run {r + 1}: files={rep['files_written']} ({size / rows:.1f} B/row in Parquet) "
           f"commits={rep['commits']} batch_messages={args.batch_messages}")
     line("service: codec.decode_batch (CPU)", acc["decode"])
@@ -276,6 +280,9 @@ def one_service_run(args, s, rows, line, r) -> None:
         line("  of which build the file's table (CPU)", acc["build"])
         line("  of which Parquet encode (CPU)", acc["encode"])
         line("  of which store on S3 (CPU)", acc["write_cpu"] - acc["build"] - acc["encode"])
+    if getattr(svc.writer, "rollup_seconds", 0):
+        line("  of which rollups: aggregate+encode+store (wall)", svc.writer.rollup_seconds)
+        print(f"{'  rollup rows written':<44}{svc.writer.rollup_rows_written:>12,}")
     print(f"{'service: commits (wall)':<44}{'':>12}{svc.t_commit:>9.2f}")
     line("service: first -> last message", svc.last_msg - svc.first_msg)
     line("service: first msg -> all durable+committed", svc.t_flushed - svc.first_msg)

@@ -1,7 +1,10 @@
-"""Query latency of the named archive reports on a generated one-day archive.
+"""Query latency of the named archive reports on a generated one-day archive (default), or on a generated
+week of rollups (``--week``: see :func:`week_main`).
 
     .venv/bin/python bench/archive_query.py [--rows 100000000] [--dir PATH] [--keep]
                                             [--partitions 4] [--raw] [--runs 3] [--hour 10] [--json FILE]
+    .venv/bin/python bench/archive_query.py --week [--rate 200000] [--raw-rows 8000000] [--partitions 4]
+                                            [--runs 3] [--dir PATH] [--keep] [--json FILE]
 
 Generates one UTC day of ``flows_enriched`` (and ``flows_raw`` with ``--raw``)
 in a temporary directory on local disk with the sink's own code path
@@ -343,6 +346,251 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- a week of rollups
+
+
+WEEK_HOURS = 168
+
+
+def key_universe(rng: np.random.Generator, cl: Cluster, partitions: int) -> dict:
+    """The (src, dst, category, exporter protocol, duplicate) keys a cluster's traffic has in one hour.
+
+    Structured like a training fabric rather than uniform: ring collectives within each job (both
+    neighbours), RoCEv2 all-to-all within a job, each GPU with 4 storage/model-store nodes (both ways),
+    DNS to 2 mgmt nodes, each mgmt node to 32 nodes, each node with 4 outside addresses (both ways) and
+    2,000 random pairs. 20 % of the pairs are also seen by a NetFlow exporter; a pair crossing racks is
+    seen by both ToRs (one copy flagged duplicate). Partition = the observing ToR's rack modulo the
+    partitions (the Kafka key is the exporter).
+    """
+    src, dst, cat = [], [], []
+
+    def add(s, d, c):
+        src.append(np.asarray(s)), dst.append(np.asarray(d)), cat.append(np.full(len(np.asarray(s)), c))
+
+    gpu = np.arange(N_GPU)
+    job, pos = gpu // JOB_SIZE, gpu % JOB_SIZE
+    for step in (1, JOB_SIZE - 1):  # ring: next and previous in the job
+        add(gpu, job * JOB_SIZE + (pos + step) % JOB_SIZE, 0)
+    a = np.repeat(gpu, JOB_SIZE)
+    b = (a // JOB_SIZE) * JOB_SIZE + np.tile(np.arange(JOB_SIZE), N_GPU)
+    add(a[a != b], b[a != b], 1)
+    stor = N_GPU + rng.integers(0, N_STORAGE + N_MODEL, (N_GPU, 4))
+    add(np.repeat(gpu, 4), stor.ravel(), 2)
+    add(stor.ravel(), np.repeat(gpu, 4), 2)
+    mgmt_lo = N_GPU + N_STORAGE + N_MODEL
+    nodes = np.arange(N_NODES)
+    add(np.repeat(nodes, 2), mgmt_lo + rng.integers(0, N_MGMT, 2 * N_NODES), 3)
+    add(np.repeat(mgmt_lo + np.arange(N_MGMT), 32), rng.integers(0, N_NODES, 32 * N_MGMT), 4)
+    ext = N_NODES + rng.integers(0, N_EXTERNAL, 4 * N_NODES)
+    add(np.repeat(nodes, 4), ext, 5)
+    add(ext, np.repeat(nodes, 4), 5)
+    add(rng.integers(0, N_NODES, 2000), rng.integers(0, N_NODES + N_EXTERNAL, 2000), 6)
+    src, dst, cat = np.concatenate(src), np.concatenate(dst), np.concatenate(cat)
+    keep = src != dst
+    src, dst, cat = src[keep], dst[keep], cat[keep]
+    # exporter protocol: sFlow always, NetFlow too for 20 % of the pairs
+    nf = rng.random(len(src)) < 0.2
+    proto = np.r_[np.ones(len(src), np.int32), np.full(int(nf.sum()), 4, np.int32)]
+    src, dst, cat = np.r_[src, src[nf]], np.r_[dst, dst[nf]], np.r_[cat, cat[nf]]
+    # duplicate: a pair crossing racks is seen by the destination's ToR as well
+    rack = cl.exporter_of
+    cross = rack[src] != rack[dst]
+    dup = np.r_[np.zeros(len(src), bool), np.ones(int(cross.sum()), bool)]
+    observer = np.r_[rack[src], rack[dst][cross]]
+    src, dst, cat, proto = np.r_[src, src[cross]], np.r_[dst, dst[cross]], np.r_[cat, cat[cross]], np.r_[proto, proto[cross]]
+    return {"src": src, "dst": dst, "cat": cat, "proto": proto, "dup": dup, "partition": observer % partitions}
+
+
+def rollup_table(rng, cl: Cluster, keys: dict, idx: np.ndarray, buckets: np.ndarray, records: np.ndarray) -> pa.Table:
+    """traffic rollup rows for keys ``idx`` in ``buckets`` with ``records`` flow records each."""
+    from sinks.rollups import TRAFFIC_SCHEMA
+
+    s, d = pa.array(keys["src"][idx]), pa.array(keys["dst"][idx])
+    node_s, node_d = cl.node.take(s), cl.node.take(d)
+    addr_text = pa.array([f"100.64.{(i - N_NODES) // 256}.{(i - N_NODES) % 256}" if i >= N_NODES else ""
+                          for i in range(N_NODES + N_EXTERNAL)], pa.string())
+    rate = np.where(rng.random(len(idx)) < 0.9, 1000, 4096)
+    cat = keys["cat"][idx]
+    pkt_per_rec = np.where(cat <= 1, 2, 1)
+    packets = records * pkt_per_rec
+    size = np.where(cat <= 1, 4096, 800)
+    return pa.table({
+        "bucket_ms": pa.array(buckets, pa.int64()),
+        "src_node": node_s, "dst_node": node_d, "src_ip": addr_text.take(s), "dst_ip": addr_text.take(d),
+        "src_group": cl.group.take(s), "dst_group": cl.group.take(d),
+        "src_rack": cl.rack.take(s), "dst_rack": cl.rack.take(d),
+        "src_job": cl.job.take(s), "dst_job": cl.job.take(d),
+        "category": cl.category.take(pa.array(cat)),
+        "export_protocol": pa.array(keys["proto"][idx], pa.int32()), "duplicate": pa.array(keys["dup"][idx]),
+        "bytes_est": pa.array(packets * size * rate, pa.int64()), "packets_est": pa.array(packets * rate, pa.int64()),
+        "bytes": pa.array(packets * size, pa.int64()), "packets": pa.array(packets, pa.int64()),
+        "flow_records": pa.array(records, pa.int64()),
+    }, schema=TRAFFIC_SCHEMA)
+
+
+def generate_week(root: str, rate: int, partitions: int, raw_rows: int, seed: int = 5) -> dict:
+    """168 hours of compacted ``traffic_1h`` (one merged file per hour and partition, as ``fabricflow sink
+    compact`` leaves them), ``traffic_1m`` for the first hour, and hour 168 as raw ``flows_enriched`` written
+    by the sink's own path (with its per-file rollups, then compacted). Flow records per hour = rate x 3600."""
+    from sinks.compaction import compact
+    from sinks.rollups import TRAFFIC_SCHEMA  # noqa: F401
+
+    rng = np.random.default_rng(seed)
+    cl = Cluster()
+    keys = key_universe(rng, cl, partitions)
+    nkeys = len(keys["src"])
+    writer = ParquetWriter(None, root)
+    t0 = time.perf_counter()
+    per_hour = rate * 3600
+    rows_1h = rows_1m = 0
+    weight = rng.pareto(1.5, nkeys) + 0.05  # heavy-tailed pair volumes, stable over the week
+    for h in range(WEEK_HOURS + 1):
+        hour = DAY * 24 + h
+        active = np.flatnonzero(rng.random(nkeys) < 0.9)
+        w = weight[active] * rng.uniform(0.5, 1.5, len(active))
+        records = np.maximum(1, (w / w.sum() * per_hour).astype(np.int64))
+        if h == WEEK_HOURS:
+            break  # the raw hour: below
+        for p in range(partitions):
+            sel = keys["partition"][active] == p
+            idx, rec = active[sel], records[sel]
+            off0 = h * 10**9 + p
+            name = layout.merged_name(p, off0, off0 + 10**6)
+            t = rollup_table(rng, cl, keys, idx, np.full(len(idx), hour * layout.HOUR_MS), rec)
+            writer.write_table(f"{writer.root}/traffic_1h/{layout.hour_dir(hour)}/{name}", t)
+            rows_1h += t.num_rows
+            if h == 0:  # per-minute rows of the first hour (the start edge of an unaligned week)
+                per_min = np.maximum(1, rec // 60)
+                reps = np.repeat(np.arange(60), len(idx))
+                t = rollup_table(rng, cl, keys, np.tile(idx, 60),
+                                 hour * layout.HOUR_MS + reps * 60_000, np.tile(per_min, 60))
+                writer.write_table(f"{writer.root}/traffic_1m/{layout.hour_dir(hour)}/{name}", t)
+                rows_1m += t.num_rows
+        if h % 24 == 23:
+            print(f"  day {h // 24 + 1} of rollups written ({rows_1h:,} traffic_1h rows, "
+                  f"{time.perf_counter() - t0:.0f} s)", flush=True)
+    t_roll = time.perf_counter() - t0
+    # the raw hour, through the sink's buffer and writer: files of up to 1M rows, each with its rollups
+    t1 = time.perf_counter()
+    raw_hour = DAY * 24 + WEEK_HOURS
+    lo = raw_hour * layout.HOUR_MS
+    per_file = 1_000_000
+    done = 0
+    bufs = [HourlyBuffer("flows_enriched", p, max_rows=per_file) for p in range(partitions)]
+    offs = [0] * partitions
+    i = 0
+    while done < raw_rows:
+        p = i % partitions
+        n = min(per_file, raw_rows - done)
+        cols = make_columns(rng, cl, n, lo + (done * layout.HOUR_MS) // raw_rows,
+                            lo + ((done + n) * layout.HOUR_MS) // raw_rows)
+        cols["duplicate"] = rng.random(n) < 0.3
+        bufs[p].add(table_from_columns(cols, "flow_enriched"), offs[p] + np.arange(n, dtype=np.int64) // MESSAGE_ROWS)
+        offs[p] += n // MESSAGE_ROWS + 1
+        plan = bufs[p].flush_plan(None, force=True)
+        writer.write_plan(plan)
+        bufs[p].confirm(plan)
+        done += n
+        i += 1
+    t_raw = time.perf_counter() - t1
+    per_file_rows = {d: sum(pq.ParquetFile(os.path.join(dp, f)).metadata.num_rows
+                            for dp, _, fs in os.walk(os.path.join(root, d, layout.hour_dir(raw_hour))) for f in fs)
+                     for d in ("traffic_1m", "traffic_1h")}
+    raw_files = len(os.listdir(os.path.join(root, "flows_enriched", layout.hour_dir(raw_hour))))
+    t2 = time.perf_counter()
+    merged = compact(None, root, {("flows_enriched", p): 10**18 for p in range(partitions)}, before_hour=raw_hour + 1)
+    t_compact = time.perf_counter() - t2
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+    return {"keys": nkeys, "rows_1h": rows_1h, "rows_1m_first_hour": rows_1m, "seconds_rollups": t_roll,
+            "raw_rows": raw_rows, "raw_files": raw_files, "seconds_raw": t_raw, "rollup_seconds": writer.rollup_seconds,
+            "raw_hour_per_file_rollup_rows": per_file_rows, "compact_seconds": t_compact,
+            "raw_hour_merged": [{"path": os.path.relpath(m.path, root), "inputs": m.inputs, "rows_in": m.rows_in,
+                                 "rows_out": m.rows_out} for m in merged], "bytes": size, "rate": rate,
+            "partitions": partitions}
+
+
+def time_week(root: str, runs: int) -> list[dict]:
+    w0 = DAY_START_MS
+    raw_lo = w0 + WEEK_HOURS * layout.HOUR_MS
+    ranges = {
+        "week, whole hours": (w0, raw_lo, "auto"),
+        "week, to the second": (w0 + 90_000, raw_lo + 90_000, "auto"),
+        "raw hour from rollups": (raw_lo, raw_lo + layout.HOUR_MS, "auto"),
+        "raw hour, raw detail": (raw_lo, raw_lo + layout.HOUR_MS, "raw"),
+    }
+    reports = [
+        ("top_talkers", lambda q, f, t, s: q.top_talkers(f, t, n=10, source=s)),
+        ("matrix node", lambda q, f, t, s: q.matrix(f, t, level="node", source=s)),
+        ("matrix group", lambda q, f, t, s: q.matrix(f, t, level="group", source=s)),
+        ("node", lambda q, f, t, s: q.node(NODE_NAME, f, t, source=s)),
+        ("job", lambda q, f, t, s: q.job(JOB_NAME, f, t, source=s)),
+    ]
+    out = []
+    for rname, (frm, to, src) in ranges.items():
+        extra = [("segmentation", lambda q, f, t, s: q.segmentation(f, t)),
+                 ("sql count(*)", lambda q, f, t, s: q.sql("SELECT count(*) AS n FROM flows_enriched", f, t))] \
+            if src == "raw" else []
+        for name, fn in reports + extra:
+            secs, cpus = [], []
+            for _ in range(runs):
+                t0, c0 = time.perf_counter(), time.process_time()
+                q = ArchiveQuery(None, root)
+                res = fn(q, frm, to, src)
+                secs.append(time.perf_counter() - t0)
+                cpus.append(time.process_time() - c0)
+            used = q.answered if name not in ("segmentation", "sql count(*)") else [
+                ("flows_enriched", frm, to, len(q.files_used["flows_enriched"]))]
+            rows = sum(pq.ParquetFile(f).metadata.num_rows for d, lo, hi, _ in used
+                       for f in ArchiveQuery(None, root).files(d, lo, hi)) if used else 0
+            r = {"range": rname, "report": name, "median_s": statistics.median(secs), "min_s": min(secs),
+                 "cpu_s": statistics.median(cpus), "runs": runs, "result_rows": res.num_rows,
+                 "datasets": " + ".join(f"{d} ({n})" for d, _, _, n in used), "rows_read": rows}
+            out.append(r)
+            print(f"  {rname:22} {name:13} median {r['median_s']:6.2f} s  min {r['min_s']:6.2f} s  "
+                  f"CPU {r['cpu_s']:5.2f} s  "
+                  f"rows {rows:>12,}  {r['datasets']}", flush=True)
+    return out
+
+
+def week_markdown(results: list[dict]) -> str:
+    lines = ["| range | report | median s | min s | CPU s | datasets (files) | rows in files read | result rows |",
+             "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for r in results:
+        lines.append(f"| {r['range']} | `{r['report']}` | {r['median_s']:.2f} | {r['min_s']:.2f} | {r['cpu_s']:.2f} | "
+                     f"{r['datasets']} | "
+                     f"{r['rows_read']:,} | {r['result_rows']:,} |")
+    return "\n".join(lines)
+
+
+def week_main(args) -> None:
+    """``--week``: a week of rollups equivalent to ``--rate`` records/s of raw flow (written directly as the
+    sink and its compaction leave them), and the hour after it as raw flows through the sink's path; then the
+    reports over the week from rollups and over the raw hour (raw detail and from rollups)."""
+    parent = args.dir or tempfile.gettempdir()
+    os.makedirs(parent, exist_ok=True)
+    root = tempfile.mkdtemp(prefix="ffarchive-week-", dir=parent)
+    print(f"archive {root}: a week of rollups at {args.rate:,} records/s, {args.partitions} partitions, "
+          f"then {args.raw_rows:,} raw rows in the hour after", flush=True)
+    try:
+        gen = generate_week(root, args.rate, args.partitions, args.raw_rows)
+        print(f"generated {gen['keys']:,} keys per hour, {gen['rows_1h']:,} traffic_1h rows for the week in "
+              f"{gen['seconds_rollups']:.0f} s; raw hour: {gen['raw_rows']:,} rows, {gen['raw_files']} files in "
+              f"{gen['seconds_raw']:.0f} s (rollups {gen['rollup_seconds']:.1f} s of it); its per-file rollups "
+              f"{gen['raw_hour_per_file_rollup_rows']} rows, compacted in {gen['compact_seconds']:.1f} s to "
+              f"{[m['rows_out'] for m in gen['raw_hour_merged']]}; {gen['bytes'] / 1e9:.2f} GB", flush=True)
+        results = time_week(root, args.runs)
+        print()
+        print(week_markdown(results))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"generation": gen, "queries": results, "root": root}, fh, indent=1)
+    finally:
+        if args.keep:
+            print(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=100_000_000)
@@ -353,7 +601,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--hour", type=int, default=10, help="hour of the one-hour range")
     ap.add_argument("--json", default=None, help="write every figure to this file")
+    ap.add_argument("--week", action="store_true", help="a week of rollups (and one raw hour) instead of a raw day")
+    ap.add_argument("--rate", type=int, default=200_000, help="--week: raw flow records/s the rollups stand for")
+    ap.add_argument("--raw-rows", type=int, default=8_000_000, help="--week: raw rows in the hour after the week")
     args = ap.parse_args()
+    if args.week:
+        week_main(args)
+        return
 
     parent = args.dir or tempfile.gettempdir()
     os.makedirs(parent, exist_ok=True)

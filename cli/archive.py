@@ -86,6 +86,64 @@ def sink_retention(
     typer.echo(f"{len(deleted)} partition(s) {verb}" + (" (dry run)" if dry_run else ""), err=True)
 
 
+@sink_app.command("compact")
+def sink_compact(
+    ctx: typer.Context,
+    group: str = typer.Option("fabricflow-archive", "--group", help="The archive sink's Kafka consumer group."),
+):
+    """Merge each closed hour's rollup files of one Kafka partition into one (docs/archive.md, "Rollups").
+
+    Only files below the archive sink's committed offsets are merged (read from Kafka), so it is safe while
+    the sink runs; run it periodically, one at a time, like retention.
+    """
+    import time
+
+    from fabricflow import streams
+    from fabricflow.logs import setup_logging
+    from sinks.compaction import compact
+    from sinks.fs import ArchiveUrlError, archive_filesystem
+    from sinks.layout import HOUR_MS
+
+    s = settings_of(ctx)
+    setup_logging(s.log_level)
+    try:
+        fs, root = archive_filesystem(s.archive)
+    except (ArchiveUrlError, ValueError) as e:
+        fail(str(e))
+    sources = sorted({d.derived_from for d in streams.DERIVED})
+    try:
+        committed = _committed_offsets(s.kafka, group, {d: streams.topic_of(s.kafka, streams.DATASETS[d]) for d in sources})
+    except Exception as e:  # broker unreachable, unknown topic: one line
+        fail(f"cannot read the committed offsets of group {group}: {e}")
+    before = (int(time.time() * 1000) - int(s.archive.grace_s * 1000)) // HOUR_MS
+    done = compact(fs, root, committed, before_hour=before)
+    for m in done:
+        typer.echo(f"merged {m.inputs} files ({m.rows_in} rows) -> {m.path} ({m.rows_out} rows)")
+    typer.echo(f"{len(done)} merged file(s) written", err=True)
+
+
+def _committed_offsets(kafka, group: str, topics: dict[str, str]) -> dict[tuple[str, int], int]:
+    """(dataset, partition) -> committed offset of ``group`` (partitions without a commit are left out)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    conf = kafka.client_config()
+    conf.update({"group.id": group, "enable.auto.commit": False})
+    c = Consumer(conf)
+    try:
+        out = {}
+        for dataset, topic in topics.items():
+            md = c.list_topics(topic, timeout=10).topics.get(topic)
+            if md is None or md.error is not None:
+                continue
+            tps = [TopicPartition(topic, p) for p in md.partitions]
+            for tp in c.committed(tps, timeout=10):
+                if tp.offset >= 0:
+                    out[(dataset, tp.partition)] = tp.offset
+        return out
+    finally:
+        c.close()
+
+
 # ---------------------------------------------------------------------- query
 
 

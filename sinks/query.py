@@ -30,6 +30,12 @@ PARTITION_SCHEMA = pa.schema([("dt", pa.string()), ("hour", pa.int32())])
 FORMATS = ("table", "csv", "json", "parquet")
 
 
+#: DuckDB type of a column absent from every file read (Arrow type as text).
+_DUCK = {"int64": "BIGINT", "int32": "INTEGER", "bool": "BOOLEAN", "string": "VARCHAR", "double": "DOUBLE",
+         "float": "FLOAT", "dictionary<values=string, indices=int32, ordered=0>": "VARCHAR",
+         "fixed_size_binary[16]": "BLOB", "binary": "BLOB"}
+
+
 class ArchiveError(Exception):
     """A query cannot be answered (message says why)."""
 
@@ -153,6 +159,7 @@ class ArchiveQuery:
         self.files_used: dict[str, list[str]] = {}  # dataset -> files behind its current view
         self._present = self._discover()
         self._views: dict[str, tuple] = {}  # dataset -> (frm, to) of its current view
+        self._fs_registered = False
         self.answered_by: str | None = None  # datasets the last flow report read, e.g. "traffic_1h + flows_enriched"
         self.answered: list[tuple] = []  # (dataset, from, to, files) per piece the last flow report read
 
@@ -244,8 +251,8 @@ class ArchiveQuery:
             return None
         return layout.day_dir(days[0])[3:], layout.day_dir(days[-1])[3:]
 
-    def dataset(self, dataset: str, frm=None, to=None) -> ds.Dataset:
-        """``pyarrow.dataset`` over the files of ``dataset`` in range (raises :class:`EmptyRange` when none)."""
+    def files_in_range(self, dataset: str, frm=None, to=None) -> list[str]:
+        """:meth:`files`, raising :class:`EmptyRange` (saying which days the archive has) when there are none."""
         files = self.files(dataset, frm, to)
         if not files:
             have = self.available(dataset)
@@ -254,6 +261,11 @@ class ArchiveQuery:
                 f" between {_iso(parse_time(frm)) if frm is not None else 'start'} and "
                 f"{_iso(parse_time(to)) if to is not None else 'end'}")
             raise EmptyRange(f"no {dataset} data{rng} (the archive has {span})")
+        return files
+
+    def dataset(self, dataset: str, frm=None, to=None) -> ds.Dataset:
+        """``pyarrow.dataset`` over the files of ``dataset`` in range (raises :class:`EmptyRange` when none)."""
+        files = self.files_in_range(dataset, frm, to)
         from sinks.archive import dataset_schema
 
         schema = dataset_schema(dataset)
@@ -275,16 +287,44 @@ class ArchiveQuery:
         view = alias or dataset
         if self._views.get(view, ()) == (dataset, frm, to):
             return
-        pyds = self.dataset(dataset, frm, to)
+        files = self.files_in_range(dataset, frm, to)
+        self.files_used[dataset] = files
         if alias:
-            self.files_used[alias] = self.files_used[dataset]
-        self.con.register(f"_arrow_{view}", pyds)
+            self.files_used[alias] = files
+        src = self._parquet_sql(dataset, files)
         where = ""
         if frm is not None or to is not None:
             lo, hi = self._range(dataset, frm, to)
             where = f" WHERE {spec.time_column} >= {lo} AND {spec.time_column} < {hi}"
-        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM _arrow_{view}{where}")
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {src}{where}")
         self._views[view] = (dataset, frm, to)
+
+    def _parquet_sql(self, dataset: str, files: list[str]) -> str:
+        """DuckDB's own Parquet reader over ``files`` (4-5x less CPU than scanning a pyarrow dataset), Hive
+        columns ``dt``/``hour``, columns matched by name across files; a column of the dataset's schema that no
+        file has (written before it existed) reads as NULL. Files on a non-local filesystem are read through it
+        (``register_filesystem``: fsspec, no DuckDB extension)."""
+        from sinks.archive import _is_local, dataset_schema
+
+        if _is_local(self.fs):
+            paths = files
+        else:
+            protos = [self.fs.protocol] if isinstance(self.fs.protocol, str) else list(self.fs.protocol)
+            if not self._fs_registered:
+                if not set(protos) & set(self.con.list_filesystems()):  # a shared connection may have it
+                    self.con.register_filesystem(self.fs)
+                self._fs_registered = True
+            proto = protos[0]
+            paths = [f"{proto}://{f.lstrip('/')}" if proto != "memory" else f"memory://{f}" for f in files]
+        lst = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+        src = (f"read_parquet({lst}, union_by_name = true, hive_partitioning = true, "
+               "hive_types = {'dt': VARCHAR, 'hour': INTEGER})")
+        have = {r[0] for r in self.con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+        missing = [f for f in dataset_schema(dataset) if f.name not in have and _DUCK.get(str(f.type))]
+        if not missing:
+            return src
+        nulls = ", ".join(f"NULL::{_DUCK[str(f.type)]} AS {f.name}" for f in missing)
+        return f"(SELECT *, {nulls} FROM {src})"
 
     def register_all(self, frm=None, to=None) -> list[str]:
         """Register every dataset present that has data in range; returns their names.

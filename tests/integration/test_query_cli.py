@@ -251,3 +251,42 @@ def test_query_names_the_dataset_that_answered_and_source_forces_one(archive):
     assert r.exit_code == 2 and "whole hours" in r.stderr
     r = ff(root, "query", "job", "jobA", "--source", "5m")
     assert r.exit_code == 2 and "--source must be one of auto, raw, 1m, 1h" in r.stderr
+
+
+def test_sink_compact_merges_below_the_committed_offsets(tmp_path, monkeypatch):
+    """`fabricflow sink compact` reads the archive group's committed offsets and merges what is below them."""
+    import confluent_kafka
+
+    root = tmp_path / "a"
+    w = ParquetWriter(None, str(root))
+    for first in (0, 10, 20):  # three files of hour 0, partition 0
+        b = HourlyBuffer("flows_enriched", 0, start_offset=first)
+        b.add(table_from_columns(enriched([{**fixture_rows()[0], "time_end_ms": T0 + first}]), "flow_enriched"), first)
+        w.write_plan(b.flush_plan(force=True))
+
+    class FakeConsumer:
+        def __init__(self, conf):
+            assert conf["group.id"] == "fabricflow-archive"
+
+        def list_topics(self, topic, timeout=None):
+            parts = {0: None} if "enriched" in topic else {}
+            md = type("T", (), {"partitions": parts, "error": None})()
+            return type("M", (), {"topics": {topic: md}})()
+
+        def committed(self, tps, timeout=None):
+            for tp in tps:
+                tp.offset = 15  # the files at offsets 0 and 10 are below it, the one at 20 is not
+            return tps
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", FakeConsumer)
+    r = ff(root, "sink", "compact")
+    assert r.exit_code == 0, r.output
+    assert "2 merged file(s) written" in r.stderr  # traffic_1m and traffic_1h
+    names = sorted(p.name for p in (root / "traffic_1h").rglob("*.parquet"))
+    assert len(names) == 2 and names[0].startswith("merged-p000-o00000000000000000000-00000000000000000010")
+    top = json.loads(ff(root, "query", "top-talkers", "--format", "json").stdout)
+    raw = json.loads(ff(root, "query", "top-talkers", "--format", "json", "--source", "raw").stdout)
+    assert top == raw and sum(t["flow_records"] for t in top) == 3

@@ -440,3 +440,23 @@ def test_live_files_skip_only_what_a_merged_file_covers():
     files = [f("merged", 0, 100, 500), f("part", 0, 100, 200), f("part", 0, 300, 500), f("part", 0, 450, 900),
              f("part", 1, 150, 160), f("merged", 0, 100, 300)]
     assert layout.live_files(files) == [f("merged", 0, 100, 500), f("part", 0, 450, 900), f("part", 1, 150, 160)]
+
+
+def test_counter_files_get_port_rollups_through_the_writer(tmp_path):
+    n = 120
+    c = np.zeros(n, dtype=dtype_for("counter_sample"))
+    c["exporter_addr"] = np.frombuffer(addr16("192.0.2.9"), dtype=np.uint8)
+    c["if_index"] = np.arange(n) % 4
+    c["time_received_ms"] = T0 + np.arange(n) * 1000  # two minutes
+    c["in_octets"] = np.arange(n) * 100
+    c["if_oper_up"] = True
+    b = HourlyBuffer("counters_raw", 0)
+    b.add(table_from_columns(c, "counter_sample"), 3)
+    ParquetWriter(None, str(tmp_path)).write_plan(b.flush_plan(force=True))
+    assert rollup_names(tmp_path, "ports_1m") == rollup_names(tmp_path, "ports_1h") == rollup_names(tmp_path, "counters_raw")
+    q = ArchiveQuery(None, str(tmp_path))
+    t = q.sql("SELECT if_index, sum(samples) AS s, min(first_in_octets) AS a, max(last_in_octets) AS z "
+              "FROM ports_1m GROUP BY 1 ORDER BY 1").to_pylist()
+    assert [(r["s"], r["a"], r["z"]) for r in t] == [(30, i * 100, (116 + i) * 100) for i in range(4)]
+    h = q.sql("SELECT count(*) AS n, sum(samples) AS s FROM ports_1h").to_pylist()[0]
+    assert h == {"n": 4, "s": 120}
