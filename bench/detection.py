@@ -59,7 +59,8 @@ from devtools.simulator.engine import Simulation  # noqa: E402
 from devtools.simulator.sender import UdpSender, pace_and_send, parse_targets  # noqa: E402
 from devtools.simulator.truth import read_truth  # noqa: E402
 
-SCENARIOS = ("healthy", "straggler", "link_downgrade", "incast", "segmentation", "mixed")
+SCENARIOS = ("healthy", "straggler", "link_downgrade", "incast", "segmentation", "lb_skew", "storage_slowdown",
+             "storage_link", "mixed")
 SCENARIO_DIR = REPO / "scenarios"
 # PipelinePorts.offset: kafka 20392, s3 19633, SeaweedFS 30630-30638, UDP 17643/13355/16039. Disjoint from
 # the default ports (incl. SeaweedFS 19330-19338), the test stack (29092, 28333, 28400-28408) and e2e (12000),
@@ -248,6 +249,14 @@ class SimRun:
         return {k: round(w - t, 1) for k, (t, w) in sorted(self.first_send.items())}
 
 
+def ports_block(base: int) -> PipelinePorts:
+    """Every pipeline port in ``[base, base + 30)`` (SeaweedFS's nine internal ports included), for running
+    the bench beside other pipelines on one machine (``--port-block``)."""
+    return PipelinePorts(kafka=base, s3=base + 1, s3_base=base + 10, sflow=base + 20, netflow=base + 21,
+                         ipfix=base + 22, ingest_metrics=base + 23, processors_web=base + 24,
+                         archive_metrics=base + 25, processors_metrics=base + 26)
+
+
 def next_epoch_ms(window_ms: int = 10_000, lead_s: float = 3.0) -> int:
     """First window boundary at least ``lead_s`` from now (scenario epochs align with processor windows)."""
     t = int((time.time() + lead_s) * 1000)
@@ -271,7 +280,8 @@ class RunResult:
     matrix: MatrixReport | None = None
 
     def observed(self) -> list[Observed]:
-        return [Observed(s.detection.kind, s.detection.entity, s.evidence_ms, s.detection.summary) for s in self.seen]
+        return [Observed(s.detection.kind, s.detection.entity, s.evidence_ms, s.detection.summary, s.detection.cause)
+                for s in self.seen]
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -456,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state-dir", default=".fabricflow/bench-detection", help="pipeline state, logs and truth files")
     ap.add_argument("--report", default=None, help="JSON report path (default STATE_DIR/report.json)")
     ap.add_argument("--port-offset", type=int, default=BENCH_PORTS, help="PipelinePorts.offset for the pipeline")
+    ap.add_argument("--port-block", type=int, default=None,
+                    help="put every pipeline port in [N, N+30) instead (overrides --port-offset)")
     ap.add_argument("--min-samples", type=float, default=100.0, help="matrix volume floor in expected samples per cell")
     ap.add_argument("--set", action="append", default=[], metavar="DETECTOR.PARAM=VALUE",
                     help="detector override passed as processors.detectors (e.g. pattern.min_acf=0.75); repeatable")
@@ -472,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[RunResult] = []
     t0 = time.monotonic()
     for name in names:
-        run = run_scenario(name, state / Path(name).stem, speed=a.speed, ports=PipelinePorts.offset(a.port_offset),
+        ports = ports_block(a.port_block) if a.port_block else PipelinePorts.offset(a.port_offset)
+        run = run_scenario(name, state / Path(name).stem, speed=a.speed, ports=ports,
                            extra={"processors": {"detectors": overrides}} if overrides else None)
         print_run(score_run(run, a.min_samples))
         runs.append(run)

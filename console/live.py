@@ -101,7 +101,8 @@ class LiveStore:
         self.scores: deque = deque(maxlen=max(events, 64 * windows))  # straggler scores (all, for the jobs view)
         self.link_events: deque = deque(maxlen=events)
         self.alerts: OrderedDict[str, dict] = OrderedDict()
-        self.patterns: deque = deque(maxlen=events)
+        self.patterns: deque = deque(maxlen=events)  # pattern baselines and deviations (the events)
+        self.timelines: dict[str, dict] = {}  # job -> its latest pattern_timeline record (one per window, not an event)
         self.ports: dict[tuple[str, int], PortState] = {}
         self.counts: dict[str, int] = {}
 
@@ -150,6 +151,9 @@ class LiveStore:
             self.alerts.popitem(last=False)
 
     def _add_pattern(self, r: dict) -> None:
+        if r.get("kind") == "pattern_timeline":
+            self.timelines[str(r.get("job", ""))] = r
+            return
         self.patterns.append(r)
 
     def _port(self, switch: str, if_index: int) -> PortState:

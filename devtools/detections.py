@@ -9,7 +9,6 @@ a job's pattern deviating. Updates of ongoing conditions are not repeated.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from confluent_kafka import Consumer
 
 from schemas import codec
 
-LINK_KINDS = {"link_downgrade", "error_burst", "oper_down", "sustained_utilisation"}
+LINK_KINDS = {"link_downgrade", "error_burst", "oper_down", "sustained_utilisation", "discard_burst"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +27,7 @@ class Detection:
     entity: str
     summary: str
     severity: str = "warning"
+    cause: str = ""  # the detection's own cause link (straggler: explained_by, a link event key)
 
 
 def _fmt_bps(v: float) -> str:
@@ -105,7 +105,7 @@ class DetectionFeed:
                 continue
             kind = self.topics.get(m.topic())
             try:
-                v = json.loads(m.value()) if kind == "pattern" else codec.decode_record(m.value())
+                v = codec.decode_record(m.value())
             except (codec.CodecError, ValueError):
                 continue
             self.messages += 1
@@ -123,24 +123,31 @@ class DetectionFeed:
             return Detection(
                 "incast", v["window_start_ms"], v["destination"],
                 f"{len(v['sources'])} sources -> {v['destination']} at {_fmt_bps(v['aggregate_bps'])} "
-                f"= {v['fraction']:.0%} of {_fmt_bps(v['capacity_bps'])} (95%: {v['fraction_low']:.0%}-{v['fraction_high']:.0%})",
+                f"= {v['fraction']:.0%} of {_fmt_bps(v['capacity_bps'])} (95%: {v['fraction_low']:.0%}-{v['fraction_high']:.0%})"
+                + (f"; port {v['dst_port']} drops {v['dst_out_discards_per_s']:.0f} packets/s"
+                   if v.get("dst_out_discards_per_s", -1.0) > 0 else ""),
                 "critical",
             )  # fmt: skip
         if kind == "straggler":
             key = (v["job"], v["node"])
             if v["straggler"] and key not in self._stragglers:
                 self._stragglers.add(key)
+                cause = v.get("explained_by", "")
                 return Detection(
                     "straggler", v["window_start_ms"], v["node"],
                     f"{v['node']} in job {v['job']} sends {v['ratio_sent']:.0%} of its peers' median per link "
-                    f"(score {v['score']:.1f}, {v['evidence_windows']} windows)",
+                    f"(score {v['score']:.1f}, {v['evidence_windows']} windows)"
+                    + (f"; explained by the link event on {cause}" if cause else ""),
+                    cause=cause,
                 )  # fmt: skip
             if not v["straggler"]:
                 self._stragglers.discard(key)
             return None
         if kind == "link" and v["kind"] in LINK_KINDS:
             ent = f"{v['switch']}/if{v['if_index']}"
-            return Detection(v["kind"], v["time_ms"], ent, f"{ent}: {v['detail']}", "critical" if v["kind"] != "sustained_utilisation" else "warning")
+            who = f" ({v['node']}" + (f", job {v['job']}" if v.get("job") else "") + ")" if v.get("node") else ""
+            return Detection(v["kind"], v["time_ms"], ent, f"{ent}{who}: {v['detail']}",
+                             "critical" if v["kind"] not in ("sustained_utilisation", "discard_burst") else "warning")
         if kind == "alert" and v["state"] == "firing":
             return Detection(v["rule"], v["window_start_ms"], v["dedup_key"], v["summary"], v["severity"])
         if kind == "pattern" and v.get("kind") == "pattern_deviation" and v.get("state") == "open":

@@ -14,17 +14,20 @@ Detections
   ``segmentation_violation`` -> ``segmentation`` naming both groups;
   ``exfiltration`` -> ``exfiltration`` naming the destination address;
   ``off_hours_transfer`` -> ``off_hours_transfer`` naming the source node;
-  ``unregistered_host`` -> ``unregistered_host`` naming the address. Faults with
-  no detector on the detection topics (``lb_skew``, ``storage_slowdown``,
-  ``exporter_loss``, ``clock_skew``) are listed as *uncovered*, not scored.
+  ``unregistered_host`` -> ``unregistered_host`` naming the address; ``lb_skew`` ->
+  ``lb_skew`` naming the replica; ``storage_slowdown`` -> ``storage_bound`` naming the
+  storage node, unless its label says ``network_fault`` (a link fault on the storage
+  port at the same time: then no verdict is expected and one is a false positive).
+  Faults with no detector on the detection topics (``exporter_loss``, ``clock_skew``)
+  are listed as *uncovered*, not scored.
 
   A detection matches an expectation when its kind is the expected detector,
   its entity names the expected tokens, and its evidence time lies in
   ``[fault start - early, fault end + grace]``. The first match is a hit (TP,
   with its time to detect), later ones are *duplicates* (correct, but extra).
   A detection that matches nothing is checked against the *consequence rules*
-  (:func:`explain`): e.g. a straggler flag on a node whose link was downgraded,
-  or on a node that sends to that node (its sends are capped too), is a
+  (:func:`explain`): e.g. a straggler flag that the product itself links to the
+  downgraded port (``explained_by``: its own port or its ring successor's) is a
   consequence of the link fault, reported as *explained* and counted neither as
   TP nor FP. Everything else is a false positive.
 
@@ -67,9 +70,8 @@ __all__ = [
     "merge_scores",
 ]
 
-# fault kinds no detection topic reports: lb_skew and storage_slowdown have no detector,
-# exporter_loss and clock_skew show in ingest metrics only
-UNCOVERED_KINDS = {"lb_skew", "storage_slowdown", "exporter_loss", "clock_skew"}
+# fault kinds no detection topic reports: exporter_loss and clock_skew show in ingest metrics only
+UNCOVERED_KINDS = {"exporter_loss", "clock_skew"}
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Observed:
     entity: str
     time_ms: int
     summary: str = ""
+    explained_by: str = ""  # the product's own cause link (straggler: key ``exporter|if_index`` of a link event)
 
 
 @dataclass(frozen=True)
@@ -217,6 +220,11 @@ class _Inventory:
         inv = inv or {}
         self.group = {n["name"]: n.get("group", "") for n in inv.get("nodes", [])}
         self.jobs = {j["name"]: list(j.get("nodes", [])) for j in inv.get("jobs", [])}
+        self.agent = {s["name"]: s.get("agent", "") for s in inv.get("switches", [])}
+
+    def port_key(self, switch: str, if_index) -> str:
+        """The link output key ``exporter|if_index`` of a switch port."""
+        return f"{self.agent.get(switch, switch)}|{if_index}"
 
     def group_of(self, name: str) -> str:
         return self.group.get(name, "unknown")
@@ -258,20 +266,14 @@ def expected_detections(
             exp.append(Expected("off_hours_transfer", f, frozenset([e["src"]])))
         elif f.kind == "unregistered_host":
             exp.append(Expected("unregistered_host", f, frozenset([e["src"]])))
+        elif f.kind == "lb_skew":
+            exp.append(Expected("lb_skew", f, frozenset([e["node"]])))
+        elif f.kind == "storage_slowdown":
+            if not e.get("network_fault"):  # with a link fault on the storage port: no verdict expected
+                exp.append(Expected("storage_bound", f, frozenset([e["node"]])))
         else:
             uncovered.append(f)
     return exp, uncovered
-
-
-def _senders_to(truth: list[dict], node: str, start_ms: int, end_ms: int) -> set[str]:
-    out = set()
-    for line in truth:
-        if line.get("type") != "window" or line["end_ms"] <= start_ms or line["start_ms"] >= end_ms:
-            continue
-        for p in line["pairs"]:
-            if p["dst"] == node and p["bytes"] > 0:
-                out.add(p["src"])
-    return out
 
 
 def _fault_nodes(f: Fault) -> set[str]:
@@ -296,9 +298,9 @@ def explain(
     """The injected fault a non-matching detection is a consequence of, and why (None: a false positive).
 
     Rules (detection time within ``[fault start, fault end + consequence grace]``):
-    - ``straggler`` of node N, fault ``link_downgrade`` of node X: N is X (its own sends are
-      capped) or N sends to X in the truth during the fault (ring/tree successors: their
-      sends into the capped port are capped too);
+    - ``straggler`` whose own ``explained_by`` (the product's cause link: an open link event on
+      the node's port or on its ring successor's) names the port of a ``link_downgrade`` fault;
+    - ``discard_burst`` on the destination port of an ``incast`` fault (the burst overflows it);
     - ``sustained_utilisation`` of a port that a ``link_downgrade`` or ``incast`` fault is on;
     - ``pattern_deviation`` of job J: any fault naming a node of J, or J itself;
     - ``checkpoint_late`` / ``checkpoint_missing``: a ``storage_slowdown`` fault, or a ``clock_skew``
@@ -318,11 +320,11 @@ def explain(
             continue
         e = f.entities
         if det.kind == "straggler" and f.kind == "link_downgrade":
-            x = e["node"]
-            if det.entity == x:
-                return f, f"its own link {e['switch']}/if{e['if_index']} was downgraded"
-            if det.entity in _senders_to(truth, x, f.start_ms, f.end_ms):
-                return f, f"it sends to {x}, whose link {e['switch']}/if{e['if_index']} was downgraded"
+            if det.explained_by and det.explained_by == inv.port_key(e["switch"], e["if_index"]):
+                return f, f"explained_by {det.explained_by}: link {e['switch']}/if{e['if_index']} of {e['node']} was downgraded"
+        elif det.kind == "discard_burst" and f.kind == "incast":
+            if det.entity == f"{e.get('switch')}/if{e.get('if_index')}":
+                return f, f"the incast to {e['destination']} overflows its port"
         elif det.kind == "sustained_utilisation" and f.kind in ("link_downgrade", "incast"):
             if det.entity == f"{e.get('switch')}/if{e.get('if_index')}":
                 return f, f"port carries the {f.kind} fault"

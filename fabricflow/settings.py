@@ -37,7 +37,7 @@ class TopicNames(_Section):
     straggler: str = Field("straggler.scores.v1", description="Straggler scores per job/window/node")
     link_health: str = Field("link.health.v1", description="Link health samples and events from counters")
     alerts: str = Field("alerts.v1", description="Policy and security alerts")
-    patterns: str = Field("patterns.v1", description="Job phase/pattern deviations")
+    patterns: str = Field("patterns.v1", description="Job patterns: baselines, deviations and the training timeline (Avro, pattern.avsc)")
     summaries: str = Field("summaries.hourly.v1", description="Hourly summaries")
     quality: str = Field("ingest.quality.v1", description="Data quality per exporter and window from ingest (loss, records without sampling rate, clock skew)")
     shuffle: str = Field("processors.shuffle.v1", description="Internal: raw flows (sharded by their enriched destination job/node) and counters re-partitioned to detector shards")
@@ -167,7 +167,7 @@ class ProcessorSettings(_Section):
     metrics_port: int = Field(9181, ge=0, le=65535, description="Prometheus /metrics port for processors (0 = disabled)")
     detectors: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description="Detector parameter overrides by detector name (incast, straggler, link, matrix, pattern); see docs/detectors.md",
+        description="Detector parameter overrides by detector name (incast, straggler, link, matrix, pattern, lb_skew, storage_bound, timeline); see docs/detectors.md",
     )
     policy: str | None = Field(None, description="Segmentation / security policy file (YAML); see docs/alerts.md; re-read every inventory_reload_s")
     categories: str | None = Field(

@@ -72,7 +72,8 @@ STREAMS: tuple[Stream, ...] = (
            dataset="link_health", row_schema="link_health", time_column="time_ms", event_kind="link"),
     Stream("alerts", "alert", "dedup key", "policy and security alerts", output="alert", dataset="alerts",
            row_schema="alert", time_column="window_start_ms", event_kind="alert"),
-    Stream("patterns", "", "job", "JSON job pattern deviations (no Avro schema yet; not archived)", output="pattern"),
+    Stream("patterns", "pattern", "job", "job patterns: baselines, deviations and the training timeline per window",
+           output="pattern", dataset="patterns", row_schema="pattern", time_column="window_start_ms"),
     Stream("shuffle", "", "shard", "internal: raw flows and counters re-partitioned to detector shards "
            "(processors/worker/shuffle.py)", topic_days=1, internal=True),
     Stream("quality", "ingest_quality", "exporter address", "data quality per exporter and window from ingest "

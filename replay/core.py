@@ -35,8 +35,9 @@ def iso_utc(ms: int) -> str:
 def counter_shard_of(counters: np.ndarray, partitions: int) -> np.ndarray:
     """Shard per counter sample: CRC32 of the exporter address (all samples of an agent in one core).
 
-    Link health keeps state per (agent, ifIndex) and shares nothing with the flow
-    detectors, so which core runs it does not change any value.
+    Link health keeps state per (agent, ifIndex); that core reports it, every other core applies the same
+    samples to its port state only (what the flow detectors read), so which core runs it does not change
+    any value.
     """
     n = len(counters)
     if n == 0 or partitions <= 1:
@@ -92,7 +93,7 @@ def replay_batches(
 
     Per flow batch, like a live worker: enrich, ``shard_of(enriched, partitions, by_src=...)``,
     each shard's rows (in input order) to that shard's core. Counter batches go
-    to ``counter_shard_of``. Output order: processing order, shards in number
+    to ``counter_shard_of`` (the other shards update their port state with them, without outputs). Output order: processing order, shards in number
     order within a batch, then the flushes of shard 0, 1, ... ``on_batch(kind,
     rows)`` is called after each batch (progress). Pass ``cores`` (a list of
     ``partitions`` cores) to inspect them afterwards.
@@ -117,6 +118,9 @@ def replay_batches(
                     out.extend(cores[s].process_enriched(rows))
             else:
                 for s, rows in _split(batch, counter_shard_of(batch, partitions)):
+                    for other in range(partitions):  # as live: every shard keeps the port state
+                        if other != s:
+                            cores[other].process_counters(rows, emit=False)
                     out.extend(cores[s].process_counters(rows))
         if on_batch is not None:
             on_batch(kind, len(batch))

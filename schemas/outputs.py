@@ -1,7 +1,7 @@
 """Wire encoding of processor outputs: one message per output, the schema named by the stream catalog.
 
 Kinds whose stream has an Avro schema are Avro single-object messages (encoded together with
-:func:`schemas.records.encode_records`); a kind without one (patterns) is canonical JSON.
+:func:`schemas.records.encode_records`); a kind without one is canonical JSON.
 """
 
 from __future__ import annotations

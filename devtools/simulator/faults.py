@@ -12,6 +12,8 @@ Kinds and their effect (times are the fault's ``start_s``/``end_s``):
 - ``lb_skew`` (job, replica, share): the inference frontend sends ``share`` of requests to one replica.
 - ``storage_slowdown`` (storage, factor): reads from and checkpoint writes to the storage node run at
   ``factor`` of their rate (writes take longer); no network symptom (no errors, discards, speed change).
+  Its label says ``network_fault: true`` when a ``link_downgrade`` of the storage node's own port
+  overlaps it (then the network is a cause too, and no ``storage_bound`` verdict is expected).
 - ``segmentation_violation`` / ``exfiltration`` / ``off_hours_transfer`` (src, dst, mbps, dport, proto):
   extra traffic between the named endpoints.
 - ``unregistered_host`` (ip, switch, if_index, dst, mbps, dport): a host missing from the inventory
@@ -187,7 +189,10 @@ def fault_labels(scen: Scenario, start_ms: int, duration_ms: int) -> list[dict]:
         elif f.kind == "lb_skew":
             ent = {"job": p["job"], "node": p["replica"]}
         elif f.kind == "storage_slowdown":
-            ent = {"node": p["storage"], "network_fault": False}
+            # a link fault on the storage node's own port during the slowdown: the network is (also) to blame
+            net = any(g.kind == "link_downgrade" and g.params.get("node") == p["storage"]
+                      and g.start_ms < f.end_ms and f.start_ms < g.end_ms for g in scen.faults)
+            ent = {"node": p["storage"], "network_fault": net}
         elif f.kind in ("segmentation_violation", "exfiltration", "off_hours_transfer"):
             ent = {"src": p["src"], "dst": p["dst"], "src_ip": scen.resolve_ip(p["src"]), "dst_ip": scen.resolve_ip(p["dst"])}
         elif f.kind == "unregistered_host":

@@ -1,12 +1,12 @@
 """The processor core: raw flow batches -> enrichment -> detectors -> policy, for one shard.
 
-Used unchanged by the Faust workers (``processors/app.py``) and by replay
+Used unchanged by the Faust workers (``processors/worker/``) and by replay
 (``fabricflow replay``), so a replay of the same input reproduces the live
 outputs. Pure: no clock (time comes in as ``tick(now_ms)``), no Kafka.
 
 Outputs are :class:`Output` ``(kind, key, value)`` with kind in ``matrix
 incast straggler link pattern alert``; values are dicts matching the kind's
-Avro schema (pattern: JSON, see docs/detectors.md).
+Avro schema (docs/detectors.md).
 """
 
 from __future__ import annotations
@@ -21,19 +21,22 @@ import numpy as np
 import pyarrow as pa
 
 from schemas.codec import Coded, coded_rows
-from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_SFLOW5
+from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_SFLOW5, addr16
 
 from .categories import CategoryRules
 from .engine import Engine, EngineConfig, Output
 from .enrich import Enricher, LabeledFlows
-from .incast import IncastConfig, as_capacity
+from .incast import IncastConfig
 from .inventory import Inventory
-from .params import ParamsError, build_params
+from .lbskew import LbSkewConfig
 from .linkhealth import LinkHealthConfig
 from .matrix import MatrixConfig
+from .params import ParamsError, build_params
 from .pattern import PatternConfig
 from .policy import PolicyEngine, load_policy_config
+from .storagebound import StorageBoundConfig
 from .straggler import StragglerConfig
+from .timeline import TimelineConfig
 from .windows import WindowConfig
 
 CORE_SNAPSHOT_VERSION = 1
@@ -44,6 +47,9 @@ _SECTIONS = {
     "matrix": MatrixConfig,
     "link": LinkHealthConfig,
     "pattern": PatternConfig,
+    "lb_skew": LbSkewConfig,
+    "storage_bound": StorageBoundConfig,
+    "timeline": TimelineConfig,
 }
 
 
@@ -111,7 +117,8 @@ class ProcessorCore:
         self.enricher = Enricher(self.inventory, rules, observation)
         self.config = config or EngineConfig()
         caps = self.inventory.node_capacities()
-        self.engine = Engine(self.config, capacity_bps=caps, switch_name=self.inventory.switch_name)
+        self.engine = Engine(self.config, capacity_bps=caps, switch_name=self.inventory.switch_name,
+                             port_info=_port_info(self.inventory), node_job=_node_job(self.inventory))
         self.policy = PolicyEngine(load_policy_config(policy) if policy is not None else None, self.inventory.cluster_ranges)
         self.rules = rules
         self.watermark_ms = 0
@@ -124,8 +131,10 @@ class ProcessorCore:
         """Inventory reloaded: new lookups from now on; detector state is kept."""
         self.inventory = inventory
         self.enricher.set_inventory(inventory)
-        self.engine.incast.capacity = as_capacity(inventory.node_capacities(), self.config.incast.default_capacity_bps)
+        self.engine.set_capacity(inventory.node_capacities())
         self.engine.link.switch_name = inventory.switch_name
+        self.engine.link.node_job = _node_job(inventory)
+        self.engine.link.set_port_info(_port_info(inventory))
 
     def unregistered_sources(self, enriched) -> np.ndarray | None:
         """Rows (bool) whose source address is inside the cluster ranges but not in the inventory: the sources
@@ -217,9 +226,14 @@ class ProcessorCore:
         self.stats.raw_records += len(enriched)
         return enriched
 
-    def process_counters(self, counters: np.ndarray, message: np.ndarray | None = None) -> list[Output]:
+    def process_counters(self, counters: np.ndarray, message: np.ndarray | None = None, emit: bool = True) -> list[Output]:
         """Counter samples -> link health outputs; ``message``: the message number of each row when several
-        counter messages come in one array (the same outputs as processing them one after the other)."""
+        counter messages come in one array (the same outputs as processing them one after the other).
+        ``emit=False``: counters another shard owns (and reports): only the port state is updated, which
+        storage_bound, the straggler / incast cause links and the live incast capacity read."""
+        if not emit:
+            self.engine.process_counters(counters, message, emit=False)
+            return []
         self.stats.counter_samples += len(counters)
         out = self.engine.process_counters(counters, message)
         self.stats.outputs += len(out)
@@ -257,6 +271,34 @@ class ProcessorCore:
         self.policy.restore(snap["policy"])
         self.watermark_ms = int(snap["watermark_ms"])
         self.stats = CoreStats(**snap["stats"])
+
+
+def _port_info(inventory: Inventory):
+    """(exporter text, ifIndex) -> (node behind the port, configured speed bit/s or NaN), from ``switches:``."""
+    names = set(inventory.node_names)
+
+    def info(exporter: str, if_index: int) -> tuple[str, float]:
+        try:
+            addr16(exporter)
+        except ValueError:
+            return "", math.nan
+        peer, speed = inventory.port_info(np.frombuffer(addr16(exporter), np.uint8).reshape(1, 16),
+                                          np.array([if_index], dtype=np.int64))
+        p = str(peer[0] or "")
+        return (p if p in names else ""), float(speed[0])
+    return info
+
+
+def _node_job(inventory: Inventory):
+    """(node, time ms) -> the node's job then ("" when none)."""
+    ids = {n: i for i, n in enumerate(inventory.node_names)}
+
+    def job(node: str, t_ms: int) -> str:
+        nid = ids.get(node)
+        if nid is None:
+            return ""
+        return str(inventory.jobs_at(np.array([nid], dtype=np.int64), np.array([t_ms], dtype=np.int64))[0] or "")
+    return job
 
 
 def shard_of(enriched: np.ndarray | LabeledFlows, partitions: int, labels=None, by_src: np.ndarray | None = None

@@ -6,7 +6,8 @@ Combines the event-time windows with the detectors:
 - counter samples: link health (no windows, per-port state).
 
 Every output is an ``Output(kind, key, value)``: kind is one of "matrix",
-"incast", "straggler", "link", "pattern"; key is the suggested Kafka message
+"incast", "straggler", "link", "pattern" (also the training timeline), "alert" (lb_skew and
+storage_bound verdicts, alerts.v1 Alert dicts); key is the suggested Kafka message
 key; value is a dict matching the kind's Avro schema (pattern: see
 processors/logic/pattern.py). Deterministic: the same inputs, in the same
 order, with the same ``tick`` times, give the same outputs; ``snapshot()`` /
@@ -22,18 +23,24 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .incast import IncastAggregator, IncastConfig, IncastDetector, endpoint_codes
+from .incast import IncastAggregator, IncastConfig, IncastDetector, as_capacity, endpoint_codes
 from .interning import Interner, RowInterner
+from .lbskew import LbSkewConfig, LbSkewDetector
 from .linkhealth import LinkHealthConfig, LinkHealthDetector
 from .matrix import KEY_COLUMNS, CellAggregator, MatrixConfig, matrix_cells, signal_columns
 from .pattern import PatternConfig, PatternDetector
 from .snapshots import from_bytes, to_bytes
+from .storagebound import StorageBoundConfig, StorageBoundDetector
 from .straggler import StragglerConfig, StragglerDetector
+from .timeline import PhaseAggregator, TimelineConfig, TimelineDetector
 from .windows import WindowConfig, WindowManager
 
-__all__ = ["EngineConfig", "Engine", "Output", "KINDS"]
+__all__ = ["EngineConfig", "Engine", "Output", "KINDS", "DETECTORS"]
 
-KINDS = ("matrix", "incast", "straggler", "link", "pattern")
+KINDS = ("matrix", "incast", "straggler", "link", "pattern")  # output kinds of their own topics (plus "alert")
+# names in EngineConfig.enabled: lb_skew and storage_bound emit "alert", timeline emits "pattern"
+DETECTORS = (*KINDS, "lb_skew", "storage_bound", "timeline")
+MAIN_KINDS = {"matrix", "straggler", "pattern", "lb_skew", "storage_bound"}  # detectors on the main windows
 # string columns of a flow batch the detectors use, as interner codes (in this order: KEY_COLUMNS of a cell)
 CODED_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category", "src_rack", "dst_rack")
 SNAPSHOT_VERSION = 1
@@ -55,8 +62,11 @@ class EngineConfig:
     straggler: StragglerConfig = field(default_factory=StragglerConfig)
     pattern: PatternConfig = field(default_factory=PatternConfig)
     link: LinkHealthConfig = field(default_factory=LinkHealthConfig)
+    lb_skew: LbSkewConfig = field(default_factory=LbSkewConfig)
+    storage_bound: StorageBoundConfig = field(default_factory=StorageBoundConfig)
+    timeline: TimelineConfig = field(default_factory=TimelineConfig)
     time_field: str = "time_end_ms"
-    enabled: tuple[str, ...] = KINDS
+    enabled: tuple[str, ...] = DETECTORS
 
 
 class Engine:
@@ -67,6 +77,8 @@ class Engine:
         config: EngineConfig | None = None,
         capacity_bps: Callable[[str], float] | Mapping[str, float] | None = None,
         switch_name: Callable[[str], str] | None = None,
+        port_info: Callable[[str, int], tuple[str, float]] | None = None,
+        node_job: Callable[[str, int], str] | None = None,
     ):
         self.config = cfg = config or EngineConfig()
         self.shard = 0  # the shard (shuffle partition) this engine serves: part of the matrix output keys
@@ -77,10 +89,16 @@ class Engine:
         short = WindowConfig(size_ms=cfg.incast.window_ms, lateness_ms=cfg.incast.lateness_ms,
                              idle_close_s=cfg.window.idle_close_s)
         self.short = WindowManager(short, IncastAggregator())
+        self.link = LinkHealthDetector(cfg.link, switch_name, port_info, node_job)
         self.incast = IncastDetector(cfg.incast, capacity_bps)
+        self.set_capacity(capacity_bps)
         self.straggler = StragglerDetector(cfg.straggler)
         self.pattern = PatternDetector(cfg.pattern)
-        self.link = LinkHealthDetector(cfg.link, switch_name)
+        self.lb_skew = LbSkewDetector(cfg.lb_skew, cfg.window.size_ms)
+        self.storage_bound = StorageBoundDetector(cfg.storage_bound, cfg.window.size_ms, self.link.node_state)
+        self.phases = WindowManager(cfg.window, PhaseAggregator(cfg.timeline.slot_ms, cfg.window.size_ms))
+        self.timeline = TimelineDetector(cfg.timeline, cfg.window.size_ms)
+        self.incast_starts: dict[str, int] = {}  # open incast event id -> its first window start
         self.records_in = 0
         self.last_codes: dict[str, np.ndarray] | None = None  # string columns of the last flow batch, as interner codes
 
@@ -105,13 +123,17 @@ class Engine:
         packets = batch["packets"].astype(np.int64)
         bytes_est = batch["bytes_est"].astype(np.int64)
         out: list[Output] = []
-        if {"matrix", "straggler", "pattern"} & set(cfg.enabled):
+        if MAIN_KINDS & set(cfg.enabled):
             rows = {k: codes[f] for k, f in zip(KEY_COLUMNS, CODED_FIELDS)}
             rows.update(bytes_est=bytes_est, packets_est=batch["packets_est"].astype(np.int64),
                         flow_records=np.ones(n, dtype=np.int64), samples=packets)
             rows.update(signal_columns(batch))
             for ws, we, cells in self.main.process(times, rows):
                 out.extend(self._main_window(ws, we, cells))
+        if "timeline" in cfg.enabled:
+            idx, rows = self._phase_rows(codes, times, bytes_est)
+            for ws, we, res in self.phases.process(times[idx], rows, observed_max_ms=int(times.max())):
+                out.extend(self._timeline_window(ws, we, res))
         if "incast" in cfg.enabled:
             idx = np.flatnonzero(self._incast_category(codes["category"]))
             # rows in short-window order (stable), so the short windows take them without another sort
@@ -205,21 +227,82 @@ class Engine:
                 out.append(Output("matrix", f"{ws}|{c['level']}|{c['src']}|{c['dst']}|{c['category']}|{self.shard}", c))
         if "straggler" in en:
             for s in self.straggler.on_window(ws, we, cells, self.interner):
+                if s["straggler"]:
+                    s["explained_by"] = self._link_cause(s["job"], s["node"], we)
                 out.append(Output("straggler", s["job"], s))
         if "pattern" in en:
             for p in self.pattern.on_window(ws, we, cells, self.interner):
                 out.append(Output("pattern", p["job"], p))
+        if "lb_skew" in en:
+            out.extend(Output("alert", a["dedup_key"], a) for a in self.lb_skew.on_window(ws, we, cells, self.interner))
+        if "storage_bound" in en:
+            out.extend(Output("alert", a["dedup_key"], a)
+                       for a in self.storage_bound.on_window(ws, we, cells, self.interner))
         return out
 
+    def _phase_rows(self, codes, times, bytes_est) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Rows of the batch in a timeline phase (PhaseAggregator rows): collective inside a job,
+        storage into a job from outside it (dataset reads), storage out of a job (checkpoint writes)."""
+        code = self.interner.code
+        empty = code("")
+        cat, sj, dj = codes["category"], codes["src_job"], codes["dst_job"]
+        comm = np.isin(cat, [code(c) for c in self.config.pattern.categories]) & (sj == dj) & (sj != empty)
+        storage = cat == code("storage")
+        read = storage & (dj != empty) & (sj != dj)
+        write = storage & (sj != empty) & (sj != dj) & ~read
+        idx = np.flatnonzero(comm | read | write)
+        phase = np.where(comm[idx], 0, np.where(read[idx], 1, 2)).astype(np.int64)
+        return idx, {"job": np.where(read[idx], dj[idx], sj[idx]).astype(np.int32), "phase": phase,
+                     "t": times[idx], "bytes": bytes_est[idx]}
+
+    def _timeline_window(self, ws: int, we: int, res) -> list[Output]:
+        return [Output("pattern", r["job"], r)
+                for r in self.timeline.on_window(ws, we, res, self.interner, self.pattern)]
+
+    def _link_cause(self, job: str, node: str, now_ms: int) -> str:
+        """Key of an open link event on ``node``'s port or on its busiest destination's (ring successor's), or ""."""
+        for n in (node, self.straggler.successor.get(f"{job}\x00{node}", "")):
+            st = self.link.node_state(n, now_ms) if n else None
+            if st is not None and st["event"]:
+                return st["port"]
+        return ""
+
     def _incast_window(self, ws: int, res) -> list[Output]:
-        return [Output("incast", e["destination"], e) for e in self.incast.on_window(ws, res, self.interner)]
+        return self._incast_outputs(self.incast.on_window(ws, res, self.interner))
+
+    def _incast_outputs(self, events: list[dict]) -> list[Output]:
+        """Incast outputs, each with its destination port and the highest ifOutDiscards/s of that port in the
+        counter samples taken since the event opened (cause link). The open record has the last sample before
+        the burst (often 0: counters come every 10-30 s); update and close records cover the burst."""
+        out = []
+        for e in events:
+            start = self.incast_starts.setdefault(e["event_id"], e["window_start_ms"])
+            if e["state"] == "close":
+                del self.incast_starts[e["event_id"]]
+            st = self.link.node_state(e["destination"], e["window_end_ms"], since_ms=start)
+            if st is not None:
+                e["dst_port"], e["dst_out_discards_per_s"] = st["port"], st["out_discards_per_s"]
+            out.append(Output("incast", e["destination"], e))
+        return out
+
+    def set_capacity(self, capacity_bps) -> None:
+        """Incast capacity: the live ifSpeed of the destination's port when sampled, else ``capacity_bps``."""
+        base = as_capacity(capacity_bps, self.config.incast.default_capacity_bps)
+        live = self.link.live_speed
+        self.incast.capacity = lambda node: live(node) or base(node)
 
     # -- counters ----------------------------------------------------------------
-    def process_counters(self, batch: np.ndarray, message: np.ndarray | None = None) -> list[Output]:
-        """Counter samples (COUNTER_DTYPE) -> link health outputs (``message``: see LinkHealthDetector.process)."""
+    def process_counters(self, batch: np.ndarray, message: np.ndarray | None = None, emit: bool = True) -> list[Output]:
+        """Counter samples (COUNTER_DTYPE) -> link health outputs (``message``: see LinkHealthDetector.process).
+
+        ``emit=False``: only update the port state the other detectors read (storage_bound headroom,
+        cause links, live incast capacity) for counters another shard owns and reports."""
         if "link" not in self.config.enabled or len(batch) == 0:
             return []
-        return [Output("link", f"{d['exporter']}|{d['if_index']}", d) for d in self.link.process(batch, message)]
+        out = self.link.process(batch, message)
+        if not emit:
+            return []
+        return [Output("link", f"{d['exporter']}|{d['if_index']}", d) for d in out]
 
     # -- timer -------------------------------------------------------------------
     def tick(self, now_ms: int) -> list[Output]:
@@ -227,10 +310,12 @@ class Engine:
         out: list[Output] = []
         for ws, we, cells in self.main.tick(now_ms):
             out.extend(self._main_window(ws, we, cells))
+        for ws, we, res in self.phases.tick(now_ms):
+            out.extend(self._timeline_window(ws, we, res))
         for ws, _we, res in self.short.tick(now_ms):
             out.extend(self._incast_window(ws, res))
         if self.short.is_idle(now_ms) and self.incast.open_events:
-            out.extend(Output("incast", e["destination"], e) for e in self.incast.close_idle())
+            out.extend(self._incast_outputs(self.incast.close_idle()))
         return out
 
     def flush(self) -> list[Output]:
@@ -238,9 +323,11 @@ class Engine:
         out: list[Output] = []
         for ws, we, cells in self.main.flush():
             out.extend(self._main_window(ws, we, cells))
+        for ws, we, res in self.phases.flush():
+            out.extend(self._timeline_window(ws, we, res))
         for ws, _we, res in self.short.flush():
             out.extend(self._incast_window(ws, res))
-        out.extend(Output("incast", e["destination"], e) for e in self.incast.close_idle())
+        out.extend(self._incast_outputs(self.incast.close_idle()))
         return out
 
     @property
@@ -266,6 +353,11 @@ class Engine:
             "straggler": self.straggler.snapshot(),
             "pattern": self.pattern.snapshot(),
             "link": self.link.snapshot(),
+            "lb_skew": self.lb_skew.snapshot(),
+            "storage_bound": self.storage_bound.snapshot(),
+            "incast_starts": dict(sorted(self.incast_starts.items())),
+            "phases": self.phases.snapshot(),
+            "timeline": self.timeline.snapshot(),
         }
 
     def restore(self, snap: dict) -> None:
@@ -281,6 +373,14 @@ class Engine:
         self.straggler.restore(snap["straggler"])
         self.pattern.restore(snap["pattern"])
         self.link.restore(snap["link"])
+        if "lb_skew" in snap:  # snapshots written before these detectors existed start them empty
+            self.lb_skew.restore(snap["lb_skew"])
+        if "storage_bound" in snap:
+            self.storage_bound.restore(snap["storage_bound"])
+        self.incast_starts = {k: int(v) for k, v in snap.get("incast_starts", {}).items()}
+        if "timeline" in snap:
+            self.phases.restore(snap["phases"])
+            self.timeline.restore(snap["timeline"])
 
     def snapshot_bytes(self) -> bytes:
         return to_bytes(self.snapshot())

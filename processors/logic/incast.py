@@ -140,6 +140,8 @@ class IncastDetector:
             "fraction_high": float(d["high"]),
             "samples": int(d["samples"]),
             "sampling_rate": int(d["max_rate"]),
+            "dst_port": "",  # the engine fills these two from the link state (cause link: drops at the port)
+            "dst_out_discards_per_s": -1.0,
         }
 
     def _destinations(self, res: dict | None, interner: Interner) -> dict[str, tuple[str, dict]]:

@@ -9,7 +9,11 @@ time delta) and from them:
   too far); no rates are derived from that interval (no bogus spike);
 - ``speed_change`` (ifSpeed went up) / ``link_downgrade`` (went down, e.g. 25G -> 1G);
 - ``oper_down`` / ``oper_up`` on oper-status changes;
+- ``link_downgrade`` also on a port's first sample when its ifSpeed is below the speed the
+  inventory configures for it (a port that was already slow when the processors started);
 - ``error_burst``: in+out errors/s >= threshold, once per burst;
+- ``discard_burst``: in+out discards/s >= ``discard_burst_per_s``, once per burst (an incast's
+  drops show up as ifOutDiscards of the destination's port);
 - ``sustained_utilisation``: max(util in, out) >= threshold continuously for
   >= duration, once per episode.
 
@@ -20,6 +24,11 @@ the wrapped delta is plausible, else a 64-bit wrap when plausible, else a reset.
 (packets counted at 64-byte frames), so a reset that looks like a small
 32-bit wrap can be taken for a wrap: the delta then stays within line rate.
 
+Every record names the node behind the port (``port_info``: the inventory's ``switches:``
+ports) and that node's job at the sample time (``node_job``). :meth:`node_state` gives the
+other detectors a node's port as last seen: utilisation, speeds, discards and the open link
+event if any (storage_bound headroom, straggler / incast cause links).
+
 Vectorised: samples are sorted by (port, time); the k-th sample of every port
 in a batch is processed in one numpy step (k is 1 in steady state).
 Pure logic: no clock, no Kafka.
@@ -27,6 +36,7 @@ Pure logic: no clock, no Kafka.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -43,7 +53,10 @@ _OCTETS = {"in_octets", "out_octets"}
 _U32 = np.uint64(2**32)
 _KIND_ORDER = {k: i for i, k in enumerate(
     ["counter_reset", "sample", "speed_change", "link_downgrade", "oper_down", "oper_up", "error_burst",
-     "sustained_utilisation"])}
+     "discard_burst", "sustained_utilisation"])}
+RECENT = 8  # counter samples per port kept for node_state's discards since a time
+# link events that make a port "faulty" for a while (node_state), by code in the ``event`` state column
+EVENT_KINDS = ("", "link_downgrade", "oper_down", "error_burst", "discard_burst")
 
 
 @detector_params
@@ -56,23 +69,50 @@ class LinkHealthConfig:
     sustained_s: float = Field(600.0, ge=0, description="Seconds above util_threshold that make the episode an event")
     plausibility: float = Field(1.5, ge=1, description="Allowed factor over line rate before a counter delta counts as a reset")
     unknown_speed_bps: float = Field(400e9, gt=0, description="Line rate assumed for plausibility when ifSpeed is 0")
+    discard_burst_per_s: float = Field(100.0, ge=0, description="In + out discards per second that start a discard burst (an incast's drops show up as ifOutDiscards)")
+    event_hold_s: float = Field(60.0, ge=0, description="Seconds either side of a query time that a port's last link event still counts as open in node_state (storage_bound headroom, cause links)")
 
 
 _STATE_FIELDS = {
     "t": np.int64, "uptime": np.int64, "seq": np.int64, "speed": np.int64, "oper": np.bool_,
     "above_since": np.int64, "sustained_sent": np.bool_, "burst_open": np.bool_,
     **{c: np.uint64 for c in COUNTERS},
+    # last derived values and events, for node_state (restored as defaults from older snapshots)
+    "util": np.float64, "out_disc": np.float64, "discard_open": np.bool_, "event": np.int64, "event_t": np.int64,
 }
+_DEFAULTS = {"event_t": -1}
 
 
 class LinkHealthDetector:
-    def __init__(self, config: LinkHealthConfig = LinkHealthConfig(), switch_name: Callable[[str], str] | None = None):
+    def __init__(self, config: LinkHealthConfig = LinkHealthConfig(), switch_name: Callable[[str], str] | None = None,
+                 port_info: Callable[[str, int], tuple[str, float]] | None = None,
+                 node_job: Callable[[str, int], str] | None = None):
         self.config = config
         self.switch_name = switch_name or (lambda exporter: exporter)
+        self.node_job = node_job or (lambda node, t: "")
         self.keys: list[tuple[str, int]] = []
         self.slot: dict[tuple[str, int], int] = {}
         self.st = {k: np.zeros(0, dtype=t) for k, t in _STATE_FIELDS.items()}
         self.stale = 0
+        self.recent: dict[int, list[list]] = {}  # slot -> last RECENT [time_ms, out discards/s] with rates
+        self.set_port_info(port_info)
+
+    def set_port_info(self, port_info: Callable[[str, int], tuple[str, float]] | None) -> None:
+        """(exporter text, ifIndex) -> (node behind the port or "", configured speed bit/s or NaN)."""
+        self.port_info = port_info or (lambda exporter, if_index: ("", math.nan))
+        self.port_node: list[str] = []
+        self.port_conf: list[float] = []
+        self.node_slots: dict[str, list[int]] = {}
+        for key in self.keys:
+            self._map_slot(key)
+
+    def _map_slot(self, key: tuple[str, int]) -> None:
+        node, conf = self.port_info(*key)
+        node, conf = str(node or ""), float(conf) if conf is not None else math.nan
+        self.port_node.append(node)
+        self.port_conf.append(conf)
+        if node:
+            self.node_slots.setdefault(node, []).append(len(self.port_node) - 1)
 
     def _slots(self, batch: np.ndarray) -> np.ndarray:
         addrs = np.ascontiguousarray(batch["exporter_addr"], dtype=np.uint8)
@@ -88,6 +128,7 @@ class LinkHealthDetector:
             if s is None:
                 s = self.slot[key] = len(self.keys)
                 self.keys.append(key)
+                self._map_slot(key)
             lut[i] = s
         n = len(self.keys)
         if n > len(self.st["t"]):
@@ -97,7 +138,7 @@ class LinkHealthDetector:
                 new[: len(arr)] = arr
                 if k in ("t",):
                     new[len(arr):] = np.iinfo(np.int64).min  # no previous sample
-                if k == "above_since":
+                if k in ("above_since", "event_t"):
                     new[len(arr):] = -1
                 self.st[k] = new
         return lut[kinv.ravel()]
@@ -193,6 +234,17 @@ class LinkHealthDetector:
         burst_start = burst_now & ~burst_was
         new_burst = np.where(ok, burst_now, burst_was)
 
+        # discard bursts (episode: open while above threshold)
+        disc_ps = rate["in_discards"] + rate["out_discards"]
+        disc_now = ok & (disc_ps >= cfg.discard_burst_per_s)
+        disc_was = st["discard_open"][slots]
+        disc_start = disc_now & ~disc_was
+        new_disc = np.where(ok, disc_now, disc_was)
+
+        # a port's first sample below the speed the inventory configures for it
+        conf = np.array(self.port_conf, dtype=np.float64)[slots] if len(slots) else np.zeros(0)
+        slow_start = live & ~has_prev & (speed > 0) & np.isfinite(conf) & (speed < np.nan_to_num(conf, nan=0.0))
+
         # sustained utilisation
         util = np.maximum(util_in, util_out)
         above = ok & (util >= cfg.util_threshold)
@@ -213,26 +265,50 @@ class LinkHealthDetector:
         st["above_since"][ls] = np.where(cmp_, since, -1)[live]
         st["sustained_sent"][ls] = np.where(cmp_, sent, False)[live]
         st["burst_open"][ls] = np.where(cmp_, new_burst, False)[live]
+        st["discard_open"][ls] = np.where(cmp_, new_disc, False)[live]
+        st["util"][ls] = np.where(ok, util, st["util"][slots])[live]
+        st["out_disc"][ls] = np.where(ok, rate["out_discards"], st["out_disc"][slots])[live]
+        # the last time each port was seen in a faulty state, and which (node_state's hold counts from it)
+        below = (speed > 0) & (speed < np.nan_to_num(conf, nan=0.0))
+        down = (speed_chg & (speed < p_speed)) | below
+        ev = np.select([down, ~oper, np.where(ok, burst_now, False), np.where(ok, disc_now, False)], [1, 2, 3, 4], 0)
+        hit = live & (ev > 0)
+        st["event"][slots[hit]] = ev[hit]
+        st["event_t"][slots[hit]] = t[hit]
+        for s_, t_, d_ in zip(slots[ok].tolist(), t[ok].tolist(), rate["out_discards"][ok].tolist()):
+            self.recent[s_] = (self.recent.get(s_, []) + [[t_, d_]])[-RECENT:]
         for c in COUNTERS:
             st[c][ls] = cur[c][live]
 
         # outputs (one dict per emitted record)
         out: list[tuple[int, dict]] = []
-        emit_rows = np.flatnonzero(cmp_ & (reset | speed_chg | oper_chg | burst_start | sustained | (ok & cfg.emit_samples)))
+        emit_rows = np.flatnonzero((cmp_ & (reset | speed_chg | oper_chg | burst_start | disc_start | sustained
+                                            | (ok & cfg.emit_samples))) | slow_start)
         if len(emit_rows) == 0:
             return out
         # Python values of the emitted rows, column by column (no numpy scalar per field)
         r = emit_rows
         cols = [x[r].tolist() for x in (part, slots, t, interval, speed, p_speed, util_in, util_out, rate["in_errors"],
                                          rate["out_errors"], rate["in_discards"], rate["out_discards"], oper, reset,
-                                         uptime_reset, speed_chg, oper_chg, burst_start, err_ps, sustained, since)]
+                                         uptime_reset, speed_chg, oper_chg, burst_start, err_ps, sustained, since,
+                                         disc_start, disc_ps, slow_start, conf)]
         switch: dict[str, str] = {}
         for row in zip(*cols):
-            m, slot, t_i, iv, sp, psp, u_in, u_out, ie, oe, idc, odc, op, rst, upr, sch, och, bst, eps, sus, snc = row
+            (m, slot, t_i, iv, sp, psp, u_in, u_out, ie, oe, idc, odc, op, rst, upr, sch, och, bst, eps, sus, snc,
+             dst_, dps, slw, cf) = row
             exporter, if_index = self.keys[slot]
             sw = switch.get(exporter)
             if sw is None:
                 sw = switch[exporter] = str(self.switch_name(exporter))
+            node = self.port_node[slot]
+            if slw:  # first sample of the port, below its configured speed: no rates yet
+                out.append((m, {"time_ms": t_i, "interval_ms": 0, "kind": "link_downgrade", "exporter": exporter,
+                                "switch": sw, "if_index": int(if_index), "if_speed": sp, "previous_if_speed": int(cf),
+                                "util_in": 0.0, "util_out": 0.0, "in_errors_per_s": 0.0, "out_errors_per_s": 0.0,
+                                "in_discards_per_s": 0.0, "out_discards_per_s": 0.0, "oper_up": op,
+                                "detail": f"if_speed {sp} bps below the configured {int(cf)} bps at the first sample",
+                                "node": node, "job": self.node_job(node, t_i) if node else ""}))
+                continue
             base = {
                 "time_ms": t_i,
                 "interval_ms": iv,
@@ -250,6 +326,8 @@ class LinkHealthDetector:
                 "out_discards_per_s": odc,
                 "oper_up": op,
                 "detail": "",
+                "node": node,
+                "job": self.node_job(node, t_i) if node else "",
             }
             if rst:
                 why = "agent uptime went backwards" if upr else "counter step not explainable by a wrap"
@@ -263,22 +341,74 @@ class LinkHealthDetector:
                 out.append((m, base | {"kind": "oper_up" if op else "oper_down", "detail": "oper status changed"}))
             if bst:
                 out.append((m, base | {"kind": "error_burst", "detail": f"{eps:.1f} errors/s"}))
+            if dst_:
+                out.append((m, base | {"kind": "discard_burst", "detail": f"{dps:.1f} discards/s"}))
             if sus:
                 out.append((m, base | {"kind": "sustained_utilisation",
                                        "detail": f"utilisation >= {cfg.util_threshold:g} since {snc} ms"}))
         return out
 
+    def live_speed(self, node: str) -> float | None:
+        """Last sampled ifSpeed (bit/s) of the port behind ``node`` (the lowest when several), None when unknown."""
+        speeds = [int(self.st["speed"][s]) for s in self.node_slots.get(node, ())
+                  if self.st["t"][s] != np.iinfo(np.int64).min and self.st["speed"][s] > 0]
+        return float(min(speeds)) if speeds else None
+
+    def node_state(self, node: str, now_ms: int, since_ms: int | None = None) -> dict | None:
+        """The port behind ``node`` as last sampled (the worst one when several), None when no counter
+        sample of it was seen: ``port`` (the link output key ``exporter|if_index``), ``switch``,
+        ``if_index``, ``util`` (max of in/out of the last interval), ``if_speed``, ``configured_bps``
+        (NaN: not configured), ``out_discards_per_s`` and ``event``: the open link event ("" none):
+        oper_down, link_downgrade (below the configured speed), error_burst / discard_burst (still
+        above threshold), or the port was last seen in one of these states (or just downgraded)
+        within ``event_hold_s`` before ``now_ms`` (or after it: callers ask about windows that
+        closed a lateness ago). ``since_ms``: ``out_discards_per_s`` is then the highest of the port's
+        (last 8) samples taken after it (their intervals reach past it), the last sample's when none is."""
+        best = None
+        st = self.st
+        for s in self.node_slots.get(node, ()):
+            if st["t"][s] == np.iinfo(np.int64).min:
+                continue
+            speed, conf = int(st["speed"][s]), self.port_conf[s]
+            event = ""
+            if not st["oper"][s]:
+                event = "oper_down"
+            elif speed > 0 and math.isfinite(conf) and speed < conf:
+                event = "link_downgrade"
+            elif st["burst_open"][s]:
+                event = "error_burst"
+            elif st["discard_open"][s]:
+                event = "discard_burst"
+            elif st["event_t"][s] >= 0 and now_ms - int(st["event_t"][s]) <= self.config.event_hold_s * 1000:
+                event = EVENT_KINDS[int(st["event"][s])]
+            exporter, if_index = self.keys[s]
+            d = {"port": f"{exporter}|{if_index}", "switch": str(self.switch_name(exporter)), "if_index": int(if_index),
+                 "util": float(st["util"][s]), "if_speed": speed, "configured_bps": conf,
+                 "out_discards_per_s": float(st["out_disc"][s]), "event": event}
+            if since_ms is not None:
+                after = [d_ for t_, d_ in self.recent.get(s, ()) if t_ > since_ms]
+                if after:
+                    d["out_discards_per_s"] = float(max(after))
+            if best is None or (bool(d["event"]), d["util"]) > (bool(best["event"]), best["util"]):
+                best = d
+        return best
+
     def snapshot(self) -> dict:
         n = len(self.keys)
+        conv = {"f": float, "b": bool}
         return {
             "keys": [[e, i] for e, i in self.keys],
-            "state": {k: [int(x) if v.dtype.kind in "iu" else bool(x) for x in v[:n].tolist()] for k, v in self.st.items()},
+            "state": {k: [conv.get(v.dtype.kind, int)(x) for x in v[:n].tolist()] for k, v in self.st.items()},
             "stale": self.stale,
+            "recent": {str(k): v for k, v in sorted(self.recent.items())},
         }
 
     def restore(self, snap: dict) -> None:
         self.keys = [(e, int(i)) for e, i in snap["keys"]]
         self.slot = {k: s for s, k in enumerate(self.keys)}
-        self.st = {k: np.asarray(snap["state"][k], dtype=t) if snap["state"][k] else np.zeros(0, t)
-                   for k, t in _STATE_FIELDS.items()}
+        n = len(self.keys)
+        self.st = {k: np.asarray(snap["state"][k], dtype=t) if k in snap["state"]
+                   else np.full(n, _DEFAULTS.get(k, 0), dtype=t) for k, t in _STATE_FIELDS.items()}
         self.stale = int(snap["stale"])
+        self.recent = {int(k): [[int(t), float(d)] for t, d in v] for k, v in snap.get("recent", {}).items()}
+        self.set_port_info(self.port_info)

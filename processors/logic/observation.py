@@ -6,10 +6,11 @@ module decides, per record and without state, whether it is the one that counts 
 of ``flow_enriched`` is true for the others), and the matrix, incast, straggler and pattern detectors, the archive queries
 and the hourly summaries use only counted records. The rule (docs/detectors.md, "Counting each packet once"):
 
-* A node is *covered* when the inventory lists it as the peer of a port on a switch with sFlow agents.
-* sFlow sampled on a host port of an inventory switch (a listed port with a peer): counted (the primary
-  view: the packet entering the fabric from its host).
-* sFlow sampled on any other port of an inventory switch (uplinks, unlisted ports): counted only when the
+* A node is *covered* when its inventory switch (its ``switch``, or a switch that lists it as a port's
+  peer) is a switch with sFlow agents.
+* sFlow from an inventory switch that is the source's own switch: counted (the primary view: the packet
+  entering the fabric from its host, whatever ingress interface the sample names).
+* sFlow from any other inventory switch (a destination ToR's uplink, a spine): counted only when the
   source is not covered (otherwise the source's ToR counted it already).
 * Every other record (NetFlow, IPFIX, sFlow from agents not in the inventory): counted only when neither
   end is covered (a secondary view, used for the paths no primary sees).
@@ -52,39 +53,37 @@ class ObservationPolicy:
             raise ValueError(f"exporter {k}: role {v!r} is not one of {', '.join(ROLES)}")
         self.exporter_role: dict[bytes, int] = {addr16(k): ROLES.index(v) for k, v in (exporters or {}).items()}
         spec = inventory.spec
-        covered = {p.peer for sw in spec.switches if sw.agents for p in sw.ports.values() if p.peer}
-        self.covered_nodes = frozenset(covered)
-        # entry table row (lookup + 1; row 0 = unknown) -> covered
-        self.covered_entry = np.array([name in covered and name != "" for name in inventory.entry_node], dtype=bool)
-        # (switch name, ifIndex) of host ports, keyed (switch number << 32 | ifIndex), sorted
-        self._switch_no = {name: i for i, name in enumerate(inventory.switch_names)}
-        keys = sorted((self._switch_no[sw.name] << 32) | int(i)
-                      for sw in spec.switches if sw.agents and sw.name in self._switch_no
-                      for i, p in sw.ports.items() if p.peer)
-        self._host_ports = np.array(keys, dtype=np.int64)
-        self.active = bool(covered) or bool(self.exporter_role)
+        sflow = {sw.name for sw in spec.switches if sw.agents}
+        self._switch_no = {name: i for i, name in enumerate(inventory.switch_names) if name in sflow}
+        peer_switch = {p.peer: sw.name for sw in spec.switches if sw.name in sflow for p in sw.ports.values() if p.peer}
+        # entry table row (lookup + 1; row 0 = unknown) -> number of the sFlow switch the entry's node sits behind
+        # (its own switch, else the switch listing it as a port's peer), -1 when none: not covered
+        self.entry_switch = np.array(
+            [self._switch_no.get(sw, self._switch_no.get(peer_switch.get(node, ""), -1)) if node else -1
+             for node, sw in zip(inventory.entry_node.tolist(), inventory.entry_switch.tolist())], dtype=np.int64)
+        self.covered_entry = self.entry_switch >= 0
+        self.covered_nodes = frozenset(n for n, s in zip(inventory.entry_node.tolist(), self.entry_switch.tolist())
+                                       if n and s >= 0)
+        self.active = bool(self.covered_nodes) or bool(self.exporter_role)
 
     def counted(self, flows: np.ndarray, src_entry: np.ndarray, dst_entry: np.ndarray) -> np.ndarray:
         """Boolean per record: does it count? ``src_entry``/``dst_entry``: inventory entry rows (lookup + 1)."""
         n = len(flows)
         if not self.active or n == 0:
             return np.ones(n, dtype=bool)
-        src_cov = self.covered_entry[src_entry]
+        src_sw = self.entry_switch[src_entry]
+        src_cov = src_sw >= 0
         dst_cov = self.covered_entry[dst_entry]
         out = ~(src_cov | dst_cov)  # secondary views: only paths no primary sees
         sflow = flows["export_protocol"] == PROTO_SFLOW5
-        if sflow.any() and len(self._host_ports):
+        if sflow.any() and self._switch_no:
             idx = np.flatnonzero(sflow)
             sw = self._switch_numbers(flows["exporter_addr"][idx])
             known = sw >= 0
             if known.any():
-                k, sw_k = idx[known], sw[known]
-                if_index = flows["in_if"][k].astype(np.int64) & 0xFFFFFFFF
-                key = (sw_k << 32) | if_index
-                pos = np.minimum(np.searchsorted(self._host_ports, key), len(self._host_ports) - 1)
-                host_port = self._host_ports[pos] == key
-                # host port: the primary view; other ports of an inventory switch: only uncovered sources
-                out[k] = host_port | ~src_cov[k]
+                k = idx[known]
+                # the source's own ToR: the primary view; another inventory switch: only uncovered sources
+                out[k] = (src_sw[k] == sw[known]) | ~src_cov[k]
         if self.exporter_role:
             self._apply_overrides(flows["exporter_addr"], out, ~(src_cov | dst_cov))
         return out

@@ -4,6 +4,9 @@ carrying the collective, from the closed windows of the traffic matrix.
 After ``baseline_windows`` windows the first estimate becomes the job's baseline (``pattern_baseline``);
 later windows report a ``pattern_deviation`` (``open`` / ``close``) when the pair set or the period
 moves away from it. Method, limits and the output record: docs/detectors.md, "Pattern".
+The output dicts follow ``schemas/avro/pattern.avsc``, shared with the ``pattern_timeline`` records of
+processors/logic/timeline.py (their timeline fields stay empty here); ``structure`` comes from
+:func:`collective_structure`.
 Pure logic: no clock, no Kafka.
 """
 
@@ -17,7 +20,7 @@ from .groupby import group_reduce
 from .interning import Interner
 from .params import detector_params
 
-__all__ = ["PatternConfig", "PatternDetector", "estimate_period"]
+__all__ = ["PatternConfig", "PatternDetector", "estimate_period", "collective_structure"]
 
 
 @detector_params
@@ -89,6 +92,33 @@ def _peers(pairs: set[str]) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(peers.items())}
 
 
+def collective_structure(peers: dict[str, list[str]]) -> str:
+    """ring / tree / all_to_all / unknown from each node's collective peers (undirected)."""
+    nodes = sorted(peers)
+    n = len(nodes)
+    if n < 2:
+        return "unknown"
+    edges = {tuple(sorted((a, b))) for a, ps in peers.items() for b in ps if a != b}
+    seen, todo = {nodes[0]}, [nodes[0]]
+    while todo:
+        for b in peers.get(todo.pop(), ()):
+            if b not in seen:
+                seen.add(b)
+                todo.append(b)
+    if len(seen) != n:
+        return "unknown"
+    if n == 2:
+        return "ring"
+    deg = [len(set(peers[a]) - {a}) for a in nodes]
+    if all(d == 2 for d in deg) and len(edges) == n:
+        return "ring"
+    if n >= 4 and all(d == n - 1 for d in deg):
+        return "all_to_all"
+    if len(edges) == n - 1:
+        return "tree"
+    return "unknown"
+
+
 class PatternDetector:
     def __init__(self, config: PatternConfig = PatternConfig()):
         self.config = config
@@ -140,6 +170,14 @@ class PatternDetector:
         active = [p for p in st["pairs"][-cfg.baseline_windows :] if p][-cfg.recent_windows :]
         return (-1 if period is None else period * size), _pairs_present(active, cfg.presence)
 
+    def peers(self, job: str) -> dict[str, list[str]]:
+        """Each node's collective peers in ``job`` now (pair presence over the recent windows); {} when unknown."""
+        st = self.jobs.get(job)
+        if st is None:
+            return {}
+        active = [p for p in st["pairs"][-self.config.baseline_windows:] if p][-self.config.recent_windows:]
+        return _peers(_pairs_present(active, self.config.presence))
+
     def _evaluate(self, job: str, st: dict, ws: int, we: int, size: int) -> list[dict]:
         cfg = self.config
         if len(st["series"]) < cfg.baseline_windows:
@@ -188,6 +226,10 @@ class PatternDetector:
             "added_pairs": [_split(p) for p in sorted(added)],
             "removed_pairs": [_split(p) for p in sorted(removed)],
             "peers": _peers(pairs),
+            "structure": collective_structure(_peers(pairs)),
+            # timeline fields (kind pattern_timeline, processors/logic/timeline.py): empty here
+            "iteration_period_ms": -1, "slot_ms": 0, "phases": [],
+            "communication_bytes": 0, "dataset_read_bytes": 0, "checkpoint_write_bytes": 0,
         }
 
     def snapshot(self) -> dict:

@@ -68,6 +68,8 @@ class StragglerDetector:
         self.members: dict[str, dict[str, int]] = {}
         # "job\x00node" -> {"z": [..], "evidence": int}
         self.nodes: dict[str, dict] = {}
+        # "job\x00node" -> busiest destination node in the last window the node sent (ring: its successor)
+        self.successor: dict[str, str] = {}
 
     def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
         cfg = self.config
@@ -85,6 +87,14 @@ class StragglerDetector:
         # bytes per (job, source, destination node), then per source: total sent and busiest link
         pk, psum, _ = group_reduce([sel["sj"][ok], sel["sn"][ok], sel["dn"][ok]], [sel["bytes_est"][ok]])
         keys, sent, link = group_reduce(pk[:2], psum, psum)
+        # busiest destination per (job, source): largest bytes, ties to the lowest destination code
+        if len(pk[0]):
+            order = np.lexsort((pk[2], -psum[0], pk[1], pk[0]))
+            j_, n_, d_ = pk[0][order], pk[1][order], pk[2][order]
+            head = np.r_[True, (j_[1:] != j_[:-1]) | (n_[1:] != n_[:-1])]
+            strings = interner.strings
+            for j, n, d in zip(j_[head].tolist(), n_[head].tolist(), d_[head].tolist()):
+                self.successor[f"{strings[j]}\x00{strings[n]}"] = strings[d]
         for (j, n), b, most in zip(named(keys), sent[0].tolist(), link[0].tolist()):
             node = per_job.setdefault(j, {}).setdefault(n, [0, 0, 0])
             node[0], node[2] = b, most
@@ -102,6 +112,8 @@ class StragglerDetector:
             for n in [n for n, last in mem.items() if ws - last >= cfg.membership_windows * size]:
                 del mem[n]
                 self.nodes.pop(f"{job}\x00{n}", None)
+            for n in [k for k in self.successor if k.startswith(f"{job}\x00") and k.split("\x00", 1)[1] not in mem]:
+                del self.successor[n]
             if not mem:
                 del self.members[job]
                 continue
@@ -154,6 +166,7 @@ class StragglerDetector:
                     "evidence_windows": int(st["evidence"]),
                     "straggler": bool(st["evidence"] >= cfg.persist_windows and score < cfg.z_threshold),
                     "peers": int(peers),
+                    "explained_by": "",
                 }
             )
         return out
@@ -162,8 +175,10 @@ class StragglerDetector:
         return {
             "members": {j: dict(sorted(m.items())) for j, m in sorted(self.members.items())},
             "nodes": {k: {"z": list(v["z"]), "evidence": v["evidence"]} for k, v in sorted(self.nodes.items())},
+            "successor": dict(sorted(self.successor.items())),
         }
 
     def restore(self, snap: dict) -> None:
         self.members = {j: {n: int(t) for n, t in m.items()} for j, m in snap["members"].items()}
         self.nodes = {k: {"z": [float(x) for x in v["z"]], "evidence": int(v["evidence"])} for k, v in snap["nodes"].items()}
+        self.successor = dict(snap.get("successor", {}))

@@ -3,7 +3,8 @@
 Each shuffle partition is one shard (:mod:`processors.worker.shard`). A message is applied once: at or below
 the shard's last offset, or made only of raw pieces the shard has applied, it is skipped. Flow batches are
 LZ4 ``.npy`` (:mod:`processors.worker.shuffle`), enriched here unless ``prepare`` kept them; counter batches
-(Avro) wait per shard until ``processors.counter_batch_rows`` samples or the next tick.
+(Avro) wait per shard until ``processors.counter_batch_rows`` samples or the next tick; the copies of other
+shards' counter batches (header ``role=state``) only update the port state, at once.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class Detect:
             if not self.shards.is_assigned(part):
                 continue  # revoked while the event waited in Faust's buffers
             try:
-                self.handle(part, m.offset, ev.value, shuffle.source_of(m.headers), shuffle.segments_of(m.headers))
+                self.handle(part, m.offset, ev.value, shuffle.source_of(m.headers), shuffle.segments_of(m.headers),
+                            state_only=shuffle.is_state_only(m.headers))
             except Exception as e:  # skipped and counted, like an undecodable message; acked with the next snapshot
                 self.metrics.failed("detect", e)
             shard = self.shards.get(part)
@@ -62,7 +64,7 @@ class Detect:
             shard.pending.append(ev)
 
     def handle(self, partition: int, offset: int, value: bytes, source: tuple | None = None,
-               segments: list | None = None) -> bool:
+               segments: list | None = None, state_only: bool = False) -> bool:
         """Process one shuffle message; False when it was already applied (skipped).
 
         The state is not snapshotted here (:mod:`processors.worker.checkpoint`).
@@ -73,6 +75,9 @@ class Detect:
         produced them again after a restart). A message with ``segments``
         (:func:`shuffle.segments_of`) is skipped when every piece was applied;
         when only some were, the rows of the others are applied.
+
+        ``state_only``: a counter batch another shard reports (header ``role=state``): applied at once to the
+        port state only (no outputs, not queued, not counted).
         """
         shard = self.shards.active(partition)
         core = shard.core
@@ -105,6 +110,8 @@ class Detect:
                         flows = flows.compress(keep)
                     _enriched, outs = core.process_raw(flows)
                     self.metrics.detect_records.inc(len(flows))
+            elif state_only and codec.schema_of(value) == "counter_batch":  # another shard's counters
+                outs = core.process_counters(codec.decode_batch(value), emit=False)
             elif codec.schema_of(value) == "counter_batch":
                 counters = codec.decode_batch(value)
                 self.metrics.counters.inc(len(counters))

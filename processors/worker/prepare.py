@@ -137,8 +137,9 @@ class Prepare:
         a ``seg`` header listing each with its row count, so a shard can skip
         rows that ``prepare`` produced again after a restart (it is
         at-least-once like any Kafka consumer), also when they come back
-        grouped with new ones. Counter batches go to the shuffle unchanged,
-        one message each.
+        grouped with new ones. Counter batches go to the shuffle unchanged, one
+        message to their exporter's shard and a copy marked ``role=state`` to
+        every other shard (:data:`shuffle.STATE_HEADER`).
         """
         flows = []
         for topic, key, value, partition, offset in items:
@@ -149,9 +150,13 @@ class Prepare:
                     rows = codec.decode_batch(value, spans=spans)
                     flows.append(RawPart(f"{topic}:{partition}", offset, key or b"", rows, (value, spans)))
                 elif name == "counter_batch":
+                    # the owner shard reports link health; every other shard gets a copy marked role=state
+                    # that only updates its port state (storage_bound headroom, cause links, live capacity)
                     shard = zlib.crc32(key or b"") % self.partitions
                     src = [shuffle.src_header(f"{topic}:{partition}", offset, 0)]
-                    self.publisher.produce(self.shuffle_topic, key or b"", value, partition=shard, headers=src)
+                    for s in range(self.partitions):
+                        headers = src if s == shard else [*src, shuffle.STATE_HEADER]
+                        self.publisher.produce(self.shuffle_topic, key or b"", value, partition=s, headers=headers)
                 else:
                     self.metrics.undecodable.labels(topic).inc()
                     log.warning("ignoring %s message on %s", name, topic)

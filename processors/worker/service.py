@@ -96,8 +96,8 @@ class Processors:
         self.prepare.prepare_taken()
 
     def handle_shuffle(self, partition: int, offset: int, value: bytes, source: tuple | None = None,
-                       segments: list | None = None) -> bool:
-        return self.detect.handle(partition, offset, value, source, segments)
+                       segments: list | None = None, state_only: bool = False) -> bool:
+        return self.detect.handle(partition, offset, value, source, segments, state_only=state_only)
 
     def handle_shuffle_events(self, events, generation: int | None = None) -> None:
         self.detect.handle_events(events, generation)

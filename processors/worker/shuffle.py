@@ -8,7 +8,10 @@ topic (platform teams read the Avro topics); nothing else is accepted.
 
 Headers: ``src`` names the raw message (topic:partition:offset:chunk) of a
 message's last piece; ``seg`` lists every piece with its row count when a
-message combines several. Anything malformed raises :class:`CodecError`.
+message combines several. A counter batch goes to every shard: the copy to the exporter's shard
+(link health outputs) has no ``role`` header, every other copy has ``role=state`` (that shard only
+updates its port state: storage_bound headroom, cause links, live incast capacity).
+Anything malformed raises :class:`CodecError`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from schemas.codec import CodecError
 from schemas.columns import FLOW_DTYPE
 
 __all__ = ["MAGIC", "LZ4_MAGIC", "is_flow_batch", "encode_flows", "decode_flows", "header", "source_of",
-           "segments_of", "fill", "src_header", "seg_header"]
+           "segments_of", "fill", "src_header", "seg_header", "STATE_HEADER", "is_state_only"]
 
 MAGIC = b"\x93NUMPY"
 LZ4_MAGIC = b"\x93NPYLZ4\x01"  # then the .npy bytes as an LZ4 block with a 4-byte length
@@ -113,6 +116,15 @@ def header(headers, name: str) -> str | None:
         if k == name or k == name.encode():
             return v.decode() if isinstance(v, bytes) else v
     return None
+
+
+#: Header of a counter batch copy whose shard only keeps the port state (another shard reports link health).
+STATE_HEADER = ("role", b"state")
+
+
+def is_state_only(headers) -> bool:
+    """True for a counter batch copy marked ``role=state``."""
+    return header(headers, "role") == "state"
 
 
 def src_header(src: str, offset: int, chunk: int) -> tuple[str, bytes]:

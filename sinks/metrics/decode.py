@@ -1,7 +1,7 @@
 """Kafka message values of the consumed topics -> records (pure; no Kafka).
 
-Each topic kind has its wire schema (``schemas/avro``); patterns.v1 is JSON today and may become
-Avro, so both are read. A value that cannot be read raises :class:`Undecodable` with a reason from a
+Each topic kind has its wire schema (``schemas/avro``); patterns.v1 is Avro (``pattern.avsc``) and was
+JSON before, so both are read. A value that cannot be read raises :class:`Undecodable` with a reason from a
 closed set (the ``reason`` label): empty, not_avro, unknown_schema, wrong_schema, corrupt, not_json.
 """
 

@@ -433,6 +433,9 @@ class MetricsState:
             job, period, end = _str(r, "job"), _int(r, "current_period_ms"), _int(r, "window_end_ms")
             if not job:
                 raise BadRecord("pattern without a job")
+            if r.get("kind") == "pattern_timeline":  # per-window phases: no window-level period in it
+                self._window("patterns", end)
+                return
             if period > 0:
                 self.period.set((job,), period / 1000.0, now)
             else:

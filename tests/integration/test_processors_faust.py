@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fabricflow.streams import OUTPUTS
 from processors.logic.core import ProcessorCore, engine_config, shard_of
 from processors.logic.inventory import Inventory
 from tests.synth import training_batches
@@ -24,7 +25,7 @@ from .kafka_helpers import consume, create_topics, decode_outputs, produce_batch
 
 pytestmark = pytest.mark.integration
 INVENTORY = Path(__file__).resolve().parents[1] / "data" / "cluster_inventory.yaml"
-KIND_TOPIC = {"matrix": "matrix", "incast": "incast", "straggler": "straggler", "link": "link_health", "alert": "alerts"}
+KIND_TOPIC = {kind: stream.name for kind, stream in OUTPUTS.items()}  # output kind -> TopicNames attribute
 
 
 ALERT_IDENTITY = ("dedup_key", "rule", "severity", "state", "first_seen_ms", "entities")
@@ -57,11 +58,10 @@ def expected_outputs(settings, batches, counters=()) -> list[tuple]:
     factory = core_factory_from(settings.processors, inventory=str(INVENTORY))
     outs = replay_batches([b for _e, b in batches], [b for _e, b in counters], factory, settings.kafka.partitions)
     t = settings.kafka.topics
-    schemas = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health", "alert": "alert"}
     res = []
     for kind, key, value in outs:
         # Round-trip through the codec so floats/enums compare like consumed messages.
-        v = codec.decode_record(codec.encode_record(schemas[kind], value))
+        v = codec.decode_record(codec.encode_record(OUTPUTS[kind].schema, value))
         res.append((getattr(t, KIND_TOPIC[kind]), key, json.dumps(v, sort_keys=True, default=str)))
     return res
 

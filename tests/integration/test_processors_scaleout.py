@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fabricflow.streams import OUTPUTS
 from processors.logic.core import ProcessorCore, engine_config, shard_of
 from processors.logic.inventory import Inventory
 from schemas.columns import v4_column_to_addr16
@@ -85,10 +86,9 @@ def expected_outputs(settings, inventory: Path, batches) -> set[tuple]:
             outs += cores.setdefault(int(p), ProcessorCore(inv, cfg)).process_enriched(e[shards == p])
     for core in cores.values():
         outs += core.flush()
-    schema = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health", "alert": "alert"}
     t = settings.kafka.topics
     return {
-        (getattr(t, KIND_TOPIC[kind]), key, json.dumps(codec.decode_record(codec.encode_record(schema[kind], value)), sort_keys=True, default=str))
+        (getattr(t, KIND_TOPIC[kind]), key, json.dumps(codec.decode_record(codec.encode_record(OUTPUTS[kind].schema, value)), sort_keys=True, default=str))
         for kind, key, value in outs
     }
 

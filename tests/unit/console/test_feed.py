@@ -49,3 +49,24 @@ def test_take_decodes_every_kind_and_counts_bad_messages():
     port = next(p for p in store.port_states() if (p.switch, p.if_index) == ("tor2", 1))
     assert port.if_speed == 1_000_000_000 and port.errors_per_s == 50.0
     assert port.util_in == (31_250_000_000 // 8) * 8 / 10 / 1_000_000_000
+
+
+def test_avro_patterns_and_timelines():
+    """patterns.v1 is Avro: baselines/deviations become pattern events; the per-window pattern_timeline records
+    (one per job and window) are kept per job, not listed as events nor read for the job's periods."""
+    s = load_settings()
+    store = LiveStore(layout())
+    feed = KafkaFeed(s, store)
+    t = s.kafka.topics
+    base = {"kind": "pattern_deviation", "state": "open", "job": "train-a", "deviation": "period_shift",
+            "window_start_ms": WS, "window_end_ms": WS + 10_000, "detail": "2.0 s -> 3.1 s", "baseline_period_ms": 2000,
+            "current_period_ms": 3100, "added_pairs": [], "removed_pairs": [], "peers": {}}
+    timeline = base | {"kind": "pattern_timeline", "state": "", "deviation": "", "detail": "", "baseline_period_ms": -1,
+                       "current_period_ms": -1, "iteration_period_ms": 2000, "slot_ms": 250,
+                       "phases": [{"phase": "communication", "start_ms": WS, "end_ms": WS + 500, "bytes_est": 9}]}
+    feed._take(t.patterns, codec.encode_record("pattern", base))
+    feed._take(t.patterns, codec.encode_record("pattern", timeline | {"window_start_ms": WS + 10_000}))
+    assert feed.bad_messages == 0 and feed.messages == 2
+    assert [e["type"] for e in store.events()] == ["pattern"]
+    assert [p["current_period_ms"] for p in store.pattern_records("train-a")] == [3100]
+    assert store.timelines["train-a"]["iteration_period_ms"] == 2000

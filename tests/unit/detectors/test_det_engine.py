@@ -15,7 +15,8 @@ from schemas.columns import load_avsc
 
 from .helpers import counters
 
-SCHEMAS = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health"}
+SCHEMAS = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health",
+           "pattern": "pattern"}
 
 
 def config():

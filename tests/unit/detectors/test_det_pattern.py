@@ -43,6 +43,8 @@ def test_baseline_then_pair_change_then_restore():
         "window_start_ms": 120_000, "window_end_ms": 130_000, "detail": "baseline established",
         "baseline_period_ms": 60_000, "current_period_ms": 60_000, "added_pairs": [], "removed_pairs": [],
         "peers": {"g0": ["g1", "g3"], "g1": ["g0", "g2"], "g2": ["g1", "g3"], "g3": ["g0", "g2"]},
+        "structure": "ring", "iteration_period_ms": -1, "slot_ms": 0, "phases": [],
+        "communication_bytes": 0, "dataset_read_bytes": 0, "checkpoint_write_bytes": 0,
     }
     devs = [(p["deviation"], p["state"], p["window_start_ms"]) for p in out[1:]]
     assert devs == [("pairs_changed", "open", 600_000), ("pairs_changed", "close", 780_000)]

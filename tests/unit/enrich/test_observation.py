@@ -44,6 +44,8 @@ CASES = [
     (CORE, PROTO_NETFLOW9, 7, UNREG, "10.0.2.1", False),       # ... and the core saw it again
     (CORE, PROTO_NETFLOW9, 7, "10.0.9.1", EXT, True),          # no primary for either end
     (TOR1, PROTO_SFLOW5, 2, "10.0.1.2", "10.0.1.1", True),     # intra-rack, host port
+    (TOR1, PROTO_SFLOW5, 0, "10.0.1.2", "10.0.2.1", True),     # the source's ToR, ingress interface unknown (0)
+    (TOR2, PROTO_SFLOW5, 1, "10.0.1.2", "10.0.2.1", False),    # egress-side sample at the destination's ToR
 ]
 
 

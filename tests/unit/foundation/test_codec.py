@@ -164,3 +164,32 @@ def test_truncated_batches_raise_codec_error():
     for cut in range(len(msg)):
         with pytest.raises(codec.CodecError):
             codec.decode_batch(msg[:cut])
+
+
+@pytest.mark.parametrize("name, added", [
+    ("incast_event", {"dst_port": "", "dst_out_discards_per_s": -1.0}),
+    ("link_health", {"node": "", "job": ""}),
+    ("straggler_score", {"explained_by": ""}),
+])
+def test_detector_outputs_from_before_the_cause_links_read_with_defaults(name, added):
+    """incast_event / link_health / straggler_score messages written before issue #19's fields
+    (schemas/avro/history/<name>.1.avsc) still decode, the new fields at their defaults."""
+    old_json = json.loads((AVRO_DIR / "history" / f"{name}.1.avsc").read_text())
+    old = fastavro.parse_schema(old_json)
+    fp = bytes.fromhex(fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(old), "CRC-64-AVRO"))
+    assert fp != codec.schema_fingerprint(name)
+    samples = {"long": 7, "int": 3, "double": 0.5, "boolean": True, "string": "x"}
+    rec = {}
+    for f in old_json["fields"]:
+        t = f["type"]
+        if isinstance(t, dict) and t.get("type") == "array":
+            rec[f["name"]] = []
+        elif isinstance(t, dict) and t.get("type") == "enum":
+            rec[f["name"]] = t["symbols"][0]
+        else:
+            rec[f["name"]] = samples[t]
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, old, rec)
+    msg = codec.MAGIC + fp + buf.getvalue()
+    assert codec.schema_of(msg) == name
+    assert codec.decode_record(msg, expect=name) == rec | added

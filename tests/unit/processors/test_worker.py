@@ -157,18 +157,19 @@ def _shuffled(p, sent):
 
 
 def _detector_outputs(p, sent):
-    """Matrix, incast, straggler and link outputs produced so far plus those of a final flush (alerts' evidence
-    depends on batching, docs/replay.md), canonical and sorted."""
+    """Matrix, incast, straggler, link and pattern outputs produced so far plus those of a final flush (alerts'
+    evidence depends on batching, docs/replay.md), canonical and sorted."""
     import json
 
+    from fabricflow.streams import OUTPUTS
+
     t = p.settings.kafka.topics
-    kinds = {t.matrix: "matrix", t.incast: "incast", t.straggler: "straggler", t.link_health: "link"}
+    kinds = {getattr(t, s.name): kind for kind, s in OUTPUTS.items() if kind != "alert"}
     out = [(kinds[tp], k, json.dumps(codec.decode_record(v), sort_keys=True, default=str))
            for tp, k, v, _p, _h in sent if tp in kinds]
     for core in _cores(p).values():
         out += [(o.kind, o.key.encode(), json.dumps(codec.decode_record(codec.encode_record(
-            {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health"}[o.kind],
-            o.value)), sort_keys=True, default=str)) for o in core.flush() if o.kind != "alert"]
+            OUTPUTS[o.kind].schema, o.value)), sort_keys=True, default=str)) for o in core.flush() if o.kind != "alert"]
     assert out
     return sorted(out)
 
@@ -602,3 +603,32 @@ def test_revocation_drops_the_shard_and_hands_its_state_over(tmp_path):
     assert changelog.flushed == 1
     p.handle_shuffle_events([_Event(gone, 1, v)])  # still in Faust's buffers: not applied here
     assert gone not in p.shards
+
+
+def test_counter_batches_reach_every_shard_and_copies_only_update_the_port_state(tmp_path):
+    """prepare sends a counter batch to its exporter's shard and a copy marked role=state to every other
+    shard; detect applies such a copy to the port state only (node_state), with no outputs and no counting."""
+    from tests.unit.detectors.helpers import counters
+
+    p, sent = _proc(tmp_path, counter_batch_rows=1)
+    msgs = [codec.encode_batch("counter_batch", counters([dict(exporter="192.0.2.10", if_index=1, t=t,
+                                                               in_octets=t * 1000)])) for t in (10_000, 20_000)]
+    for off, m in enumerate(msgs):
+        p.handle_raw("counters.raw.v1", b"192.0.2.10", m, 0, off)
+    shuffled = [(part, h) for t, _k, _v, part, h in sent if t == p.settings.kafka.topics.shuffle]
+    assert sorted(part for part, _h in shuffled) == [0, 0, 1, 1]
+    owner = [part for part, h in shuffled if not shuffle.is_state_only(h)]
+    assert len(owner) == 2 and len(set(owner)) == 1
+    other = 1 - owner[0]
+    assert all(shuffle.is_state_only(h) for part, h in shuffled if part == other)
+    sent.clear()
+    for off, m in enumerate(msgs):
+        assert p.handle_shuffle(other, off, m, state_only=True)
+    cores = _cores(p)
+    assert not [s for s in sent if s[0] == p.settings.kafka.topics.link_health]  # no outputs from a copy
+    assert cores[other].engine.link.keys == [("192.0.2.10", 1)]  # but the port state is there
+    assert _metric(p, "fabricflow_processors_counter_samples_total") == 0
+    for off, m in enumerate(msgs):
+        p.handle_shuffle(owner[0], off, m)
+    assert [s for s in sent if s[0] == p.settings.kafka.topics.link_health]
+    assert _metric(p, "fabricflow_processors_counter_samples_total") == 2

@@ -108,10 +108,29 @@ def test_expected_detections_of_the_shipped_mixed_scenario():
     lines = list(Simulation("mixed").truth.lines())  # labels only: nothing generated
     exp, uncovered = expected_detections(faults_from_truth(lines), lines[0]["inventory"])
     assert sorted(e.label for e in exp) == [
-        "error_burst:tor2/if4", "exfiltration:203.0.113.66", "incast:gpu05", "link_downgrade:tor2/if4",
-        "straggler:gpu03", "unregistered_host:10.0.1.200",
+        "error_burst:tor2/if4", "exfiltration:203.0.113.66", "incast:gpu05", "lb_skew:gpu15",
+        "link_downgrade:tor2/if4", "storage_bound:stor01", "straggler:gpu03", "unregistered_host:10.0.1.200",
     ]  # fmt: skip
-    assert sorted(f.kind for f in uncovered) == ["clock_skew", "exporter_loss", "lb_skew", "storage_slowdown"]
+    assert sorted(f.kind for f in uncovered) == ["clock_skew", "exporter_loss"]
+
+
+def test_lb_skew_and_storage_slowdown_expectations():
+    skew = fault("lb_skew", 90, 240, {"job": "infer-a", "node": "gpu15"}, share=0.7)
+    slow = fault("storage_slowdown", 100, 220, {"node": "stor01", "network_fault": False}, factor=0.25)
+    slow_link = fault("storage_slowdown", 100, 220, {"node": "stor01", "network_fault": True}, factor=0.25)
+    exp, uncovered = expected_detections(faults_from_truth(truth([skew, slow])), INVENTORY)
+    assert sorted(e.label for e in exp) == ["lb_skew:gpu15", "storage_bound:stor01"]
+    assert uncovered == []
+    # a slow-down that comes with a link fault on the storage port expects no verdict; one is a false positive
+    exp, uncovered = expected_detections(faults_from_truth(truth([slow_link])), INVENTORY)
+    assert exp == [] and uncovered == []
+    r = score_detections([Observed("storage_bound", "storage_bound|train-a|stor01", at(150))], truth([slow_link]))
+    assert (r.detectors["storage_bound"].fp, r.detectors["storage_bound"].tp) == (1, 0)
+    r = score_detections([Observed("storage_bound", "storage_bound|train-a|stor01", at(150)),
+                          Observed("storage_bound", "storage_bound|train-b|stor01", at(150)),
+                          Observed("lb_skew", "lb_skew|infer-a|gpu15", at(120))], truth([skew, slow]))
+    assert [(o.detection.kind, o.status) for o in r.outcomes] == [
+        ("lb_skew", "hit"), ("storage_bound", "hit"), ("storage_bound", "duplicate")]
 
 
 def test_entity_tokens():
@@ -179,19 +198,27 @@ def test_healthy_truth_makes_every_detection_a_false_positive():
 # --------------------------------------------------------------------------- consequences
 
 
-def test_straggler_on_downgraded_node_and_its_ring_predecessor_is_explained():
+def test_straggler_explained_by_the_downgraded_port_is_explained():
     t = truth([LINK], ring_windows())
+    port = "tor1|2"  # the link output key exporter|if_index (this inventory has no switch agents: the name)
     dets = [
-        Observed("straggler", "gpu02", at(100)),  # its own link is capped
-        Observed("straggler", "gpu01", at(100)),  # sends to gpu02 in the ring
-        Observed("straggler", "gpu03", at(100)),  # receives from gpu02 but sends normally: FP
-        Observed("straggler", "gpu01", at(400)),  # long after the fault: FP
+        Observed("straggler", "gpu02", at(100), explained_by=port),  # its own link is capped
+        Observed("straggler", "gpu01", at(100), explained_by=port),  # its ring successor's link is capped
+        Observed("straggler", "gpu03", at(100)),  # the product links it to nothing: FP
+        Observed("straggler", "gpu04", at(100), explained_by="tor1|7"),  # another port: FP
+        Observed("straggler", "gpu01", at(400), explained_by=port),  # long after the fault: FP
     ]
     r = score_detections(dets, t)
     s = r.detectors["straggler"]
-    assert (s.explained, s.fp) == (2, 2)
+    assert (s.explained, s.fp) == (2, 3)
     reasons = [o.reason for o in r.outcomes if o.status == "explained"]
-    assert any("own link" in x for x in reasons) and any("sends to gpu02" in x for x in reasons)
+    assert reasons == ["explained_by tor1|2: link tor1/if2 of gpu02 was downgraded"] * 2
+
+
+def test_discard_burst_on_the_incast_destination_port_is_explained():
+    r = score_detections([Observed("discard_burst", "tor1/if5", at(40)), Observed("discard_burst", "tor1/if6", at(40))],
+                         truth([INCAST]))
+    assert (r.detectors["discard_burst"].explained, r.detectors["discard_burst"].fp) == (1, 1)
 
 
 def test_other_consequence_rules():

@@ -25,7 +25,8 @@ def expected_type(t):
         return PRIM.get(t, pa.binary(16))  # the only named reference in our schemas is Address16
     return {"fixed": lambda: pa.binary(t["size"]), "enum": lambda: pa.string(),
             "array": lambda: pa.list_(expected_type(t["items"])),
-            "map": lambda: pa.map_(pa.string(), expected_type(t["values"]))}[t["type"]]()
+            "map": lambda: pa.map_(pa.string(), expected_type(t["values"])),
+            "record": lambda: pa.struct([(f["name"], expected_type(f["type"])) for f in t["fields"]])}[t["type"]]()
 
 
 @pytest.mark.parametrize("name", AVSC_NAMES)

@@ -218,7 +218,10 @@ def test_detector_topics():
     st.add_alerts([alert, alert | {"dedup_key": "k2"}, alert | {"state": "updated"},
                    alert | {"dedup_key": "k2", "state": "resolved"}], now=0.0)
     st.add_patterns([{"job": "job-a", "current_period_ms": 3000, "window_end_ms": T0},
-                     {"job": "job-b", "current_period_ms": -1, "window_end_ms": T0}], now=0.0)
+                     {"job": "job-b", "current_period_ms": -1, "window_end_ms": T0},
+                     # a training-timeline record has no window-level period: it leaves the gauge alone
+                     {"kind": "pattern_timeline", "job": "job-a", "current_period_ms": -1, "window_end_ms": T0}],
+                    now=0.0)
     scrape(st)
     assert values(st, "incast_events_total") == {("gpu-2", "gpu"): 1.0}
     assert values(st, "incast_active") == {("gpu-2", "gpu"): 1.0}

@@ -1,0 +1,177 @@
+"""Training timeline: per job and main window, the phases (communication, dataset reads, checkpoint
+writes, idle) at sub-window resolution, the iteration period and the collective structure.
+
+Input: the flows of the main windows, reduced per (job, phase, slot) by :class:`PhaseAggregator`
+(slots of ``slot_ms``, default 250 ms, inside the window; event time = the record's time):
+
+- ``communication``: categories collective / rocev2 with source and destination in the job;
+- ``dataset_read``: storage category into the job from outside it;
+- ``checkpoint_write``: storage category from the job to outside it.
+
+Per closed window and job (:class:`TimelineDetector`), a slot is *active* for a phase when its
+bytes reach ``active_fraction`` of the phase's busiest slot in the window and at least
+``min_slot_bps`` (a single quiet slot between two active ones counts as active: at 1:4096 a
+slot of a steady phase is missed now and then); consecutive active slots form one segment ``{phase, start_ms, end_ms,
+bytes_est}``; slots where no phase is active form ``idle`` segments. Phases overlap (reads run
+during compute), so the segments are tracks, not one sequence.
+
+- Iteration period: the lag of the highest local peak of the autocorrelation of the
+  communication slot series over the last ``period_windows`` windows (as
+  :func:`~processors.logic.pattern.estimate_period`, in slots), -1 when none reaches ``min_acf``.
+  With 10 s windows and 250 ms slots it resolves iterations of 0.5 s to 15 s (the window-level
+  period of the pattern detector covers longer cycles).
+- Structure: from the job's collective peer pairs (the pattern detector's pair presence):
+  ``ring`` (a single cycle, every node with two peers, or two nodes), ``tree`` (connected,
+  nodes - 1 pairs), ``all_to_all`` (every node with every other, 4 nodes or more), else ``unknown``.
+
+Output: ``pattern_timeline`` records of ``schemas/avro/pattern.avsc`` on ``patterns.v1``.
+
+What flow data can show: when bytes moved, between which nodes, in which category. What it
+cannot: compute phases as such (idle on the network is compute, waiting or a stall alike),
+collectives over RDMA that bypass NetFlow/sFlow (RoCEv2 shows in sFlow headers, InfiniBand not
+at all), or anything shorter than the sampling resolution (at 1:4096, a slot needs a few hundred
+MB/s of a phase before it is sampled reliably). sFlow event time is the receive time: a slot edge
+is blurred by the export delay.
+Pure logic: no clock, no Kafka.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field
+
+from .groupby import group_reduce
+from .interning import Interner
+from .params import detector_params
+from .pattern import PatternDetector, collective_structure, estimate_period
+from .snapshots import dump_columns, load_columns
+
+__all__ = ["TimelineConfig", "PhaseAggregator", "TimelineDetector", "PHASES"]
+
+PHASES = ("communication", "dataset_read", "checkpoint_write")
+
+
+@detector_params
+class TimelineConfig:
+    """Training timeline parameters (docs/detectors.md, "Training timeline")."""
+
+    slot_ms: int = Field(250, ge=1, description="Resolution of the phase segments (ms; a window not a multiple of it ends with a shorter slot)")
+    active_fraction: float = Field(0.2, gt=0, le=1, description="A slot is active for a phase at this share of the phase's busiest slot in the window")
+    min_slot_bps: float = Field(100e6, ge=0, description="Bit/s a slot of a phase needs to be active")
+    period_windows: int = Field(3, ge=1, description="Windows of communication slots the iteration period is estimated over")
+    min_acf: float = Field(0.3, gt=0, le=1, description="Autocorrelation an iteration period needs to be accepted")
+    close_gaps: bool = Field(True, description="Count one quiet slot between two active ones as active (sampling misses a slot now and then)")
+
+
+class PhaseAggregator:
+    """Main-window aggregator of byte sums per (job code, phase x slots + slot)."""
+
+    def __init__(self, slot_ms: int, window_ms: int):
+        self.slot_ms = int(slot_ms)
+        self.nslots = max(1, -(-int(window_ms) // self.slot_ms))
+
+    def initialize(self) -> list:
+        return []
+
+    @staticmethod
+    def _reduce(chunks: list[dict]) -> dict:
+        cat = chunks[0] if len(chunks) == 1 else {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+        keys, sums, _ = group_reduce([cat["job"], cat["key"]], [cat["bytes"]])
+        return {"job": keys[0], "key": keys[1], "bytes": sums[0]}
+
+    def agg(self, state: list, rows: dict, window_start: int) -> list:
+        slot = np.clip((rows["t"] - window_start) // self.slot_ms, 0, self.nslots - 1)
+        state = state + [{"job": rows["job"], "key": rows["phase"].astype(np.int64) * self.nslots + slot,
+                          "bytes": rows["bytes"]}]
+        if len(state) > 16:
+            state = [self._reduce(state)]
+        return state
+
+    def result(self, state: list, window_start: int, window_end: int) -> dict | None:
+        return self._reduce(state) if state else None
+
+    def dump(self, state: list):
+        if not state:
+            return None
+        merged = self._reduce(state)
+        state[:] = [merged]
+        return dump_columns(merged)
+
+    def load(self, obj) -> list:
+        return [load_columns(obj)] if obj else []
+
+
+def _runs(active: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) slot ranges of the True runs of a boolean array."""
+    d = np.diff(np.r_[0, active.astype(np.int8), 0])
+    return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()))
+
+
+class TimelineDetector:
+    def __init__(self, config: TimelineConfig = TimelineConfig(), window_ms: int = 10_000):
+        self.config = config
+        self.window_ms = int(window_ms)
+        self.nslots = PhaseAggregator(config.slot_ms, window_ms).nslots
+        self.jobs: dict[str, dict] = {}  # job -> {"last_ws", "comm": [slot bytes of the last period_windows]}
+
+    def on_window(self, ws: int, we: int, res: dict | None, interner: Interner,
+                  pattern: PatternDetector | None = None) -> list[dict]:
+        cfg = self.config
+        ws, we = int(ws), int(we)
+        ns = self.nslots
+        per_job: dict[str, np.ndarray] = {}
+        if res is not None and len(res["job"]):
+            for j, k, b in zip(interner.lookup(res["job"]).tolist(), res["key"].tolist(), res["bytes"].tolist()):
+                per_job.setdefault(j, np.zeros(3 * ns, dtype=np.int64))[k] += b
+        out = []
+        for job in sorted(set(per_job) | set(self.jobs)):
+            st = self.jobs.setdefault(job, {"last_ws": ws - self.window_ms, "comm": []})
+            gap = min(max(0, (ws - st["last_ws"]) // self.window_ms - 1), cfg.period_windows)
+            arr = per_job.get(job)
+            st["comm"] = (st["comm"] + [0] * (gap * ns) + (arr[:ns].tolist() if arr is not None else [0] * ns)
+                          )[-cfg.period_windows * ns:]
+            st["last_ws"] = ws
+            if arr is None:
+                if not any(st["comm"]):
+                    del self.jobs[job]
+                continue
+            out.append(self._record(job, ws, we, arr.reshape(3, ns), st, pattern))
+        return out
+
+    def _record(self, job: str, ws: int, we: int, arr: np.ndarray, st: dict, pattern: PatternDetector | None) -> dict:
+        cfg = self.config
+        slot = cfg.slot_ms
+        floor = cfg.min_slot_bps / 8 * slot / 1000
+        segs = []
+        any_active = np.zeros(arr.shape[1], dtype=bool)
+        for p, name in enumerate(PHASES):
+            row = arr[p]
+            active = (row >= max(cfg.active_fraction * int(row.max()), floor)) & (row > 0)
+            if cfg.close_gaps and len(active) > 2:  # one quiet slot between active ones: a sampling gap
+                active[1:-1] |= active[:-2] & active[2:]
+            any_active |= active
+            for a, b in _runs(active):
+                segs.append({"phase": name, "start_ms": ws + a * slot, "end_ms": min(we, ws + b * slot),
+                             "bytes_est": int(row[a:b].sum())})
+        for a, b in _runs(~any_active):
+            segs.append({"phase": "idle", "start_ms": ws + a * slot, "end_ms": min(we, ws + b * slot), "bytes_est": 0})
+        segs.sort(key=lambda s: (s["start_ms"], PHASES.index(s["phase"]) if s["phase"] in PHASES else 3))
+        lag = estimate_period(np.array(st["comm"], dtype=np.float64), cfg.min_acf) if any(st["comm"]) else None
+        peers = pattern.peers(job) if pattern is not None else {}
+        return {
+            "kind": "pattern_timeline", "state": "", "job": job, "deviation": "",
+            "window_start_ms": ws, "window_end_ms": we, "detail": "",
+            "baseline_period_ms": -1, "current_period_ms": -1, "added_pairs": [], "removed_pairs": [],
+            "peers": peers, "structure": collective_structure(peers),
+            "iteration_period_ms": -1 if lag is None else int(lag * slot), "slot_ms": int(slot),
+            "phases": segs,
+            "communication_bytes": int(arr[0].sum()), "dataset_read_bytes": int(arr[1].sum()),
+            "checkpoint_write_bytes": int(arr[2].sum()),
+        }
+
+    def snapshot(self) -> dict:
+        return {"jobs": {j: {"last_ws": s["last_ws"], "comm": list(s["comm"])} for j, s in sorted(self.jobs.items())}}
+
+    def restore(self, snap: dict) -> None:
+        self.jobs = {j: {"last_ws": int(s["last_ws"]), "comm": [int(x) for x in s["comm"]]}
+                     for j, s in snap["jobs"].items()}
