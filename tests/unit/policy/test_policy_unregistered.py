@@ -3,6 +3,7 @@
 import ipaddress
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_testkit import CLUSTER, MIN, T0, assert_valid_alerts, by_state, flow, make_batch
@@ -68,6 +69,31 @@ def test_networks_match_ipaddress(addresses, cidrs, data):
         n = ipaddress.ip_network(c)
         addresses.append(str(n.network_address + data.draw(st.integers(0, n.num_addresses - 1))))
     got = Networks(cidrs).contains(addr16_column(addresses))
-    want = np.array([any(ipaddress.ip_address(a).version == ipaddress.ip_network(c).version
-                         and ipaddress.ip_address(a) in ipaddress.ip_network(c) for c in cidrs) for a in addresses])
+    want = np.array([any(_as_v4(ipaddress.ip_address(a)).version == _net_as_v4(ipaddress.ip_network(c)).version
+                         and _as_v4(ipaddress.ip_address(a)) in _net_as_v4(ipaddress.ip_network(c)) for c in cidrs)
+                     for a in addresses])
     assert (got == want).all()
+
+
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+
+
+def _as_v4(ip):
+    """Flow records carry 16-byte addresses with IPv4 as ::ffff:a.b.c.d: an IPv4-mapped IPv6 address is that IPv4."""
+    return ip.ipv4_mapped if ip.version == 6 and ip.ipv4_mapped is not None else ip
+
+
+def _net_as_v4(n):
+    """... and an IPv6 network inside ::ffff:0:0/96 is the IPv4 network it maps (a wider one stays IPv6)."""
+    if n.version == 6 and n.subnet_of(_MAPPED):
+        return ipaddress.ip_network((int(n.network_address) & 0xFFFFFFFF, n.prefixlen - 96))
+    return n
+
+
+@pytest.mark.parametrize("cidr, address, inside", [
+    ("0.0.0.0/0", "::ffff:0:0", True),            # the same 16 bytes as 0.0.0.0
+    ("::ffff:10.0.0.0/104", "10.1.2.3", True),     # an IPv4 range written in its IPv6-mapped form
+    ("::/0", "10.1.2.3", False),                   # an IPv6 network never holds IPv4 hosts otherwise
+])
+def test_ipv4_mapped_addresses_are_ipv4(cidr, address, inside):
+    assert Networks([cidr]).contains(addr16_column([address])).tolist() == [inside]
