@@ -8,7 +8,7 @@ from confluent_kafka import Producer
 
 from fabricflow.settings import load_settings
 from devtools.stack import EmbeddedStack, StackError
-from fabricflow.streams import ensure_topics, topic_specs
+from fabricflow.streams import STREAMS, ensure_topics, topic_specs
 from schemas import codec
 from schemas.columns import empty_flows, v4_column_to_addr16
 
@@ -116,7 +116,7 @@ def test_stack_cli_up_status_down(tmp_path):
     try:
         up = subprocess.run([*exe, "stack", "up", "--no-s3"], env=env, capture_output=True, text=True, timeout=60)
         assert up.returncode == 0, up.stderr
-        assert "tansu" in up.stdout and "running" in up.stdout and "topics: 12 created" in up.stdout
+        assert "tansu" in up.stdout and "running" in up.stdout and f"topics: {len(STREAMS)} created" in up.stdout
         st = subprocess.run([*exe, "stack", "status"], env=env, capture_output=True, text=True, timeout=30)
         assert st.returncode == 0 and "reachable" in st.stdout
     finally:

@@ -79,11 +79,17 @@ def expected_outputs(settings, inventory: Path, batches) -> set[tuple]:
     prep = ProcessorCore(inv, cfg)
     cores: dict[int, ProcessorCore] = {}
     outs = []
+    def core_of(p: int) -> ProcessorCore:
+        if p not in cores:
+            cores[p] = ProcessorCore(inv, cfg)
+            cores[p].engine.shard = p  # matrix keys name their shard, as a worker's do
+        return cores[p]
+
     for _exp, b in batches:
         e = prep.enrich(b)
-        shards = shard_of(e, settings.kafka.partitions)
+        shards = shard_of(e, settings.kafka.partitions, by_src=prep.unregistered_sources(e))
         for p in np.unique(shards):
-            outs += cores.setdefault(int(p), ProcessorCore(inv, cfg)).process_enriched(e[shards == p])
+            outs += core_of(int(p)).process_enriched(e[shards == p])
     for core in cores.values():
         outs += core.flush()
     t = settings.kafka.topics
