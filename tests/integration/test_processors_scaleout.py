@@ -23,7 +23,7 @@ from fabricflow.streams import OUTPUTS
 from processors.logic.core import ProcessorCore, engine_config, shard_of
 from processors.logic.inventory import Inventory
 from schemas.columns import v4_column_to_addr16
-from tests.synth import training_batches
+from tests.synth import UNREGISTERED, training_batches
 
 from .kafka_helpers import create_topics, settings_for, write_config
 from .test_processors_faust import KIND_TOPIC, collect, comparable, start_worker, stop_worker
@@ -56,6 +56,22 @@ def _shift(batch: np.ndarray, by: int) -> np.ndarray:
     return out
 
 
+# Job B's unregistered host. Shifted like its peers it would be 10.30.0.107, whose shard (by source) is
+# job A's: that shard would then get input from both raw partitions, and a worker preparing one of them
+# ahead of the other (a minute produced at once) would push the shard's clock past job A's burst.
+# 10.30.0.108 shards with job B (checked in the test), so each shard is fed by one raw partition.
+UNREGISTERED_B = 0x0A1E006C
+
+
+def _move_host(batch: np.ndarray, old: int, new: int) -> np.ndarray:
+    for col in ("src_addr", "dst_addr"):
+        v4 = batch[col][:, 12:].copy().view(">u4").ravel()
+        if (v4 == old).any():
+            v4[v4 == old] = new
+            batch[col] = v4_column_to_addr16(v4.astype(np.uint32))
+    return batch
+
+
 def two_job_batches() -> list[tuple[str, np.ndarray]]:
     """(exporter, batch) in time order: job A from tor-1/2 (synth), job B (straggler and incast too) from tor-3/4."""
     a = training_batches(seed=3)
@@ -64,8 +80,19 @@ def two_job_batches() -> list[tuple[str, np.ndarray]]:
     out = []
     for (ea, ba), (eb, bb) in zip(a, b):
         out.append((ea, ba))
-        out.append((renamed[eb], _shift(bb, NODES_PER_JOB)))
+        out.append((renamed[eb], _move_host(_shift(bb, NODES_PER_JOB), UNREGISTERED + NODES_PER_JOB, UNREGISTERED_B)))
     return out
+
+
+def shards_fed_by(settings, inventory: Path, batches) -> dict[int, set[int]]:
+    """Shuffle shard -> raw partitions whose records reach it."""
+    core = ProcessorCore(Inventory.load(inventory), engine_config(settings.processors))
+    fed: dict[int, set[int]] = {}
+    for exp, b in batches:
+        e = core.enrich(b)
+        for p in np.unique(shard_of(e, settings.kafka.partitions, by_src=core.unregistered_sources(e))):
+            fed.setdefault(int(p), set()).add(RAW_PARTITION[exp])
+    return fed
 
 
 def expected_outputs(settings, inventory: Path, batches) -> set[tuple]:
@@ -180,6 +207,8 @@ def test_two_workers_split_partitions_and_match_pure_core(kafka_bootstrap, uniqu
     assert parts == 2 and len({zlib.crc32(j.encode()) % parts for j in JOBS}) == parts  # one job per shuffle partition
     create_topics(s)
     batches = two_job_batches()
+    # Each shard's input comes from one raw partition, in time order (see RAW_PARTITION, UNREGISTERED_B).
+    assert shards_fed_by(s, inventory, batches) == {0: {1}, 1: {0}}
     expected = expected_outputs(s, inventory, batches)
     topics = {t for t, _k, _v in expected}
     assert {s.kafka.topics.incast, s.kafka.topics.straggler, s.kafka.topics.matrix} <= topics
