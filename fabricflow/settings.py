@@ -283,6 +283,11 @@ class MetricsSettings(_Section):
         900.0, ge=0, description="A new consumer group starts with messages at most this old (by message timestamp); "
         "older ones are skipped and counted",
     )
+    duplicate_horizon_s: float = Field(
+        300.0, gt=0, description="Matrix cells a processor produces again after a crash (same Kafka key and window) are "
+        "counted once if their window ends within this much event time of the newest window seen; older windows' keys "
+        "are forgotten (memory: ~100 bytes per cell of the windows within it; docs/metrics.md)",
+    )
 
 
 class StackSettings(_Section):
