@@ -27,7 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from processors.logic.categories import CATEGORIES
-from sinks.query import parse_time
+from sinks.query import describe, parse_time
 
 from . import events as ev
 from . import views
@@ -240,7 +240,8 @@ def create_app(state: ConsoleState) -> Starlette:
         return ("archive", w, w + size)
 
     def cells_for(p: Params, level: str):
-        """(cells table, start, end, windows, source) for the request's window or range."""
+        """(cells table, start, end, windows, source, answered) for the request's window or range; ``answered``:
+        what answered it (:func:`answered_fields`)."""
         rng = p.range()
         if rng is None:
             sel = live_window(p)
@@ -248,16 +249,16 @@ def create_app(state: ConsoleState) -> Starlette:
                 return None
             source, lo, hi = sel
             if source == "live":
-                return state.store.cells(lo)[0], lo, hi, 1, "live"
+                return state.store.cells(lo)[0], lo, hi, 1, "live", {}
             rng = (lo, hi)
         lo, hi = rng
         held = state.store.cells_range(lo, hi)
         if held is not None and held[1] > 0:
-            return held[0], lo, hi, held[1], "live"
+            return held[0], lo, hi, held[1], "live", {}
         if state.history is None:
             return None
-        cells, windows = state.history.matrix_cells(lo, hi, "group" if level == "group" else "node")
-        return cells, lo, hi, windows, "archive"
+        cells, windows, answered = state.history.matrix_cells(lo, hi, "group" if level == "group" else "node")
+        return cells, lo, hi, windows, "archive", answered_fields(answered)
 
     async def index(request: Request):
         html = (STATIC / "index.html").read_text()
@@ -295,9 +296,9 @@ def create_app(state: ConsoleState) -> Starlette:
         got = await run_in_threadpool(cells_for, p, level)
         if got is None:
             return views.matrix(_empty_cells(), state.layout, level, cats, 0, 0, 0, enc) | {"source": "none"}
-        cells, lo, hi, n, source = got
+        cells, lo, hi, n, source, answered = got
         return await run_in_threadpool(lambda: JSON(views.matrix(cells, state.layout, level, cats, lo, hi, n, enc)
-                                                    | {"source": source}))
+                                                    | {"source": source, **answered}))
 
     async def matrix_cell(request: Request, p: Params):
         p.check_unknown("window", "from", "to", "last", "level", "src", "dst")
@@ -306,8 +307,8 @@ def create_app(state: ConsoleState) -> Starlette:
         got = await run_in_threadpool(cells_for, p, level)
         if got is None:
             return views.cell_detail(_empty_cells(), state.layout, level, src, dst, 0, 0)
-        cells, lo, hi, _n, source = got
-        return views.cell_detail(cells, state.layout, level, src, dst, lo, hi) | {"source": source}
+        cells, lo, hi, _n, source, answered = got
+        return views.cell_detail(cells, state.layout, level, src, dst, lo, hi) | {"source": source, **answered}
 
     async def topn(request: Request, p: Params):
         p.check_unknown("window", "from", "to", "last", "level", "category", "n")
@@ -317,11 +318,11 @@ def create_app(state: ConsoleState) -> Starlette:
         got = await run_in_threadpool(cells_for, p, level)
         if got is None:
             return views.topn(_empty_cells(), state.layout, level, cats, n, 0, 0) | {"source": "none"}
-        cells, lo, hi, _n, source = got
+        cells, lo, hi, _n, source, answered = got
         if source == "archive" and level == "group":  # the top talkers come from node cells
             node = await run_in_threadpool(cells_for, p, "node")
             cells = pa.concat_tables([_as_cells(cells), _as_cells(node[0])], promote_options="permissive")
-        return views.topn(cells, state.layout, level, cats, n, lo, hi) | {"source": source}
+        return views.topn(cells, state.layout, level, cats, n, lo, hi) | {"source": source, **answered}
 
     def _recent_link_events(lo: int | None, hi: int | None, evs: list[dict]) -> dict:
         out: dict = {}
@@ -530,6 +531,14 @@ def create_app(state: ConsoleState) -> Starlette:
     app = Starlette(routes=routes, exception_handlers={404: not_found})
     app.state.console = state
     return TokenAuth(app, state.token)
+
+
+def answered_fields(answered: list[dict]) -> dict:
+    """``answered_by`` (the archive datasets that answered, each with its range and file count) and
+    ``answered`` (what the page shows: "1-hour rollups + 1-minute rollups")."""
+    if not answered:
+        return {}
+    return {"answered_by": answered, "answered": describe([(a["dataset"],) for a in answered])}
 
 
 def _empty_cells() -> pa.Table:

@@ -154,35 +154,50 @@ class History:
 
     # ------------------------------------------------------------------ named reads
 
-    def matrix_cells(self, lo: int, hi: int, level: str) -> tuple[pa.Table, int]:
-        """(the matrix cells of ``level`` with windows starting in [lo, hi), number of windows), not summed.
+    def matrix_cells(self, lo: int, hi: int, level: str) -> tuple[pa.Table, int | None, list[dict]]:
+        """(the matrix cells of ``level`` over [lo, hi), the number of matrix windows read (None when rollups
+        answered), which datasets answered: ``[{"dataset", "from_ms", "to_ms", "files"}]``).
 
-        Read with Arrow instead of SQL: the files come from :meth:`ArchiveQuery.files` (same hour pruning),
-        name columns stay dictionary-encoded and the console sums the cells with numpy
-        (:func:`console.views.pair_sums`). A DuckDB ``GROUP BY src, dst`` of one 512-node window (262k
-        string pairs) takes ~0.5 s; this read takes a few tens of ms. The filters are Arrow expressions
-        built from validated values, never SQL text.
+        The datasets come from the query layer as for ``fabricflow query matrix``
+        (:meth:`sinks.query.ArchiveQuery.matrix_pieces`): whole hours from the 1-hour rollups, whole minutes
+        from the 1-minute rollups, the rest from ``matrix_windows``. A range only ``matrix_windows`` answers
+        (one window, a few minutes' edges) is read with Arrow instead of SQL: the files come from
+        :meth:`ArchiveQuery.files` (same hour pruning), name columns stay dictionary-encoded and the console
+        sums the cells with numpy (:func:`console.views.pair_sums`). A DuckDB ``GROUP BY src, dst`` of one
+        512-node window (262k string pairs) takes ~0.5 s; this read takes a few tens of ms. The filters are
+        Arrow expressions built from validated values, never SQL text. Rollups hold one row per (node pair,
+        category, bucket), so a week of them is summed in DuckDB (:meth:`ArchiveQuery.matrix_cells`).
         """
         lvl = "group" if level == "group" else "node"
         with self.lock:
             try:
                 aq = ArchiveQuery(self.fs, self.root, self.con)
-                files = aq.files("matrix_windows", lo, hi) if "matrix_windows" in aq.datasets else []
+                pieces = aq.matrix_pieces(lo, hi)
+                if any(d != "matrix_windows" for d, *_ in pieces):
+                    try:
+                        t = aq.matrix_cells(lo, hi, lvl, self.protocols)
+                    except (EmptyRange, DatasetMissing):
+                        t = None
+                    self._set(True, None)
+                    answered = [{"dataset": d, "from_ms": a, "to_ms": b, "files": n} for d, a, b, n in aq.answered]
+                    return (_empty_cells() if t is None else t), None, answered
+                files = aq.files("matrix_windows", lo, hi)
                 self._set(True, None)
             except ArchiveError as e:
                 self._set(False, str(e))
                 raise ArchiveUnavailable(str(e)) from None
-            except OSError as e:
+            except (OSError, duckdb.IOException) as e:
                 self._set(False, f"{type(e).__name__}: {e}")
                 raise ArchiveUnavailable(str(e)) from None
             if not files:
-                return _empty_cells(), 0
+                return _empty_cells(), 0, []
             fmt = ds.ParquetFileFormat(read_options={"dictionary_columns": ["level", "src", "dst", "category"]})
             data = ds.dataset(files, format=fmt, filesystem=self.fs)
             t = data.to_table(columns=_CELL_READ, filter=(pc.field("window_start_ms") >= lo) &
                               (pc.field("window_start_ms") < hi) & (pc.field("level") == lvl))
         windows = len(pc.unique(t.column("window_start_ms"))) if t.num_rows else 0
-        return t.drop_columns(["window_start_ms"]), windows
+        return t.drop_columns(["window_start_ms"]), windows, [
+            {"dataset": "matrix_windows", "from_ms": lo, "to_ms": hi, "files": len(files)}]
 
     def matrix_windows(self, lo: int, hi: int) -> list[tuple[int, int]]:
         t = self.query(_MATRIX_WINDOWS, lo, hi)

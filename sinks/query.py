@@ -73,6 +73,16 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: What a dataset that answers a report is called on a page ("from 1-hour rollups").
+DESCRIPTIONS = {"traffic_1h": "1-hour rollups", "traffic_1m": "1-minute rollups", "flows_enriched": "raw flows",
+                "matrix_windows": "matrix windows"}
+
+
+def describe(answered: list[tuple]) -> str:
+    """``1-hour rollups + 1-minute rollups + matrix windows`` from :attr:`ArchiveQuery.answered`."""
+    return " + ".join(DESCRIPTIONS.get(d, d) for d in dict.fromkeys(a[0] for a in answered))
+
+
 #: ``--source`` of the flow reports -> the dataset it reads (``auto``: :func:`plan_sources`).
 SOURCES = {"raw": "flows_enriched", "1m": "traffic_1m", "1h": "traffic_1h"}
 SOURCE_CHOICES = ("auto", *SOURCES)
@@ -429,6 +439,63 @@ class ArchiveQuery:
         self.answered = used
         self.answered_by = " + ".join(dict.fromkeys(d for d, *_ in used))
         return "(" + " UNION ALL ".join(parts) + ")", params
+
+    def matrix_pieces(self, frm, to) -> list[tuple[str, int | None, int | None]]:
+        """The (dataset, from, to) pieces :meth:`matrix_cells` reads over [frm, to)."""
+        finest = "matrix_windows" if "matrix_windows" in self._present else SOURCES["raw"]
+        pieces = [(finest if d == SOURCES["raw"] else d, lo, hi) for d, lo, hi in self.sources(frm, to, "auto")]
+        if any(d != finest for d, *_ in pieces) and not any(self._has_files(d, lo, hi) for d, lo, hi in pieces
+                                                             if d != finest):
+            pieces = [(finest, pieces[0][1], pieces[-1][2])]  # no rollup file in range: the finest alone
+        return pieces
+
+    def matrix_cells(self, frm, to, level: str = "node", protocols=None) -> pa.Table:
+        """Matrix cells (level, src, dst, category, bytes_est, packets_est, flow_records, samples) summed per
+        (src, dst, category) over [frm, to), from the smallest datasets that answer: the console's matrix.
+
+        The range is tiled as for the flow reports (:func:`plan_sources`): whole hours from ``traffic_1h``,
+        whole minutes from ``traffic_1m``; what is left (under a minute at each end, or a range with no
+        rollup) from ``matrix_windows`` (cells of the windows starting in it), else ``flows_enriched``.
+        Counted as the processors count a matrix cell: each packet once (``duplicate`` skipped) and only the
+        export protocols in ``protocols`` (codes, ``processors.detector_protocols``; None = all); an endpoint
+        without a node (group) is ``unknown``; ``samples`` are the sampled packets. ``level``: node or group
+        (the console folds nodes into racks). Sets :attr:`answered` / :attr:`answered_by`.
+        """
+        if level not in ("node", "group"):
+            raise ValueError("level must be 'node' or 'group'")
+        pieces = self.matrix_pieces(frm, to)
+        col = "node" if level == "node" else "group"
+        parts, used = [], []
+        params: dict = {"level": level}
+        proto = "" if protocols is None else " AND list_contains($protocols, export_protocol)"
+        for i, (d, lo, hi) in enumerate(pieces):
+            alias = f"cells{i}_{d}"
+            try:
+                self.register(d, lo, hi, alias=alias)
+            except (EmptyRange, DatasetMissing):
+                continue
+            used.append((d, lo, hi, len(self.files_used[alias])))
+            if d == "matrix_windows":
+                parts.append(f"""SELECT src, dst, category, bytes_est, packets_est, flow_records, samples
+                    FROM {alias} WHERE level = $level""")
+                continue
+            dup = "NOT duplicate" if d != SOURCES["raw"] else "NOT coalesce(duplicate, false)"
+            n, smp = ("flow_records", "packets") if d != SOURCES["raw"] else ("1", "packets")
+            parts.append(f"""SELECT CASE WHEN src_{col} <> '' THEN src_{col} ELSE 'unknown' END AS src,
+                    CASE WHEN dst_{col} <> '' THEN dst_{col} ELSE 'unknown' END AS dst, category,
+                    bytes_est, packets_est, {n} AS flow_records, {smp} AS samples
+                FROM {alias} WHERE {dup}{proto}""")
+            if proto:
+                params["protocols"] = [int(p) for p in protocols]
+        self.answered = used
+        self.answered_by = " + ".join(dict.fromkeys(d for d, *_ in used)) or None
+        if not parts:
+            raise EmptyRange("no matrix data in range (neither rollups nor matrix windows)")
+        return self._sql(f"""
+            SELECT $level AS level, src, dst, category, sum(bytes_est)::BIGINT AS bytes_est,
+                   sum(packets_est)::BIGINT AS packets_est, sum(flow_records)::BIGINT AS flow_records,
+                   sum(samples)::BIGINT AS samples
+            FROM ({" UNION ALL ".join(parts)}) GROUP BY src, dst, category""", params)
 
     def top_talkers(self, frm, to, n: int = 10, exporter: str | None = None, source: str = "auto") -> pa.Table:
         """Largest src -> dst pairs by estimated bytes (node name, else IP)."""

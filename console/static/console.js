@@ -227,7 +227,7 @@
     const n = m.labels.length;
     const info = (m.source === "none" ? "no data yet" : (m.source + ": " + fmtTime(m.start_ms) + " – " + fmtTime(m.end_ms).slice(11)) +
       " · " + n + " × " + n + " · " + m.nonzero + " cells · " + fmtBytes(m.total_bytes) +
-      " (" + fmtRate(m.total_bytes * 8 / m.duration_s) + ")");
+      " (" + fmtRate(m.total_bytes * 8 / m.duration_s) + ")") + (m.answered ? " · from " + m.answered : "");
     $("m-info").textContent = info;
     drawMatrix(m);
     performance.mark("matrix-painted");  // bench/console.py: time to first paint of the matrix
@@ -548,7 +548,8 @@
 
   async function renderTopn() {
     const d = await api("topn", Object.assign({ level: state.nlevel, n: state.n, category: state.ncat }, windowParams()));
-    $("n-info").textContent = d.source + " · " + fmtTime(d.start_ms) + " – " + fmtTime(d.end_ms).slice(11);
+    $("n-info").textContent = d.source + " · " + fmtTime(d.start_ms) + " – " + fmtTime(d.end_ms).slice(11) +
+      (d.answered ? " · from " + d.answered : "");
     // Sankey: source -> category -> destination (sources and destinations are separate nodes)
     const nodes = new Map(); const links = new Map();
     const add = (a, b, v) => { const k = a + "\u0000" + b; links.set(k, (links.get(k) || 0) + v); nodes.set(a, 1); nodes.set(b, 1); };

@@ -142,6 +142,42 @@ def test_auto_reads_the_coarsest_dataset_per_piece(archive):
     assert n == q.sql("SELECT count(*) AS n FROM flows_enriched").column("n")[0].as_py() == 3 * 600
 
 
+@pytest.mark.parametrize("rng_name", ["three hours", "one hour", "minutes", "unaligned"])
+@pytest.mark.parametrize("level", ["node", "group"])
+def test_console_matrix_cells_read_the_smallest_datasets_and_equal_the_raw_matrix(archive, level, rng_name):
+    """The console's matrix (ArchiveQuery.matrix_cells) tiles a range like the flow reports: a week or whole hours
+    from traffic_1h, whole minutes from traffic_1m, the seconds at the edges from the finest dataset; the cells
+    equal the matrix of the raw flows, each packet once."""
+    frm, to = RANGES[rng_name]
+    raw = ArchiveQuery(None, archive).matrix(frm, to, level=level, source="raw")
+    q = ArchiveQuery(None, archive)
+    got = q.matrix_cells(frm, to, level)
+    assert set(got.column("level").to_pylist()) == {level}
+    want = {(r["src"], r["dst"], r["category"]): (r["bytes_est"], r["packets_est"], r["flow_records"])
+            for r in raw.to_pylist()}
+    have = {(r["src"], r["dst"], r["category"]): (r["bytes_est"], r["packets_est"], r["flow_records"])
+            for r in got.to_pylist()}
+    assert have == want and want
+    expect = {"three hours": ["traffic_1h"], "one hour": ["traffic_1h"],
+              "minutes": ["traffic_1m", "traffic_1h", "traffic_1m"],
+              "unaligned": ["flows_enriched", "traffic_1m", "traffic_1h", "traffic_1m", "flows_enriched"]}[rng_name]
+    assert [d for d, *_ in q.answered] == expect  # no matrix_windows in this archive: the raw flows at the edges
+    # samples: the sampled packets (what a matrix cell's samples are)
+    assert sum(got.column("samples").to_pylist()) == ArchiveQuery(None, archive).sql(
+        "SELECT sum(packets) FROM flows_enriched WHERE NOT duplicate AND time_end_ms >= $a AND time_end_ms < $b",
+        frm, to, params={"a": frm, "b": to}).column(0)[0].as_py()
+
+
+def test_console_matrix_cells_count_only_the_detector_protocols(archive):
+    frm, to = RANGES["minutes"]
+    q = ArchiveQuery(None, archive)
+    all_ = sum(q.matrix_cells(frm, to, "group").column("bytes_est").to_pylist())
+    only = sum(q.matrix_cells(frm, to, "group", protocols=[1]).column("bytes_est").to_pylist())
+    want = q.sql("SELECT sum(bytes_est) FROM flows_enriched WHERE NOT duplicate AND export_protocol = 1", frm, to
+                 ).column(0)[0].as_py()
+    assert 0 < only == want < all_
+
+
 def test_plan_sources():
     present = {"flows_enriched", "traffic_1m", "traffic_1h"}
     h = HOUR_MS
