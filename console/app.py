@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from processors.logic.categories import CATEGORIES
+from schemas.columns import addr_str
 from sinks.query import describe, parse_time
 
 from . import events as ev
@@ -362,18 +363,20 @@ def create_app(state: ConsoleState) -> Starlette:
         if idx is None:
             raise BadRequest("if_index is required")
         rng = p.range()
+        answered = []
         if rng is None:
             series = state.store.port_series(switch, idx) or []
             source = "live"
         else:
             if state.history is None:
                 raise BadRequest("no archive configured for a time range")
-            series = await run_in_threadpool(state.history.port_series, switch, idx, *rng)
+            agents = [addr_str(a) for a, sw in state.layout.agents.items() if sw == switch]
+            series, answered = await run_in_threadpool(state.history.port_series, switch, idx, *rng, agents)
             source = "archive"
         info = state.layout.port_by_key.get((switch, idx))
         cols = ("time_ms", "util_in", "util_out", "errors_per_s", "discards_per_s", "if_speed", "oper_up")
         return {"switch": switch, "if_index": idx, "node": info.node if info else "",
-                "speed_bps": info.speed_bps if info else None, "source": source,
+                "speed_bps": info.speed_bps if info else None, "source": source, **answered_fields(answered),
                 "series": {c: [row[i] for row in series] for i, c in enumerate(cols)}}
 
     async def jobs(request: Request, p: Params):
@@ -401,16 +404,17 @@ def create_app(state: ConsoleState) -> Starlette:
             scores = await run_in_threadpool(state.history.scores, name, lo, hi) if state.history else []
             source = "archive"
         bin_ms = max(1000, (hi - lo) // 600 // 1000 * 1000)
-        phases, period = [], None
+        phases, period, answered = [], None, []
         if state.history is not None:
-            try:
-                phases = await run_in_threadpool(state.history.phases, name, lo, hi, bin_ms)
+            try:  # the phases from the smallest dataset that answers (bins of its buckets for long ranges)
+                phases, bin_ms, answered = await run_in_threadpool(state.history.phases, name, lo, hi)
                 period = await run_in_threadpool(state.history.iteration_period_ms, name, lo, hi)
             except ArchiveUnavailable:
                 phases, period = [], None
         out = views.job_view(state.layout, name, scores, phases, bin_ms, period, state.store.pattern_records(name))
         stragglers = [e for e in ev.straggler_events(scores, state.store.window_ms)]
-        return out | {"start_ms": lo, "end_ms": hi, "source": source, "stragglers": stragglers}
+        return out | {"start_ms": lo, "end_ms": hi, "source": source, "stragglers": stragglers,
+                      **answered_fields(answered)}
 
     def _all_events(rng, types: set[str]) -> list[dict]:
         out = {e["id"]: e for e in state.store.events() if e["type"] in types}

@@ -75,7 +75,8 @@ def _iso(ms: int) -> str:
 
 #: What a dataset that answers a report is called on a page ("from 1-hour rollups").
 DESCRIPTIONS = {"traffic_1h": "1-hour rollups", "traffic_1m": "1-minute rollups", "flows_enriched": "raw flows",
-                "matrix_windows": "matrix windows"}
+                "matrix_windows": "matrix windows", "ports_1h": "1-hour port rollups",
+                "ports_1m": "1-minute port rollups", "link_health": "link health samples"}
 
 
 def describe(answered: list[tuple]) -> str:
@@ -439,6 +440,26 @@ class ArchiveQuery:
         self.answered = used
         self.answered_by = " + ".join(dict.fromkeys(d for d, *_ in used))
         return "(" + " UNION ALL ".join(parts) + ")", params
+
+    def series_source(self, frm, to, min_bins: int = 150, max_bins: int = 600, family: str = "traffic"
+                      ) -> tuple[str, int]:
+        """(dataset, bin ms) for a time series over [frm, to): the coarsest rollup that still gives at least
+        ``min_bins`` bins (a week: ``traffic_1h``, hourly bins; a day: ``traffic_1m``, two-minute bins) and has
+        files in range, the bin a whole number of its buckets and at most ``max_bins`` bins; else the raw
+        dataset with whole-second bins (an hour: 6 s). A rollup row falls in the bin its bucket starts in.
+        ``family``: ``traffic`` (raw: ``flows_enriched``; the console's job timeline) or ``ports`` (raw:
+        ``link_health``; a port's series). docs/console.md."""
+        lo, hi = parse_time(frm), parse_time(to)
+        if hi <= lo:
+            raise ArchiveError(f"empty time range: from {_iso(lo)} is not before to {_iso(hi)}")
+        names = {"traffic": (SOURCES["1h"], SOURCES["1m"], SOURCES["raw"]),
+                 "ports": ("ports_1h", "ports_1m", "link_health")}[family]
+        target = max(1000, (hi - lo) // max_bins)
+        for name in names[:2]:
+            b = layout.spec(name).bucket_ms
+            if name in self._present and (hi - lo) // b >= min_bins and self._has_files(name, lo, hi):
+                return name, max(b, target // b * b)
+        return names[2], target // 1000 * 1000
 
     def matrix_pieces(self, frm, to) -> list[tuple[str, int | None, int | None]]:
         """The (dataset, from, to) pieces :meth:`matrix_cells` reads over [frm, to)."""

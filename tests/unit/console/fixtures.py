@@ -142,3 +142,11 @@ def write_later_flows(root: str) -> None:
     b = HourlyBuffer("flows_enriched", 1)
     b.add(table_from_columns(enriched(rows), "flow_enriched"), 0)
     ParquetWriter(None, root).write_plan(b.flush_plan(force=True))
+    # tor1 port 1 (gpu01) for two hours, a sample a minute: half its 25G in, 10 errors a minute
+    from tests.unit.detectors.helpers import counters
+
+    samples = [{"exporter": "10.0.255.1", "if_index": 1, "t": LATER + k * 60_000,
+                "in_octets": k * 60 * 25_000_000_000 // 8 // 2, "in_errors": 10 * k} for k in range(120)]
+    b = HourlyBuffer("counters_raw", 0)
+    b.add(table_from_columns(counters(samples), "counter_sample"), 0)
+    ParquetWriter(None, root).write_plan(b.flush_plan(force=True))

@@ -114,6 +114,20 @@ def test_archive_ranges_are_read_from_the_smallest_dataset_that_answers(archive_
     # a range inside one minute: the matrix windows alone, read with Arrow as before
     one = get("/api/matrix", WS, WS + W)
     assert one["answered"] == "matrix windows" and one["windows"] == 1
+    # a port's series over a week: one point per hour from the port rollups; an hour: the link health samples
+    port = get("/api/port", LATER - 3 * 86_400_000, LATER + 4 * 86_400_000, switch="tor1", if_index=1)
+    assert port["answered"] == "1-hour port rollups" and port["series"]["time_ms"] == [LATER, LATER + 3_600_000]
+    assert port["series"]["util_in"] == [0.5, 0.5] and port["series"]["util_out"] == [0.0, 0.0]
+    assert port["series"]["errors_per_s"] == pytest.approx([1 / 6, 1 / 6]) and port["series"]["oper_up"] == [True] * 2
+    port = get("/api/port", WS, WS + 3_600_000, switch="tor2", if_index=1)
+    assert port["answered"] == "link health samples" and len(port["series"]["time_ms"]) == 1
+    # the job timeline: a week in hourly bins from the 1-hour rollups, an hour in 6 s bins from the raw flows
+    j = get("/api/job", LATER - 3 * 86_400_000, LATER + 4 * 86_400_000, name="train-a")
+    assert j["answered"] == "1-hour rollups" and j["bin_ms"] == 3_600_000
+    assert [(b["phase"], b["start_ms"], b["end_ms"]) for b in j["bands"]] == [("communication", WS, WS + 3_600_000)]
+    j = get("/api/job", WS, WS + 3_600_000, name="train-a")
+    assert j["answered"] == "raw flows" and j["bin_ms"] == 6_000
+    assert [(b["phase"], b["start_ms"], b["end_ms"]) for b in j["bands"]] == [("communication", WS, WS + 6_000)]
 
 
 def test_cell_detail_has_category_split_and_uncertainty(client):

@@ -178,6 +178,17 @@ def test_console_matrix_cells_count_only_the_detector_protocols(archive):
     assert 0 < only == want < all_
 
 
+def test_series_source_picks_the_coarsest_rollup_with_enough_bins(archive, tmp_path):
+    q = ArchiveQuery(None, archive)  # rollups for three hours from T0
+    assert q.series_source(T0 - 3 * 86_400_000, T0 + 4 * 86_400_000) == ("traffic_1h", HOUR_MS)  # a week
+    assert q.series_source(T0, T0 + 86_400_000) == ("traffic_1m", 2 * MIN)  # a day
+    assert q.series_source(T0, T0 + 6 * HOUR_MS) == ("traffic_1m", MIN)
+    assert q.series_source(T0, T0 + HOUR_MS) == ("flows_enriched", 6_000)  # too few minutes: raw
+    assert q.series_source(T0 + 30 * 86_400_000, T0 + 37 * 86_400_000) == ("flows_enriched", 1_008_000)  # no files
+    with pytest.raises(ArchiveError, match="empty time range"):
+        q.series_source(T0, T0)
+
+
 def test_plan_sources():
     present = {"flows_enriched", "traffic_1m", "traffic_1h"}
     h = HOUR_MS
