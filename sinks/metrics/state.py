@@ -103,7 +103,8 @@ class _CellKeys:
     A processor re-emits the cells of windows it closed again after a crash (its outputs are at-least-once
     with deterministic Kafka keys: window start, level, src, dst, category and shard). A cell whose
     (window end, key) is held is a duplicate; windows that end more than the horizon before the newest are
-    forgotten, so memory is bounded by the cells of the windows within it. A key is held as its 64-bit hash.
+    forgotten, so memory is bounded by the cells of the windows within it. A key (any hashable: the service
+    passes the Kafka key with the cell's window and names) is held as its 64-bit hash.
     """
 
     def __init__(self, horizon_ms: int):
@@ -111,7 +112,7 @@ class _CellKeys:
         self.by_end: dict[int, set[int]] = {}
         self.newest = -1
 
-    def add(self, end_ms: int, key: bytes) -> bool:
+    def add(self, end_ms: int, key) -> bool:
         """True when (``end_ms``, ``key``) is new (or its window is beyond the horizon: cannot tell, counted)."""
         if end_ms < self.newest - self.horizon_ms:
             return True
@@ -300,7 +301,10 @@ class MetricsState:
         end = _int(c, "window_end_ms")
         if level not in ("node", "rack", "group"):
             raise BadRecord(f"unknown matrix level {level!r}")
-        if key is not None and not self._cell_seen.add(end, key):
+        # the cell's identity: its Kafka key (window start, level, src, dst, category, shard) and, should a
+        # producer use one key for many cells, the cell's own window and names
+        if key is not None and not self._cell_seen.add(end, (key, level, c["src"], c["dst"], c["category"],
+                                                             c.get("window_start_ms"))):
             self.count_skipped("matrix", "duplicate")
             return False
         if level == "node":

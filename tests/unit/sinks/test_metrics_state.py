@@ -293,6 +293,11 @@ def test_cells_counted_once_per_key_and_window_with_the_horizon_bounding_memory(
     assert len(st._cell_seen) == 4
     st.add_matrix([cell(b=1000)], [key])  # beyond the horizon: cannot tell any more, counted
     assert st.app_bytes.values[("gpu-1", "collective", "tx")] == 2020
+    # a producer that gives every message one key: different cells still count, each once
+    one = MetricsState()
+    assert one.add_matrix([cell(src="gpu-1"), cell(src="gpu-3"), cell(src="gpu-1")], [b"k"] * 3) == 2
+    assert one.app_bytes.values == {("gpu-1", "collective", "tx"): 1000, ("gpu-3", "collective", "tx"): 1000,
+                                    ("gpu-2", "collective", "rx"): 2000}
     # a bad record is neither counted nor remembered
     st.add_matrix([cell(level="switch", end=T0 + 120_000)], [b"k2"])
     assert st.add_matrix([cell(end=T0 + 120_000)], [b"k2"]) == 1
