@@ -15,11 +15,9 @@ from typing import Optional
 import typer
 
 from .context import fail, settings_of
-from .options import Exporter, QueryOptions, parse_duration_ms, with_query_options
+from .options import Exporter, MatrixSource, QueryOptions, Source, parse_duration_ms, with_query_options
 
 sink_app = typer.Typer(help="Sinks: the hourly Parquet archive and its retention.", no_args_is_help=True)
-SOURCE_HELP = ("raw (flows_enriched), 1m or 1h (traffic rollups) or auto: the coarsest rollup that answers the "
-               "range exactly (whole hours: 1h, whole minutes: 1m, else raw). The dataset used is named on stderr.")
 query_app = typer.Typer(
     help="Query the Parquet archive (DuckDB). Range: --from/--to or --last; default the whole archive.",
     no_args_is_help=True,
@@ -257,7 +255,7 @@ def query_top(
     ctx: typer.Context,
     n: int = typer.Option(10, "--limit", "-n", min=1, help="Number of pairs."),
     exporter: Exporter = None,
-    source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
+    source: Source = "auto",
     opts: QueryOptions = QueryOptions(),
 ):
     """Largest source -> destination pairs by estimated bytes (node name, else IP) from flows_enriched,
@@ -271,9 +269,7 @@ def query_top(
 def query_matrix(
     ctx: typer.Context,
     level: str = typer.Option("node", "--level", help="node, rack or group."),
-    source: str = typer.Option("auto", "--source", help="matrix (matrix_windows), raw or flows (flows_enriched), "
-                               "1m or 1h (traffic rollups) or auto: the coarsest rollup that answers the range exactly, "
-                               "else matrix_windows, else raw. The dataset used is named on stderr."),
+    source: MatrixSource = "auto",
     exporter: Exporter = None,
     opts: QueryOptions = QueryOptions(),
 ):
@@ -290,7 +286,7 @@ def query_node(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="Node name (inventory) or IP address."),
     exporter: Exporter = None,
-    source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
+    source: Source = "auto",
     opts: QueryOptions = QueryOptions(),
 ):
     """One node's traffic: direction, peer, category, bytes/packets/flow records."""
@@ -304,7 +300,7 @@ def query_job(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="Job name (inventory)."),
     exporter: Exporter = None,
-    source: str = typer.Option("auto", "--source", help=SOURCE_HELP),
+    source: Source = "auto",
     opts: QueryOptions = QueryOptions(),
 ):
     """A job's nodes: bytes and flow records sent and received per node and category."""

@@ -74,3 +74,14 @@ def parse_duration_ms(text: str) -> int:
 EXPORTER_HELP = "One exporter's own view (every record it sent) instead of each packet counted once."
 #: ``--exporter ADDR`` of the flow reports
 Exporter = Annotated[Optional[str], typer.Option("--exporter", help=EXPORTER_HELP)]
+
+
+SOURCE_HELP = ("raw (flows_enriched), 1m or 1h (traffic rollups) or auto: the coarsest rollup that answers the "
+               "range exactly (whole hours: 1h, whole minutes: 1m, else raw). The dataset used is named on stderr.")
+#: ``--source`` of the flow reports (top-talkers, node, job): checked by the command (``sinks.query.SOURCE_CHOICES``)
+Source = Annotated[str, typer.Option("--source", help=SOURCE_HELP)]
+MATRIX_SOURCE_HELP = ("matrix (matrix_windows), raw or flows (flows_enriched), 1m or 1h (traffic rollups) or auto: the "
+                      "coarsest rollup that answers the range exactly, else matrix_windows, else raw. The dataset used "
+                      "is named on stderr.")
+#: ``--source`` of ``query matrix``: the flow reports' choices and matrix_windows
+MatrixSource = Annotated[str, typer.Option("--source", help=MATRIX_SOURCE_HELP)]

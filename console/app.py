@@ -27,7 +27,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from processors.logic.categories import CATEGORIES
-from sinks.query import parse_time
+from schemas.columns import addr_str
+from sinks.query import describe, parse_time
 
 from . import events as ev
 from . import views
@@ -240,7 +241,8 @@ def create_app(state: ConsoleState) -> Starlette:
         return ("archive", w, w + size)
 
     def cells_for(p: Params, level: str):
-        """(cells table, start, end, windows, source) for the request's window or range."""
+        """(cells table, start, end, windows, source, answered) for the request's window or range; ``answered``:
+        what answered it (:func:`answered_fields`)."""
         rng = p.range()
         if rng is None:
             sel = live_window(p)
@@ -248,16 +250,16 @@ def create_app(state: ConsoleState) -> Starlette:
                 return None
             source, lo, hi = sel
             if source == "live":
-                return state.store.cells(lo)[0], lo, hi, 1, "live"
+                return state.store.cells(lo)[0], lo, hi, 1, "live", {}
             rng = (lo, hi)
         lo, hi = rng
         held = state.store.cells_range(lo, hi)
         if held is not None and held[1] > 0:
-            return held[0], lo, hi, held[1], "live"
+            return held[0], lo, hi, held[1], "live", {}
         if state.history is None:
             return None
-        cells, windows = state.history.matrix_cells(lo, hi, "group" if level == "group" else "node")
-        return cells, lo, hi, windows, "archive"
+        cells, windows, answered = state.history.matrix_cells(lo, hi, "group" if level == "group" else "node")
+        return cells, lo, hi, windows, "archive", answered_fields(answered)
 
     async def index(request: Request):
         html = (STATIC / "index.html").read_text()
@@ -295,9 +297,9 @@ def create_app(state: ConsoleState) -> Starlette:
         got = await run_in_threadpool(cells_for, p, level)
         if got is None:
             return views.matrix(_empty_cells(), state.layout, level, cats, 0, 0, 0, enc) | {"source": "none"}
-        cells, lo, hi, n, source = got
+        cells, lo, hi, n, source, answered = got
         return await run_in_threadpool(lambda: JSON(views.matrix(cells, state.layout, level, cats, lo, hi, n, enc)
-                                                    | {"source": source}))
+                                                    | {"source": source, **answered}))
 
     async def matrix_cell(request: Request, p: Params):
         p.check_unknown("window", "from", "to", "last", "level", "src", "dst")
@@ -306,8 +308,8 @@ def create_app(state: ConsoleState) -> Starlette:
         got = await run_in_threadpool(cells_for, p, level)
         if got is None:
             return views.cell_detail(_empty_cells(), state.layout, level, src, dst, 0, 0)
-        cells, lo, hi, _n, source = got
-        return views.cell_detail(cells, state.layout, level, src, dst, lo, hi) | {"source": source}
+        cells, lo, hi, _n, source, answered = got
+        return views.cell_detail(cells, state.layout, level, src, dst, lo, hi) | {"source": source, **answered}
 
     async def topn(request: Request, p: Params):
         p.check_unknown("window", "from", "to", "last", "level", "category", "n")
@@ -317,11 +319,11 @@ def create_app(state: ConsoleState) -> Starlette:
         got = await run_in_threadpool(cells_for, p, level)
         if got is None:
             return views.topn(_empty_cells(), state.layout, level, cats, n, 0, 0) | {"source": "none"}
-        cells, lo, hi, _n, source = got
+        cells, lo, hi, _n, source, answered = got
         if source == "archive" and level == "group":  # the top talkers come from node cells
             node = await run_in_threadpool(cells_for, p, "node")
             cells = pa.concat_tables([_as_cells(cells), _as_cells(node[0])], promote_options="permissive")
-        return views.topn(cells, state.layout, level, cats, n, lo, hi) | {"source": source}
+        return views.topn(cells, state.layout, level, cats, n, lo, hi) | {"source": source, **answered}
 
     def _recent_link_events(lo: int | None, hi: int | None, evs: list[dict]) -> dict:
         out: dict = {}
@@ -361,18 +363,20 @@ def create_app(state: ConsoleState) -> Starlette:
         if idx is None:
             raise BadRequest("if_index is required")
         rng = p.range()
+        answered = []
         if rng is None:
             series = state.store.port_series(switch, idx) or []
             source = "live"
         else:
             if state.history is None:
                 raise BadRequest("no archive configured for a time range")
-            series = await run_in_threadpool(state.history.port_series, switch, idx, *rng)
+            agents = [addr_str(a) for a, sw in state.layout.agents.items() if sw == switch]
+            series, answered = await run_in_threadpool(state.history.port_series, switch, idx, *rng, agents)
             source = "archive"
         info = state.layout.port_by_key.get((switch, idx))
         cols = ("time_ms", "util_in", "util_out", "errors_per_s", "discards_per_s", "if_speed", "oper_up")
         return {"switch": switch, "if_index": idx, "node": info.node if info else "",
-                "speed_bps": info.speed_bps if info else None, "source": source,
+                "speed_bps": info.speed_bps if info else None, "source": source, **answered_fields(answered),
                 "series": {c: [row[i] for row in series] for i, c in enumerate(cols)}}
 
     async def jobs(request: Request, p: Params):
@@ -400,16 +404,17 @@ def create_app(state: ConsoleState) -> Starlette:
             scores = await run_in_threadpool(state.history.scores, name, lo, hi) if state.history else []
             source = "archive"
         bin_ms = max(1000, (hi - lo) // 600 // 1000 * 1000)
-        phases, period = [], None
+        phases, period, answered = [], None, []
         if state.history is not None:
-            try:
-                phases = await run_in_threadpool(state.history.phases, name, lo, hi, bin_ms)
+            try:  # the phases from the smallest dataset that answers (bins of its buckets for long ranges)
+                phases, bin_ms, answered = await run_in_threadpool(state.history.phases, name, lo, hi)
                 period = await run_in_threadpool(state.history.iteration_period_ms, name, lo, hi)
             except ArchiveUnavailable:
                 phases, period = [], None
         out = views.job_view(state.layout, name, scores, phases, bin_ms, period, state.store.pattern_records(name))
         stragglers = [e for e in ev.straggler_events(scores, state.store.window_ms)]
-        return out | {"start_ms": lo, "end_ms": hi, "source": source, "stragglers": stragglers}
+        return out | {"start_ms": lo, "end_ms": hi, "source": source, "stragglers": stragglers,
+                      **answered_fields(answered)}
 
     def _all_events(rng, types: set[str]) -> list[dict]:
         out = {e["id"]: e for e in state.store.events() if e["type"] in types}
@@ -530,6 +535,14 @@ def create_app(state: ConsoleState) -> Starlette:
     app = Starlette(routes=routes, exception_handlers={404: not_found})
     app.state.console = state
     return TokenAuth(app, state.token)
+
+
+def answered_fields(answered: list[dict]) -> dict:
+    """``answered_by`` (the archive datasets that answered, each with its range and file count) and
+    ``answered`` (what the page shows: "1-hour rollups + 1-minute rollups")."""
+    if not answered:
+        return {}
+    return {"answered_by": answered, "answered": describe([(a["dataset"],) for a in answered])}
 
 
 def _empty_cells() -> pa.Table:

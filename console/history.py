@@ -41,6 +41,20 @@ _PORT_SERIES = """
     SELECT time_ms, util_in, util_out, in_errors_per_s + out_errors_per_s AS errors_per_s,
            in_discards_per_s + out_discards_per_s AS discards_per_s, if_speed, oper_up
     FROM link_health WHERE kind = 'sample' AND switch = $switch AND if_index = $if_index ORDER BY time_ms"""
+# a port's series from a ports rollup: rates over each bucket's first and last sample (summed over the files
+# of a bucket not yet compacted); a counter that went back (a reset, a 32-bit wrap) gives no rate for that file
+_PORT_SERIES_ROLLUP = """
+    SELECT bucket_ms AS time_ms,
+           sum(greatest(last_in_octets - first_in_octets, 0)) * 8.0 / nullif(sum(last_time_ms - first_time_ms), 0)
+             * 1000 / nullif(max(max_if_speed), 0) AS util_in,
+           sum(greatest(last_out_octets - first_out_octets, 0)) * 8.0 / nullif(sum(last_time_ms - first_time_ms), 0)
+             * 1000 / nullif(max(max_if_speed), 0) AS util_out,
+           sum(greatest(last_in_errors - first_in_errors, 0) + greatest(last_out_errors - first_out_errors, 0))
+             * 1000.0 / nullif(sum(last_time_ms - first_time_ms), 0) AS errors_per_s,
+           sum(greatest(last_in_discards - first_in_discards, 0) + greatest(last_out_discards - first_out_discards, 0))
+             * 1000.0 / nullif(sum(last_time_ms - first_time_ms), 0) AS discards_per_s,
+           min(min_if_speed) AS if_speed, sum(oper_down_samples) = 0 AS oper_up
+    FROM {dataset} WHERE list_contains($agents, exporter) AND if_index = $if_index GROUP BY 1 ORDER BY 1"""
 _PORT_LATEST = """
     SELECT switch, if_index, max(time_ms) AS time_ms, arg_max(if_speed, time_ms) AS if_speed,
            arg_max(oper_up, time_ms) AS oper_up, arg_max(util_in, time_ms) AS util_in,
@@ -66,12 +80,15 @@ _PHASES = """
            sum(bytes_est)::BIGINT AS bytes_est
     FROM flows_enriched WHERE (src_job = $job OR dst_job = $job) AND list_contains($protocols, export_protocol)
     GROUP BY 1, 2 HAVING phase IS NOT NULL ORDER BY 1"""
+# the same from a traffic rollup (a bucket falls in the bin it starts in)
+_PHASES_ROLLUP = _PHASES.replace("time_end_ms", "bucket_ms").replace("FROM flows_enriched", "FROM {dataset}")
 _COMM_TIMES = """
     SELECT (time_end_ms // $bin)::BIGINT AS b, sum(bytes_est)::BIGINT AS bytes_est FROM flows_enriched
     WHERE category IN ('collective', 'rocev2') AND src_job = $job AND dst_job = $job
       AND list_contains($protocols, export_protocol) GROUP BY 1 ORDER BY 1"""
 
 _ADDR_COLUMNS = ("src_addr", "dst_addr", "exporter_addr")
+PERIOD_SPAN_MS = 15 * 60_000  # the iteration period is read from the range's last 15 minutes of raw flows
 # export_protocol codes (flow_record.avsc) of processors.detector_protocols names
 PROTOCOL_CODES = {"sflow5": 1, "netflow5": 2, "netflow9": 3, "ipfix": 4}
 
@@ -103,6 +120,7 @@ class History:
         self.ok = True
         self.error: str | None = None
         self.since_ms = int(time.time() * 1000)
+        self.last_files = 0  # files the last query read (under the lock)
 
     @classmethod
     def from_settings(cls, settings) -> History:
@@ -137,6 +155,7 @@ class History:
             try:
                 aq = ArchiveQuery(self.fs, self.root, self.con)
                 table = aq.sql(sql, lo, hi, params=params)
+                self.last_files = sum(len(f) for f in aq.files_used.values())
                 self._set(True, None)
                 return table
             except (DatasetMissing, EmptyRange):
@@ -154,35 +173,50 @@ class History:
 
     # ------------------------------------------------------------------ named reads
 
-    def matrix_cells(self, lo: int, hi: int, level: str) -> tuple[pa.Table, int]:
-        """(the matrix cells of ``level`` with windows starting in [lo, hi), number of windows), not summed.
+    def matrix_cells(self, lo: int, hi: int, level: str) -> tuple[pa.Table, int | None, list[dict]]:
+        """(the matrix cells of ``level`` over [lo, hi), the number of matrix windows read (None when rollups
+        answered), which datasets answered: ``[{"dataset", "from_ms", "to_ms", "files"}]``).
 
-        Read with Arrow instead of SQL: the files come from :meth:`ArchiveQuery.files` (same hour pruning),
-        name columns stay dictionary-encoded and the console sums the cells with numpy
-        (:func:`console.views.pair_sums`). A DuckDB ``GROUP BY src, dst`` of one 512-node window (262k
-        string pairs) takes ~0.5 s; this read takes a few tens of ms. The filters are Arrow expressions
-        built from validated values, never SQL text.
+        The datasets come from the query layer as for ``fabricflow query matrix``
+        (:meth:`sinks.query.ArchiveQuery.matrix_pieces`): whole hours from the 1-hour rollups, whole minutes
+        from the 1-minute rollups, the rest from ``matrix_windows``. A range only ``matrix_windows`` answers
+        (one window, a few minutes' edges) is read with Arrow instead of SQL: the files come from
+        :meth:`ArchiveQuery.files` (same hour pruning), name columns stay dictionary-encoded and the console
+        sums the cells with numpy (:func:`console.views.pair_sums`). A DuckDB ``GROUP BY src, dst`` of one
+        512-node window (262k string pairs) takes ~0.5 s; this read takes a few tens of ms. The filters are
+        Arrow expressions built from validated values, never SQL text. Rollups hold one row per (node pair,
+        category, bucket), so a week of them is summed in DuckDB (:meth:`ArchiveQuery.matrix_cells`).
         """
         lvl = "group" if level == "group" else "node"
         with self.lock:
             try:
                 aq = ArchiveQuery(self.fs, self.root, self.con)
-                files = aq.files("matrix_windows", lo, hi) if "matrix_windows" in aq.datasets else []
+                pieces = aq.matrix_pieces(lo, hi)
+                if any(d != "matrix_windows" for d, *_ in pieces):
+                    try:
+                        t = aq.matrix_cells(lo, hi, lvl, self.protocols)
+                    except (EmptyRange, DatasetMissing):
+                        t = None
+                    self._set(True, None)
+                    answered = [{"dataset": d, "from_ms": a, "to_ms": b, "files": n} for d, a, b, n in aq.answered]
+                    return (_empty_cells() if t is None else t), None, answered
+                files = aq.files("matrix_windows", lo, hi)
                 self._set(True, None)
             except ArchiveError as e:
                 self._set(False, str(e))
                 raise ArchiveUnavailable(str(e)) from None
-            except OSError as e:
+            except (OSError, duckdb.IOException) as e:
                 self._set(False, f"{type(e).__name__}: {e}")
                 raise ArchiveUnavailable(str(e)) from None
             if not files:
-                return _empty_cells(), 0
+                return _empty_cells(), 0, []
             fmt = ds.ParquetFileFormat(read_options={"dictionary_columns": ["level", "src", "dst", "category"]})
             data = ds.dataset(files, format=fmt, filesystem=self.fs)
             t = data.to_table(columns=_CELL_READ, filter=(pc.field("window_start_ms") >= lo) &
                               (pc.field("window_start_ms") < hi) & (pc.field("level") == lvl))
         windows = len(pc.unique(t.column("window_start_ms"))) if t.num_rows else 0
-        return t.drop_columns(["window_start_ms"]), windows
+        return t.drop_columns(["window_start_ms"]), windows, [
+            {"dataset": "matrix_windows", "from_ms": lo, "to_ms": hi, "files": len(files)}]
 
     def matrix_windows(self, lo: int, hi: int) -> list[tuple[int, int]]:
         t = self.query(_MATRIX_WINDOWS, lo, hi)
@@ -200,9 +234,29 @@ class History:
         t = self.query(_SCORES, lo, hi, {"job": job})
         return [] if t is None else t.to_pylist()
 
-    def port_series(self, switch: str, if_index: int, lo: int, hi: int) -> list[tuple]:
-        t = self.query(_PORT_SERIES, lo, hi, {"switch": switch, "if_index": int(if_index)})
-        return [] if t is None else [tuple(r.values()) for r in t.to_pylist()]
+    def port_series(self, switch: str, if_index: int, lo: int, hi: int, agents: list[str] | None = None
+                    ) -> tuple[list[tuple], list[dict]]:
+        """(a port's samples over [lo, hi), which dataset answered). With the switch's sFlow agent addresses
+        (``agents``) a long range is read from the port rollups the query layer picks
+        (:meth:`sinks.query.ArchiveQuery.series_source`, family ``ports``: a week from ``ports_1h``, one point
+        per hour), else from ``link_health`` (one point per counter sample)."""
+        dataset = "link_health"
+        if agents:
+            with self.lock:
+                try:
+                    dataset, _bin = ArchiveQuery(self.fs, self.root, self.con).series_source(lo, hi, family="ports")
+                except ArchiveError:
+                    dataset = "link_health"
+                except (OSError, duckdb.IOException) as e:
+                    self._set(False, f"{type(e).__name__}: {e}")
+                    raise ArchiveUnavailable(str(e)) from None
+        if dataset == "link_health":
+            t = self.query(_PORT_SERIES, lo, hi, {"switch": switch, "if_index": int(if_index)})
+        else:
+            t = self.query(_PORT_SERIES_ROLLUP.format(dataset=dataset), lo, hi,
+                           {"agents": list(agents), "if_index": int(if_index)})
+        answered = [] if t is None else [{"dataset": dataset, "from_ms": lo, "to_ms": hi, "files": self.last_files}]
+        return ([] if t is None else [tuple(r.values()) for r in t.to_pylist()]), answered
 
     def ports_latest(self, lo: int, hi: int) -> list[dict]:
         t = self.query(_PORT_LATEST, lo, hi)
@@ -212,11 +266,30 @@ class History:
         t = self.query(_FLOWS, lo, hi, {"node": node, "src": src, "dst": dst, "limit": int(limit)})
         return [] if t is None else _rows(t)
 
-    def phases(self, job: str, lo: int, hi: int, bin_ms: int) -> list[dict]:
-        t = self.query(_PHASES, lo, hi, {"job": job, "bin": int(bin_ms), "protocols": self.protocols})
-        return [] if t is None else t.to_pylist()
+    def phases(self, job: str, lo: int, hi: int, bin_ms: int | None = None) -> tuple[list[dict], int, list[dict]]:
+        """(a job's phase bytes per time bin, the bin ms, which dataset answered ``[{"dataset", "from_ms",
+        "to_ms", "files"}]``). Without ``bin_ms`` the dataset and bin come from the query layer
+        (:meth:`sinks.query.ArchiveQuery.series_source`): a week from the 1-hour rollups in hourly bins, a day
+        from the 1-minute rollups, an hour from the raw flows in 6 s bins."""
+        dataset = "flows_enriched"
+        if bin_ms is None:
+            with self.lock:
+                try:
+                    dataset, bin_ms = ArchiveQuery(self.fs, self.root, self.con).series_source(lo, hi)
+                except ArchiveError:
+                    dataset, bin_ms = "flows_enriched", max(1000, (hi - lo) // 600 // 1000 * 1000)
+                except (OSError, duckdb.IOException) as e:
+                    self._set(False, f"{type(e).__name__}: {e}")
+                    raise ArchiveUnavailable(str(e)) from None
+        sql = _PHASES if dataset == "flows_enriched" else _PHASES_ROLLUP.format(dataset=dataset)
+        t = self.query(sql, lo, hi, {"job": job, "bin": int(bin_ms), "protocols": self.protocols})
+        answered = [] if t is None else [{"dataset": dataset, "from_ms": lo, "to_ms": hi, "files": self.last_files}]
+        return ([] if t is None else t.to_pylist()), int(bin_ms), answered
 
     def iteration_period_ms(self, job: str, lo: int, hi: int, bin_ms: int = 100) -> float | None:
+        """The job's dominant iteration period from the raw flows of the last :data:`PERIOD_SPAN_MS` of the
+        range (100 ms bins: only the raw flows answer; periods up to a minute need no more)."""
+        lo = max(lo, hi - PERIOD_SPAN_MS)
         t = self.query(_COMM_TIMES, lo, hi, {"job": job, "bin": int(bin_ms), "protocols": self.protocols})
         if t is None or t.num_rows < 8:
             return None

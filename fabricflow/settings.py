@@ -258,6 +258,15 @@ class ArchiveSettings(_Section):
         3600.0, ge=0, description="The archive sink applies retention_days this often while it runs (first run a minute "
         "after start; 0 = never, e.g. when another sink instance or a cron job does it)",
     )
+    compaction_interval_s: float = Field(
+        600.0, ge=0, description="The archive sink merges each closed hour's rollup files of every Kafka partition it is "
+        "assigned into one this often (below its committed offsets: safe with the writes going on; first run two minutes "
+        "after start; 0 = never, e.g. when `fabricflow sink compact` runs from cron); docs/archive.md, Rollups",
+    )
+    compaction_lookback_h: int = Field(
+        48, ge=1, description="A scheduled compaction looks at the closed hours at most this old (each run lists each of "
+        "their directories once); older hours left uncompacted, e.g. after a long stop, take `fabricflow sink compact`",
+    )
 
     @field_validator("url")
     @classmethod
@@ -282,6 +291,11 @@ class MetricsSettings(_Section):
     start_lookback_s: float = Field(
         900.0, ge=0, description="A new consumer group starts with messages at most this old (by message timestamp); "
         "older ones are skipped and counted",
+    )
+    duplicate_horizon_s: float = Field(
+        300.0, gt=0, description="Matrix cells a processor produces again after a crash (same Kafka key and window) are "
+        "counted once if their window ends within this much event time of the newest window seen; older windows' keys "
+        "are forgotten (memory: ~100 bytes per cell of the windows within it; docs/metrics.md)",
     )
 
 

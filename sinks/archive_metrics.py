@@ -26,3 +26,6 @@ class SinkMetrics:
         self.retention_runs = Counter("fabricflow_sink_retention_runs_total", "Scheduled archive retention passes completed", registry=r)
         self.retention_deleted = Counter("fabricflow_sink_retention_deleted_partitions_total", "Archive partitions deleted by retention", registry=r)
         self.retention_errors = Counter("fabricflow_sink_retention_errors_total", "Scheduled archive retention passes that failed (retried next interval)", registry=r)
+        self.compaction_runs = Counter("fabricflow_sink_compaction_runs_total", "Scheduled rollup compaction passes completed", registry=r)
+        self.compaction_files = Counter("fabricflow_sink_compaction_files_total", "Rollup files merged away by compaction (each into its hour's merged file)", registry=r)
+        self.compaction_errors = Counter("fabricflow_sink_compaction_errors_total", "Rollup compactions that failed (a pass, or one hour of one partition; retried next interval)", registry=r)

@@ -26,6 +26,7 @@ from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenInd
 from sinks.archive_metrics import SinkMetrics
 from sinks.arrow_schema import table_from_columns, table_from_dicts
 from sinks.commit_ledger import CommitLedger
+from sinks.compaction import CompactionSchedule
 from sinks.fs import archive_filesystem
 from sinks.retention import RetentionSchedule, retention_policy
 from sinks.summary_emitter import SummaryEmitter
@@ -125,6 +126,12 @@ class ArchiveService:
             (lambda: archive_filesystem(a)[0]) if fresh_client else (lambda: self.fs),
             self.root, retention_policy(a.retention_days), a.retention_interval_s, log, self.metrics,
         )
+        # rollup compaction on a schedule (archive.compaction_interval_s), never at once with retention
+        self.compaction = CompactionSchedule(
+            self.retention.fs_factory, self.root, self._committed_by_dataset, a.compaction_interval_s, log,
+            self.metrics, grace_ms=int(a.grace_s * 1000), lookback_h=a.compaction_lookback_h,
+            clock=lambda: int(self.clock() * 1000), lock=self.retention.lock,
+        )
         self.metrics_port = metrics_port if metrics_port is not None else getattr(a, "metrics_port", DEFAULT_METRICS_PORT)
         self.metrics_bind = getattr(a, "metrics_bind", settings.ingest.metrics_bind)
         self.ratelog = RateLimitedLog(log)
@@ -139,6 +146,13 @@ class ArchiveService:
                                    write_queue_rows=write_queue_rows, ratelog=self.ratelog, on_step=on_step)
         self.summaries = SummaryEmitter(settings, self.metrics, self.report, self.ratelog, enabled=summaries)
         self.service = Service("archive sink", self.metrics.registry)
+
+    def _committed_by_dataset(self) -> dict[tuple[str, int], int]:
+        """(dataset, partition) -> committed offset of the partitions assigned now (for the compaction thread:
+        copies, taken in one step each; every row below an offset is in a durable file)."""
+        committed, assigned = self.ledger.committed.copy(), self._assigned.copy()
+        return {(self.routes[t].dataset, p): o for (t, p), o in committed.items()
+                if (t, p) in assigned and t in self.routes}
 
     # ------------------------------------------------------------------ kafka plumbing
 
@@ -361,6 +375,8 @@ class ArchiveService:
             svc.ensure_topics(self.settings.kafka, required=False)  # topics may be managed elsewhere
             self.retention.start()
             svc.on_stop(self.retention.stop, "retention schedule")
+            self.compaction.start()
+            svc.on_stop(self.compaction.stop, "compaction schedule")
             if self.metrics_port:
                 svc.serve_http(self.metrics_bind, self.metrics_port)
             try:

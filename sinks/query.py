@@ -73,6 +73,17 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: What a dataset that answers a report is called on a page ("from 1-hour rollups").
+DESCRIPTIONS = {"traffic_1h": "1-hour rollups", "traffic_1m": "1-minute rollups", "flows_enriched": "raw flows",
+                "matrix_windows": "matrix windows", "ports_1h": "1-hour port rollups",
+                "ports_1m": "1-minute port rollups", "link_health": "link health samples"}
+
+
+def describe(answered: list[tuple]) -> str:
+    """``1-hour rollups + 1-minute rollups + matrix windows`` from :attr:`ArchiveQuery.answered`."""
+    return " + ".join(DESCRIPTIONS.get(d, d) for d in dict.fromkeys(a[0] for a in answered))
+
+
 #: ``--source`` of the flow reports -> the dataset it reads (``auto``: :func:`plan_sources`).
 SOURCES = {"raw": "flows_enriched", "1m": "traffic_1m", "1h": "traffic_1h"}
 SOURCE_CHOICES = ("auto", *SOURCES)
@@ -429,6 +440,83 @@ class ArchiveQuery:
         self.answered = used
         self.answered_by = " + ".join(dict.fromkeys(d for d, *_ in used))
         return "(" + " UNION ALL ".join(parts) + ")", params
+
+    def series_source(self, frm, to, min_bins: int = 150, max_bins: int = 600, family: str = "traffic"
+                      ) -> tuple[str, int]:
+        """(dataset, bin ms) for a time series over [frm, to): the coarsest rollup that still gives at least
+        ``min_bins`` bins (a week: ``traffic_1h``, hourly bins; a day: ``traffic_1m``, two-minute bins) and has
+        files in range, the bin a whole number of its buckets and at most ``max_bins`` bins; else the raw
+        dataset with whole-second bins (an hour: 6 s). A rollup row falls in the bin its bucket starts in.
+        ``family``: ``traffic`` (raw: ``flows_enriched``; the console's job timeline) or ``ports`` (raw:
+        ``link_health``; a port's series). docs/console.md."""
+        lo, hi = parse_time(frm), parse_time(to)
+        if hi <= lo:
+            raise ArchiveError(f"empty time range: from {_iso(lo)} is not before to {_iso(hi)}")
+        names = {"traffic": (SOURCES["1h"], SOURCES["1m"], SOURCES["raw"]),
+                 "ports": ("ports_1h", "ports_1m", "link_health")}[family]
+        target = max(1000, (hi - lo) // max_bins)
+        for name in names[:2]:
+            b = layout.spec(name).bucket_ms
+            if name in self._present and (hi - lo) // b >= min_bins and self._has_files(name, lo, hi):
+                return name, max(b, target // b * b)
+        return names[2], target // 1000 * 1000
+
+    def matrix_pieces(self, frm, to) -> list[tuple[str, int | None, int | None]]:
+        """The (dataset, from, to) pieces :meth:`matrix_cells` reads over [frm, to)."""
+        finest = "matrix_windows" if "matrix_windows" in self._present else SOURCES["raw"]
+        pieces = [(finest if d == SOURCES["raw"] else d, lo, hi) for d, lo, hi in self.sources(frm, to, "auto")]
+        if any(d != finest for d, *_ in pieces) and not any(self._has_files(d, lo, hi) for d, lo, hi in pieces
+                                                             if d != finest):
+            pieces = [(finest, pieces[0][1], pieces[-1][2])]  # no rollup file in range: the finest alone
+        return pieces
+
+    def matrix_cells(self, frm, to, level: str = "node", protocols=None) -> pa.Table:
+        """Matrix cells (level, src, dst, category, bytes_est, packets_est, flow_records, samples) summed per
+        (src, dst, category) over [frm, to), from the smallest datasets that answer: the console's matrix.
+
+        The range is tiled as for the flow reports (:func:`plan_sources`): whole hours from ``traffic_1h``,
+        whole minutes from ``traffic_1m``; what is left (under a minute at each end, or a range with no
+        rollup) from ``matrix_windows`` (cells of the windows starting in it), else ``flows_enriched``.
+        Counted as the processors count a matrix cell: each packet once (``duplicate`` skipped) and only the
+        export protocols in ``protocols`` (codes, ``processors.detector_protocols``; None = all); an endpoint
+        without a node (group) is ``unknown``; ``samples`` are the sampled packets. ``level``: node or group
+        (the console folds nodes into racks). Sets :attr:`answered` / :attr:`answered_by`.
+        """
+        if level not in ("node", "group"):
+            raise ValueError("level must be 'node' or 'group'")
+        pieces = self.matrix_pieces(frm, to)
+        col = "node" if level == "node" else "group"
+        parts, used = [], []
+        params: dict = {"level": level}
+        proto = "" if protocols is None else " AND list_contains($protocols, export_protocol)"
+        for i, (d, lo, hi) in enumerate(pieces):
+            alias = f"cells{i}_{d}"
+            try:
+                self.register(d, lo, hi, alias=alias)
+            except (EmptyRange, DatasetMissing):
+                continue
+            used.append((d, lo, hi, len(self.files_used[alias])))
+            if d == "matrix_windows":
+                parts.append(f"""SELECT src, dst, category, bytes_est, packets_est, flow_records, samples
+                    FROM {alias} WHERE level = $level""")
+                continue
+            dup = "NOT duplicate" if d != SOURCES["raw"] else "NOT coalesce(duplicate, false)"
+            n, smp = ("flow_records", "packets") if d != SOURCES["raw"] else ("1", "packets")
+            parts.append(f"""SELECT CASE WHEN src_{col} <> '' THEN src_{col} ELSE 'unknown' END AS src,
+                    CASE WHEN dst_{col} <> '' THEN dst_{col} ELSE 'unknown' END AS dst, category,
+                    bytes_est, packets_est, {n} AS flow_records, {smp} AS samples
+                FROM {alias} WHERE {dup}{proto}""")
+            if proto:
+                params["protocols"] = [int(p) for p in protocols]
+        self.answered = used
+        self.answered_by = " + ".join(dict.fromkeys(d for d, *_ in used)) or None
+        if not parts:
+            raise EmptyRange("no matrix data in range (neither rollups nor matrix windows)")
+        return self._sql(f"""
+            SELECT $level AS level, src, dst, category, sum(bytes_est)::BIGINT AS bytes_est,
+                   sum(packets_est)::BIGINT AS packets_est, sum(flow_records)::BIGINT AS flow_records,
+                   sum(samples)::BIGINT AS samples
+            FROM ({" UNION ALL ".join(parts)}) GROUP BY src, dst, category""", params)
 
     def top_talkers(self, frm, to, n: int = 10, exporter: str | None = None, source: str = "auto") -> pa.Table:
         """Largest src -> dst pairs by estimated bytes (node name, else IP)."""

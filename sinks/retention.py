@@ -104,26 +104,21 @@ def apply_retention(fs, root: str, now, policy: dict[str, int | None] | None = N
     return out
 
 
-class RetentionSchedule:
-    """Runs :func:`apply_retention` every ``interval_s`` in a daemon thread of the archive sink.
+class Schedule:
+    """Runs :meth:`run_once` every ``interval_s`` in a daemon thread of the archive sink (``interval_s`` 0:
+    never); the first run ``first_after_s`` after :meth:`start`. A subclass's ``run_once`` catches, logs and
+    counts its own failures: the next interval retries, the sink goes on either way. Schedules given the same
+    ``lock`` never run at once (retention does not delete an hour a compaction is merging)."""
 
-    The first run is ``first_after_s`` after :meth:`start`. Each run logs one line (partitions deleted, or
-    the error) and counts it: ``runs`` / ``deleted`` / ``errors`` (Prometheus counters or anything with
-    ``inc``). ``fs_factory`` gives the filesystem for each run (a fresh client: the sink's own is busy on
-    its threads). A failed run is retried at the next interval; the sink goes on either way.
-    """
+    name = "archive-schedule"
 
-    def __init__(self, fs_factory, root: str, policy: dict[str, int | None], interval_s: float, log,
-                 metrics=None, first_after_s: float = 60.0, clock=None):
+    def __init__(self, interval_s: float, first_after_s: float = 60.0, lock=None):
         import threading
-        import time
 
-        self.fs_factory, self.root, self.policy = fs_factory, root, policy
         self.interval_s, self.first_after_s = interval_s, first_after_s
-        self.log, self.metrics = log, metrics
-        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.lock = lock or threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="archive-retention", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
 
     def start(self) -> None:
         if self.interval_s > 0:
@@ -137,8 +132,34 @@ class RetentionSchedule:
     def _loop(self) -> None:
         wait = self.first_after_s
         while not self._stop.wait(wait):
-            self.run_once()
+            with self.lock:
+                if not self._stop.is_set():
+                    self.run_once()
             wait = self.interval_s
+
+    def run_once(self):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class RetentionSchedule(Schedule):
+    """Runs :func:`apply_retention` every ``interval_s`` in a daemon thread of the archive sink.
+
+    The first run is ``first_after_s`` after :meth:`start`. Each run logs one line (partitions deleted, or
+    the error) and counts it: ``runs`` / ``deleted`` / ``errors`` (Prometheus counters or anything with
+    ``inc``). ``fs_factory`` gives the filesystem for each run (a fresh client: the sink's own is busy on
+    its threads). A failed run is retried at the next interval; the sink goes on either way.
+    """
+
+    name = "archive-retention"
+
+    def __init__(self, fs_factory, root: str, policy: dict[str, int | None], interval_s: float, log,
+                 metrics=None, first_after_s: float = 60.0, clock=None, lock=None):
+        import time
+
+        super().__init__(interval_s, first_after_s, lock)
+        self.fs_factory, self.root, self.policy = fs_factory, root, policy
+        self.log, self.metrics = log, metrics
+        self.clock = clock or (lambda: int(time.time() * 1000))
 
     def run_once(self) -> list[DeletedPartition] | None:
         """One retention pass; None when it failed (logged and counted)."""

@@ -227,7 +227,7 @@
     const n = m.labels.length;
     const info = (m.source === "none" ? "no data yet" : (m.source + ": " + fmtTime(m.start_ms) + " – " + fmtTime(m.end_ms).slice(11)) +
       " · " + n + " × " + n + " · " + m.nonzero + " cells · " + fmtBytes(m.total_bytes) +
-      " (" + fmtRate(m.total_bytes * 8 / m.duration_s) + ")");
+      " (" + fmtRate(m.total_bytes * 8 / m.duration_s) + ")") + (m.answered ? " · from " + m.answered : "");
     $("m-info").textContent = info;
     drawMatrix(m);
     performance.mark("matrix-painted");  // bench/console.py: time to first paint of the matrix
@@ -379,7 +379,7 @@
     const sw = state.port.slice(0, i), idx = state.port.slice(i + 1);
     const d = await api("port", Object.assign({ switch: sw, if_index: idx }, timeParams()));
     $("o-port").hidden = false;
-    $("o-port-title").textContent = sw + " if" + idx + (d.node ? " → " + d.node : "") + " (" + d.source + ")";
+    $("o-port-title").textContent = sw + " if" + idx + (d.node ? " → " + d.node : "") + " (" + d.source + (d.answered ? ", from " + d.answered : "") + ")";
     const s = d.series; const t = s.time_ms;
     const pts = (arr) => t.map((x, k) => [x, arr[k] === null ? null : arr[k]]);
     chart("o-port-chart").setOption({
@@ -419,7 +419,7 @@
     $("j-info").textContent = d.source + " · " + d.nodes.length + " nodes" + (d.nodes.length > nodes.length ? " (first 48 shown)" : "") +
       " · iteration period " + period + (d.pattern_period_ms.baseline > 0 ? " (pattern baseline " + (d.pattern_period_ms.baseline / 1000).toFixed(2) + " s)" : "") +
       " · stragglers: " + ([...new Set(d.stragglers.map((s) => s.entity))].join(", ") || "none") +
-      " · bands: blue = communication, green = dataset reads, amber = checkpoint writes";
+      " · bands: blue = communication, green = dataset reads, amber = checkpoint writes" + (d.answered ? " · from " + d.answered : "");
     $("j-chart").style.height = (top + nodes.length * per + 60) + "px";
     const c = chart("j-chart"); c.resize();
     const grids = [], xs = [], ys = [], series = [];
@@ -548,7 +548,8 @@
 
   async function renderTopn() {
     const d = await api("topn", Object.assign({ level: state.nlevel, n: state.n, category: state.ncat }, windowParams()));
-    $("n-info").textContent = d.source + " · " + fmtTime(d.start_ms) + " – " + fmtTime(d.end_ms).slice(11);
+    $("n-info").textContent = d.source + " · " + fmtTime(d.start_ms) + " – " + fmtTime(d.end_ms).slice(11) +
+      (d.answered ? " · from " + d.answered : "");
     // Sankey: source -> category -> destination (sources and destinations are separate nodes)
     const nodes = new Map(); const links = new Map();
     const add = (a, b, v) => { const k = a + "\u0000" + b; links.set(k, (links.get(k) || 0) + v); nodes.set(a, 1); nodes.set(b, 1); };

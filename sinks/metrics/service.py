@@ -100,7 +100,8 @@ class MetricsService:
                 self.watcher = InventoryWatcher(path, settings.processors.inventory_reload_s)
                 inventory = self.watcher.inventory
         self.topic_kind = {streams.topic_of(settings.kafka, TOPIC_KEYS[k]): k for k in KINDS}
-        self.state = MetricsState(inventory, m.series_budget, {k: t for t, k in self.topic_kind.items()})
+        self.state = MetricsState(inventory, m.series_budget, {k: t for t, k in self.topic_kind.items()},
+                                  duplicate_horizon_s=m.duplicate_horizon_s)
         self.registry = CollectorRegistry()
         self.registry.register(self.state)
         self.lock = threading.Lock()
@@ -248,15 +249,17 @@ class MetricsService:
                 if ts_type != 0 and 0 <= ts < since:  # 0 = TIMESTAMP_NOT_AVAILABLE
                     skipped[kind] = skipped.get(kind, 0) + 1
                     continue
-            groups.setdefault(kind, []).append(m.value())
+            vals, keys = groups.setdefault(kind, ([], []))
+            vals.append(m.value())
+            keys.append(m.key())
         self.report["messages"] += len(messages)
         with self.lock:
             for kind, n in skipped.items():
                 self.state.count_message(kind, n)
                 self.state.count_skipped(kind, "before_lookback", n)
-            for kind, values in groups.items():
+            for kind, (values, keys) in groups.items():
                 try:
-                    self.state.add_values(kind, values, now)
+                    self.state.add_values(kind, values, now, keys)
                 except Exception:  # a bug must not stop the service: count, log, go on
                     self.report["errors"] += 1
                     self.state.count_undecodable(kind, "internal_error", len(values))

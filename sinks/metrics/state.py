@@ -13,6 +13,9 @@ families (it is a custom collector: register it in a ``CollectorRegistry``).
 - Port families are the switch's own latest counter values (monotonic; Prometheus handles a switch's
   counter reset), keyed by the inventory's switch name and ifIndex, with the inventory peer as ``node``.
 - Detector gauges keep the latest value and expire after ``ttl_s`` without an update.
+- A matrix cell a processor produces again (its outputs are at-least-once with deterministic keys) is
+  counted once: by its Kafka key and window, remembered for ``duplicate_horizon_s`` of event time
+  behind the newest window (``_CellKeys``); the rest are counted as skipped ``duplicate``.
 - Bad records are counted (``fabricflow_metrics_undecodable_messages_total{reason="bad_record"}``) and
   skipped; a record is checked completely before anything is added, so none is half applied.
 
@@ -94,6 +97,43 @@ class _Seen:
         return True
 
 
+class _CellKeys:
+    """Matrix cell keys of the windows ending within ``horizon_ms`` of the newest window end seen.
+
+    A processor re-emits the cells of windows it closed again after a crash (its outputs are at-least-once
+    with deterministic Kafka keys: window start, level, src, dst, category and shard). A cell whose
+    (window end, key) is held is a duplicate; windows that end more than the horizon before the newest are
+    forgotten, so memory is bounded by the cells of the windows within it. A key (any hashable: the service
+    passes the Kafka key with the cell's window and names) is held as its 64-bit hash.
+    """
+
+    def __init__(self, horizon_ms: int):
+        self.horizon_ms = horizon_ms
+        self.by_end: dict[int, set[int]] = {}
+        self.newest = -1
+
+    def add(self, end_ms: int, key) -> bool:
+        """True when (``end_ms``, ``key``) is new (or its window is beyond the horizon: cannot tell, counted)."""
+        if end_ms < self.newest - self.horizon_ms:
+            return True
+        seen = self.by_end.get(end_ms)
+        if seen is None:
+            seen = self.by_end[end_ms] = set()
+        h = hash(key)
+        if h in seen:
+            return False
+        seen.add(h)
+        if end_ms > self.newest:
+            self.newest = end_ms
+            cut = end_ms - self.horizon_ms
+            for e in [e for e in self.by_end if e < cut]:
+                del self.by_end[e]
+        return True
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.by_end.values())
+
+
 class MetricsState:
     """Every flow-metric family as values; a prometheus_client custom collector (``collect``)."""
 
@@ -103,6 +143,7 @@ class MetricsState:
         series_budget: int = 50_000,
         topics: Mapping[str, str] | None = None,
         ttl_s: float = 600.0,
+        duplicate_horizon_s: float = 300.0,
     ):
         self.inventory = inventory or Inventory.empty()
         self.topics = {k: (topics or {}).get(k, k) for k in KINDS}
@@ -166,6 +207,7 @@ class MetricsState:
         self._incast_seen = _Seen()
         self._link_seen = _Seen()
         self._alert_seen = _Seen()
+        self._cell_seen = _CellKeys(int(duplicate_horizon_s * 1000))
         self._firing: dict[str, tuple[tuple[str, str], float]] = {}  # dedup key -> ((rule, severity), last update)
         self._window_ms: dict[str, int] = {}
         self.matrix_window_ms = -1  # latest matrix window end seen
@@ -202,29 +244,33 @@ class MetricsState:
         n = 0
         for r in records:
             try:
-                apply(r)
+                done = apply(r)
             except (BadRecord, KeyError, TypeError, ValueError, AttributeError):
                 self.count_undecodable(kind, "bad_record")
                 continue
-            n += 1
+            n += done is not False  # False: a duplicate, skipped
         return n
 
-    def add_values(self, kind: str, values: Iterable[bytes | None], now: float) -> int:
+    def add_values(self, kind: str, values: Iterable[bytes | None], now: float,
+                   keys: Iterable[bytes | None] | None = None) -> int:
         """Raw message values of one topic kind, in order: decoded, applied; undecodable ones counted and
-        skipped. Records applied."""
-        decoded = []
-        for v in values:
+        skipped. ``keys``: the messages' Kafka keys (matrix cells are counted once per key and window).
+        Records applied."""
+        decoded, dkeys = [], []
+        for v, k in zip(values, keys) if keys is not None else ((v, None) for v in values):
             self.count_message(kind)
             try:
                 decoded.append(decode_value(kind, v))
             except Undecodable as e:
                 self.count_undecodable(kind, e.reason)
+                continue
+            dkeys.append(k)
         if not decoded:
             return 0
         if kind == "counters":
             return self.add_counters(decoded[0] if len(decoded) == 1 else np.concatenate(decoded), now)
         if kind == "matrix":
-            return self.add_matrix(decoded)
+            return self.add_matrix(decoded, dkeys)
         return self._adders[kind](decoded, now)
 
     @property
@@ -234,12 +280,17 @@ class MetricsState:
 
     # ------------------------------------------------------------------ matrix.windows.v1
 
-    def add_matrix(self, cells: Iterable[Mapping]) -> int:
-        """Matrix cells of closed windows: counters advance by the cells' estimates."""
+    def add_matrix(self, cells: Iterable[Mapping], keys: Iterable[bytes | None] | None = None) -> int:
+        """Matrix cells of closed windows: counters advance by the cells' estimates. ``keys``: each cell's
+        Kafka key (deterministic per window, cell and shard): a cell whose key was seen for its window is a
+        re-emitted duplicate, counted as skipped ``duplicate`` and not added again (:class:`_CellKeys`).
+        A cell without a key is always added."""
         self.budget.fixed = self._fixed_series()
-        return self._each("matrix", cells, self._cell)
+        if keys is None:
+            return self._each("matrix", cells, self._cell)
+        return self._each("matrix", zip(cells, keys), lambda ck: self._cell(*ck))
 
-    def _cell(self, c: Mapping) -> None:
+    def _cell(self, c: Mapping, key: bytes | None = None) -> None:
         level = _str(c, "level")
         src, dst, cat = node_label(_str(c, "src")), node_label(_str(c, "dst")), _str(c, "category") or UNKNOWN
         b, p = _int(c, "bytes_est"), _int(c, "packets_est")
@@ -248,6 +299,14 @@ class MetricsState:
         if any(type(v) is not int for v in (syn, rst, ce, cnp)):
             raise BadRecord("a signal column is not an integer")
         end = _int(c, "window_end_ms")
+        if level not in ("node", "rack", "group"):
+            raise BadRecord(f"unknown matrix level {level!r}")
+        # the cell's identity: its Kafka key (window start, level, src, dst, category, shard) and, should a
+        # producer use one key for many cells, the cell's own window and names
+        if key is not None and not self._cell_seen.add(end, (key, level, c["src"], c["dst"], c["category"],
+                                                             c.get("window_start_ms"))):
+            self.count_skipped("matrix", "duplicate")
+            return False
         if level == "node":
             self.app_bytes.inc((src, cat, "tx"), b)
             self.app_bytes.inc((dst, cat, "rx"), b)
@@ -261,11 +320,9 @@ class MetricsState:
         elif level == "rack":
             self.r2r_bytes.inc((src, dst, cat), b)
             self.r2r_packets.inc((src, dst, cat), p)
-        elif level == "group":
+        else:
             self.g2g_bytes.inc((src, dst, cat), b)
             self.g2g_packets.inc((src, dst, cat), p)
-        else:
-            raise BadRecord(f"unknown matrix level {level!r}")
         self._window("matrix", end)
         if end > self.matrix_window_ms:
             self.matrix_window_ms = end

@@ -20,7 +20,7 @@ from bench.console_run import wait_for
 from console.app import ConsoleState, create_app
 from console.history import History
 from console.live import LiveStore
-from tests.unit.console.fixtures import EVIL, EVIL2, fill_store, layout, write_archive
+from tests.unit.console.fixtures import EVIL, EVIL2, LATER, fill_store, layout, write_archive, write_later_flows
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 PORT = int(os.environ.get("FABRICFLOW_TEST_CONSOLE_PORT", "31333"))
@@ -30,6 +30,7 @@ PORT = int(os.environ.get("FABRICFLOW_TEST_CONSOLE_PORT", "31333"))
 def archive_root(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("archive"))
     write_archive(root)
+    write_later_flows(root)
     return root
 
 
@@ -106,6 +107,20 @@ def test_view_state_is_in_the_url(page_url, drv):
     click(drv, "#tabs button[data-view='topology']")
     wait_rendered(drv, "topology")
     assert "view=topology" in drv.current_url and "level=group" in drv.current_url
+    assert console_errors(drv) == []
+
+
+def test_a_long_range_says_which_archive_dataset_answered(page_url, drv):
+    """A range of whole hours is drawn from the 1-hour rollups and the page says so; a few seconds come from
+    the matrix windows."""
+    drv.get(page_url + f"#view=matrix&mode=range&from={LATER}&to={LATER + 3_600_000}")
+    wait_rendered(drv, "matrix")
+    info = drv.find_element("id", "m-info")
+    wait_for(lambda: "from 1-hour rollups" in info.text, 20, "the matrix info to name the 1-hour rollups")
+    assert info.text.startswith("archive: ")
+    drv.get(page_url + f"#view=topn&mode=range&from={LATER + 60_000}&to={LATER + 300_000}")
+    wait_rendered(drv, "topn")
+    wait_for(lambda: "from 1-minute rollups" in drv.find_element("id", "n-info").text, 20, "the top-N info")
     assert console_errors(drv) == []
 
 

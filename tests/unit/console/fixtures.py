@@ -121,3 +121,32 @@ def write_archive(root: str, windows=3) -> None:
     b = HourlyBuffer("flows_enriched", 0)
     b.add(table_from_columns(enriched(flows), "flow_enriched"), 0)
     w.write_plan(b.flush_plan(force=True))
+
+
+LATER = WS + 2 * 3_600_000  # 03:00 on the fixture day: archived flows only, no live or matrix windows
+
+
+def write_later_flows(root: str) -> None:
+    """Flows in the hour at :data:`LATER` (flows_enriched with its rollups, no matrix windows): a range there is
+    answered from the rollups. One duplicate (another exporter saw it) and one NetFlow v9 record."""
+    rows = [{"time_end_ms": LATER + 65_000, "src_node": "gpu01", "dst_node": "gpu02", "src_group": "gpu",
+             "dst_group": "gpu", "category": "collective", "bytes": 1500, "packets": 2, "bytes_est": 6_000_000,
+             "packets_est": 8192},
+            {"time_end_ms": LATER + 1_800_000, "src_node": "stor01", "dst_node": "gpu04", "src_group": "storage",
+             "dst_group": "gpu", "category": "storage", "bytes": 1500, "packets": 1, "bytes_est": 3_000_000,
+             "packets_est": 4096},
+            {"time_end_ms": LATER + 70_000, "src_node": "gpu01", "dst_node": "gpu02", "category": "collective",
+             "bytes": 1500, "packets": 1, "bytes_est": 6_000_000, "packets_est": 4096, "duplicate": True},
+            {"time_end_ms": LATER + 75_000, "src_node": "gpu02", "dst_node": "gpu01", "category": "collective",
+             "bytes": 1500, "packets": 1, "bytes_est": 777, "packets_est": 1, "export_protocol": 3}]
+    b = HourlyBuffer("flows_enriched", 1)
+    b.add(table_from_columns(enriched(rows), "flow_enriched"), 0)
+    ParquetWriter(None, root).write_plan(b.flush_plan(force=True))
+    # tor1 port 1 (gpu01) for two hours, a sample a minute: half its 25G in, 10 errors a minute
+    from tests.unit.detectors.helpers import counters
+
+    samples = [{"exporter": "10.0.255.1", "if_index": 1, "t": LATER + k * 60_000,
+                "in_octets": k * 60 * 25_000_000_000 // 8 // 2, "in_errors": 10 * k} for k in range(120)]
+    b = HourlyBuffer("counters_raw", 0)
+    b.add(table_from_columns(counters(samples), "counter_sample"), 0)
+    ParquetWriter(None, root).write_plan(b.flush_plan(force=True))

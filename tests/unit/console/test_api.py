@@ -10,13 +10,14 @@ from console.app import ConsoleState, create_app
 from console.history import History
 from console.live import LiveStore
 from console.server import ConsoleConfigError, check_listen
-from tests.unit.console.fixtures import EVIL, EVIL2, WS, W, fill_store, layout, write_archive
+from tests.unit.console.fixtures import EVIL, EVIL2, LATER, WS, W, fill_store, layout, write_archive, write_later_flows
 
 
 @pytest.fixture(scope="module")
 def archive_root(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("archive"))
     write_archive(root)
+    write_later_flows(root)
     return root
 
 
@@ -74,6 +75,59 @@ def test_matrix_range_from_archive_matches_live(client, archive_root):
     arch = arch_client.get("/api/matrix", params=RANGE).json()
     assert arch["source"] == "archive" and arch["windows"] == 3
     assert arch["labels"] == live["labels"] and arch["values"] == live["values"]
+
+
+def test_archive_ranges_are_read_from_the_smallest_dataset_that_answers(archive_root):
+    """As ``fabricflow query``: whole hours from the 1-hour rollups, whole minutes from the 1-minute ones, the
+    seconds at the edges from the matrix windows; the response names them."""
+    L = layout()
+    hist = History(__import__("fsspec").filesystem("file"), archive_root, protocols=("sflow5",))
+    c = TestClient(create_app(ConsoleState(L, LiveStore(L), hist, None, None)))
+
+    def get(path, lo, hi, **kw):
+        r = c.get(path, params={"from": str(lo), "to": str(hi), **kw})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    hour = get("/api/matrix", LATER, LATER + 3_600_000)
+    assert hour["source"] == "archive" and hour["answered"] == "1-hour rollups"
+    assert [a["dataset"] for a in hour["answered_by"]] == ["traffic_1h"] and hour["answered_by"][0]["files"] == 1
+    labels, n = hour["labels"], len(hour["labels"])
+    cell = lambda m, s, d: m["values"][m["labels"].index(s) * len(m["labels"]) + m["labels"].index(d)]
+    # each packet once (the duplicate is not counted), the detector protocols only (the NetFlow v9 record is not)
+    assert cell(hour, "gpu01", "gpu02") == 6_000_000 and cell(hour, "stor01", "gpu04") == 3_000_000
+    assert hour["total_bytes"] == 9_000_000 and n == len(labels)
+    week = get("/api/matrix", LATER - 3 * 86_400_000, LATER + 4 * 86_400_000, level="group")
+    # the whole hours of the fixture day too: its flows (the fixture's matrix windows are not the same data)
+    assert week["answered"] == "1-hour rollups" and week["total_bytes"] == 9_000_000 + 36_865_000
+    minutes = get("/api/matrix", LATER + 60_000, LATER + 5 * 60_000)
+    assert minutes["answered"] == "1-minute rollups" and minutes["total_bytes"] == 6_000_000
+    detail = get("/api/matrix/cell", LATER + 60_000, LATER + 5 * 60_000, src="gpu01", dst="gpu02")
+    assert detail["answered"] == "1-minute rollups" and detail["samples"] == 2 and detail["rel95"] is not None
+    top = get("/api/topn", LATER, LATER + 3_600_000)
+    assert top["answered"] == "1-hour rollups" and top["talkers"][0] == {
+        "src": "gpu01", "dst": "gpu02", "bytes_est": 6_000_000, "rate_bps": 6_000_000 * 8 / 3600}
+    # seconds at the edges from the matrix windows, the whole minutes between from the 1-minute rollups
+    edge = get("/api/matrix", WS + W, WS + 3 * 60_000 + 5_000)
+    assert [a["dataset"] for a in edge["answered_by"]] == ["matrix_windows", "traffic_1m", "matrix_windows"]
+    assert edge["answered"] == "matrix windows + 1-minute rollups" and edge["total_bytes"] == 2 * 16_510_000 + 2 * 1234
+    # a range inside one minute: the matrix windows alone, read with Arrow as before
+    one = get("/api/matrix", WS, WS + W)
+    assert one["answered"] == "matrix windows" and one["windows"] == 1
+    # a port's series over a week: one point per hour from the port rollups; an hour: the link health samples
+    port = get("/api/port", LATER - 3 * 86_400_000, LATER + 4 * 86_400_000, switch="tor1", if_index=1)
+    assert port["answered"] == "1-hour port rollups" and port["series"]["time_ms"] == [LATER, LATER + 3_600_000]
+    assert port["series"]["util_in"] == [0.5, 0.5] and port["series"]["util_out"] == [0.0, 0.0]
+    assert port["series"]["errors_per_s"] == pytest.approx([1 / 6, 1 / 6]) and port["series"]["oper_up"] == [True] * 2
+    port = get("/api/port", WS, WS + 3_600_000, switch="tor2", if_index=1)
+    assert port["answered"] == "link health samples" and len(port["series"]["time_ms"]) == 1
+    # the job timeline: a week in hourly bins from the 1-hour rollups, an hour in 6 s bins from the raw flows
+    j = get("/api/job", LATER - 3 * 86_400_000, LATER + 4 * 86_400_000, name="train-a")
+    assert j["answered"] == "1-hour rollups" and j["bin_ms"] == 3_600_000
+    assert [(b["phase"], b["start_ms"], b["end_ms"]) for b in j["bands"]] == [("communication", WS, WS + 3_600_000)]
+    j = get("/api/job", WS, WS + 3_600_000, name="train-a")
+    assert j["answered"] == "raw flows" and j["bin_ms"] == 6_000
+    assert [(b["phase"], b["start_ms"], b["end_ms"]) for b in j["bands"]] == [("communication", WS, WS + 6_000)]
 
 
 def test_cell_detail_has_category_split_and_uncertainty(client):

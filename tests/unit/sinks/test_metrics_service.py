@@ -14,8 +14,8 @@ NOW_S = 1_800_000_000.0
 
 
 class Msg:
-    def __init__(self, topic, partition, offset, value, ts_ms=None):
-        self._t, self._p, self._o, self._v, self._ts = topic, partition, offset, value, ts_ms
+    def __init__(self, topic, partition, offset, value, ts_ms=None, key=None):
+        self._t, self._p, self._o, self._v, self._ts, self._k = topic, partition, offset, value, ts_ms, key
 
     def topic(self):
         return self._t
@@ -28,6 +28,9 @@ class Msg:
 
     def value(self):
         return self._v
+
+    def key(self):
+        return self._k
 
     def error(self):
         return None
@@ -60,6 +63,18 @@ def test_handle_applies_in_order_and_skips_old_messages_of_fresh_partitions():
     assert st.skipped.values == {(topic, "before_lookback"): 1}
     assert st.undecodable.values == {(topic, "not_avro"): 1}
     assert st.messages.values == {(topic,): 4}
+
+
+def test_a_cell_produced_again_after_a_processor_crash_is_counted_once():
+    """Processor outputs are at-least-once with deterministic keys: the same key and window again is a duplicate;
+    the same cell from another shard (another key) adds up."""
+    m = svc()
+    topic = m.settings.kafka.topics.matrix
+    k0, k1 = b"0|group|gpu|gpu|collective|0", b"0|group|gpu|gpu|collective|1"
+    m.handle([Msg(topic, 0, 1, cell(10), key=k0), Msg(topic, 1, 1, cell(5), key=k1)])
+    m.handle([Msg(topic, 0, 2, cell(10), key=k0)])  # re-emitted after the crash
+    assert m.state.g2g_bytes.values == {("gpu", "gpu", "collective"): 15}
+    assert m.state.skipped.values == {(topic, "duplicate"): 1}
 
 
 def test_http_endpoints_and_scrape_without_consumer():

@@ -263,7 +263,7 @@ def test_malformed_and_unknown_messages_are_counted_and_skipped():
     # a record with a field of the wrong type is skipped whole (nothing half applied)
     st.add_matrix([cell(b=5) | {"packets_est": "many"}, cell(level="switch")])
     scrape(st)
-    assert values(st, "app_flow_traffic_bytes_total")[("gpu-1", "collective", "tx")] == 2000.0
+    assert st.app_bytes.values[("gpu-1", "collective", "tx")] == 2000.0
     assert values(st, "fabricflow_metrics_undecodable_messages_total")[("matrix.windows.v1", "bad_record")] == 2.0
 
 
@@ -275,3 +275,29 @@ def test_series_gauge_counts_families(n):
     assert fams[("node_to_node_flow_traffic_bytes_total",)] == n
     assert fams[("app_flow_traffic_bytes_total",)] == (n + 1 if n else 0)
     assert np.isfinite(list(fams.values())).all()
+
+
+def test_cells_counted_once_per_key_and_window_with_the_horizon_bounding_memory():
+    st = MetricsState(duplicate_horizon_s=30)
+    key = b"w|node|gpu-1|gpu-2|collective|0"
+    assert st.add_matrix([cell(b=1000)], [key]) == 1
+    assert st.add_matrix([cell(b=1000)], [key]) == 0  # the same (key, window) again: ignored
+    assert st.add_matrix([cell(b=7, end=T0 + 20_000)], [key]) == 1  # same key text, next window: counted
+    assert st.add_matrix([cell(b=3)], [None]) == 1  # no key: cannot tell, counted
+    assert st.app_bytes.values[("gpu-1", "collective", "tx")] == 1010
+    assert st.skipped.values == {("matrix", "duplicate"): 1}
+    # windows ending more than the horizon before the newest are forgotten
+    for i in range(3, 13):
+        st.add_matrix([cell(b=1, end=T0 + i * 10_000)], [key])
+    assert sorted(st._cell_seen.by_end) == [T0 + i * 10_000 for i in range(9, 13)]
+    assert len(st._cell_seen) == 4
+    st.add_matrix([cell(b=1000)], [key])  # beyond the horizon: cannot tell any more, counted
+    assert st.app_bytes.values[("gpu-1", "collective", "tx")] == 2020
+    # a producer that gives every message one key: different cells still count, each once
+    one = MetricsState()
+    assert one.add_matrix([cell(src="gpu-1"), cell(src="gpu-3"), cell(src="gpu-1")], [b"k"] * 3) == 2
+    assert one.app_bytes.values == {("gpu-1", "collective", "tx"): 1000, ("gpu-3", "collective", "tx"): 1000,
+                                    ("gpu-2", "collective", "rx"): 2000}
+    # a bad record is neither counted nor remembered
+    st.add_matrix([cell(level="switch", end=T0 + 120_000)], [b"k2"])
+    assert st.add_matrix([cell(end=T0 + 120_000)], [b"k2"]) == 1

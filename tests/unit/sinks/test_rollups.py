@@ -142,6 +142,53 @@ def test_auto_reads_the_coarsest_dataset_per_piece(archive):
     assert n == q.sql("SELECT count(*) AS n FROM flows_enriched").column("n")[0].as_py() == 3 * 600
 
 
+@pytest.mark.parametrize("rng_name", ["three hours", "one hour", "minutes", "unaligned"])
+@pytest.mark.parametrize("level", ["node", "group"])
+def test_console_matrix_cells_read_the_smallest_datasets_and_equal_the_raw_matrix(archive, level, rng_name):
+    """The console's matrix (ArchiveQuery.matrix_cells) tiles a range like the flow reports: a week or whole hours
+    from traffic_1h, whole minutes from traffic_1m, the seconds at the edges from the finest dataset; the cells
+    equal the matrix of the raw flows, each packet once."""
+    frm, to = RANGES[rng_name]
+    raw = ArchiveQuery(None, archive).matrix(frm, to, level=level, source="raw")
+    q = ArchiveQuery(None, archive)
+    got = q.matrix_cells(frm, to, level)
+    assert set(got.column("level").to_pylist()) == {level}
+    want = {(r["src"], r["dst"], r["category"]): (r["bytes_est"], r["packets_est"], r["flow_records"])
+            for r in raw.to_pylist()}
+    have = {(r["src"], r["dst"], r["category"]): (r["bytes_est"], r["packets_est"], r["flow_records"])
+            for r in got.to_pylist()}
+    assert have == want and want
+    expect = {"three hours": ["traffic_1h"], "one hour": ["traffic_1h"],
+              "minutes": ["traffic_1m", "traffic_1h", "traffic_1m"],
+              "unaligned": ["flows_enriched", "traffic_1m", "traffic_1h", "traffic_1m", "flows_enriched"]}[rng_name]
+    assert [d for d, *_ in q.answered] == expect  # no matrix_windows in this archive: the raw flows at the edges
+    # samples: the sampled packets (what a matrix cell's samples are)
+    assert sum(got.column("samples").to_pylist()) == ArchiveQuery(None, archive).sql(
+        "SELECT sum(packets) FROM flows_enriched WHERE NOT duplicate AND time_end_ms >= $a AND time_end_ms < $b",
+        frm, to, params={"a": frm, "b": to}).column(0)[0].as_py()
+
+
+def test_console_matrix_cells_count_only_the_detector_protocols(archive):
+    frm, to = RANGES["minutes"]
+    q = ArchiveQuery(None, archive)
+    all_ = sum(q.matrix_cells(frm, to, "group").column("bytes_est").to_pylist())
+    only = sum(q.matrix_cells(frm, to, "group", protocols=[1]).column("bytes_est").to_pylist())
+    want = q.sql("SELECT sum(bytes_est) FROM flows_enriched WHERE NOT duplicate AND export_protocol = 1", frm, to
+                 ).column(0)[0].as_py()
+    assert 0 < only == want < all_
+
+
+def test_series_source_picks_the_coarsest_rollup_with_enough_bins(archive, tmp_path):
+    q = ArchiveQuery(None, archive)  # rollups for three hours from T0
+    assert q.series_source(T0 - 3 * 86_400_000, T0 + 4 * 86_400_000) == ("traffic_1h", HOUR_MS)  # a week
+    assert q.series_source(T0, T0 + 86_400_000) == ("traffic_1m", 2 * MIN)  # a day
+    assert q.series_source(T0, T0 + 6 * HOUR_MS) == ("traffic_1m", MIN)
+    assert q.series_source(T0, T0 + HOUR_MS) == ("flows_enriched", 6_000)  # too few minutes: raw
+    assert q.series_source(T0 + 30 * 86_400_000, T0 + 37 * 86_400_000) == ("flows_enriched", 1_008_000)  # no files
+    with pytest.raises(ArchiveError, match="empty time range"):
+        q.series_source(T0, T0)
+
+
 def test_plan_sources():
     present = {"flows_enriched", "traffic_1m", "traffic_1h"}
     h = HOUR_MS
@@ -427,6 +474,105 @@ def test_a_crash_between_the_merged_file_and_the_deletes_counts_each_row_once(tm
     q = ArchiveQuery(None, root)
     n = q.sql("SELECT sum(flow_records) AS n FROM traffic_1h").column("n")[0].as_py()
     assert n == q.sql("SELECT count(*) AS n FROM flows_enriched").column("n")[0].as_py() == 602
+
+
+def _sink_with_compaction(root, now_ms):
+    import fsspec
+
+    from fabricflow.settings import load_settings
+    from sinks.archive_service import ArchiveService
+
+    s = load_settings(None, archive={"url": f"file://{root}", "metrics_port": 0, "compaction_interval_s": 0.05})
+    svc = ArchiveService(s, fs=fsspec.filesystem("file"), root=root, metrics_port=0, summaries=False,
+                         clock=lambda: now_ms / 1000)
+    svc.compaction.first_after_s = 0.01
+    return svc
+
+
+def test_the_archive_sink_compacts_on_a_schedule_below_its_committed_offsets(tmp_path, caplog):
+    """The sink's own CompactionSchedule merges closed hours of the partitions it is assigned, below the offsets it
+    committed (files at or past them stay: they may still be written again), counts runs and merged files, and
+    changes no answer."""
+    import logging
+    import time
+
+    root = str(tmp_path)
+    write_archive(root, np.random.default_rng(21), hours=(0, 1, 2), partitions=2)
+    before = answers(root)
+    svc = _sink_with_compaction(root, T0 + 3 * HOUR_MS + 6 * MIN)  # hours 0-2 closed (grace 5 min)
+    topic = svc.by_dataset["flows_enriched"].topic
+    keys = sorted((layout.parse_key(f"{root}/traffic_1h/{n}") for n in rollup_names(root, "traffic_1h")),
+                  key=lambda k: (k.partition, k.first_offset))
+    p0 = [k for k in keys if k.partition == 0]
+    cut = sorted(k.last_offset for k in p0)[len(p0) // 2] + 1  # partition 0 committed half way
+    svc._assigned.update({(topic, 0), (topic, 1)})
+    svc.ledger.committed.update({(topic, 0): cut, (topic, 1): 10**9, ("some.other.topic", 0): 10**9})
+    svc._assigned.discard((topic, 1))  # partition 1 was revoked: this sink does not compact it
+    reg = svc.metrics.registry
+    with caplog.at_level(logging.INFO):
+        svc.compaction.start()
+        deadline = time.monotonic() + 20
+        while (reg.get_sample_value("fabricflow_sink_compaction_runs_total") or 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        svc.compaction.stop()
+    assert reg.get_sample_value("fabricflow_sink_compaction_runs_total") >= 2
+    assert reg.get_sample_value("fabricflow_sink_compaction_errors_total") == 0
+    left = [layout.parse_key(f"{root}/traffic_1h/{n}") for n in rollup_names(root, "traffic_1h")]
+    merged = [k for k in left if k.merged]
+    assert merged and all(k.partition == 0 and k.last_offset < cut for k in merged)
+    assert {(k.partition, k.first_offset) for k in left if k.partition == 1} == \
+        {(k.partition, k.first_offset) for k in keys if k.partition == 1}  # untouched
+    below: dict[int, int] = {}  # hour -> partition 0's files below the cut (merged when 2 or more)
+    for k in p0:
+        if k.last_offset < cut:
+            below[k.hour] = below.get(k.hour, 0) + 1
+    want = sum(n for n in below.values() if n >= 2)
+    assert want >= 2 and len(merged) == sum(1 for n in below.values() if n >= 2)
+    assert reg.get_sample_value("fabricflow_sink_compaction_files_total") == 2 * want  # traffic_1m and _1h alike
+    assert len(left) == len(keys) - want + len(merged)
+    assert "archive compaction: merged" in caplog.text
+    after = answers(root)
+    assert all(after[k].equals(before[k]) for k in before)
+
+
+def test_a_failed_compaction_is_logged_counted_and_retried_next_run(tmp_path, caplog, monkeypatch):
+    import logging
+
+    from sinks import compaction
+
+    root = str(tmp_path)
+    write_archive(root, np.random.default_rng(22), hours=(0, 1), partitions=1)
+    before = answers(root, T0, T0 + 2 * HOUR_MS)
+    svc = _sink_with_compaction(root, T0 + 2 * HOUR_MS + 6 * MIN)
+    topic = svc.by_dataset["flows_enriched"].topic
+    svc._assigned.add((topic, 0))
+    svc.ledger.committed[(topic, 0)] = 10**9
+    real = compaction.compact_hour
+    bad_hour = layout.hour_index(T0)
+
+    def flaky(fs, root, dataset, hour, *a, **kw):
+        if hour == bad_hour and dataset == "traffic_1h":
+            raise OSError("object store hiccup")
+        return real(fs, root, dataset, hour, *a, **kw)
+
+    monkeypatch.setattr(compaction, "compact_hour", flaky)
+    reg = svc.metrics.registry
+    with caplog.at_level(logging.INFO):
+        done = svc.compaction.run_once()
+    assert len(done) == 3  # the other hour of traffic_1h and both of traffic_1m
+    assert reg.get_sample_value("fabricflow_sink_compaction_errors_total") == 1
+    failed = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(failed) == 1 and "1 hour(s) failed" in failed[0].getMessage() and "OSError" in failed[0].getMessage()
+    monkeypatch.setattr(compaction, "compact_hour", real)
+    assert len(svc.compaction.run_once()) == 1  # retried: the failed hour now
+    assert reg.get_sample_value("fabricflow_sink_compaction_runs_total") == 2
+    assert all(os.path.basename(n).startswith("merged-") for n in rollup_names(root, "traffic_1h"))
+    after = answers(root, T0, T0 + 2 * HOUR_MS)
+    assert all(after[k].equals(before[k]) for k in before)
+    # a pass that fails as a whole (the filesystem cannot be had) is one error and one line too
+    svc.compaction.fs_factory = lambda: (_ for _ in ()).throw(OSError("down"))
+    assert svc.compaction.run_once() is None
+    assert reg.get_sample_value("fabricflow_sink_compaction_errors_total") == 2
 
 
 def test_live_files_skip_only_what_a_merged_file_covers():
