@@ -38,6 +38,7 @@ class Detect:
         self.metrics = metrics
         self.shuffle_topic = settings.kafka.topics.shuffle
         self._late_logged = 0  # too-late records already reported in the log
+        self._counter_rows: dict[bytes, np.ndarray] = {}  # counter message -> its decoded rows (a few, newest last)
 
     def handle_events(self, events, generation: int | None = None) -> None:
         """Apply Faust events of the shuffle topic in order; each becomes pending until a snapshot covers it.
@@ -55,7 +56,7 @@ class Detect:
                 continue  # revoked while the event waited in Faust's buffers
             try:
                 self.handle(part, m.offset, ev.value, shuffle.source_of(m.headers), shuffle.segments_of(m.headers),
-                            state_only=shuffle.is_state_only(m.headers))
+                            state_only=shuffle.state_roles(m.headers))
             except Exception as e:  # skipped and counted, like an undecodable message; acked with the next snapshot
                 self.metrics.failed("detect", e)
             shard = self.shards.get(part)
@@ -64,7 +65,7 @@ class Detect:
             shard.pending.append(ev)
 
     def handle(self, partition: int, offset: int, value: bytes, source: tuple | None = None,
-               segments: list | None = None, state_only: bool = False) -> bool:
+               segments: list | None = None, state_only: bool | list[bool] = False) -> bool:
         """Process one shuffle message; False when it was already applied (skipped).
 
         The state is not snapshotted here (:mod:`processors.worker.checkpoint`).
@@ -77,7 +78,8 @@ class Detect:
         when only some were, the rows of the others are applied.
 
         ``state_only``: a counter batch another shard reports (header ``role=state``): applied at once to the
-        port state only (no outputs, not queued, not counted).
+        port state only (no outputs, not queued, not counted); a list: per piece of a counter message that
+        combines several (:func:`shuffle.state_roles`), each piece applied in turn as if it came alone.
         """
         shard = self.shards.active(partition)
         core = shard.core
@@ -110,12 +112,8 @@ class Detect:
                         flows = flows.compress(keep)
                     _enriched, outs = core.process_raw(flows)
                     self.metrics.detect_records.inc(len(flows))
-            elif state_only and codec.schema_of(value) == "counter_batch":  # another shard's counters
-                outs = core.process_counters(codec.decode_batch(value), emit=False)
             elif codec.schema_of(value) == "counter_batch":
-                counters = codec.decode_batch(value)
-                self.metrics.counters.inc(len(counters))
-                outs = self._add_counters(shard, counters)
+                outs = self._counters(shard, self._decode_counters(value), pieces if segments else None, fresh, state_only)
             else:
                 raise codec.CodecError(f"a {codec.schema_of(value)} message is not a shuffle batch")
         except codec.CodecError as e:
@@ -127,6 +125,39 @@ class Detect:
         shard.last_offset = offset
         self.metrics.shuffle_messages.inc()
         return True
+
+    def _decode_counters(self, value: bytes) -> np.ndarray:
+        """The rows of a counter message, decoded once per worker: every shard gets the same bytes."""
+        cache = self._counter_rows
+        rows = cache.get(value)
+        if rows is None:
+            rows = codec.decode_batch(value, expect="counter_batch")
+            rows.flags.writeable = False  # shared by the shards
+            if len(cache) >= 32:
+                del cache[next(iter(cache))]
+            cache[value] = rows
+        return rows
+
+    def _counters(self, shard: Shard, counters: np.ndarray, pieces: list | None, fresh: list[bool],
+                  state_only: bool | list[bool]) -> list:
+        """A counter message's pieces in turn: state-only ones to the port state at once, the shard's own ones
+        to its link-health queue (counted). ``pieces`` None: the message is one piece."""
+        if pieces is None:
+            parts = [(counters, bool(state_only if not isinstance(state_only, list) else all(state_only)))]
+        else:
+            roles = state_only if isinstance(state_only, list) else [bool(state_only)] * len(pieces)
+            if len(roles) != len(pieces) or sum(n for *_x, n in pieces) != len(counters):
+                raise codec.CodecError(f"seg/role headers do not match a counter batch of {len(counters)} rows")
+            ends = np.cumsum([n for *_x, n in pieces]).tolist()
+            parts = [(counters[a:b], st) for a, b, st, new in zip([0, *ends[:-1]], ends, roles, fresh) if new]
+        outs: list = []
+        for rows, state in parts:
+            if state:  # another shard's counters
+                shard.core.process_counters(rows, emit=False)
+            else:
+                self.metrics.counters.inc(len(rows))
+                outs += self._add_counters(shard, rows)
+        return outs
 
     def _add_counters(self, shard: Shard, counters: np.ndarray) -> list:
         """Queue a shard's counter samples; apply the queue once it holds ``counter_batch_rows`` samples

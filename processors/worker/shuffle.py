@@ -8,9 +8,11 @@ topic (platform teams read the Avro topics); nothing else is accepted.
 
 Headers: ``src`` names the raw message (topic:partition:offset:chunk) of a
 message's last piece; ``seg`` lists every piece with its row count when a
-message combines several. A counter batch goes to every shard: the copy to the exporter's shard
-(link health outputs) has no ``role`` header, every other copy has ``role=state`` (that shard only
-updates its port state: storage_bound headroom, cause links, live incast capacity).
+message combines several. Counter batches go to every shard, all those ``prepare`` took together in one
+message (one piece per raw message, re-encoded as one Avro batch when there are several): the shard of
+a batch's exporter reports its link health, every other shard only updates its port state with it
+(storage_bound headroom, cause links, live incast capacity). The ``role`` header says which: absent,
+the shard owns every piece; ``state``, none; else one entry per piece, ``state`` or ``own``.
 Anything malformed raises :class:`CodecError`.
 """
 
@@ -26,7 +28,8 @@ from schemas.codec import CodecError
 from schemas.columns import FLOW_DTYPE
 
 __all__ = ["MAGIC", "LZ4_MAGIC", "is_flow_batch", "encode_flows", "decode_flows", "header", "source_of",
-           "segments_of", "fill", "src_header", "seg_header", "STATE_HEADER", "is_state_only"]
+           "segments_of", "fill", "src_header", "seg_header", "STATE_HEADER", "is_state_only", "role_header",
+           "state_roles"]
 
 MAGIC = b"\x93NUMPY"
 LZ4_MAGIC = b"\x93NPYLZ4\x01"  # then the .npy bytes as an LZ4 block with a 4-byte length
@@ -125,6 +128,25 @@ STATE_HEADER = ("role", b"state")
 def is_state_only(headers) -> bool:
     """True for a counter batch copy marked ``role=state``."""
     return header(headers, "role") == "state"
+
+
+def role_header(state: list[bool]) -> tuple[str, bytes] | None:
+    """The ``role`` header of a counter message whose pieces are state-only where ``state`` is True (None:
+    the shard owns them all)."""
+    if not any(state):
+        return None
+    if all(state):
+        return STATE_HEADER
+    return ("role", ",".join("state" if s else "own" for s in state).encode())
+
+
+def state_roles(headers) -> bool | list[bool]:
+    """From a counter message's ``role`` header: True / False when every piece is / is not state-only, else
+    one bool per piece."""
+    text = header(headers, "role")
+    if text is None or text == "state":
+        return text is not None
+    return [r == "state" for r in text.split(",")]
 
 
 def src_header(src: str, offset: int, chunk: int) -> tuple[str, bytes]:
