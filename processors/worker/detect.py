@@ -143,21 +143,43 @@ class Detect:
         """A counter message's pieces in turn: state-only ones to the port state at once, the shard's own ones
         to its link-health queue (counted). ``pieces`` None: the message is one piece."""
         if pieces is None:
-            parts = [(counters, bool(state_only if not isinstance(state_only, list) else all(state_only)))]
-        else:
-            roles = state_only if isinstance(state_only, list) else [bool(state_only)] * len(pieces)
-            if len(roles) != len(pieces) or sum(n for *_x, n in pieces) != len(counters):
-                raise codec.CodecError(f"seg/role headers do not match a counter batch of {len(counters)} rows")
-            ends = np.cumsum([n for *_x, n in pieces]).tolist()
-            parts = [(counters[a:b], st) for a, b, st, new in zip([0, *ends[:-1]], ends, roles, fresh) if new]
+            if state_only is True or (isinstance(state_only, list) and all(state_only)):
+                shard.core.process_counters(counters, emit=False)  # another shard's counters
+                return []
+            self.metrics.counters.inc(len(counters))
+            return self._add_counters(shard, counters)
+        roles = state_only if isinstance(state_only, list) else [bool(state_only)] * len(pieces)
+        if len(roles) != len(pieces) or sum(n for *_x, n in pieces) != len(counters):
+            raise codec.CodecError(f"seg/role headers do not match a counter batch of {len(counters)} rows")
+        # Consecutive pieces of other shards update the port state in one step: numbered by piece, that equals
+        # applying them one after the other. The shard's own pieces go to its queue in between, in order.
         outs: list = []
-        for rows, state in parts:
-            if state:  # another shard's counters
-                shard.core.process_counters(rows, emit=False)
-            else:
-                self.metrics.counters.inc(len(rows))
-                outs += self._add_counters(shard, rows)
+        group: list[tuple[int, int]] = []  # (first row, rows) of the state-only pieces not applied yet
+        a = 0
+        for (*_x, n), st, new in zip(pieces, roles, fresh):
+            if new and st:
+                group.append((a, n))
+            elif new:
+                self._port_state(shard, counters, group)
+                group = []
+                self.metrics.counters.inc(n)
+                outs += self._add_counters(shard, counters[a : a + n])
+            a += n
+        self._port_state(shard, counters, group)
         return outs
+
+    @staticmethod
+    def _port_state(shard: Shard, counters: np.ndarray, group: list[tuple[int, int]]) -> None:
+        """Another shard's counter pieces ``(first row, rows)`` to this shard's port state (one step)."""
+        if not group:
+            return
+        if len(group) == 1:
+            a, n = group[0]
+            shard.core.process_counters(counters[a : a + n], emit=False)
+            return
+        idx = np.concatenate([np.arange(a, a + n) for a, n in group])
+        number = np.repeat(np.arange(len(group)), [n for _a, n in group])
+        shard.core.process_counters(counters[idx], number, emit=False)
 
     def _add_counters(self, shard: Shard, counters: np.ndarray) -> list:
         """Queue a shard's counter samples; apply the queue once it holds ``counter_batch_rows`` samples
