@@ -112,8 +112,9 @@ class Detect:
                         flows = flows.compress(keep)
                     _enriched, outs = core.process_raw(flows)
                     self.metrics.detect_records.inc(len(flows))
-            elif codec.schema_of(value) == "counter_batch":
-                outs = self._counters(shard, self._decode_counters(value), pieces if segments else None, fresh, state_only)
+            elif value[:8] == shuffle.COUNTERS_MAGIC or codec.schema_of(value) == "counter_batch":
+                outs = self._counters(shard, [self._decode_counters(v) for v in shuffle.counter_pieces(value)],
+                                      fresh, state_only)
             else:
                 raise codec.CodecError(f"a {codec.schema_of(value)} message is not a shuffle batch")
         except codec.CodecError as e:
@@ -138,48 +139,36 @@ class Detect:
             cache[value] = rows
         return rows
 
-    def _counters(self, shard: Shard, counters: np.ndarray, pieces: list | None, fresh: list[bool],
-                  state_only: bool | list[bool]) -> list:
-        """A counter message's pieces in turn: state-only ones to the port state at once, the shard's own ones
-        to its link-health queue (counted). ``pieces`` None: the message is one piece."""
-        if pieces is None:
-            if state_only is True or (isinstance(state_only, list) and all(state_only)):
-                shard.core.process_counters(counters, emit=False)  # another shard's counters
-                return []
-            self.metrics.counters.inc(len(counters))
-            return self._add_counters(shard, counters)
-        roles = state_only if isinstance(state_only, list) else [bool(state_only)] * len(pieces)
-        if len(roles) != len(pieces) or sum(n for *_x, n in pieces) != len(counters):
-            raise codec.CodecError(f"seg/role headers do not match a counter batch of {len(counters)} rows")
-        # Consecutive pieces of other shards update the port state in one step: numbered by piece, that equals
-        # applying them one after the other. The shard's own pieces go to its queue in between, in order.
+    def _counters(self, shard: Shard, batches: list[np.ndarray], fresh: list[bool], state_only: bool | list[bool]) -> list:
+        """The counter batches of a message (its pieces) in turn: other shards' ones to the port state at once,
+        the shard's own ones to its link-health queue (counted)."""
+        roles = state_only if isinstance(state_only, list) else [bool(state_only)] * len(batches)
+        if len(roles) != len(batches) or len(fresh) not in (len(batches), 0):
+            raise codec.CodecError(f"seg/role headers do not match a shuffle message of {len(batches)} counter batches")
+        fresh = fresh or [True] * len(batches)
+        # Consecutive batches of other shards update the port state in one step: numbered by batch, that equals
+        # applying them one after the other. The shard's own batches go to its queue in between, in order.
         outs: list = []
-        group: list[tuple[int, int]] = []  # (first row, rows) of the state-only pieces not applied yet
-        a = 0
-        for (*_x, n), st, new in zip(pieces, roles, fresh):
+        group: list[np.ndarray] = []  # state-only batches not applied yet
+        for rows, st, new in zip(batches, roles, fresh):
             if new and st:
-                group.append((a, n))
+                group.append(rows)
             elif new:
-                self._port_state(shard, counters, group)
+                self._port_state(shard, group)
                 group = []
-                self.metrics.counters.inc(n)
-                outs += self._add_counters(shard, counters[a : a + n])
-            a += n
-        self._port_state(shard, counters, group)
+                self.metrics.counters.inc(len(rows))
+                outs += self._add_counters(shard, rows)
+        self._port_state(shard, group)
         return outs
 
     @staticmethod
-    def _port_state(shard: Shard, counters: np.ndarray, group: list[tuple[int, int]]) -> None:
-        """Another shard's counter pieces ``(first row, rows)`` to this shard's port state (one step)."""
-        if not group:
-            return
+    def _port_state(shard: Shard, group: list[np.ndarray]) -> None:
+        """Other shards' counter batches to this shard's port state, in one step."""
         if len(group) == 1:
-            a, n = group[0]
-            shard.core.process_counters(counters[a : a + n], emit=False)
-            return
-        idx = np.concatenate([np.arange(a, a + n) for a, n in group])
-        number = np.repeat(np.arange(len(group)), [n for _a, n in group])
-        shard.core.process_counters(counters[idx], number, emit=False)
+            shard.core.process_counters(group[0], emit=False)
+        elif group:
+            number = np.repeat(np.arange(len(group)), [len(g) for g in group])
+            shard.core.process_counters(concat_rows(group), number, emit=False)
 
     def _add_counters(self, shard: Shard, counters: np.ndarray) -> list:
         """Queue a shard's counter samples; apply the queue once it holds ``counter_batch_rows`` samples

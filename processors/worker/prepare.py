@@ -169,35 +169,19 @@ class Prepare:
         """The counter batches taken together: ONE shuffle message per shard for all of them.
 
         The owner shard of a batch (CRC32 of its exporter key) reports its link health; every other shard only
-        updates its port state with it (storage_bound headroom, cause links, live incast capacity). A single
-        batch travels unchanged; several are decoded and re-encoded as one, with a ``seg`` header (one piece
-        per raw message) and a ``role`` header saying per piece whether the shard owns it
+        updates its port state with it (storage_bound headroom, cause links, live incast capacity). The batches
+        travel unchanged (:func:`shuffle.frame_counters` when there are several), with a ``seg`` header (one
+        piece per raw message) and a ``role`` header saying per piece whether the shard owns it
         (:func:`shuffle.role_header`). detect applies the pieces one after the other, as separate messages.
         """
-        if len(items) == 1:
-            src, offset, key, value = items[0]
-            pieces = [(src, (offset, 0), 0)]
-            owners = [zlib.crc32(key) % self.partitions]
-        else:
-            parts, pieces, owners = [], [], []
-            for src, offset, key, value in items:
-                try:
-                    rows = codec.decode_batch(value, expect="counter_batch")
-                except codec.CodecError as e:
-                    topic = src.rsplit(":", 1)[0]
-                    self.metrics.undecodable.labels(topic).inc()
-                    log.warning("undecodable message on %s: %s", topic, e)
-                    continue
-                parts.append(rows)
-                pieces.append((src, (offset, 0), len(rows)))
-                owners.append(zlib.crc32(key) % self.partitions)
-            if not pieces:
-                return
-            value = codec.encode_batch("counter_batch", concat_rows(parts))
+        value = shuffle.frame_counters([v for *_x, v in items])
+        pieces = [(src, (offset, 0), 0) for src, offset, _k, _v in items]
+        owners = [zlib.crc32(key) % self.partitions for _s, _o, key, _v in items]
         src, (offset, chunk), _n = pieces[-1]
         head = [shuffle.src_header(src, offset, chunk)]
         if len(pieces) > 1:
             head.append(shuffle.seg_header(pieces))
+        key = items[-1][2]
         for s in range(self.partitions):
             role = shuffle.role_header([o != s for o in owners])
             headers = head if role is None else [*head, role]
