@@ -95,6 +95,7 @@ class LinkHealthDetector:
         self.st = {k: np.zeros(0, dtype=t) for k, t in _STATE_FIELDS.items()}
         self.stale = 0
         self.recent: dict[int, list[list]] = {}  # slot -> last RECENT [time_ms, out discards/s] with rates
+        self._slot_cache: dict[bytes, np.ndarray] = {}  # exporter + ifIndex columns -> slots (slots never move)
         self.set_port_info(port_info)
 
     def set_port_info(self, port_info: Callable[[str, int], tuple[str, float]] | None) -> None:
@@ -115,7 +116,21 @@ class LinkHealthDetector:
             self.node_slots.setdefault(node, []).append(len(self.port_node) - 1)
 
     def _slots(self, batch: np.ndarray) -> np.ndarray:
+        """The state slot of each row's port (new ports get one). Agents send the same ports in the same order
+        every polling interval: the slots of a (exporter, ifIndex) column pair seen before come from a cache."""
         addrs = np.ascontiguousarray(batch["exporter_addr"], dtype=np.uint8)
+        key = addrs.tobytes() + np.ascontiguousarray(batch["if_index"], dtype=np.int64).tobytes()
+        hit = self._slot_cache.get(key)
+        if hit is not None:
+            return hit
+        slots = self._new_slots(batch, addrs)
+        slots.flags.writeable = False
+        if len(self._slot_cache) >= 256:
+            self._slot_cache.clear()
+        self._slot_cache[key] = slots
+        return slots
+
+    def _new_slots(self, batch: np.ndarray, addrs: np.ndarray) -> np.ndarray:
         view = addrs.view(np.dtype((np.void, 16))).ravel()
         uaddr, ainv = np.unique(view, return_inverse=True)
         texts = [addr_str(np.frombuffer(u.tobytes(), np.uint8)) for u in uaddr]
@@ -421,6 +436,7 @@ class LinkHealthDetector:
     def restore(self, snap: dict) -> None:
         self.keys = [(e, int(i)) for e, i in snap["keys"]]
         self.slot = {k: s for s, k in enumerate(self.keys)}
+        self._slot_cache = {}
         n = len(self.keys)
         self.st = {k: np.asarray(snap["state"][k], dtype=t) if k in snap["state"]
                    else np.full(n, _DEFAULTS.get(k, 0), dtype=t) for k, t in _STATE_FIELDS.items()}
