@@ -3,8 +3,9 @@
 Each shuffle partition is one shard (:mod:`processors.worker.shard`). A message is applied once: at or below
 the shard's last offset, or made only of raw pieces the shard has applied, it is skipped. Flow batches are
 LZ4 ``.npy`` (:mod:`processors.worker.shuffle`), enriched here unless ``prepare`` kept them; counter batches
-(Avro) wait per shard until ``processors.counter_batch_rows`` samples or the next tick; the copies of other
-shards' counter batches (header ``role=state``) only update the port state, at once.
+(Avro; several in one message when ``prepare`` took them together) wait per shard until
+``processors.counter_batch_rows`` samples or the next tick; other shards' counter batches (``role`` header)
+only update the port state, at once.
 """
 
 from __future__ import annotations
