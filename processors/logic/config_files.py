@@ -12,18 +12,18 @@ Each loader raises :class:`ConfigFileError`; no I/O besides reading the file.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from .categories import CategoryRules
 from .core import CoreConfigError
+from .filewatch import FileWatcher
 from .inventory import Inventory, InventoryError
 from .rules.config import PolicyConfig
 
@@ -184,51 +184,11 @@ def check_config_files(processors) -> list[str]:
     return out
 
 
-class ConfigFileWatcher(Generic[T]):
-    """Keeps what a file says current, like :class:`~processors.logic.inventory.InventoryWatcher`.
-
-    ``maybe_reload(now_s)`` looks at the file at most every ``check_interval_s`` and reloads it when its
-    modification time, size or inode changed. A version that does not load leaves the last good one in
-    ``value``; the problem (one line) is in ``last_error`` and counted in ``errors_total``. The first
-    load (in the constructor) raises instead: a service must not start on a bad file.
-    """
+class ConfigFileWatcher(FileWatcher[T]):
+    """Keeps what a configuration file says current (:class:`~processors.logic.filewatch.FileWatcher` with
+    one of this module's loaders): a version that does not load leaves the last good one in ``value``,
+    its problem in one line in ``last_error``."""
 
     def __init__(self, path: str | os.PathLike, loader: Callable[[str | os.PathLike], T], check_interval_s: float = 0.0,
                  initial: T | None = None):
-        self.path = Path(path)
-        self.loader = loader
-        self.check_interval_s = check_interval_s
-        sig = self._signature()
-        self.value: T = initial if initial is not None else loader(self.path)  # initial: loaded by the caller just now
-        self._sig = sig
-        self._next_check = -math.inf
-        self.last_error: str | None = None
-        self.reloads_total = 0
-        self.errors_total = 0
-
-    def _signature(self) -> tuple:
-        try:
-            st = os.stat(self.path)
-        except OSError as exc:
-            return ("unreadable", exc.errno)
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-    def maybe_reload(self, now_s: float) -> bool:
-        """Reload when the file changed; True when a new value is now in use."""
-        if now_s < self._next_check:
-            return False
-        self._next_check = now_s + self.check_interval_s
-        sig = self._signature()
-        if sig == self._sig:
-            return False
-        self._sig = sig
-        try:
-            value = self.loader(self.path)
-        except (ConfigFileError, InventoryError, ValueError) as e:
-            self.last_error = str(e).splitlines()[0]
-            self.errors_total += 1
-            return False
-        self.value = value
-        self.last_error = None
-        self.reloads_total += 1
-        return True
+        super().__init__(path, loader, check_interval_s, initial, errors=(ConfigFileError, InventoryError, ValueError))

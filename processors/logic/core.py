@@ -289,16 +289,30 @@ def _port_info(inventory: Inventory):
     return info
 
 
-def _node_job(inventory: Inventory):
-    """(node, time ms) -> the node's job then ("" when none)."""
-    ids = {n: i for i, n in enumerate(inventory.node_names)}
+class _NodeJob:
+    """(node, time ms) -> the node's job then ("" when none); :meth:`many` for many rows in one lookup."""
 
-    def job(node: str, t_ms: int) -> str:
-        nid = ids.get(node)
-        if nid is None:
-            return ""
-        return str(inventory.jobs_at(np.array([nid], dtype=np.int64), np.array([t_ms], dtype=np.int64))[0] or "")
-    return job
+    __slots__ = ("inventory", "ids")
+
+    def __init__(self, inventory: Inventory):
+        self.inventory = inventory
+        self.ids = {n: i for i, n in enumerate(inventory.node_names)}
+
+    def __call__(self, node: str, t_ms: int) -> str:
+        return self.many([node], [t_ms])[0]
+
+    def many(self, nodes: list[str], t_ms) -> list[str]:
+        if not len(nodes):
+            return []
+        get = self.ids.get
+        nid = np.array([get(n, -1) if n else -1 for n in nodes], dtype=np.int64)
+        jobs = self.inventory.jobs_at(nid, np.asarray(t_ms, dtype=np.int64))
+        return [str(j or "") for j in jobs.tolist()]
+
+
+def _node_job(inventory: Inventory) -> _NodeJob:
+    """(node, time ms) -> the node's job then ("" when none)."""
+    return _NodeJob(inventory)
 
 
 def shard_of(enriched: np.ndarray | LabeledFlows, partitions: int, labels=None, by_src: np.ndarray | None = None

@@ -299,7 +299,7 @@ class Engine:
         cause links, live incast capacity) for counters another shard owns and reports."""
         if "link" not in self.config.enabled or len(batch) == 0:
             return []
-        out = self.link.process(batch, message)
+        out = self.link.process(batch, message, emit=emit)
         if not emit:
             return []
         return [Output("link", f"{d['exporter']}|{d['if_index']}", d) for d in out]

@@ -95,6 +95,7 @@ class LinkHealthDetector:
         self.st = {k: np.zeros(0, dtype=t) for k, t in _STATE_FIELDS.items()}
         self.stale = 0
         self.recent: dict[int, list[list]] = {}  # slot -> last RECENT [time_ms, out discards/s] with rates
+        self._slot_cache: dict[bytes, np.ndarray] = {}  # exporter + ifIndex columns -> slots (slots never move)
         self.set_port_info(port_info)
 
     def set_port_info(self, port_info: Callable[[str, int], tuple[str, float]] | None) -> None:
@@ -115,7 +116,21 @@ class LinkHealthDetector:
             self.node_slots.setdefault(node, []).append(len(self.port_node) - 1)
 
     def _slots(self, batch: np.ndarray) -> np.ndarray:
+        """The state slot of each row's port (new ports get one). Agents send the same ports in the same order
+        every polling interval: the slots of a (exporter, ifIndex) column pair seen before come from a cache."""
         addrs = np.ascontiguousarray(batch["exporter_addr"], dtype=np.uint8)
+        key = addrs.tobytes() + np.ascontiguousarray(batch["if_index"], dtype=np.int64).tobytes()
+        hit = self._slot_cache.get(key)
+        if hit is not None:
+            return hit
+        slots = self._new_slots(batch, addrs)
+        slots.flags.writeable = False
+        if len(self._slot_cache) >= 256:
+            self._slot_cache.clear()
+        self._slot_cache[key] = slots
+        return slots
+
+    def _new_slots(self, batch: np.ndarray, addrs: np.ndarray) -> np.ndarray:
         view = addrs.view(np.dtype((np.void, 16))).ravel()
         uaddr, ainv = np.unique(view, return_inverse=True)
         texts = [addr_str(np.frombuffer(u.tobytes(), np.uint8)) for u in uaddr]
@@ -143,12 +158,13 @@ class LinkHealthDetector:
                 self.st[k] = new
         return lut[kinv.ravel()]
 
-    def process(self, batch: np.ndarray, message: np.ndarray | None = None) -> list[dict]:
+    def process(self, batch: np.ndarray, message: np.ndarray | None = None, emit: bool = True) -> list[dict]:
         """Counter samples (COUNTER_DTYPE array) -> LinkHealth dicts, sorted by (time, exporter, if_index, kind).
 
         ``message``: for the samples of several counter messages in one array, each row's message number
         (non-decreasing): the result is what processing the messages one after the other would give (a
         sample older than one of the same port in an earlier message is stale; outputs in message order).
+        ``emit=False``: the port state is updated exactly as with ``emit``, no record is built (returns []).
         """
         if len(batch) == 0:
             return []
@@ -162,7 +178,9 @@ class LinkHealthDetector:
         out: list[tuple[int, dict]] = []
         for r in range(int(rank.max()) + 1):
             rows = order[rank == r]
-            out.extend(self._step(batch[rows], slots[rows], part[rows]))
+            out.extend(self._step(batch[rows], slots[rows], part[rows], emit))
+        if not emit:
+            return []
         out.sort(key=lambda pd: (pd[0], pd[1]["time_ms"], pd[1]["exporter"], pd[1]["if_index"],
                                  _KIND_ORDER.get(pd[1]["kind"], 99)))
         return [d for _p, d in out]
@@ -182,8 +200,9 @@ class LinkHealthDetector:
         bad = (fwd & (d_fwd.astype(np.float64) > lim)) | (~fwd & ~use32 & ~use64)
         return delta, bad
 
-    def _step(self, b: np.ndarray, slots: np.ndarray, part: np.ndarray) -> list[tuple[int, dict]]:
-        """One sample of each of ``slots`` (distinct ports) -> (message number, LinkHealth dict) pairs."""
+    def _step(self, b: np.ndarray, slots: np.ndarray, part: np.ndarray, emit: bool = True) -> list[tuple[int, dict]]:
+        """One sample of each of ``slots`` (distinct ports) -> (message number, LinkHealth dict) pairs
+        (none without ``emit``: state update only)."""
         cfg = self.config
         st = self.st
         t = b["time_received_ms"].astype(np.int64)
@@ -282,6 +301,8 @@ class LinkHealthDetector:
 
         # outputs (one dict per emitted record)
         out: list[tuple[int, dict]] = []
+        if not emit:
+            return out
         emit_rows = np.flatnonzero((cmp_ & (reset | speed_chg | oper_chg | burst_start | disc_start | sustained
                                             | (ok & cfg.emit_samples))) | slow_start)
         if len(emit_rows) == 0:
@@ -293,6 +314,7 @@ class LinkHealthDetector:
                                          uptime_reset, speed_chg, oper_chg, burst_start, err_ps, sustained, since,
                                          disc_start, disc_ps, slow_start, conf)]
         switch: dict[str, str] = {}
+        jobs = iter(self._jobs([self.port_node[s_] for s_ in cols[1]], cols[2]))
         for row in zip(*cols):
             (m, slot, t_i, iv, sp, psp, u_in, u_out, ie, oe, idc, odc, op, rst, upr, sch, och, bst, eps, sus, snc,
              dst_, dps, slw, cf) = row
@@ -307,7 +329,7 @@ class LinkHealthDetector:
                                 "util_in": 0.0, "util_out": 0.0, "in_errors_per_s": 0.0, "out_errors_per_s": 0.0,
                                 "in_discards_per_s": 0.0, "out_discards_per_s": 0.0, "oper_up": op,
                                 "detail": f"if_speed {sp} bps below the configured {int(cf)} bps at the first sample",
-                                "node": node, "job": self.node_job(node, t_i) if node else ""}))
+                                "node": node, "job": next(jobs)}))
                 continue
             base = {
                 "time_ms": t_i,
@@ -327,7 +349,7 @@ class LinkHealthDetector:
                 "oper_up": op,
                 "detail": "",
                 "node": node,
-                "job": self.node_job(node, t_i) if node else "",
+                "job": next(jobs),
             }
             if rst:
                 why = "agent uptime went backwards" if upr else "counter step not explainable by a wrap"
@@ -347,6 +369,14 @@ class LinkHealthDetector:
                 out.append((m, base | {"kind": "sustained_utilisation",
                                        "detail": f"utilisation >= {cfg.util_threshold:g} since {snc} ms"}))
         return out
+
+    def _jobs(self, nodes: list[str], times: list[int]) -> list[str]:
+        """The job of each node at each time ("" for no node): one vectorised lookup when ``node_job`` has a
+        ``many(nodes, times)`` (the inventory's), else one call per row."""
+        many = getattr(self.node_job, "many", None)
+        if many is not None:
+            return many(nodes, times)
+        return [self.node_job(n, t) if n else "" for n, t in zip(nodes, times)]
 
     def live_speed(self, node: str) -> float | None:
         """Last sampled ifSpeed (bit/s) of the port behind ``node`` (the lowest when several), None when unknown."""
@@ -406,6 +436,7 @@ class LinkHealthDetector:
     def restore(self, snap: dict) -> None:
         self.keys = [(e, int(i)) for e, i in snap["keys"]]
         self.slot = {k: s for s, k in enumerate(self.keys)}
+        self._slot_cache = {}
         n = len(self.keys)
         self.st = {k: np.asarray(snap["state"][k], dtype=t) if k in snap["state"]
                    else np.full(n, _DEFAULTS.get(k, 0), dtype=t) for k, t in _STATE_FIELDS.items()}

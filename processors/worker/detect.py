@@ -3,8 +3,9 @@
 Each shuffle partition is one shard (:mod:`processors.worker.shard`). A message is applied once: at or below
 the shard's last offset, or made only of raw pieces the shard has applied, it is skipped. Flow batches are
 LZ4 ``.npy`` (:mod:`processors.worker.shuffle`), enriched here unless ``prepare`` kept them; counter batches
-(Avro) wait per shard until ``processors.counter_batch_rows`` samples or the next tick; the copies of other
-shards' counter batches (header ``role=state``) only update the port state, at once.
+(Avro; several in one message when ``prepare`` took them together) wait per shard until
+``processors.counter_batch_rows`` samples or the next tick; other shards' counter batches (``role`` header)
+only update the port state, at once.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Detect:
         self.metrics = metrics
         self.shuffle_topic = settings.kafka.topics.shuffle
         self._late_logged = 0  # too-late records already reported in the log
+        self._counter_rows: dict[bytes, np.ndarray] = {}  # counter message -> its decoded rows (a few, newest last)
 
     def handle_events(self, events, generation: int | None = None) -> None:
         """Apply Faust events of the shuffle topic in order; each becomes pending until a snapshot covers it.
@@ -55,7 +57,7 @@ class Detect:
                 continue  # revoked while the event waited in Faust's buffers
             try:
                 self.handle(part, m.offset, ev.value, shuffle.source_of(m.headers), shuffle.segments_of(m.headers),
-                            state_only=shuffle.is_state_only(m.headers))
+                            state_only=shuffle.state_roles(m.headers))
             except Exception as e:  # skipped and counted, like an undecodable message; acked with the next snapshot
                 self.metrics.failed("detect", e)
             shard = self.shards.get(part)
@@ -64,7 +66,7 @@ class Detect:
             shard.pending.append(ev)
 
     def handle(self, partition: int, offset: int, value: bytes, source: tuple | None = None,
-               segments: list | None = None, state_only: bool = False) -> bool:
+               segments: list | None = None, state_only: bool | list[bool] = False) -> bool:
         """Process one shuffle message; False when it was already applied (skipped).
 
         The state is not snapshotted here (:mod:`processors.worker.checkpoint`).
@@ -77,7 +79,8 @@ class Detect:
         when only some were, the rows of the others are applied.
 
         ``state_only``: a counter batch another shard reports (header ``role=state``): applied at once to the
-        port state only (no outputs, not queued, not counted).
+        port state only (no outputs, not queued, not counted); a list: per piece of a counter message that
+        combines several (:func:`shuffle.state_roles`), each piece applied in turn as if it came alone.
         """
         shard = self.shards.active(partition)
         core = shard.core
@@ -110,12 +113,9 @@ class Detect:
                         flows = flows.compress(keep)
                     _enriched, outs = core.process_raw(flows)
                     self.metrics.detect_records.inc(len(flows))
-            elif state_only and codec.schema_of(value) == "counter_batch":  # another shard's counters
-                outs = core.process_counters(codec.decode_batch(value), emit=False)
-            elif codec.schema_of(value) == "counter_batch":
-                counters = codec.decode_batch(value)
-                self.metrics.counters.inc(len(counters))
-                outs = self._add_counters(shard, counters)
+            elif value[:8] == shuffle.COUNTERS_MAGIC or codec.schema_of(value) == "counter_batch":
+                outs = self._counters(shard, [self._decode_counters(v) for v in shuffle.counter_pieces(value)],
+                                      fresh, state_only)
             else:
                 raise codec.CodecError(f"a {codec.schema_of(value)} message is not a shuffle batch")
         except codec.CodecError as e:
@@ -127,6 +127,49 @@ class Detect:
         shard.last_offset = offset
         self.metrics.shuffle_messages.inc()
         return True
+
+    def _decode_counters(self, value: bytes) -> np.ndarray:
+        """The rows of a counter message, decoded once per worker: every shard gets the same bytes."""
+        cache = self._counter_rows
+        rows = cache.get(value)
+        if rows is None:
+            rows = codec.decode_batch(value, expect="counter_batch")
+            rows.flags.writeable = False  # shared by the shards
+            if len(cache) >= 32:
+                del cache[next(iter(cache))]
+            cache[value] = rows
+        return rows
+
+    def _counters(self, shard: Shard, batches: list[np.ndarray], fresh: list[bool], state_only: bool | list[bool]) -> list:
+        """The counter batches of a message (its pieces) in turn: other shards' ones to the port state at once,
+        the shard's own ones to its link-health queue (counted)."""
+        roles = state_only if isinstance(state_only, list) else [bool(state_only)] * len(batches)
+        if len(roles) != len(batches) or len(fresh) not in (len(batches), 0):
+            raise codec.CodecError(f"seg/role headers do not match a shuffle message of {len(batches)} counter batches")
+        fresh = fresh or [True] * len(batches)
+        # Consecutive batches of other shards update the port state in one step: numbered by batch, that equals
+        # applying them one after the other. The shard's own batches go to its queue in between, in order.
+        outs: list = []
+        group: list[np.ndarray] = []  # state-only batches not applied yet
+        for rows, st, new in zip(batches, roles, fresh):
+            if new and st:
+                group.append(rows)
+            elif new:
+                self._port_state(shard, group)
+                group = []
+                self.metrics.counters.inc(len(rows))
+                outs += self._add_counters(shard, rows)
+        self._port_state(shard, group)
+        return outs
+
+    @staticmethod
+    def _port_state(shard: Shard, group: list[np.ndarray]) -> None:
+        """Other shards' counter batches to this shard's port state, in one step."""
+        if len(group) == 1:
+            shard.core.process_counters(group[0], emit=False)
+        elif group:
+            number = np.repeat(np.arange(len(group)), [len(g) for g in group])
+            shard.core.process_counters(concat_rows(group), number, emit=False)
 
     def _add_counters(self, shard: Shard, counters: np.ndarray) -> list:
         """Queue a shard's counter samples; apply the queue once it holds ``counter_batch_rows`` samples

@@ -137,11 +137,13 @@ class Prepare:
         a ``seg`` header listing each with its row count, so a shard can skip
         rows that ``prepare`` produced again after a restart (it is
         at-least-once like any Kafka consumer), also when they come back
-        grouped with new ones. Counter batches go to the shuffle unchanged, one
-        message to their exporter's shard and a copy marked ``role=state`` to
-        every other shard (:data:`shuffle.STATE_HEADER`).
+        grouped with new ones. The counter batches among ``items`` go to every
+        shard in one shuffle message (:meth:`_shuffle_counters`): their
+        exporter's shard reports link health, every other one only keeps the
+        port state (``role`` header).
         """
         flows = []
+        counters: list[tuple[str, int, bytes, bytes]] = []
         for topic, key, value, partition, offset in items:
             try:
                 name = codec.schema_of(value)
@@ -150,22 +152,40 @@ class Prepare:
                     rows = codec.decode_batch(value, spans=spans)
                     flows.append(RawPart(f"{topic}:{partition}", offset, key or b"", rows, (value, spans)))
                 elif name == "counter_batch":
-                    # the owner shard reports link health; every other shard gets a copy marked role=state
-                    # that only updates its port state (storage_bound headroom, cause links, live capacity)
-                    shard = zlib.crc32(key or b"") % self.partitions
-                    src = [shuffle.src_header(f"{topic}:{partition}", offset, 0)]
-                    for s in range(self.partitions):
-                        headers = src if s == shard else [*src, shuffle.STATE_HEADER]
-                        self.publisher.produce(self.shuffle_topic, key or b"", value, partition=s, headers=headers)
+                    counters.append((f"{topic}:{partition}", offset, key or b"", value))
                 else:
                     self.metrics.undecodable.labels(topic).inc()
                     log.warning("ignoring %s message on %s", name, topic)
             except codec.CodecError as e:
                 self.metrics.undecodable.labels(topic).inc()
                 log.warning("undecodable message on %s: %s", topic, e)
+        if counters:  # before the flows, as the counter messages came before them
+            self._shuffle_counters(counters)
         if flows:
             self._prepare_flows(flows)
         self.publisher.poll()
+
+    def _shuffle_counters(self, items: list[tuple[str, int, bytes, bytes]]) -> None:
+        """The counter batches taken together: ONE shuffle message per shard for all of them.
+
+        The owner shard of a batch (CRC32 of its exporter key) reports its link health; every other shard only
+        updates its port state with it (storage_bound headroom, cause links, live incast capacity). The batches
+        travel unchanged (:func:`shuffle.frame_counters` when there are several), with a ``seg`` header (one
+        piece per raw message) and a ``role`` header saying per piece whether the shard owns it
+        (:func:`shuffle.role_header`). detect applies the pieces one after the other, as separate messages.
+        """
+        value = shuffle.frame_counters([v for *_x, v in items])
+        pieces = [(src, (offset, 0), 0) for src, offset, _k, _v in items]
+        owners = [zlib.crc32(key) % self.partitions for _s, _o, key, _v in items]
+        src, (offset, chunk), _n = pieces[-1]
+        head = [shuffle.src_header(src, offset, chunk)]
+        if len(pieces) > 1:
+            head.append(shuffle.seg_header(pieces))
+        key = items[-1][2]
+        for s in range(self.partitions):
+            role = shuffle.role_header([o != s for o in owners])
+            headers = head if role is None else [*head, role]
+            self.publisher.produce(self.shuffle_topic, key, value, partition=s, headers=headers)
 
     def _prepare_flows(self, parts: list[RawPart]) -> None:
         """``parts``: consecutive raw flow messages."""

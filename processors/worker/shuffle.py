@@ -8,9 +8,12 @@ topic (platform teams read the Avro topics); nothing else is accepted.
 
 Headers: ``src`` names the raw message (topic:partition:offset:chunk) of a
 message's last piece; ``seg`` lists every piece with its row count when a
-message combines several. A counter batch goes to every shard: the copy to the exporter's shard
-(link health outputs) has no ``role`` header, every other copy has ``role=state`` (that shard only
-updates its port state: storage_bound headroom, cause links, live incast capacity).
+message combines several. Counter batches go to every shard, all those ``prepare`` took together in one
+message: a single one unchanged (Avro ``CounterBatch``), several framed as they came (:data:`COUNTERS_MAGIC`,
+then per piece its length, 4 bytes little-endian, and its Avro message; :func:`frame_counters`): the shard of
+a batch's exporter reports its link health, every other shard only updates its port state with it
+(storage_bound headroom, cause links, live incast capacity). The ``role`` header says which: absent,
+the shard owns every piece; ``state``, none; else one entry per piece, ``state`` or ``own``.
 Anything malformed raises :class:`CodecError`.
 """
 
@@ -26,9 +29,11 @@ from schemas.codec import CodecError
 from schemas.columns import FLOW_DTYPE
 
 __all__ = ["MAGIC", "LZ4_MAGIC", "is_flow_batch", "encode_flows", "decode_flows", "header", "source_of",
-           "segments_of", "fill", "src_header", "seg_header", "STATE_HEADER", "is_state_only"]
+           "segments_of", "fill", "src_header", "seg_header", "STATE_HEADER", "is_state_only", "role_header",
+           "state_roles", "COUNTERS_MAGIC", "frame_counters", "counter_pieces"]
 
 MAGIC = b"\x93NUMPY"
+COUNTERS_MAGIC = b"\x93FFCNT\x01\x00"  # several counter batches in one shuffle message
 LZ4_MAGIC = b"\x93NPYLZ4\x01"  # then the .npy bytes as an LZ4 block with a 4-byte length
 _LZ4_MAX = 1 << 30  # a longer stated length is not ours (8,192 records are 1.7 MB)
 _DTYPE = FLOW_DTYPE.newbyteorder("<")  # same layout on every host
@@ -104,6 +109,30 @@ def _decompress(message: bytes) -> bytes:
     return bytes(out)
 
 
+def frame_counters(messages: list[bytes]) -> bytes:
+    """One shuffle message of several Avro counter batch messages, unchanged (one alone is sent as is)."""
+    if len(messages) == 1:
+        return messages[0]
+    return b"".join([COUNTERS_MAGIC, *(p for m in messages for p in (len(m).to_bytes(4, "little"), m))])
+
+
+def counter_pieces(message: bytes) -> list[bytes]:
+    """The Avro counter batch messages of a shuffle counter message (:func:`frame_counters`)."""
+    if message[:8] != COUNTERS_MAGIC:
+        return [message]
+    out, pos, size = [], 8, len(message)
+    while pos < size:
+        if pos + 4 > size:
+            raise CodecError("shuffle counter message: truncated piece length")
+        n = int.from_bytes(message[pos : pos + 4], "little")
+        pos += 4
+        if pos + n > size:
+            raise CodecError(f"shuffle counter message: piece of {n} bytes past the end")
+        out.append(message[pos : pos + n])
+        pos += n
+    return out
+
+
 # ---------------------------------------------------------------------------- headers
 
 
@@ -125,6 +154,25 @@ STATE_HEADER = ("role", b"state")
 def is_state_only(headers) -> bool:
     """True for a counter batch copy marked ``role=state``."""
     return header(headers, "role") == "state"
+
+
+def role_header(state: list[bool]) -> tuple[str, bytes] | None:
+    """The ``role`` header of a counter message whose pieces are state-only where ``state`` is True (None:
+    the shard owns them all)."""
+    if not any(state):
+        return None
+    if all(state):
+        return STATE_HEADER
+    return ("role", ",".join("state" if s else "own" for s in state).encode())
+
+
+def state_roles(headers) -> bool | list[bool]:
+    """From a counter message's ``role`` header: True / False when every piece is / is not state-only, else
+    one bool per piece."""
+    text = header(headers, "role")
+    if text is None or text == "state":
+        return text is not None
+    return [r == "state" for r in text.split(",")]
 
 
 def src_header(src: str, offset: int, chunk: int) -> tuple[str, bytes]:

@@ -161,3 +161,26 @@ def test_messages_processed_together_equal_one_after_the_other(messages, burst, 
         return {tuple(k): {f: v[i] for f, v in snap["state"].items()} for i, k in enumerate(snap["keys"])}
 
     assert state(together) == state(by_one)
+
+
+def test_port_slots_cached_across_intervals_and_reset_by_restore():
+    """The same ports in the same order every interval reuse their slots; a restore with another slot layout
+    drops them, and the records stay those of a detector that never cached."""
+    a = [dict(exporter="192.0.2.10", if_index=i) for i in (1, 2)]
+    b = [dict(exporter="192.0.2.11", if_index=i) for i in (1, 2)]
+
+    def at(rows, t):
+        return counters([dict(r, t=t, in_octets=t * r["if_index"] * 1000) for r in rows])
+
+    other = LinkHealthDetector()
+    other.process(at(b, 10_000))  # slots: .11 ports first
+    other.process(at(a, 10_000))
+    d = LinkHealthDetector()
+    d.process(at(a, 10_000))  # slots: .10 ports first, cached
+    assert d.process(at(a, 20_000)) and len(d._slot_cache) == 1
+    d.restore(other.snapshot())
+    ref = LinkHealthDetector()
+    ref.restore(other.snapshot())
+    ref._slot_cache = {}
+    assert d.process(at(a, 20_000)) == ref.process(at(a, 20_000))
+    assert d.snapshot() == ref.snapshot()

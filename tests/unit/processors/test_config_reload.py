@@ -131,3 +131,34 @@ def test_inventory_reload_still_counted_under_its_old_metric(tmp_path):
     assert _metric(p, file="inventory", result="error") == 1
     assert CATEGORY_CODE  # categories module imported alongside
     assert np is not None
+
+
+def test_one_file_watcher_for_inventory_and_config_files(tmp_path):
+    """Inventory and configuration files share one watcher: reload on change, last good value on a bad one
+    (counted once per version), the first load raising."""
+    import os
+
+    import pytest
+
+    from processors.logic.config_files import ConfigFileWatcher
+    from processors.logic.filewatch import FileWatcher
+    from processors.logic.inventory import InventoryWatcher
+
+    assert issubclass(InventoryWatcher, FileWatcher) and issubclass(ConfigFileWatcher, FileWatcher)
+    p = tmp_path / "n.txt"
+
+    def write(text, mtime):
+        p.write_text(text)
+        os.utime(p, (mtime, mtime))
+
+    write("1", 1_000_000)
+    w = FileWatcher(p, lambda path: int(path.read_text()))
+    assert w.value == 1 and not w.maybe_reload(1.0)
+    write("x", 1_000_010)
+    assert not w.maybe_reload(2.0) and w.value == 1 and w.errors_total == 1 and "invalid literal" in w.last_error
+    assert not w.maybe_reload(3.0) and w.errors_total == 1
+    write("2", 1_000_020)
+    assert w.maybe_reload(4.0) and w.value == 2 and w.last_error is None and w.reloads_total == 1
+    write("y", 1_000_030)
+    with pytest.raises(ValueError):
+        FileWatcher(p, lambda path: int(path.read_text()))
