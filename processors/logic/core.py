@@ -24,6 +24,8 @@ from schemas.codec import Coded, coded_rows
 from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_SFLOW5, addr16
 
 from .categories import CategoryRules
+from .congestion import CongestionConfig
+from .connstorm import ConnStormConfig
 from .engine import Engine, EngineConfig, Output
 from .enrich import Enricher, LabeledFlows
 from .incast import IncastConfig
@@ -50,6 +52,8 @@ _SECTIONS = {
     "lb_skew": LbSkewConfig,
     "storage_bound": StorageBoundConfig,
     "timeline": TimelineConfig,
+    "congestion": CongestionConfig,
+    "conn_storm": ConnStormConfig,
 }
 
 
