@@ -19,7 +19,7 @@ path to it) is congested, with their switch port when counter samples mapped it.
   After ``rebaseline_windows`` elevated windows in a row the baseline restarts (the new
   level is the job's normal one).
 - A window is *elevated* when the job has at least ``min_samples`` sampled packets,
-  ``share >= max(ratio x baseline, baseline + min_increase)`` and the share's lower
+  ``share >= max(ratio x baseline, baseline + min_increase)`` (``cnp_min_increase`` for CNPs) and the share's lower
   bound from sampling (``fraction_low = share - z sqrt(share (1 - share) / samples)``,
   as the incast detector bounds its fraction) is above the baseline: marks at the job's
   usual level, or a rise sampling alone could explain, never fire.
@@ -72,7 +72,8 @@ class CongestionConfig:
     baseline_windows: int = Field(12, ge=1, description="Normal windows whose median share is the job's baseline")
     min_baseline: int = Field(6, ge=1, description="Normal windows needed before a job's share is judged")
     ratio: float = Field(3.0, gt=1, description="A share at or above this many times the baseline is elevated")
-    min_increase: float = Field(0.01, gt=0, lt=1, description="... and at least this much above it (share points: 0.01 = 1 % of the packets)")
+    min_increase: float = Field(0.01, gt=0, lt=1, description="An elevated ECN-CE share is also at least this much above the baseline (0.01 = 1 % of the packets)")
+    cnp_min_increase: float = Field(0.002, gt=0, lt=1, description="The same for the CNP share (a receiver sends far fewer CNPs than it gets marked packets)")
     z: float = Field(1.96, gt=0, description="Normal quantile of the share's sampling bounds (1.96 ~ 95 %); the lower bound must be above the baseline")
     persist_windows: int = Field(2, ge=1, description="Elevated windows in a row before the alert fires")
     rebaseline_windows: int = Field(60, ge=1, description="Elevated windows in a row after which the baseline restarts (the new level is normal)")
@@ -150,7 +151,7 @@ class CongestionDetector:
             st["shares"] = (st["shares"] + [share])[-cfg.baseline_windows:]
             return
         base = _median(st["shares"])
-        limit = max(cfg.ratio * base, base + cfg.min_increase)
+        limit = max(cfg.ratio * base, base + (cfg.min_increase if signal == "ecn_ce" else cfg.cnp_min_increase))
         if not (share >= limit and low > base):
             st["elevated"] = 0
             st["shares"] = (st["shares"] + [share])[-cfg.baseline_windows:]
