@@ -36,8 +36,9 @@ def run(windows, e=None):
     return e.process_flows(flows(recs)) + e.flush()
 
 
-def test_ecn_marks_at_the_jobs_normal_baseline_raise_nothing():
-    # 5 % of the packets marked in every window (a job whose fabric always marks a little): its own baseline
+def test_ecn_marks_at_the_jobs_normal_baseline_on_a_balanced_job_raise_nothing():
+    # a balanced job: every receiver gets 5 % of its packets marked in every window (a fabric that always marks
+    # a little): that is its own baseline, and no fixed threshold applies
     assert run([dict(ce={"a": 5, "b": 5, "c": 5, "d": 5})] * 14) == []
     # the usual level wobbling (1-2 marks of 100 per receiver) stays inside the sampling bounds
     assert run([dict(ce={"c": 1 + w % 2, "a": w % 3}) for w in range(14)]) == []
