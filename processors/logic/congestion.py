@@ -12,7 +12,8 @@ Each signal is attributed to the *congested receiver*: a CE mark to the packet's
 destination (the queue towards it marked it), a CNP to its source (the notification
 point that saw CE marks and answers the sender). Per node the share is over the
 packets that node received in J, so the nodes named are those whose downlink (or the
-path to it) is congested, with their switch port when counter samples mapped it.
+path to it) is congested, with their switch port (as last sampled by counters, else from the inventory's
+switch ports).
 
 - Baseline per (job, signal): median of the job's share in its last ``baseline_windows``
   normal windows (enough samples, not elevated); judged once ``min_baseline`` are known.
@@ -88,16 +89,16 @@ def _median(v: list[float]) -> float:
     return float(s[m]) if len(s) % 2 else (s[m - 1] + s[m]) / 2.0
 
 
-def _port_text(state: dict | None) -> str:
-    return "" if state is None else f"{state['switch']}/if{state['if_index']}"
 
 
 class CongestionDetector:
     def __init__(self, config: CongestionConfig = CongestionConfig(), window_ms: int = 10_000,
-                 link_state: Callable[[str, int], dict | None] | None = None):
+                 link_state: Callable[[str, int], dict | None] | None = None,
+                 node_port: Callable[[str], str | None] | None = None):
         self.config = config
         self.window_ms = int(window_ms)
         self.link_state = link_state or (lambda node, now_ms: None)
+        self.node_port = node_port or (lambda node: None)  # the inventory's switch port of a node
         self.alerts = AlertManager({RULE: RuleAlertSettings(
             for_ms=0, resolve_after_ms=config.resolve_windows * self.window_ms, update_every=6,
             severity=config.severity)}, window_ms=self.window_ms)
@@ -168,7 +169,7 @@ class CongestionDetector:
             p, s = received.get((job, nd), (0, 0))
             rows.append((-(v / p if p else 0.0), -v, nd, v / p if p else 0.0))
         rows.sort()
-        named = [(nd, sh, _port_text(self.link_state(nd, we)) if nd else "") for _a, _b, nd, sh in rows[: cfg.max_nodes]]
+        named = [(nd, sh, self._port(nd, we) if nd else "") for _a, _b, nd, sh in rows[: cfg.max_nodes]]
         node_text = ",".join(f"{nd or '?'}:{sh:.3f}" for nd, sh, _p in named)
         ports = ",".join(f"{nd}={p}" for nd, _s, p in named if p)
         where = "; ".join(f"{nd or '?'} {sh:.1%}" + (f" (port {p})" if p else "") for nd, sh, p in named)
@@ -184,6 +185,11 @@ class CongestionDetector:
                       "evidence_windows": str(st["elevated"]), "nodes": node_text, "ports": ports},
             first_seen_ms=ws - (st["elevated"] - 1) * self.window_ms, last_seen_ms=we,  # the first elevated window
         ))
+
+    def _port(self, node: str, now_ms: int) -> str:
+        """``switch/ifN`` of the node's port: as last sampled (counters), else from the inventory, else ""."""
+        st = self.link_state(node, now_ms)
+        return f"{st['switch']}/if{st['if_index']}" if st is not None else (self.node_port(node) or "")
 
     def snapshot(self) -> dict:
         return {"jobs": {k: {"shares": list(v["shares"]), "elevated": v["elevated"], "last": v["last"]}

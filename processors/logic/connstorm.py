@@ -83,10 +83,12 @@ _SIGNALS = {"syn": ("syn_packets_est", "sn"), "rst": ("rst_packets_est", "dn")}
 
 class ConnStormDetector:
     def __init__(self, config: ConnStormConfig = ConnStormConfig(), window_ms: int = 10_000,
-                 link_state: Callable[[str, int], dict | None] | None = None):
+                 link_state: Callable[[str, int], dict | None] | None = None,
+                 node_port: Callable[[str], str | None] | None = None):
         self.config = config
         self.window_ms = int(window_ms)
         self.link_state = link_state or (lambda node, now_ms: None)
+        self.node_port = node_port or (lambda node: None)  # the inventory's switch port of a node
         self.alerts = AlertManager({RULE: RuleAlertSettings(
             for_ms=0, resolve_after_ms=config.resolve_windows * self.window_ms, update_every=6,
             severity=config.severity)}, window_ms=self.window_ms)
@@ -152,8 +154,8 @@ class ConnStormDetector:
             return
         if st["storm"] < cfg.persist_windows:
             return
-        port = self.link_state(node, we)
-        port_text = "" if port is None else f"{port['switch']}/if{port['if_index']}"
+        port = self.link_state(node, we)  # as last sampled (counters), else the inventory's
+        port_text = f"{port['switch']}/if{port['if_index']}" if port is not None else (self.node_port(node) or "")
         which = [s for s in _SIGNALS if judged[s][0]]
         parts = []
         for s in _SIGNALS:

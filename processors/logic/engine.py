@@ -83,6 +83,7 @@ class Engine:
         switch_name: Callable[[str], str] | None = None,
         port_info: Callable[[str, int], tuple[str, float]] | None = None,
         node_job: Callable[[str, int], str] | None = None,
+        node_port: Callable[[str], str] | None = None,
     ):
         self.config = cfg = config or EngineConfig()
         self.shard = 0  # the shard (shuffle partition) this engine serves: part of the matrix output keys
@@ -100,8 +101,8 @@ class Engine:
         self.pattern = PatternDetector(cfg.pattern)
         self.lb_skew = LbSkewDetector(cfg.lb_skew, cfg.window.size_ms)
         self.storage_bound = StorageBoundDetector(cfg.storage_bound, cfg.window.size_ms, self.link.node_state)
-        self.congestion = CongestionDetector(cfg.congestion, cfg.window.size_ms, self.link.node_state)
-        self.conn_storm = ConnStormDetector(cfg.conn_storm, cfg.window.size_ms, self.link.node_state)
+        self.congestion = CongestionDetector(cfg.congestion, cfg.window.size_ms, self.link.node_state, node_port)
+        self.conn_storm = ConnStormDetector(cfg.conn_storm, cfg.window.size_ms, self.link.node_state, node_port)
         self.phases = WindowManager(cfg.window, PhaseAggregator(cfg.timeline.slot_ms, cfg.window.size_ms))
         self.timeline = TimelineDetector(cfg.timeline, cfg.window.size_ms)
         self.incast_starts: dict[str, int] = {}  # open incast event id -> its first window start

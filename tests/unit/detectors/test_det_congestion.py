@@ -103,3 +103,19 @@ def test_snapshot_restore_continues_the_same():
     b = engine()
     b.restore(a.snapshot())
     assert first + b.process_flows(flows(recs[len(recs) // 2:])) + b.flush() == run(windows)
+
+
+def test_the_inventory_names_the_port_when_no_counter_sample_did():
+    from processors.logic.core import ProcessorCore
+    from processors.logic.inventory import Inventory
+
+    inv = Inventory.from_dict({
+        "nodes": [{"name": n, "ips": [f"10.0.0.{i + 1}"], "switch": "tor1", "group": "gpu"} for i, n in enumerate("abcd")],
+        "switches": [{"name": "tor1", "agent": "192.0.2.10",
+                      "ports": [{"if_index": i + 1, "node": n} for i, n in enumerate("abcd")]}],
+    })
+    assert inv.node_ports() == {"a": "tor1/if1", "b": "tor1/if2", "c": "tor1/if3", "d": "tor1/if4"}
+    core = ProcessorCore(inv, EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("congestion",)))
+    out = run([dict(ce={"c": 1})] * 6 + [dict(ce={"c": 30})] * 2 + [dict(ce={"c": 1})] * 4, core.engine)
+    firing = [o.value for o in out if o.value["state"] == "firing"]
+    assert [(a["dedup_key"], a["entities"]["ports"]) for a in firing] == [("congestion|j|ecn_ce", "c=tor1/if3")]
