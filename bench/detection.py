@@ -60,7 +60,7 @@ from devtools.simulator.sender import UdpSender, pace_and_send, parse_targets  #
 from devtools.simulator.truth import read_truth  # noqa: E402
 
 SCENARIOS = ("healthy", "straggler", "link_downgrade", "incast", "segmentation", "lb_skew", "storage_slowdown",
-             "storage_link", "mixed")
+             "storage_link", "congestion", "syn_storm", "mixed")
 SCENARIO_DIR = REPO / "scenarios"
 # PipelinePorts.offset: kafka 20392, s3 19633, SeaweedFS 30630-30638, UDP 17643/13355/16039. Disjoint from
 # the default ports (incl. SeaweedFS 19330-19338), the test stack (29092, 28333, 28400-28408) and e2e (12000),

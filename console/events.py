@@ -129,8 +129,24 @@ def link_event(r: dict, node: str = "") -> dict | None:
     }
 
 
+# entities of an alert that name one node: policy rules (src_node, ...) and the detector verdicts (lb_skew's
+# replica, storage_bound's storage, conn_storm's node)
+_ALERT_NODE_KEYS = ("src_node", "dst_node", "src", "dst", "node", "replica", "storage")
+
+
+def _alert_nodes(ents: dict) -> list[str]:
+    """Nodes an alert names: its node entities, then the congestion alert's ``nodes`` list ("c:0.300,d:0.060")."""
+    out = [v for k, v in sorted(ents.items()) if k in _ALERT_NODE_KEYS and v]
+    for part in str(ents.get("nodes") or "").split(","):
+        name = part.rsplit(":", 1)[0]
+        if name and name != "?" and name not in out:
+            out.append(name)
+    return out
+
+
 def alert_event(r: dict) -> dict:
     ents = dict(r.get("entities") or {})
+    nodes = _alert_nodes(ents)
     return {
         "id": f"alert:{r['dedup_key']}",
         "type": "alert",
@@ -138,8 +154,10 @@ def alert_event(r: dict) -> dict:
         "state": r.get("state", ""),
         "start_ms": int(r.get("first_seen_ms") or r["window_start_ms"]),
         "end_ms": int(r.get("last_seen_ms") or r["window_end_ms"]),
-        "entity": ents.get("src_node") or ents.get("src") or ents.get("src_ip") or r["dedup_key"],
-        "nodes": [v for k, v in sorted(ents.items()) if k in ("src_node", "dst_node", "src", "dst")],
+        "entity": (ents.get("src_node") or ents.get("src") or ents.get("src_ip") or ents.get("node")
+                   or ents.get("replica") or ents.get("storage") or r["dedup_key"]),
+        "job": ents.get("job", ""),
+        "nodes": nodes,
         "severity": r.get("severity", "warning"),
         "summary": r.get("summary", ""),
         "evidence": {"entities": ents, "bytes_est": r.get("bytes_est"), "flows": r.get("flows"),
@@ -258,9 +276,18 @@ def related(event: dict, others: list[dict], layout, slack_ms: int = 60_000) -> 
                                 add(e, f"this port serves {succ}, ring successor of straggler {node}")
             if e["type"] == "incast" and port_of(e["entity"]) == port:
                 add(e, f"incast into {e['entity']} behind this port")
-    mine = {n for n in event.get("nodes", []) if n}
     for e in near:
-        shared = mine & {n for n in e.get("nodes", []) if n}
+        shared = _relating_nodes(event, e) & _relating_nodes(e, event)
         if shared:
             add(e, "same node: " + ", ".join(sorted(shared)))
     return out
+
+
+def _relating_nodes(e: dict, other: dict) -> set[str]:
+    """The nodes through which ``e`` relates to ``other`` by the same-node rule. An incast belongs to its
+    destination's port: towards a link event it counts its destination only, not its sources (their ports
+    carry the burst's traffic, they do not suffer it)."""
+    nodes = e.get("nodes", [])
+    if e["type"] == "incast" and other["type"] == "link":
+        nodes = [e.get("entity", "")]
+    return {n for n in nodes if n}

@@ -17,7 +17,9 @@ Detections
   ``unregistered_host`` -> ``unregistered_host`` naming the address; ``lb_skew`` ->
   ``lb_skew`` naming the replica; ``storage_slowdown`` -> ``storage_bound`` naming the
   storage node, unless its label says ``network_fault`` (a link fault on the storage
-  port at the same time: then no verdict is expected and one is a false positive).
+  port at the same time: then no verdict is expected and one is a false positive);
+  ``congestion`` -> ``congestion`` naming the job (an ECN-CE or a CNP alert: the
+  second is a duplicate); ``syn_storm`` -> ``conn_storm`` naming the storming node.
   Faults with no detector on the detection topics (``exporter_loss``, ``clock_skew``)
   are listed as *uncovered*, not scored.
 
@@ -271,6 +273,10 @@ def expected_detections(
         elif f.kind == "storage_slowdown":
             if not e.get("network_fault"):  # with a link fault on the storage port: no verdict expected
                 exp.append(Expected("storage_bound", f, frozenset([e["node"]])))
+        elif f.kind == "congestion":
+            exp.append(Expected("congestion", f, frozenset([e["job"]])))
+        elif f.kind == "syn_storm":
+            exp.append(Expected("conn_storm", f, frozenset([e["node"]])))
         else:
             uncovered.append(f)
     return exp, uncovered

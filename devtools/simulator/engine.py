@@ -132,6 +132,7 @@ class Simulation:
         self.effects.add_segments(t0, t1, b, self.scen.mtu)
         segs = b.array()
         segs = self.effects.cap_links(segs, t0, t1, self.node_ip)
+        segs = self.effects.mark_congestion(segs, t0, t1, self.node_ip)
         return finalize(segs)
 
     def _where(self, ips: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

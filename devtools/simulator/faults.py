@@ -18,6 +18,13 @@ Kinds and their effect (times are the fault's ``start_s``/``end_s``):
   extra traffic between the named endpoints.
 - ``unregistered_host`` (ip, switch, if_index, dst, mbps, dport): a host missing from the inventory
   plugged into a switch port, talking to ``dst``.
+- ``congestion`` (job, nodes, ce_fraction, cnp_ratio): the queues towards ``nodes`` (receivers in ``job``)
+  congest: ``ce_fraction`` of the job's packets to them carry an ECN CE mark, and for RoCEv2 traffic each
+  receiver answers ``cnp_ratio`` CNPs (BTH opcode 0x81, 60-byte packets) per marked packet back to the sender.
+  No volume change, no counter symptom (the switch's ECN marking and PFC are not in the counters we sample).
+- ``syn_storm`` (node, targets, syn_per_s, rst_fraction, dport): the node opens ``syn_per_s`` TCP connections
+  per second spread over ``targets`` (nodes), which refuse ``rst_fraction`` of them with RST/ACK (a client
+  crash-looping on a bootstrap port, a misconfigured health check).
 - ``exporter_loss`` (exporter, fraction): datagrams of that exporter are dropped (sequence numbers
   still advance, so the gap shows).
 - ``clock_skew`` (exporter, skew_s): NetFlow/IPFIX export and flow timestamps are off by ``skew_s``.
@@ -28,7 +35,12 @@ from __future__ import annotations
 import numpy as np
 
 from .model import Fault, Scenario, Workload, ip_int, parse_speed
-from .traffic import TCP, UDP, SegBuilder, eph_port
+from .traffic import ROCE_PORT, TCP, UDP, SegBuilder, eph_port
+
+
+SYN, RST_ACK = 0x02, 0x14
+SYN_SIZE, RST_SIZE = 60, 40  # IPv4 + TCP with the SYN options; IPv4 + bare TCP
+CNP_SIZE = 20 + 8 + 12 + 16 + 4  # IPv4 + UDP + BTH + 16 reserved bytes + ICRC
 
 
 class FaultEffects:
@@ -107,6 +119,17 @@ class FaultEffects:
                     for src in p["sources"]:
                         s = ip_int(scen.cluster.nodes[src].ip)
                         b.tcp_bulk(b0, b1, s, ip_int(dst.ip), eph_port("incast", src, k), dport, rate * (b1 - b0) / 1000, mtu)
+            elif f.kind == "syn_storm":
+                node = ip_int(scen.cluster.nodes[p["node"]].ip)
+                targets = list(p["targets"])
+                per_target = float(p.get("syn_per_s", 20_000)) / len(targets) * (a1 - a0) / 1000
+                refused = float(p.get("rst_fraction", 0.9))
+                dport = int(p.get("dport", 29500))
+                for i, tgt in enumerate(targets):
+                    d = ip_int(scen.cluster.nodes[tgt].ip)
+                    sport = eph_port("syn_storm", p["node"], tgt, a0)
+                    b.add(a0, a1, node, d, sport, dport, TCP, per_target * SYN_SIZE, SYN_SIZE, SYN)
+                    b.add(a0, a1, d, node, dport, sport, TCP, per_target * refused * RST_SIZE, RST_SIZE, RST_ACK)
             elif f.kind in ("segmentation_violation", "exfiltration", "off_hours_transfer", "unregistered_host"):
                 src = ip_int(p["ip"]) if f.kind == "unregistered_host" else ip_int(scen.resolve_ip(p["src"]))
                 dst = ip_int(scen.resolve_ip(p["dst"]))
@@ -156,6 +179,38 @@ class FaultEffects:
             total += max(0, int((sent - capacity) / mtu))
         return total
 
+    def mark_congestion(self, segs: np.ndarray, t0: int, t1: int, node_ip: dict[str, int]) -> np.ndarray:
+        """``congestion`` faults: split off the CE-marked part of the job's traffic to the congested receivers
+        and add the CNPs those receivers send back for the marked RoCEv2 packets."""
+        extra = []
+        for f in self.by_kind.get("congestion", ()):
+            if not f.active(t0, t1) or len(segs) == 0:
+                continue
+            p = f.params
+            job_ips = np.array([node_ip[n] for n in self.scen.cluster.jobs[p["job"]]], dtype=np.uint32)
+            recv = np.array([node_ip[n] for n in p.get("nodes") or self.scen.cluster.jobs[p["job"]]], dtype=np.uint32)
+            frac = float(p.get("ce_fraction", 0.1)) * self._frac(f, t0, t1)
+            m = np.flatnonzero(np.isin(segs["src"], job_ips) & np.isin(segs["dst"], recv) & ((segs["tos"] & 3) != 3)
+                               & (segs["bth_op"] == 0))
+            if not len(m) or frac <= 0:
+                continue
+            marked = segs[m].copy()
+            marked["bytes"] = np.rint(marked["bytes"] * frac).astype(np.int64)
+            segs["bytes"][m] -= marked["bytes"]
+            marked["tos"] |= 3
+            extra.append(marked)
+            roce = marked[(marked["dport"] == ROCE_PORT) & (marked["proto"] == UDP)]
+            if len(roce):
+                cnp = roce.copy()
+                pkts = -(-roce["bytes"] // np.maximum(roce["pkt_size"], 1))
+                cnp["src"], cnp["dst"] = roce["dst"], roce["src"]
+                cnp["pkt_size"], cnp["tos"], cnp["bth_op"], cnp["tcp_flags"] = CNP_SIZE, 0xC0, 0x81, 0
+                cnp["bytes"] = np.rint(pkts * float(p.get("cnp_ratio", 0.2))).astype(np.int64) * CNP_SIZE
+                extra.append(cnp)
+        if not extra:
+            return segs
+        return np.concatenate([segs, *extra])
+
     def loss_fraction(self, exporter: str, t: int) -> float:
         for f in self.by_kind.get("exporter_loss", ()):
             if f.params["exporter"] == exporter and f.start_ms <= t < f.end_ms:
@@ -199,6 +254,12 @@ def fault_labels(scen: Scenario, start_ms: int, duration_ms: int) -> list[dict]:
             ent = {"src": p["ip"], "dst": p["dst"], "switch": p["switch"], "if_index": int(p["if_index"])}
         elif f.kind in ("exporter_loss", "clock_skew"):
             ent = {"exporter": p["exporter"]}
+        elif f.kind == "congestion":
+            recv = list(p.get("nodes") or scen.cluster.jobs[p["job"]])
+            ent = {"job": p["job"], "nodes": recv}
+        elif f.kind == "syn_storm":
+            n = nodes[p["node"]]
+            ent = {"node": n.name, "targets": list(p["targets"]), "switch": n.switch, "if_index": n.if_index}
         out.append(
             {
                 "type": "fault",

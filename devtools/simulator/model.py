@@ -36,6 +36,8 @@ FAULT_KINDS = frozenset(
         "off_hours_transfer",
         "exporter_loss",
         "clock_skew",
+        "congestion",
+        "syn_storm",
     }
 )
 
@@ -441,9 +443,14 @@ def _check_faults(scen: Scenario) -> None:
         for key in ("node", "destination", "storage", "replica"):
             if key in p and p[key] not in nodes:
                 raise ScenarioError(f"fault {f.kind}: unknown node {p[key]!r}")
-        for src in p.get("sources") or []:
-            if src not in nodes:
-                raise ScenarioError(f"fault {f.kind}: unknown source {src!r}")
+        for key in ("sources", "targets", "nodes"):
+            for name in p.get(key) or []:
+                if name not in nodes:
+                    raise ScenarioError(f"fault {f.kind}: unknown node {name!r} in {key}")
+        if f.kind == "congestion" and "job" not in p:
+            raise ScenarioError("congestion: needs job")
+        if f.kind == "syn_storm" and (not p.get("targets") or "node" not in p):
+            raise ScenarioError("syn_storm: needs node and targets")
         if "job" in p and p["job"] not in scen.cluster.jobs:
             raise ScenarioError(f"fault {f.kind}: unknown job {p['job']!r}")
         if f.kind in ("exporter_loss", "clock_skew"):

@@ -38,6 +38,7 @@ SEG_DTYPE = np.dtype(
         ("qp", "i4"),
         ("bytes", "i8"),
         ("packets", "i8"),
+        ("bth_op", "i2"),  # RoCEv2 BTH opcode of the packets (0: RC RDMA WRITE MIDDLE, the collectives' data)
     ]
 )
 
@@ -55,11 +56,11 @@ class SegBuilder:
     def __init__(self) -> None:
         self.rows: list[tuple] = []
 
-    def add(self, t0, t1, src, dst, sport, dport, proto, nbytes, pkt_size, flags=0, tos=0, qp=-1) -> None:
+    def add(self, t0, t1, src, dst, sport, dport, proto, nbytes, pkt_size, flags=0, tos=0, qp=-1, op=0) -> None:
         nbytes = int(round(nbytes))
         if t1 <= t0 or nbytes < 1:
             return
-        self.rows.append((t0, t1, src, dst, sport, dport, proto, flags, tos, pkt_size, qp, nbytes, 0))
+        self.rows.append((t0, t1, src, dst, sport, dport, proto, flags, tos, pkt_size, qp, nbytes, 0, op))
 
     def rate(self, t0, t1, src, dst, sport, dport, proto, rate_bps, pkt_size, **kw) -> None:
         self.add(t0, t1, src, dst, sport, dport, proto, rate_bps * (t1 - t0) / 1000.0, pkt_size, **kw)

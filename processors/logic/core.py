@@ -24,6 +24,8 @@ from schemas.codec import Coded, coded_rows
 from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_SFLOW5, addr16
 
 from .categories import CategoryRules
+from .congestion import CongestionConfig
+from .connstorm import ConnStormConfig
 from .engine import Engine, EngineConfig, Output
 from .enrich import Enricher, LabeledFlows
 from .incast import IncastConfig
@@ -50,6 +52,8 @@ _SECTIONS = {
     "lb_skew": LbSkewConfig,
     "storage_bound": StorageBoundConfig,
     "timeline": TimelineConfig,
+    "congestion": CongestionConfig,
+    "conn_storm": ConnStormConfig,
 }
 
 
@@ -118,7 +122,8 @@ class ProcessorCore:
         self.config = config or EngineConfig()
         caps = self.inventory.node_capacities()
         self.engine = Engine(self.config, capacity_bps=caps, switch_name=self.inventory.switch_name,
-                             port_info=_port_info(self.inventory), node_job=_node_job(self.inventory))
+                             port_info=_port_info(self.inventory), node_job=_node_job(self.inventory),
+                             node_port=self.inventory.node_ports().get)
         self.policy = PolicyEngine(load_policy_config(policy) if policy is not None else None, self.inventory.cluster_ranges)
         self.rules = rules
         self.watermark_ms = 0
@@ -135,6 +140,7 @@ class ProcessorCore:
         self.engine.link.switch_name = inventory.switch_name
         self.engine.link.node_job = _node_job(inventory)
         self.engine.link.set_port_info(_port_info(inventory))
+        self.engine.congestion.node_port = self.engine.conn_storm.node_port = inventory.node_ports().get
 
     def unregistered_sources(self, enriched) -> np.ndarray | None:
         """Rows (bool) whose source address is inside the cluster ranges but not in the inventory: the sources

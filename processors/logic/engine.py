@@ -6,8 +6,8 @@ Combines the event-time windows with the detectors:
 - counter samples: link health (no windows, per-port state).
 
 Every output is an ``Output(kind, key, value)``: kind is one of "matrix",
-"incast", "straggler", "link", "pattern" (also the training timeline), "alert" (lb_skew and
-storage_bound verdicts, alerts.v1 Alert dicts); key is the suggested Kafka message
+"incast", "straggler", "link", "pattern" (also the training timeline), "alert" (lb_skew,
+storage_bound, congestion and conn_storm, alerts.v1 Alert dicts); key is the suggested Kafka message
 key; value is a dict matching the kind's Avro schema (pattern: see
 processors/logic/pattern.py). Deterministic: the same inputs, in the same
 order, with the same ``tick`` times, give the same outputs; ``snapshot()`` /
@@ -24,6 +24,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .incast import IncastAggregator, IncastConfig, IncastDetector, as_capacity, endpoint_codes
+from .congestion import CongestionConfig, CongestionDetector
+from .connstorm import ConnStormConfig, ConnStormDetector
 from .interning import Interner, RowInterner
 from .lbskew import LbSkewConfig, LbSkewDetector
 from .linkhealth import LinkHealthConfig, LinkHealthDetector
@@ -38,9 +40,9 @@ from .windows import WindowConfig, WindowManager
 __all__ = ["EngineConfig", "Engine", "Output", "KINDS", "DETECTORS"]
 
 KINDS = ("matrix", "incast", "straggler", "link", "pattern")  # output kinds of their own topics (plus "alert")
-# names in EngineConfig.enabled: lb_skew and storage_bound emit "alert", timeline emits "pattern"
-DETECTORS = (*KINDS, "lb_skew", "storage_bound", "timeline")
-MAIN_KINDS = {"matrix", "straggler", "pattern", "lb_skew", "storage_bound"}  # detectors on the main windows
+# names in EngineConfig.enabled: lb_skew, storage_bound, congestion and conn_storm emit "alert", timeline emits "pattern"
+DETECTORS = (*KINDS, "lb_skew", "storage_bound", "timeline", "congestion", "conn_storm")
+MAIN_KINDS = {"matrix", "straggler", "pattern", "lb_skew", "storage_bound", "congestion", "conn_storm"}  # detectors on the main windows
 # string columns of a flow batch the detectors use, as interner codes (in this order: KEY_COLUMNS of a cell)
 CODED_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category", "src_rack", "dst_rack")
 SNAPSHOT_VERSION = 1
@@ -65,6 +67,8 @@ class EngineConfig:
     lb_skew: LbSkewConfig = field(default_factory=LbSkewConfig)
     storage_bound: StorageBoundConfig = field(default_factory=StorageBoundConfig)
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
+    congestion: CongestionConfig = field(default_factory=CongestionConfig)
+    conn_storm: ConnStormConfig = field(default_factory=ConnStormConfig)
     time_field: str = "time_end_ms"
     enabled: tuple[str, ...] = DETECTORS
 
@@ -79,6 +83,7 @@ class Engine:
         switch_name: Callable[[str], str] | None = None,
         port_info: Callable[[str, int], tuple[str, float]] | None = None,
         node_job: Callable[[str, int], str] | None = None,
+        node_port: Callable[[str], str] | None = None,
     ):
         self.config = cfg = config or EngineConfig()
         self.shard = 0  # the shard (shuffle partition) this engine serves: part of the matrix output keys
@@ -96,6 +101,8 @@ class Engine:
         self.pattern = PatternDetector(cfg.pattern)
         self.lb_skew = LbSkewDetector(cfg.lb_skew, cfg.window.size_ms)
         self.storage_bound = StorageBoundDetector(cfg.storage_bound, cfg.window.size_ms, self.link.node_state)
+        self.congestion = CongestionDetector(cfg.congestion, cfg.window.size_ms, self.link.node_state, node_port)
+        self.conn_storm = ConnStormDetector(cfg.conn_storm, cfg.window.size_ms, self.link.node_state, node_port)
         self.phases = WindowManager(cfg.window, PhaseAggregator(cfg.timeline.slot_ms, cfg.window.size_ms))
         self.timeline = TimelineDetector(cfg.timeline, cfg.window.size_ms)
         self.incast_starts: dict[str, int] = {}  # open incast event id -> its first window start
@@ -238,6 +245,10 @@ class Engine:
         if "storage_bound" in en:
             out.extend(Output("alert", a["dedup_key"], a)
                        for a in self.storage_bound.on_window(ws, we, cells, self.interner))
+        if "congestion" in en:
+            out.extend(Output("alert", a["dedup_key"], a) for a in self.congestion.on_window(ws, we, cells, self.interner))
+        if "conn_storm" in en:
+            out.extend(Output("alert", a["dedup_key"], a) for a in self.conn_storm.on_window(ws, we, cells, self.interner))
         return out
 
     def _phase_rows(self, codes, times, bytes_est) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -355,6 +366,8 @@ class Engine:
             "link": self.link.snapshot(),
             "lb_skew": self.lb_skew.snapshot(),
             "storage_bound": self.storage_bound.snapshot(),
+            "congestion": self.congestion.snapshot(),
+            "conn_storm": self.conn_storm.snapshot(),
             "incast_starts": dict(sorted(self.incast_starts.items())),
             "phases": self.phases.snapshot(),
             "timeline": self.timeline.snapshot(),
@@ -377,6 +390,10 @@ class Engine:
             self.lb_skew.restore(snap["lb_skew"])
         if "storage_bound" in snap:
             self.storage_bound.restore(snap["storage_bound"])
+        if "congestion" in snap:
+            self.congestion.restore(snap["congestion"])
+        if "conn_storm" in snap:
+            self.conn_storm.restore(snap["conn_storm"])
         self.incast_starts = {k: int(v) for k, v in snap.get("incast_starts", {}).items()}
         if "timeline" in snap:
             self.phases.restore(snap["phases"])

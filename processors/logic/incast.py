@@ -20,7 +20,7 @@ from schemas.columns import addr_str
 from .groupby import group_reduce, reduce_runs
 from .interning import Interner
 from .params import detector_params
-from .snapshots import dump_columns, load_columns
+from .windows import ChunkedAggregator, concat_chunks
 
 __all__ = ["IncastConfig", "IncastAggregator", "IncastDetector", "endpoint_codes", "as_capacity"]
 
@@ -73,41 +73,19 @@ def endpoint_codes(
     return out
 
 
-class IncastAggregator:
+class IncastAggregator(ChunkedAggregator):
     """Short-window aggregator: integer rate sums per (dst, src, dst group)."""
 
-    def initialize(self) -> list:
-        return []
+    def chunk(self, rows: dict, window_start: int) -> dict:
+        return {k: rows[k] for k in (*KEYS, *SUMS, *MAXES)}
 
-    @staticmethod
-    def _reduce(chunks: list[dict]) -> dict:
-        cat = chunks[0] if len(chunks) == 1 else {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    def reduce(self, chunks: list[dict]) -> dict:
+        cat = concat_chunks(chunks)
         keys, sums, maxes = group_reduce([cat[k] for k in KEYS], [cat[s] for s in SUMS], [cat[m] for m in MAXES])
         out = dict(zip(KEYS, keys))
         out.update(zip(SUMS, sums))
         out.update(zip(MAXES, maxes))
         return out
-
-    def agg(self, state: list, rows: dict, window_start: int) -> list:
-        # Rows are kept as they come and reduced at close (or once 16 chunks wait): integer sums and maxima
-        # give the same result however the rows are grouped, with one group-by instead of one per batch.
-        state = state + [{k: rows[k] for k in (*KEYS, *SUMS, *MAXES)}]
-        if len(state) > 16:
-            state = [self._reduce(state)]
-        return state
-
-    def result(self, state: list, window_start: int, window_end: int) -> dict | None:
-        return self._reduce(state) if state else None
-
-    def dump(self, state: list):
-        if not state:
-            return None
-        merged = self._reduce(state)
-        state[:] = [merged]  # keep the reduction (same contents)
-        return dump_columns(merged)
-
-    def load(self, obj) -> list:
-        return [load_columns(obj)] if obj else []
 
 
 class IncastDetector:

@@ -44,7 +44,7 @@ from .groupby import group_reduce
 from .interning import Interner
 from .params import detector_params
 from .pattern import PatternDetector, collective_structure, estimate_period
-from .snapshots import dump_columns, load_columns
+from .windows import ChunkedAggregator, concat_chunks
 
 __all__ = ["TimelineConfig", "PhaseAggregator", "TimelineDetector", "PHASES"]
 
@@ -63,42 +63,21 @@ class TimelineConfig:
     close_gaps: bool = Field(True, description="Count one quiet slot between two active ones as active (sampling misses a slot now and then)")
 
 
-class PhaseAggregator:
+class PhaseAggregator(ChunkedAggregator):
     """Main-window aggregator of byte sums per (job code, phase x slots + slot)."""
 
     def __init__(self, slot_ms: int, window_ms: int):
         self.slot_ms = int(slot_ms)
         self.nslots = max(1, -(-int(window_ms) // self.slot_ms))
 
-    def initialize(self) -> list:
-        return []
+    def chunk(self, rows: dict, window_start: int) -> dict:
+        slot = np.clip((rows["t"] - window_start) // self.slot_ms, 0, self.nslots - 1)
+        return {"job": rows["job"], "key": rows["phase"].astype(np.int64) * self.nslots + slot, "bytes": rows["bytes"]}
 
-    @staticmethod
-    def _reduce(chunks: list[dict]) -> dict:
-        cat = chunks[0] if len(chunks) == 1 else {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    def reduce(self, chunks: list[dict]) -> dict:
+        cat = concat_chunks(chunks)
         keys, sums, _ = group_reduce([cat["job"], cat["key"]], [cat["bytes"]])
         return {"job": keys[0], "key": keys[1], "bytes": sums[0]}
-
-    def agg(self, state: list, rows: dict, window_start: int) -> list:
-        slot = np.clip((rows["t"] - window_start) // self.slot_ms, 0, self.nslots - 1)
-        state = state + [{"job": rows["job"], "key": rows["phase"].astype(np.int64) * self.nslots + slot,
-                          "bytes": rows["bytes"]}]
-        if len(state) > 16:
-            state = [self._reduce(state)]
-        return state
-
-    def result(self, state: list, window_start: int, window_end: int) -> dict | None:
-        return self._reduce(state) if state else None
-
-    def dump(self, state: list):
-        if not state:
-            return None
-        merged = self._reduce(state)
-        state[:] = [merged]
-        return dump_columns(merged)
-
-    def load(self, obj) -> list:
-        return [load_columns(obj)] if obj else []
 
 
 def _runs(active: np.ndarray) -> list[tuple[int, int]]:

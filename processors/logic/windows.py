@@ -13,7 +13,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["Aggregator", "WindowConfig", "WindowManager"]
+from .snapshots import dump_columns, load_columns
+
+__all__ = ["Aggregator", "ChunkedAggregator", "WindowConfig", "WindowManager", "concat_chunks"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,52 @@ class Aggregator(Protocol):
     def dump(self, state: Any) -> Any: ...
 
     def load(self, obj: Any) -> Any: ...
+
+
+def concat_chunks(chunks: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """One chunk of columns from several with the same keys (the chunk itself when there is one)."""
+    return chunks[0] if len(chunks) == 1 else {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+
+class ChunkedAggregator:
+    """Window aggregator whose state is a list of column chunks, reduced at close.
+
+    Each batch's rows (:meth:`chunk`) are kept as they come and reduced (:meth:`reduce`, a group-by with
+    integer sums / maxima, which give the same result however the rows are grouped) when the window
+    closes, or once more than ``max_chunks`` wait: one group-by per window instead of one per batch.
+    A snapshot holds the reduction (``dump`` keeps it as the state too: same contents). Subclasses give
+    ``chunk`` and ``reduce``; used by the incast short windows and the timeline's phase slots.
+    """
+
+    max_chunks = 16
+
+    def chunk(self, rows: dict[str, np.ndarray], window_start: int) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def reduce(self, chunks: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def initialize(self) -> list:
+        return []
+
+    def agg(self, state: list, rows: dict[str, np.ndarray], window_start: int) -> list:
+        state = state + [self.chunk(rows, window_start)]
+        if len(state) > self.max_chunks:
+            state = [self.reduce(state)]
+        return state
+
+    def result(self, state: list, window_start: int, window_end: int) -> dict | None:
+        return self.reduce(state) if state else None
+
+    def dump(self, state: list):
+        if not state:
+            return None
+        merged = self.reduce(state)
+        state[:] = [merged]  # keep the reduction (same contents)
+        return dump_columns(merged)
+
+    def load(self, obj) -> list:
+        return [load_columns(obj)] if obj else []
 
 
 _NO_TIME = -(2**62)

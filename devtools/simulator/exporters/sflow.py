@@ -109,9 +109,11 @@ def dns_payload(size: int, is_response: bool, txid: int) -> bytes:
 
 def packet_header(
     src: int, dst: int, sport: int, dport: int, proto: int, ip_len: int, tcp_flags: int, tos: int, qp: int,
-    dst_mac: bytes, tcp_seq: int, psn: int, ip_id: int, snap: int,
+    dst_mac: bytes, tcp_seq: int, psn: int, ip_id: int, snap: int, bth_op: int = 0x07,
 ) -> bytes:
-    """Ethernet + IPv4 + TCP/UDP (+ RoCEv2 BTH) header bytes of a packet of ``ip_len`` IP bytes, cut at ``snap``."""
+    """Ethernet + IPv4 + TCP/UDP (+ RoCEv2 BTH) header bytes of a packet of ``ip_len`` IP bytes, cut at ``snap``.
+
+    ``bth_op``: the BTH opcode (0x07 RC RDMA WRITE MIDDLE, the collectives' data; 0x81 a CNP)."""
     eth = dst_mac + mac_for(src) + b"\x08\x00"
     ip = bytearray(struct.pack(">BBHHHBBHII", 0x45, tos, ip_len, ip_id, 0x4000, 64, proto, 0, src, dst))
     struct.pack_into(">H", ip, 10, _csum(bytes(ip)))
@@ -124,8 +126,8 @@ def packet_header(
         if DNS_PORT in (sport, dport):
             l4 += dns_payload(ip_len - 28, is_response=sport == DNS_PORT, txid=psn & 0xFFFF)
         elif dport == ROCE_PORT:
-            # BTH: opcode RC RDMA WRITE MIDDLE (0x07), MigReq, default P_Key, dest QP, PSN
-            l4 += struct.pack(">BBHI", 0x07, 0x40, 0xFFFF, qp & 0xFFFFFF) + struct.pack(">I", psn & 0xFFFFFF)
+            # BTH: opcode (default RC RDMA WRITE MIDDLE 0x07), MigReq, default P_Key, dest QP, PSN
+            l4 += struct.pack(">BBHI", bth_op & 0xFF, 0x40, 0xFFFF, qp & 0xFFFFFF) + struct.pack(">I", psn & 0xFFFFFF)
     else:
         l4 = b""
     hdr = eth + bytes(ip) + l4
@@ -229,7 +231,7 @@ class SflowAgent:
                 hdr = packet_header(
                     int(s["src"]), dst, int(s["sport"]), int(s["dport"]), int(s["proto"]), ip_len,
                     int(s["tcp_flags"]), int(s["tos"]), int(s["qp"]), local_macs.get(dst, b"\x02\xfe\x00\x00\x00\x01"),
-                    rnd, rnd >> 8, rnd & 0xFFFF, cfg.header_bytes,
+                    rnd, rnd >> 8, rnd & 0xFFFF, cfg.header_bytes, int(s["bth_op"]) or 0x07,
                 )  # fmt: skip
                 recs = [raw_header_record(ip_len + 18, 4, hdr), ext_switch_record(10, 0, 10, 0)]
                 blob = flow_sample(self.sample_seq[port], port, cfg.sampling_rate, pool_seen[port], 0, port, int(out_if[i]), recs)

@@ -316,6 +316,15 @@ class Inventory:
         sw = np.where(idx >= 0, self._agent_switch[np.maximum(idx, 0)] if len(self._agent_switch) else -1, -1)
         return self._switch_tab[np.where(sw >= 0, sw, len(self.switch_names))]
 
+    def node_ports(self) -> dict[str, str]:
+        """Node -> its switch port as ``switch/ifN``, from the ``switches:`` ports (the first one when a node
+        has several)."""
+        out: dict[str, str] = {}
+        for key, peer in zip(self._port_keys.tolist(), self._port_peer[:-1].tolist()):
+            if peer and peer not in out:
+                out[peer] = f"{self.switch_names[key >> 32]}/if{key & 0xFFFFFFFF}"
+        return out
+
     def port_info(self, agent_addrs: np.ndarray, if_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(peer names, configured speed bps as float64, NaN when unknown) per (agent, ifIndex)."""
         idx = self._agents.lookup(agent_addrs)

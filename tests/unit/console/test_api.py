@@ -287,3 +287,32 @@ def test_a_downgrade_relates_to_a_later_straggler_until_the_port_recovers():
     assert [r["id"] for r in rel] == [down["id"]] and "ring successor gpu04" in rel[0]["reason"]
     up = ev.link_event(link(WS + 300_000, "tor2", 1, kind="speed_change"), "gpu04")
     assert ev.related(strag, [down, up], L) == []
+
+
+def test_an_incast_relates_to_its_destinations_port_not_to_a_sources_port():
+    """An incast belongs to its destination's port: a link event on a source's port is not its cause."""
+    from console import events as ev
+    from tests.unit.console.fixtures import INCAST, link
+
+    L = layout()
+    inc = ev.incast_event(INCAST)  # gpu01, EVIL, gpu04 -> gpu02
+    on_source = ev.link_event(link(WS + 2100, "tor2", 1, kind="error_burst", errors=50.0), "gpu04")
+    on_dest = ev.link_event(link(WS + 2100, "tor1", 2, kind="error_burst", errors=50.0), "gpu02")
+    assert [(r["id"], r["reason"]) for r in ev.related(inc, [on_source, on_dest], L)] == [
+        (on_dest["id"], "link event on the destination gpu02's port")]
+    # the other way round too: the source's link event does not list the incast
+    assert ev.related(on_source, [inc], L) == []
+    assert [r["id"] for r in ev.related(on_dest, [inc], L)] == [inc["id"]]
+
+
+def test_detector_alerts_name_their_nodes_and_job():
+    from console import events as ev
+
+    storm = ev.alert_event({"dedup_key": "conn_storm|gpu04", "rule": "conn_storm", "state": "firing",
+                            "window_start_ms": WS, "window_end_ms": WS + 10_000,
+                            "entities": {"node": "gpu04", "signals": "syn", "port": "tor2/if1"}})
+    cong = ev.alert_event({"dedup_key": "congestion|train-a|ecn_ce", "rule": "congestion", "state": "firing",
+                           "window_start_ms": WS, "window_end_ms": WS + 10_000,
+                           "entities": {"job": "train-a", "signal": "ecn_ce", "nodes": "gpu02:0.300,gpu01:0.060"}})
+    assert (storm["entity"], storm["nodes"], storm["job"]) == ("gpu04", ["gpu04"], "")
+    assert (cong["entity"], cong["nodes"], cong["job"]) == ("congestion|train-a|ecn_ce", ["gpu02", "gpu01"], "train-a")

@@ -346,3 +346,19 @@ def test_matrix_total_error_compares_whole_run_totals():
     assert matrix_total_error({k: v * 1.1 for k, v in totals.items()}, t).within_bound95 == 0.0
     assert matrix_total_error({}, t).missing == 4
     assert matrix_total_error(totals, t, exclude=[(T0, T0 + 10**9)]).cells == 0
+
+
+def test_congestion_and_syn_storm_expectations():
+    cong = fault("congestion", 120, 210, {"job": "train-b", "nodes": ["gpu07"]}, ce_fraction=0.15)
+    storm = fault("syn_storm", 100, 200, {"node": "gpu03", "targets": ["gpu01"], "switch": "tor1", "if_index": 3})
+    exp, uncovered = expected_detections(faults_from_truth(truth([cong, storm])), INVENTORY)
+    assert sorted(e.label for e in exp) == ["congestion:train-b", "conn_storm:gpu03"] and uncovered == []
+    r = score_detections([Observed("congestion", "congestion|train-b|ecn_ce", at(140)),
+                          Observed("congestion", "congestion|train-b|cnp", at(140)),
+                          Observed("conn_storm", "conn_storm|gpu03", at(120)),
+                          Observed("conn_storm", "conn_storm|gpu01", at(120)),
+                          Observed("congestion", "congestion|train-a|ecn_ce", at(140))], truth([cong, storm]))
+    assert [(o.detection.entity, o.status) for o in r.outcomes] == [
+        ("conn_storm|gpu01", "false_positive"), ("conn_storm|gpu03", "hit"),
+        ("congestion|train-a|ecn_ce", "false_positive"), ("congestion|train-b|cnp", "hit"),
+        ("congestion|train-b|ecn_ce", "duplicate")]

@@ -196,3 +196,59 @@ def test_clock_skew_offsets_export_time():
             if 10_000 < rel <= 20_000:
                 assert first_abs >= sim.start_ms + 45_000
     assert set(offsets) == {(False, 0), (True, 45_000)}
+
+
+def _decoded_sflow(dgs):
+    """(send time ms, flow records) of each sFlow datagram, through the ingest decoder."""
+    import numpy as np
+
+    from ingest.decode import TemplateCache, decode
+    from schemas.columns import addr_str
+
+    tc, out = TemplateCache(), []
+    for t, kind, d in dgs:
+        if kind == "sflow":
+            f = decode(d, "10.9.255.1", t, tc).flows
+            out.append((t, f, np.array([addr_str(a) for a in f["src_addr"]]), np.array([addr_str(a) for a in f["dst_addr"]])))
+    return out
+
+
+def test_congestion_marks_ce_towards_the_receiver_and_it_answers_cnps():
+    f = {"kind": "congestion", "start_s": 10, "end_s": 30, "job": "job", "nodes": ["g3"], "ce_fraction": 0.3,
+         "cnp_ratio": 0.5}
+    sim, dgs = run([f], kinds={"sflow"})
+    start = sim.start_ms + 10_000
+    ce_dst, cnp_src, before = Counter(), Counter(), 0
+    for t, fl, src, dst in _decoded_sflow(dgs):
+        ce = (fl["tos"] & 3) == 3
+        cnp = fl["roce_opcode"] == 0x81
+        if t < start - 1000:
+            before += int(ce.sum() + cnp.sum())
+        ce_dst.update(dst[ce].tolist())
+        cnp_src.update(src[cnp].tolist())
+    assert before == 0
+    assert set(ce_dst) == {"10.9.2.1"} and ce_dst["10.9.2.1"] > 20  # only traffic into g3 is marked
+    assert set(cnp_src) == {"10.9.2.1"} and cnp_src["10.9.2.1"] > 5  # g3 is the notification point
+    (lab,) = labels(sim)
+    assert lab["entities"] == {"job": "job", "nodes": ["g3"]}
+
+
+def test_syn_storm_opens_connections_from_the_node_and_gets_resets():
+    f = {"kind": "syn_storm", "start_s": 10, "end_s": 30, "node": "g1", "targets": ["g2", "g3"], "syn_per_s": 5000,
+         "rst_fraction": 1.0, "dport": 29500}
+    sim, dgs = run([f], kinds={"sflow"})
+    start = sim.start_ms + 10_000
+    syn, rst, before = Counter(), Counter(), 0
+    for t, fl, src, dst in _decoded_sflow(dgs):
+        tcp = fl["ip_protocol"] == 6
+        is_syn, is_rst = tcp & ((fl["tcp_flags"] & 0x02) != 0), tcp & ((fl["tcp_flags"] & 0x04) != 0)
+        if t < start - 1000:
+            before += int(is_syn.sum() + is_rst.sum())
+        syn.update(zip(src[is_syn].tolist(), dst[is_syn].tolist(), fl["dst_port"][is_syn].tolist()))
+        rst.update(zip(src[is_rst].tolist(), dst[is_rst].tolist()))
+    assert before == 0  # the healthy workloads open no connections the sampler sees
+    assert set(syn) == {("10.9.1.1", "10.9.1.2", 29500), ("10.9.1.1", "10.9.2.1", 29500)}
+    assert sum(syn.values()) == pytest.approx(20 * 5000 / 512, rel=0.3)  # 1 in 512 of the attempts
+    assert set(rst) == {("10.9.1.2", "10.9.1.1"), ("10.9.2.1", "10.9.1.1")}
+    (lab,) = labels(sim)
+    assert lab["entities"] == {"node": "g1", "targets": ["g2", "g3"], "switch": "t1", "if_index": 1}

@@ -11,7 +11,8 @@ from devtools.simulator.model import format_speed, parse_speed
 from .helpers import small_doc
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
-SHIPPED = ["healthy", "straggler", "link_downgrade", "incast", "segmentation", "mixed"]
+SHIPPED = ["healthy", "straggler", "link_downgrade", "incast", "segmentation", "lb_skew", "storage_slowdown",
+           "storage_link", "congestion", "syn_storm", "mixed"]
 
 
 def test_speeds():
