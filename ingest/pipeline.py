@@ -35,6 +35,7 @@ from schemas import records
 
 from .metrics import IngestMetrics
 from .quality import QualityWindows
+from .sampler_loss import SamplerLoss
 
 log = logging.getLogger("fabricflow.ingest")
 
@@ -150,6 +151,8 @@ class IngestPipeline:
         # per exporter and window: loss, records without rate, skew -> ingest.quality.v1 (ingest/quality.py)
         qw = getattr(cfg, "quality_window_s", 0)
         self.quality = QualityWindows(int(qw * 1000)) if qw and qw > 0 else None
+        # sFlow flow samples' sequence / sample_pool / drops per data source -> sampler loss (ingest/sampler_loss.py)
+        self.sampler_loss = SamplerLoss()
         self.batch_max = cfg.batch_max_records
         self.batch_delay_s = cfg.batch_max_delay_ms / 1000.0
         self.dlq_bucket = _TokenBucket(cfg.dlq_max_per_s, cfg.dlq_max_per_s)
@@ -296,6 +299,8 @@ class IngestPipeline:
         batch_max = self.batch_max
         batch = self._flows.get(exporter)
         start = bounds[run[0]]  # first row not yet added to a batch
+        samples = group.samples
+        seg_lo = start  # first row whose sampler deltas are not taken yet
         quality = self.quality
         if quality is not None:  # the run's figures per receive-time window (one window but at its edges)
             window_ms = quality.window_ms
@@ -311,8 +316,11 @@ class IngestPipeline:
                     m.seq_restarts.labels(ch.label, proto).inc(restarts)
             if quality is not None:
                 if ts[j] // window_ms != q_win:
-                    quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1])
+                    seg_hi = bounds[j]
+                    sampler = self._sampler(ch.label, exporter, flows[seg_lo:seg_hi], samples[seg_lo:seg_hi])
+                    quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1], sampler=sampler)
                     q_win, q = ts[j] // window_ms, [ts[j], 0, 0, 0, 0, 0]
+                    seg_lo = seg_hi
                 q[1] += 1
                 q[2] += bounds[j + 1] - bounds[j]
                 q[3] += lost
@@ -334,8 +342,9 @@ class IngestPipeline:
                 batch = self._flows[exporter] = FlowBatch()
             batch.add_rows(flows[start:end])
             ch.n_flows += end - start
+        sampler = self._sampler(ch.label, exporter, flows[seg_lo:end], samples[seg_lo:end])
         if quality is not None:
-            quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1])
+            quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1], sampler=sampler)
 
     def _handle_plain(self, res: DecodeResult, exporter: str, received_ms: int) -> None:
         """:meth:`_handle` for a decoded datagram with a header and only flow records (no problems,
@@ -360,10 +369,11 @@ class IngestPipeline:
         if self.sflow_uptime_clock is not None and proto == "sflow5":
             self.sflow_uptime_clock.apply(res, received_ms)
         n = len(res.flows)
+        sampler = self._sampler(ch.label, exporter, res.flows, res.samples) if res.samples is not None else None
         if self.quality is not None:
             export_ms = h.export_time_ms
             self.quality.observe(exporter, proto, received_ms, n, lost, 0, dups, restarts,
-                                 None if export_ms is None else float(received_ms - export_ms))
+                                 None if export_ms is None else float(received_ms - export_ms), sampler=sampler)
         if n:
             batch = self._flows.get(exporter)
             if batch is None:
@@ -442,10 +452,25 @@ class IngestPipeline:
         if len(res.counters):
             m.records.labels(label, proto, "counter").inc(len(res.counters))
             self._counters.setdefault(exporter, []).append(res.counters)
+        sampler = self._sampler(label, exporter, res.flows, res.samples) if res.samples is not None else None
         if self.quality is not None:
             export_ms = h.export_time_ms if h is not None else None
             self.quality.observe(exporter, proto, received_ms, n, lost, missing, dups, restarts,
-                                 None if export_ms is None else float(received_ms - export_ms))
+                                 None if export_ms is None else float(received_ms - export_ms), sampler=sampler)
+
+    def _sampler(self, label: str, exporter: str, flows, samples):
+        """sFlow sampler deltas of these rows (:mod:`ingest.sampler_loss`), counted in the metrics."""
+        if samples is None or not len(samples):
+            return None
+        d = self.sampler_loss.observe(exporter, flows, samples)
+        m = self.metrics
+        if d.samples:
+            m.sampler_samples.labels(label).inc(d.samples)
+        if d.drops:
+            m.sampler_drops.labels(label).inc(d.drops)
+        if d.samples_expected:
+            m.sampler_expected.labels(label).inc(d.samples_expected)
+        return d
 
     # ------------------------------------------------------------------ batching
 

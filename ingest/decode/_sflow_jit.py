@@ -183,7 +183,8 @@ def walk(b, starts, ends):
         cap += ns
 
     r_dg = np.empty(cap, dtype=np.int64)
-    r_cols = np.empty((cap, 9), dtype=np.int64)  # source rate in_if out_if sw_vlan has_raw hlen frame_bytes hs
+    # source rate in_if out_if sw_vlan has_raw hlen frame_bytes hs, sample seq, sample_pool, drops
+    r_cols = np.empty((cap, 12), dtype=np.int64)
     r_src = np.empty((cap, 16), dtype=np.uint8)
     r_dst = np.empty((cap, 16), dtype=np.uint8)
     r_sh = np.empty((cap, 14), dtype=np.int64)
@@ -214,9 +215,12 @@ def walk(b, starts, ends):
                 if slen < (44 if x3 else 32):
                     isbad = True
                     break
+                sseq = _u32(b, body)
                 if x3:
                     source = ((_u32(b, body + 4) & 0xFF) << 24) | (_u32(b, body + 8) & 0xFFFFFF)
                     rate = _u32(b, body + 12)
+                    pool = _u32(b, body + 16)
+                    drops = _u32(b, body + 20)
                     ifmt = _u32(b, body + 24)
                     w7 = _u32(b, body + 28)
                     ofmt = _u32(b, body + 32)
@@ -228,6 +232,8 @@ def walk(b, starts, ends):
                 else:
                     source = _u32(b, body + 4)
                     rate = _u32(b, body + 8)
+                    pool = _u32(b, body + 12)
+                    drops = _u32(b, body + 16)
                     in_if = _u32(b, body + 20)
                     out_if = _u32(b, body + 24)
                     nrec = _u32(b, body + 28)
@@ -283,6 +289,9 @@ def walk(b, starts, ends):
                 c[6] = hlen
                 c[7] = fb
                 c[8] = raw_pos + 16
+                c[9] = sseq
+                c[10] = pool
+                c[11] = drops
                 sh = r_sh[nrow]
                 if raw_pos >= 0:
                     hs = raw_pos + 16

@@ -58,7 +58,7 @@ from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5
 
 from .errors import DecodeError
 from .packet import NON_IP, parse_ethernet, parse_ipv4, parse_ipv6
-from .result import EMPTY_COUNTERS, EMPTY_FLOWS, DecodeResult, ExportHeader
+from .result import EMPTY_COUNTERS, EMPTY_FLOWS, EMPTY_SAMPLES, SAMPLE_DTYPE, DecodeResult, ExportHeader
 from .templates import TemplateCache
 
 __all__ = ["decode_sflow", "SAMPLE_FLOW", "SAMPLE_COUNTER", "SAMPLE_FLOW_EXPANDED", "SAMPLE_COUNTER_EXPANDED"]
@@ -259,6 +259,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
     fast = _fast_eth if fast_headers else _no_fast
     II = _II
     counters: list = []
+    facts: list = []  # (sample sequence, sample_pool, drops) per flow row
     missing_rate = 0
     fallback_rate = 0
     t = received_at_ms
@@ -266,7 +267,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
     for _ in range(nsamples):
         if off + 40 <= n:
             # sample header and (if it is one) the whole flow sample header in one call
-            sfmt, slen, _sseq, source, rate, _pool, _drops, in_if, out_if, nrec = _SFS(data, off)
+            sfmt, slen, sseq, source, rate, pool, drops, in_if, out_if, nrec = _SFS(data, off)
         else:
             if off + 8 > n:
                 raise DecodeError(P, "truncated", off, "sample header")
@@ -285,7 +286,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             else:
                 if slen < 44:
                     raise DecodeError(P, "bad_length", off, "expanded flow sample")
-                _sseq, stype, sidx, rate, _pool, _drops, ifmt, ival, ofmt, oval, nrec = _FSX(data, off)
+                sseq, stype, sidx, rate, pool, drops, ifmt, ival, ofmt, oval, nrec = _FSX(data, off)
                 source = ((stype & 0xFF) << 24) | (sidx & 0xFFFFFF)
                 in_if = ival if ifmt == 0 else ((ifmt & 3) << 30) | (ival & 0x3FFFFFFF)
                 out_if = oval if ofmt == 0 else ((ofmt & 3) << 30) | (oval & 0x3FFFFFFF)
@@ -364,6 +365,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             be = b * rate
             if be > _I64_MAX:
                 be = _I64_MAX
+            facts.append((sseq, pool, drops))
             append(
                 pack(
                     PROTO_SFLOW5, agent16, sub_agent, source, rate, b, 1, be, rate,
@@ -381,14 +383,16 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
 
     header = ExportHeader(P, _agent_str(agent16), sub_agent, dseq, 1, None, uptime)
     flows = EMPTY_FLOWS
+    samples = EMPTY_SAMPLES
     if rows:
+        samples = np.array(facts, dtype=np.int64).view(SAMPLE_DTYPE).reshape(len(facts))
         if missing_rate:
             problems["sampling_rate_missing"] += missing_rate
         flows = np.frombuffer(bytearray(b"".join(rows)), dtype=FLOW_DTYPE)
     ctr = EMPTY_COUNTERS
     if counters:
         ctr = _counter_array(counters, agent16, sub_agent, received_at_ms, uptime)
-    return DecodeResult(flows=flows, counters=ctr, header=header, problems=problems)
+    return DecodeResult(flows=flows, counters=ctr, header=header, problems=problems, samples=samples)
 
 
 def _counter_sample(data: bytes, off: int, end: int, sfmt: int, slen: int, problems: Counter):

@@ -41,7 +41,7 @@ from schemas.columns import FLOW_DTYPE, PROTO_SFLOW5
 
 from .errors import DecodeError
 from .packet import parse_ethernet
-from .result import EMPTY_COUNTERS, EMPTY_FLOWS, DecodeResult, ExportHeader
+from .result import EMPTY_COUNTERS, EMPTY_FLOWS, EMPTY_SAMPLES, SAMPLE_DTYPE, DecodeResult, ExportHeader
 from .sflow import (
     _HDR,
     _II,
@@ -178,7 +178,7 @@ def warm_up() -> None:
 class _Walk:
     """What a structural walk found: per datagram, per flow row (plain datagrams only), per counter sample."""
 
-    __slots__ = ("heads", "agents", "bad", "starts", "dg", "source", "rate", "in_if", "out_if", "sw_vlan",
+    __slots__ = ("heads", "agents", "bad", "starts", "dg", "source", "rate", "in_if", "out_if", "sw_vlan", "facts",
                  "has_raw", "hlen", "frame_bytes", "hs", "ok", "sh", "ctr", "jit")
 
 
@@ -199,6 +199,7 @@ def _walk_jit(datas: list[bytes]) -> _Walk:
     w.bad, w.starts, w.dg = bad, starts, dg
     w.source, w.rate, w.in_if, w.out_if, w.sw_vlan = cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], cols[:, 4]
     w.has_raw, w.hlen, w.frame_bytes, w.hs = cols[:, 5] != 0, cols[:, 6], cols[:, 7], cols[:, 8]
+    w.facts = cols[:, 9:12]
     w.ok = shp[:, 0] != 0
     w.sh = {"src": src, "dst": dst, "ipv": shp[:, 2], "sp": shp[:, 3], "dp": shp[:, 4], "proto": shp[:, 5],
             "flags": shp[:, 6], "tos": shp[:, 7], "vlan": shp[:, 8], "total": shp[:, 9], "vni": shp[:, 11],
@@ -300,6 +301,7 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
     W = _u32(win, f_body, 11)
     source = np.where(x3, ((W[:, 1] & 0xFF) << 24) | (W[:, 2] & 0xFFFFFF), W[:, 1])
     rate = np.where(x3, W[:, 3], W[:, 2])
+    facts = np.stack([W[:, 0], np.where(x3, W[:, 4], W[:, 3]), np.where(x3, W[:, 5], W[:, 4])], axis=1)
     ifmt, ofmt = W[:, 6], W[:, 8]
     in_x = np.where(ifmt == 0, W[:, 7], ((ifmt & 3) << 30) | (W[:, 7] & 0x3FFFFFFF))
     out_x = np.where(ofmt == 0, W[:, 9], ((ofmt & 3) << 30) | (W[:, 9] & 0x3FFFFFFF))
@@ -354,6 +356,7 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
     g = g[np.argsort(f_dg[g] * _MAX_J + f_j[g], kind="stable")]
     dg = f_dg[g]
     source, rate, in_if, out_if, sw_vlan = source[g], rate[g], in_if[g], out_if[g], sw_vlan[g]
+    facts = facts[g]
     has_raw, hlen, frame_bytes = has_raw[g], hlen[g], frame_bytes[g]
     hs = raw_pos[g] + 16
     n_rows = len(g)
@@ -379,6 +382,7 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
     w = _Walk()
     w.heads, w.agents, w.bad, w.starts, w.dg = heads, agents, bad, starts, dg
     w.source, w.rate, w.in_if, w.out_if, w.sw_vlan = source, rate, in_if, out_if, sw_vlan
+    w.facts = facts
     w.has_raw, w.hlen, w.frame_bytes, w.hs, w.ok, w.sh = has_raw, hlen, frame_bytes, hs, ok, sh
     w.ctr = (s_dg[cs], s_body[cs], s_fmt[cs], s_len[cs])
     w.jit = None
@@ -504,7 +508,7 @@ class SflowGroup:
     :class:`DecodeResult` or :class:`DecodeError` is ``others[i]``.
     """
 
-    __slots__ = ("flows", "bounds", "plain", "others", "heads", "agents")
+    __slots__ = ("flows", "samples", "bounds", "plain", "others", "heads", "agents")
 
     def header(self, i: int) -> ExportHeader:
         sub_agent, dseq, uptime = self.heads[i]
@@ -516,7 +520,7 @@ class SflowGroup:
             return self.others[i]
         lo, hi = self.bounds[i], self.bounds[i + 1]
         return DecodeResult(self.flows[lo:hi] if hi > lo else EMPTY_FLOWS, EMPTY_COUNTERS, self.header(i),
-                            Counter.__new__(Counter))
+                            Counter.__new__(Counter), samples=self.samples[lo:hi])
 
 
 def decode_sflow_group(
@@ -532,6 +536,7 @@ def decode_sflow_group(
     if k == 0:
         g = SflowGroup()
         g.flows, g.bounds, g.plain, g.others, g.heads, g.agents = EMPTY_FLOWS, [0], [], {}, [], []
+        g.samples = EMPTY_SAMPLES
         return g
     if jit is None:
         jit = JIT_AVAILABLE
@@ -564,6 +569,7 @@ def _group(w: _Walk, out: np.ndarray, datas: list[bytes], ex: list, ts: list, te
             if c is not None:
                 ctr_rows.setdefault(i, []).append(c)
 
+    samples = np.ascontiguousarray(w.facts, dtype=np.int64).view(SAMPLE_DTYPE).reshape(len(dg))
     counts = np.bincount(dg, minlength=k)
     bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
     plain = (~bad).tolist()
@@ -586,7 +592,9 @@ def _group(w: _Walk, out: np.ndarray, datas: list[bytes], ex: list, ts: list, te
                 _counter_array(crows, a16, sub_agent, ts[i], uptime) if crows else EMPTY_COUNTERS,
                 ExportHeader(P, _agent_str(a16), sub_agent, dseq, 1, None, uptime),
                 pr,
+                samples=samples[lo:hi],
             )
     g = SflowGroup()
     g.flows, g.bounds, g.plain, g.others, g.heads, g.agents = out, bounds, plain, others, heads, agents
+    g.samples = samples
     return g
