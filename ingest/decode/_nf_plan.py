@@ -67,6 +67,11 @@ IE_ICMP_TYPE_V6 = 178
 IE_ICMP_CODE_V6 = 179
 IE_DOT1Q_VLAN = 243
 IE_POST_VLAN = 59
+IE_DOT1Q_PRIORITY = 244
+IE_NEXT_HOP_V4 = 15
+IE_BGP_NEXT_HOP_V4 = 18
+IE_NEXT_HOP_V6 = 62
+IE_BGP_NEXT_HOP_V6 = 63
 
 # RFC 5103 bidirectional flows: a reverse information element is the forward
 # IE number under this private enterprise number (reverseOctetDeltaCount = 29305/1).
@@ -77,7 +82,7 @@ _PEN_HIDDEN = 0xFFFFFFFF
 _REVERSE_SWAP = {8: 12, 12: 8, 27: 28, 28: 27, 7: 11, 11: 7, 10: 14, 14: 10}
 # Non-key fields that describe one direction only: the reverse record takes them from their
 # reverse IE or leaves them absent (the forward value would be wrong for the other direction).
-_DIRECTIONAL = frozenset((1, 2, 23, 24, 85, 86, 6, 15, 62, 18))
+_DIRECTIONAL = frozenset((1, 2, 23, 24, 85, 86, 6, 15, 62, 18, 63))
 _REVERSE_COUNTERS = (2, 24, 86, 1, 23, 85)  # packets first: which reverse count decides whether a record exists
 IE_SELECTOR_ID = 302
 IE_SAMPLING_PACKET_INTERVAL = 305
@@ -257,6 +262,15 @@ class Plan:
         put_ie("tos", IE_TOS)
         put_ie("tcp_flags", IE_TCP_FLAGS, max_bytes=1)
         put_ie("vlan", IE_SRC_VLAN, IE_DOT1Q_VLAN, max_bytes=2)
+        put_ie("vlan_out", IE_POST_VLAN, max_bytes=2)
+        put_ie("vlan_priority_in", IE_DOT1Q_PRIORITY, max_bytes=1)
+        # next hops: IPv4 (IPv4-mapped) if the template has it, else IPv6
+        for col, v4, v6 in (("next_hop", IE_NEXT_HOP_V4, IE_NEXT_HOP_V6),
+                            ("bgp_next_hop", IE_BGP_NEXT_HOP_V4, IE_BGP_NEXT_HOP_V6)):
+            if v4 in offs and offs[v4][1] == 4:
+                put_v4(col, offs[v4][0])
+            elif v6 in offs and offs[v6][1] == 16:
+                put_v6(col, offs[v6][0])
         put_ie("in_if", IE_INPUT_SNMP)
         put_ie("out_if", IE_OUTPUT_SNMP)
         put_ie("direction", IE_DIRECTION, max_bytes=1)

@@ -3,8 +3,9 @@
 One flow row per flow sample (formats 1 and 3) and one counter row per counter
 sample (formats 2 and 4) that carries a generic interface counters record.
 Flow records decoded: raw packet header (1), sampled IPv4 (3), sampled IPv6
-(4), extended switch (1001, the input VLAN); extended router (1002) is
-skipped. Unknown sample and record types (any non-zero enterprise included)
+(4), extended switch (1001: input and output VLAN and priority), extended
+router (1002: the IP next hop; a record too short for its address or with an
+unknown address type leaves it ::). Unknown sample and record types (any non-zero enterprise included)
 are skipped by their length and counted in ``problems``.
 
 Fast path (the output is identical to the per-sample walker of
@@ -71,6 +72,7 @@ SAMPLE_COUNTER_EXPANDED = 4
 
 _V4_PREFIX = b"\x00" * 10 + b"\xff\xff"
 _ZERO16 = b"\x00" * 16
+_SW_NONE = (0, 0, 0)
 
 _II = Struct(">II").unpack_from
 _HDR = Struct(">IIII").unpack_from  # sub-agent, sequence, uptime, samples
@@ -303,6 +305,8 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             parsed = None
             sampled = None
             sw_vlan = 0
+            sw_rest = _SW_NONE  # extended switch: source priority, destination VLAN, destination priority
+            next_hop = _ZERO16
             frame_bytes = 0
             for _r in range(nrec):
                 if p + 24 <= end:
@@ -338,6 +342,14 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
                     if rlen < 16:
                         raise DecodeError(P, "bad_length", p, "extended switch record")
                     sw_vlan = hproto  # first word of the record body: source VLAN
+                    sw_rest = (flen & 7, stripped & 0xFFF, hlen & 7)
+                elif rfmt == 1002:
+                    if rlen >= 8:
+                        atype = _I(data, p)[0]
+                        if atype == 1:
+                            next_hop = _V4_PREFIX + data[p + 4 : p + 8]
+                        elif atype == 2 and rlen >= 20:
+                            next_hop = data[p + 4 : p + 20]
                 elif rfmt == 3:
                     if rlen < 32:
                         raise DecodeError(P, "bad_length", p, "sampled IPv4 record")
@@ -354,7 +366,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
                         sp, dp = 0, ((sp & 0xFF) << 8) | (dp & 0xFF)
                     sampled = (6, s6, d6, sp & 0xFFFF, dp & 0xFFFF, pr & 0xFF, fl & 0xFF, pri & 0xFF, 0, ln,
                                -1, -1, -1)
-                elif rfmt != 1002:
+                else:
                     problems["unknown_record_type"] += 1
                 p += (rlen + 3) & ~3
             if parsed is None or (parsed[0] == 0 and sampled is not None):
@@ -371,6 +383,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
                     PROTO_SFLOW5, agent16, sub_agent, source, rate, b, 1, be, rate,
                     ipv, sa, da, sp, dp, pr, fl, tos, sw_vlan & 0xFFF if sw_vlan else hvlan,
                     in_if, out_if, 0, t, t, t, t, vni, rop, rqp,
+                    sw_rest[1], sw_rest[0], sw_rest[2], next_hop, _ZERO16,
                 )
             )
         elif sfmt == 2 or sfmt == 4:

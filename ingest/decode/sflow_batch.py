@@ -179,6 +179,7 @@ class _Walk:
     """What a structural walk found: per datagram, per flow row (plain datagrams only), per counter sample."""
 
     __slots__ = ("heads", "agents", "bad", "starts", "dg", "source", "rate", "in_if", "out_if", "sw_vlan", "facts",
+                 "sw_rest", "next_hop",
                  "has_raw", "hlen", "frame_bytes", "hs", "ok", "sh", "ctr", "jit")
 
 
@@ -191,7 +192,7 @@ def _walk_jit(datas: list[bytes]) -> _Walk:
     datas.append(_PADDING)
     u8 = np.frombuffer(b"".join(datas), dtype=np.uint8)
     del datas[-1]
-    bad, sub, dseq, upt, agent, dg, cols, src, dst, shp, ctr = _sflow_jit.walk(u8, starts, ends)
+    bad, sub, dseq, upt, agent, dg, cols, src, dst, shp, ctr, nh = _sflow_jit.walk(u8, starts, ends)
     w = _Walk()
     w.heads = list(zip(sub.tolist(), dseq.tolist(), upt.tolist()))
     ab = agent.tobytes()
@@ -205,7 +206,7 @@ def _walk_jit(datas: list[bytes]) -> _Walk:
             "flags": shp[:, 6], "tos": shp[:, 7], "vlan": shp[:, 8], "total": shp[:, 9], "vni": shp[:, 11],
             "rop": shp[:, 12], "rqp": shp[:, 13]}
     w.ctr = (ctr[:, 0], ctr[:, 1], ctr[:, 2], ctr[:, 3])
-    w.jit = (cols, src, dst, shp, agent, sub)
+    w.jit = (cols, src, dst, shp, agent, sub, nh)
     return w
 
 
@@ -317,6 +318,8 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
     raw_pos = np.full(m, -1, dtype=np.int64)
     raw_len = np.zeros(m, dtype=np.int64)
     sw_vlan = np.zeros(m, dtype=np.int64)
+    sw_rest = np.zeros((m, 3), dtype=np.int64)  # extended switch: source priority, destination VLAN and priority
+    next_hop = np.zeros((m, 16), dtype=np.uint8)  # extended router
     r_idx = np.flatnonzero((nrec > 0) & ~bad[f_dg])
     rp = p0[r_idx]
     r = 0
@@ -337,7 +340,18 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
         raw_pos[r_idx[sel]] = body[sel]
         raw_len[r_idx[sel]] = rlen[sel]
         sel = ok & is_sw
-        sw_vlan[r_idx[sel]] = _u32(win, body[sel])
+        SW = _u32(win, body[sel], 4)
+        sw_vlan[r_idx[sel]] = SW[:, 0]
+        sw_rest[r_idx[sel]] = SW[:, 1:] & np.array([7, 0xFFF, 7])
+        sel = ok & (rfmt == 1002) & (rlen >= 8)
+        if sel.any():
+            at, bs, rl = _u32(win, body[sel]), body[sel], rlen[sel]
+            v4 = at == 1
+            rows = r_idx[sel][v4]
+            next_hop[rows, :12] = np.frombuffer(_V4_PREFIX, dtype=np.uint8)
+            next_hop[rows, 12:] = win[bs[v4] + 4, :4]
+            v6 = (at == 2) & (rl >= 20)
+            next_hop[r_idx[sel][v6]] = win[bs[v6] + 4, :16]
         rp = body + ((rlen + 3) & ~3)
         r += 1
         keep = ok & (nrec[r_idx] > r)
@@ -356,7 +370,7 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
     g = g[np.argsort(f_dg[g] * _MAX_J + f_j[g], kind="stable")]
     dg = f_dg[g]
     source, rate, in_if, out_if, sw_vlan = source[g], rate[g], in_if[g], out_if[g], sw_vlan[g]
-    facts = facts[g]
+    facts, sw_rest, next_hop = facts[g], sw_rest[g], next_hop[g]
     has_raw, hlen, frame_bytes = has_raw[g], hlen[g], frame_bytes[g]
     hs = raw_pos[g] + 16
     n_rows = len(g)
@@ -382,7 +396,7 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
     w = _Walk()
     w.heads, w.agents, w.bad, w.starts, w.dg = heads, agents, bad, starts, dg
     w.source, w.rate, w.in_if, w.out_if, w.sw_vlan = source, rate, in_if, out_if, sw_vlan
-    w.facts = facts
+    w.facts, w.sw_rest, w.next_hop = facts, sw_rest, next_hop
     w.has_raw, w.hlen, w.frame_bytes, w.hs, w.ok, w.sh = has_raw, hlen, frame_bytes, hs, ok, sh
     w.ctr = (s_dg[cs], s_body[cs], s_fmt[cs], s_len[cs])
     w.jit = None
@@ -391,10 +405,10 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
 
 def _rows_jit(w: _Walk, datas: list[bytes], ts: list) -> np.ndarray:
     """The flow rows written by the compiled :func:`~ingest.decode._sflow_jit.fill`, then the walker's rows."""
-    cols, src, dst, shp, agent, sub = w.jit
+    cols, src, dst, shp, agent, sub, nh = w.jit
     n_rows = len(w.dg)
     raw = np.empty((n_rows, FLOW_DTYPE.itemsize), dtype=np.uint8)
-    _sflow_jit.fill(raw, w.dg, cols, src, dst, shp, np.array(ts, dtype=np.int64), agent, sub, PROTO_SFLOW5)
+    _sflow_jit.fill(raw, w.dg, cols, src, dst, shp, np.array(ts, dtype=np.int64), agent, sub, PROTO_SFLOW5, nh)
     out = raw.view(FLOW_DTYPE).reshape(n_rows)
     walk = np.flatnonzero(w.has_raw & ~w.ok)
     if walk.size:
@@ -488,6 +502,11 @@ def _rows_numpy(w: _Walk, datas: list[bytes], ts: list) -> np.ndarray:
     out["src_addr"] = src
     out["dst_addr"] = dst
     out["vlan"] = np.where(sw_vlan != 0, sw_vlan & 0xFFF, hv)
+    out["vlan_out"] = w.sw_rest[:, 1]
+    out["vlan_priority_in"] = w.sw_rest[:, 0]
+    out["vlan_priority_out"] = w.sw_rest[:, 2]
+    out["next_hop"] = w.next_hop
+    out["bgp_next_hop"] = 0
     out["in_if"] = in_if
     out["out_if"] = out_if
     out["direction"] = 0
