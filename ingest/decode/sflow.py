@@ -197,6 +197,7 @@ def _row_struct(dt: np.dtype) -> Struct:
 
 
 _ROW = _row_struct(FLOW_DTYPE)
+_FACT = _row_struct(SAMPLE_DTYPE).pack
 _CROW = _row_struct(COUNTER_DTYPE)
 _ETH_ZERO = (0,) * 13
 
@@ -261,7 +262,8 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
     fast = _fast_eth if fast_headers else _no_fast
     II = _II
     counters: list = []
-    facts: list = []  # (sample sequence, sample_pool, drops) per flow row
+    facts: list = []  # (sample sequence, sample_pool, drops) per flow row, as SAMPLE_DTYPE bytes
+    fact = _FACT
     missing_rate = 0
     fallback_rate = 0
     t = received_at_ms
@@ -377,7 +379,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             be = b * rate
             if be > _I64_MAX:
                 be = _I64_MAX
-            facts.append((sseq, pool, drops))
+            facts.append(fact(sseq, pool, drops))
             append(
                 pack(
                     PROTO_SFLOW5, agent16, sub_agent, source, rate, b, 1, be, rate,
@@ -398,7 +400,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
     flows = EMPTY_FLOWS
     samples = EMPTY_SAMPLES
     if rows:
-        samples = np.array(facts, dtype=np.int64).view(SAMPLE_DTYPE).reshape(len(facts))
+        samples = np.frombuffer(b"".join(facts), dtype=SAMPLE_DTYPE)
         if missing_rate:
             problems["sampling_rate_missing"] += missing_rate
         flows = np.frombuffer(bytearray(b"".join(rows)), dtype=FLOW_DTYPE)
