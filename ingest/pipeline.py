@@ -24,9 +24,12 @@ import ipaddress
 import logging
 import time
 
+import numpy as np
+
 from fabricflow.logs import RateLimitedLog
 from ingest.decode import DecodeError, DecodeResult, TemplateCache, decode_into, sniff_protocol
 from ingest.decode.batch import FlowBatch, concat_rows
+from ingest.decode.result import SAMPLE_DTYPE
 from ingest.decode.sequence import SequenceTracker
 from ingest.decode.sflow_batch import decode_sflow_group, warm_up
 from ingest.decode.skew import ClockSkewTracker
@@ -153,6 +156,7 @@ class IngestPipeline:
         self.quality = QualityWindows(int(qw * 1000)) if qw and qw > 0 else None
         # sFlow flow samples' sequence / sample_pool / drops per data source -> sampler loss (ingest/sampler_loss.py)
         self.sampler_loss = SamplerLoss()
+        self._samples: dict[str, list] = {}  # exporter -> sFlow SAMPLE_DTYPE arrays until its next flush
         self.batch_max = cfg.batch_max_records
         self.batch_delay_s = cfg.batch_max_delay_ms / 1000.0
         self.dlq_bucket = _TokenBucket(cfg.dlq_max_per_s, cfg.dlq_max_per_s)
@@ -299,8 +303,6 @@ class IngestPipeline:
         batch_max = self.batch_max
         batch = self._flows.get(exporter)
         start = bounds[run[0]]  # first row not yet added to a batch
-        samples = group.samples
-        seg_lo = start  # first row whose sampler deltas are not taken yet
         quality = self.quality
         if quality is not None:  # the run's figures per receive-time window (one window but at its edges)
             window_ms = quality.window_ms
@@ -316,11 +318,8 @@ class IngestPipeline:
                     m.seq_restarts.labels(ch.label, proto).inc(restarts)
             if quality is not None:
                 if ts[j] // window_ms != q_win:
-                    seg_hi = bounds[j]
-                    sampler = self._sampler(ch.label, exporter, flows[seg_lo:seg_hi], samples[seg_lo:seg_hi])
-                    quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1], sampler=sampler)
+                    quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1])
                     q_win, q = ts[j] // window_ms, [ts[j], 0, 0, 0, 0, 0]
-                    seg_lo = seg_hi
                 q[1] += 1
                 q[2] += bounds[j + 1] - bounds[j]
                 q[3] += lost
@@ -342,9 +341,11 @@ class IngestPipeline:
                 batch = self._flows[exporter] = FlowBatch()
             batch.add_rows(flows[start:end])
             ch.n_flows += end - start
-        sampler = self._sampler(ch.label, exporter, flows[seg_lo:end], samples[seg_lo:end])
+        lo = bounds[run[0]]
+        if end > lo:
+            self._samples.setdefault(exporter, []).append(group.samples[lo:end])
         if quality is not None:
-            quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1], sampler=sampler)
+            quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1])
 
     def _handle_plain(self, res: DecodeResult, exporter: str, received_ms: int) -> None:
         """:meth:`_handle` for a decoded datagram with a header and only flow records (no problems,
@@ -369,11 +370,12 @@ class IngestPipeline:
         if self.sflow_uptime_clock is not None and proto == "sflow5":
             self.sflow_uptime_clock.apply(res, received_ms)
         n = len(res.flows)
-        sampler = self._sampler(ch.label, exporter, res.flows, res.samples) if res.samples is not None else None
+        if res.samples is not None and n:
+            self._samples.setdefault(exporter, []).append(res.samples)
         if self.quality is not None:
             export_ms = h.export_time_ms
             self.quality.observe(exporter, proto, received_ms, n, lost, 0, dups, restarts,
-                                 None if export_ms is None else float(received_ms - export_ms), sampler=sampler)
+                                 None if export_ms is None else float(received_ms - export_ms))
         if n:
             batch = self._flows.get(exporter)
             if batch is None:
@@ -452,29 +454,51 @@ class IngestPipeline:
         if len(res.counters):
             m.records.labels(label, proto, "counter").inc(len(res.counters))
             self._counters.setdefault(exporter, []).append(res.counters)
-        sampler = self._sampler(label, exporter, res.flows, res.samples) if res.samples is not None else None
+        if res.samples is not None and len(res.samples):
+            self._samples.setdefault(exporter, []).append(res.samples)
         if self.quality is not None:
             export_ms = h.export_time_ms if h is not None else None
             self.quality.observe(exporter, proto, received_ms, n, lost, missing, dups, restarts,
-                                 None if export_ms is None else float(received_ms - export_ms), sampler=sampler)
+                                 None if export_ms is None else float(received_ms - export_ms))
 
-    def _sampler(self, label: str, exporter: str, flows, samples):
-        """sFlow sampler deltas of these rows (:mod:`ingest.sampler_loss`), counted in the metrics."""
-        if samples is None or not len(samples):
-            return None
-        d = self.sampler_loss.observe(exporter, flows, samples)
+    def _sampler_loss(self, exporter: str) -> None:
+        """sFlow sampler deltas of the exporter's rows since its last flush (:mod:`ingest.sampler_loss`): one
+        columnar pass, counted in the metrics and added to the quality windows the rows were received in."""
+        parts = self._samples.pop(exporter, None)
+        if not parts:
+            return
+        if len(parts) == 1:
+            samples = parts[0]
+        else:  # as plain int64 rows: concatenating structured arrays is ~5x slower
+            w = len(SAMPLE_DTYPE.names)
+            samples = np.concatenate([np.ascontiguousarray(p).view(np.int64).reshape(-1, w) for p in parts]
+                                     ).view(SAMPLE_DTYPE).reshape(-1)
+        label = self._per_exporter(exporter, "sflow5").label
         m = self.metrics
-        if d.samples:
-            m.sampler_samples.labels(label).inc(d.samples)
-        if d.drops:
-            m.sampler_drops.labels(label).inc(d.drops)
-        if d.samples_expected:
-            m.sampler_expected.labels(label).inc(d.samples_expected)
-        return d
+        quality = self.quality
+        if quality is None:
+            segments = [(0, len(samples))]
+        else:  # rows arrive in receive-time order: one segment per quality window
+            recv = samples["received_ms"]
+            win = recv // quality.window_ms
+            cut = np.flatnonzero(win[1:] != win[:-1]) + 1
+            segments = list(zip([0, *cut.tolist()], [*cut.tolist(), len(samples)]))
+        for lo, hi in segments:
+            d = self.sampler_loss.observe(exporter, samples[lo:hi])
+            if d.samples:
+                m.sampler_samples.labels(label).inc(d.samples)
+            if d.drops:
+                m.sampler_drops.labels(label).inc(d.drops)
+            if d.samples_expected:
+                m.sampler_expected.labels(label).inc(d.samples_expected)
+            if quality is not None:
+                quality.observe_sampler(exporter, "sflow5", int(samples["received_ms"][lo]), d)
 
     # ------------------------------------------------------------------ batching
 
     def _flush_flows(self, exporter: str) -> None:
+        if exporter in self._samples:
+            self._sampler_loss(exporter)
         batch = self._flows.pop(exporter, None)
         if batch is None or not batch.records:
             return
@@ -495,6 +519,8 @@ class IngestPipeline:
         for exp, parts in list(self._counters.items()):
             self.sink.publish_counters(exp, concat_rows(parts))
         self._counters.clear()
+        for exp in list(self._samples):
+            self._sampler_loss(exp)
         self._oldest = time.monotonic()
         self._publish_quality()
         self._sync_template_metrics()

@@ -86,6 +86,10 @@ class QualityWindows:
             if acc.skew_max is None or abs(skew_ms) > abs(acc.skew_max):
                 acc.skew_max = float(skew_ms)
 
+    def observe_sampler(self, exporter: str, protocol: str, received_ms: int, sampler: SamplerDelta) -> None:
+        """sFlow sampler deltas of rows received in ``received_ms``'s window (no datagrams counted)."""
+        self.observe(exporter, protocol, received_ms, datagrams=0, sampler=sampler)
+
     def due(self, now_ms: int, force: bool = False) -> list[dict]:
         """IngestQuality records of every window that ended at or before ``now_ms`` (all with ``force``)."""
         out = []

@@ -21,9 +21,10 @@ went backwards (more than 2**31 modulo 2**32: agent restart or counter reset)
 starts the source afresh and contributes nothing. Counters wrap modulo 2**32.
 
 :class:`SamplerLoss` keeps the last counters per source (bounded) and turns
-the rows of one or more datagrams of one exporter into per-exporter deltas,
-plus the source with the worst loss ratio. Columnar inside a call (numpy per
-source, a Python step per distinct source). Pure: no I/O, no clock.
+the rows of one exporter (the ingest pipeline passes all rows since the
+exporter's last flush at once) into per-exporter deltas and per-source sums.
+Columnar inside a call (numpy per source, a Python step per distinct source).
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 
 __all__ = ["SamplerDelta", "SamplerLoss"]
 
-_MOD = 1 << 32
+_MASK = (1 << 32) - 1  # x & _MASK == x mod 2**32
 _HALF = 1 << 31
 
 
@@ -93,26 +94,25 @@ class SamplerLoss:
     def __len__(self) -> int:
         return len(self._last)
 
-    def observe(self, exporter: str, flows: np.ndarray, samples: np.ndarray) -> SamplerDelta:
-        """Deltas of ``samples`` (``SAMPLE_DTYPE``, aligned with the sFlow ``flows`` rows, in arrival order)."""
+    def observe(self, exporter: str, samples: np.ndarray) -> SamplerDelta:
+        """Deltas of ``samples`` (``SAMPLE_DTYPE`` rows of one exporter, in arrival order)."""
         out = SamplerDelta()
         n = len(samples)
         if n == 0:
             return out
-        dom = flows["observation_domain"]
-        src = flows["sampler_id"]
+        dom, src, rate_all = samples["domain"], samples["source"], samples["rate"]
         key = (dom.astype(np.int64) << 32) | (src.astype(np.int64) & 0xFFFFFFFF)
         if n == 1 or (key[0] == key).all():
-            groups = [np.arange(n)]
+            groups = [slice(0, n)]  # one source (the common case): no gather
         else:
             order = np.argsort(key, kind="stable")  # arrival order within each source
             ks = key[order]
             groups = np.split(order, np.flatnonzero(ks[1:] != ks[:-1]) + 1)
         seq_all, pool_all, drops_all = samples["seq"], samples["pool"], samples["drops"]
-        rate_all = flows["sampling_rate"]
         last = self._last
         for idx in groups:
-            d, s = int(dom[idx[0]]), int(src[idx[0]])
+            first = idx.start if type(idx) is slice else idx[0]
+            d, s = int(dom[first]), int(src[first])
             kk = (exporter, d, s)
             prev = last.get(kk)
             seq, pool, drops = seq_all[idx], pool_all[idx], drops_all[idx]
@@ -122,12 +122,12 @@ class SamplerLoss:
                 drops = np.concatenate(([prev[2]], drops))
                 rate = rate_all[idx]
             else:
-                rate = rate_all[idx[1:]]
+                rate = rate_all[idx][1:]
             if len(seq) > 1:
-                dseq = np.diff(seq) % _MOD
+                dseq = np.diff(seq) & _MASK
                 ok = dseq < _HALF  # a sequence that went back: restart, no delta for that step
-                dd = (np.diff(drops) % _MOD)[ok]
-                dp = (np.diff(pool) % _MOD)[ok]
+                dd = (np.diff(drops) & _MASK)[ok]
+                dp = (np.diff(pool) & _MASK)[ok]
                 ds = dseq[ok]
                 r = np.maximum(rate[ok], 1)
                 gs, gd, gp = int(ds.sum()), int(dd.sum()), int(dp.sum())

@@ -379,7 +379,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             be = b * rate
             if be > _I64_MAX:
                 be = _I64_MAX
-            facts.append(fact(sseq, pool, drops))
+            facts.append(fact(sseq, pool, drops, sub_agent, source, rate, t))
             append(
                 pack(
                     PROTO_SFLOW5, agent16, sub_agent, source, rate, b, 1, be, rate,

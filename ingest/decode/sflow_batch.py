@@ -588,7 +588,13 @@ def _group(w: _Walk, out: np.ndarray, datas: list[bytes], ex: list, ts: list, te
             if c is not None:
                 ctr_rows.setdefault(i, []).append(c)
 
-    samples = np.ascontiguousarray(w.facts, dtype=np.int64).view(SAMPLE_DTYPE).reshape(len(dg))
+    samples = np.empty(len(dg), dtype=SAMPLE_DTYPE)
+    if len(dg):
+        samples["seq"], samples["pool"], samples["drops"] = w.facts[:, 0], w.facts[:, 1], w.facts[:, 2]
+        samples["domain"] = np.array([h[0] if h is not None else 0 for h in heads], dtype=np.int64)[dg]
+        samples["source"] = w.source
+        samples["rate"] = w.rate
+        samples["received_ms"] = np.array(ts, dtype=np.int64)[dg]
     counts = np.bincount(dg, minlength=k)
     bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
     plain = (~bad).tolist()

@@ -27,7 +27,7 @@ def _fs(seq, pool, drops, index=1, rate=100, expanded=False):
 
 def _observe(tracker, datagram, exporter="10.254.0.1"):
     r = decode_sflow(datagram, exporter, 1000, TemplateCache())
-    return tracker.observe(exporter, r.flows, r.samples)
+    return tracker.observe(exporter, r.samples)
 
 
 def test_deltas_per_source_between_consecutive_samples():
