@@ -239,12 +239,14 @@ def with_reverse(out: np.ndarray, plan: P.Plan, body, n: int, const: bytes, ctx:
     rev["sampling_rate"] = rate
     rev["bytes_est"] = rev["bytes"] * rate
     rev["packets_est"] = rev["packets"] * rate
-    both = np.empty((n, 2), dtype=out.dtype)
-    both[:, 0] = out
-    both[:, 1] = rev
+    # interleave as raw bytes (structured-array copies go field by field: ~20x slower)
+    item = out.dtype.itemsize
+    both = np.empty((n, 2, item), dtype=np.uint8)
+    both[:, 0] = out.view(np.uint8).reshape(n, item)
+    both[:, 1] = rev.view(np.uint8).reshape(n, item)
     take = np.ones((n, 2), dtype=bool)
     take[:, 1] = keep
-    return both[take]
+    return both.reshape(2 * n, item)[take.reshape(-1)].view(out.dtype).reshape(-1)
 
 
 def _emit(t: Template, body, ctx: Ctx, export_ms: int, uptime_ms: int | None, recv_ms: int, out_parts: list) -> int:
