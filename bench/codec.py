@@ -157,7 +157,8 @@ def enrich(flows: np.ndarray, seed: int = 5) -> np.ndarray:
             cols[f"{side}_job"].append(job)
         cols["category"].append(rng.choice(CATEGORIES))
     for k, v in cols.items():
-        out[k] = np.array(v, dtype=object)
+        if v:  # label columns; other enrichment columns (e.g. duplicate) keep their zero default
+            out[k] = np.array(v, dtype=object)
     return out
 
 

@@ -87,7 +87,7 @@ _COMM_TIMES = """
     WHERE category IN ('collective', 'rocev2') AND src_job = $job AND dst_job = $job
       AND list_contains($protocols, export_protocol) GROUP BY 1 ORDER BY 1"""
 
-_ADDR_COLUMNS = ("src_addr", "dst_addr", "exporter_addr")
+_ADDR_COLUMNS = ("src_addr", "dst_addr", "exporter_addr", "next_hop", "bgp_next_hop")
 PERIOD_SPAN_MS = 15 * 60_000  # the iteration period is read from the range's last 15 minutes of raw flows
 # export_protocol codes (flow_record.avsc) of processors.detector_protocols names
 PROTOCOL_CODES = {"sflow5": 1, "netflow5": 2, "netflow9": 3, "ipfix": 4}

@@ -77,7 +77,7 @@ STREAMS: tuple[Stream, ...] = (
     Stream("shuffle", "", "shard", "internal: raw flows and counters re-partitioned to detector shards "
            "(processors/worker/shuffle.py)", topic_days=1, internal=True),
     Stream("quality", "ingest_quality", "exporter address", "data quality per exporter and window from ingest "
-           "(records lost by sequence gaps, records without a sampling rate, clock skew)", dataset="ingest_quality",
+           "(records lost by sequence gaps, records without a sampling rate, clock skew, sFlow sampler drops)", dataset="ingest_quality",
            row_schema="ingest_quality", time_column="window_start_ms"),
     Stream("summaries", "summary_hourly", "hour start (ms)", "hourly summaries", dataset="summaries_hourly",
            row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365, archive_days=365),

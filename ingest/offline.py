@@ -170,7 +170,7 @@ def summarize_pcap(path, port_map: dict[int, str] | None = None) -> DecodeSummar
 
 
 def _py(name: str, v):
-    if name in _ADDR_FIELDS:
+    if name in _ADDR_FIELDS or (isinstance(v, np.ndarray) and v.shape == (16,)):  # next hops too
         return addr_str(v)
     if isinstance(v, np.bool_):
         return bool(v)

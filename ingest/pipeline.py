@@ -24,9 +24,12 @@ import ipaddress
 import logging
 import time
 
+import numpy as np
+
 from fabricflow.logs import RateLimitedLog
 from ingest.decode import DecodeError, DecodeResult, TemplateCache, decode_into, sniff_protocol
 from ingest.decode.batch import FlowBatch, concat_rows
+from ingest.decode.result import SAMPLE_DTYPE
 from ingest.decode.sequence import SequenceTracker
 from ingest.decode.sflow_batch import decode_sflow_group, warm_up
 from ingest.decode.skew import ClockSkewTracker
@@ -35,6 +38,7 @@ from schemas import records
 
 from .metrics import IngestMetrics
 from .quality import QualityWindows
+from .sampler_loss import SamplerLoss
 
 log = logging.getLogger("fabricflow.ingest")
 
@@ -150,6 +154,9 @@ class IngestPipeline:
         # per exporter and window: loss, records without rate, skew -> ingest.quality.v1 (ingest/quality.py)
         qw = getattr(cfg, "quality_window_s", 0)
         self.quality = QualityWindows(int(qw * 1000)) if qw and qw > 0 else None
+        # sFlow flow samples' sequence / sample_pool / drops per data source -> sampler loss (ingest/sampler_loss.py)
+        self.sampler_loss = SamplerLoss()
+        self._samples: dict[str, list] = {}  # exporter -> sFlow SAMPLE_DTYPE arrays until its next flush
         self.batch_max = cfg.batch_max_records
         self.batch_delay_s = cfg.batch_max_delay_ms / 1000.0
         self.dlq_bucket = _TokenBucket(cfg.dlq_max_per_s, cfg.dlq_max_per_s)
@@ -334,6 +341,9 @@ class IngestPipeline:
                 batch = self._flows[exporter] = FlowBatch()
             batch.add_rows(flows[start:end])
             ch.n_flows += end - start
+        lo = bounds[run[0]]
+        if end > lo:
+            self._samples.setdefault(exporter, []).append(group.samples[lo:end])
         if quality is not None:
             quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1])
 
@@ -360,6 +370,8 @@ class IngestPipeline:
         if self.sflow_uptime_clock is not None and proto == "sflow5":
             self.sflow_uptime_clock.apply(res, received_ms)
         n = len(res.flows)
+        if res.samples is not None and n:
+            self._samples.setdefault(exporter, []).append(res.samples)
         if self.quality is not None:
             export_ms = h.export_time_ms
             self.quality.observe(exporter, proto, received_ms, n, lost, 0, dups, restarts,
@@ -442,14 +454,51 @@ class IngestPipeline:
         if len(res.counters):
             m.records.labels(label, proto, "counter").inc(len(res.counters))
             self._counters.setdefault(exporter, []).append(res.counters)
+        if res.samples is not None and len(res.samples):
+            self._samples.setdefault(exporter, []).append(res.samples)
         if self.quality is not None:
             export_ms = h.export_time_ms if h is not None else None
             self.quality.observe(exporter, proto, received_ms, n, lost, missing, dups, restarts,
                                  None if export_ms is None else float(received_ms - export_ms))
 
+    def _sampler_loss(self, exporter: str) -> None:
+        """sFlow sampler deltas of the exporter's rows since its last flush (:mod:`ingest.sampler_loss`): one
+        columnar pass, counted in the metrics and added to the quality windows the rows were received in."""
+        parts = self._samples.pop(exporter, None)
+        if not parts:
+            return
+        if len(parts) == 1:
+            samples = parts[0]
+        else:  # as plain int64 rows: concatenating structured arrays is ~5x slower
+            w = len(SAMPLE_DTYPE.names)
+            samples = np.concatenate([np.ascontiguousarray(p).view(np.int64).reshape(-1, w) for p in parts]
+                                     ).view(SAMPLE_DTYPE).reshape(-1)
+        label = self._per_exporter(exporter, "sflow5").label
+        m = self.metrics
+        quality = self.quality
+        if quality is None:
+            segments = [(0, len(samples))]
+        else:  # rows arrive in receive-time order: one segment per quality window
+            recv = samples["received_ms"]
+            win = recv // quality.window_ms
+            cut = np.flatnonzero(win[1:] != win[:-1]) + 1
+            segments = list(zip([0, *cut.tolist()], [*cut.tolist(), len(samples)]))
+        for lo, hi in segments:
+            d = self.sampler_loss.observe(exporter, samples[lo:hi])
+            if d.samples:
+                m.sampler_samples.labels(label).inc(d.samples)
+            if d.drops:
+                m.sampler_drops.labels(label).inc(d.drops)
+            if d.samples_expected:
+                m.sampler_expected.labels(label).inc(d.samples_expected)
+            if quality is not None:
+                quality.observe_sampler(exporter, "sflow5", int(samples["received_ms"][lo]), d)
+
     # ------------------------------------------------------------------ batching
 
     def _flush_flows(self, exporter: str) -> None:
+        if exporter in self._samples:
+            self._sampler_loss(exporter)
         batch = self._flows.pop(exporter, None)
         if batch is None or not batch.records:
             return
@@ -470,6 +519,8 @@ class IngestPipeline:
         for exp, parts in list(self._counters.items()):
             self.sink.publish_counters(exp, concat_rows(parts))
         self._counters.clear()
+        for exp in list(self._samples):
+            self._sampler_loss(exp)
         self._oldest = time.monotonic()
         self._publish_quality()
         self._sync_template_metrics()

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .sampler_loss import SamplerDelta
+
 __all__ = ["QualityWindows", "SEQUENCE_UNIT"]
 
 #: What each protocol's export sequence number counts.
@@ -35,6 +37,7 @@ class _Acc:
     skew_sum: float = 0.0
     skew_n: int = 0
     skew_max: float | None = None
+    sampler: SamplerDelta | None = None
 
 
 class QualityWindows:
@@ -51,10 +54,11 @@ class QualityWindows:
 
     def observe(self, exporter: str, protocol: str, received_ms: int, records: int = 0, lost: int = 0,
                 missing_rate: int = 0, duplicates: int = 0, restarts: int = 0, skew_ms: float | None = None,
-                datagrams: int = 1) -> None:
+                datagrams: int = 1, sampler: SamplerDelta | None = None) -> None:
         """One decoded datagram: its flow records, the sequence loss it revealed (protocol units), records
         without a sampling rate, duplicates/restarts, and its receive-minus-export time (None: no export time).
-        ``datagrams`` > 1: that many datagrams of one window without export time, their figures summed."""
+        ``datagrams`` > 1: that many datagrams of one window without export time, their figures summed.
+        ``sampler``: sFlow sampler deltas of these datagrams (:mod:`ingest.sampler_loss`)."""
         start = received_ms - received_ms % self.window_ms
         win = self._open.get(start)
         if win is None:
@@ -72,11 +76,19 @@ class QualityWindows:
         acc.missing += missing_rate
         acc.duplicates += duplicates
         acc.restarts += restarts
+        if sampler is not None:
+            if acc.sampler is None:
+                acc.sampler = SamplerDelta()
+            acc.sampler.add(sampler)
         if skew_ms is not None:
             acc.skew_sum += skew_ms
             acc.skew_n += 1
             if acc.skew_max is None or abs(skew_ms) > abs(acc.skew_max):
                 acc.skew_max = float(skew_ms)
+
+    def observe_sampler(self, exporter: str, protocol: str, received_ms: int, sampler: SamplerDelta) -> None:
+        """sFlow sampler deltas of rows received in ``received_ms``'s window (no datagrams counted)."""
+        self.observe(exporter, protocol, received_ms, datagrams=0, sampler=sampler)
 
     def due(self, now_ms: int, force: bool = False) -> list[dict]:
         """IngestQuality records of every window that ended at or before ``now_ms`` (all with ``force``)."""
@@ -101,4 +113,19 @@ class QualityWindows:
             "sequence_lost": lost, "sequence_received": received, "loss_ratio": ratio, "records_lost_est": lost_records,
             "records_without_rate": a.missing, "duplicates": a.duplicates, "restarts": a.restarts,
             "clock_skew_ms": a.skew_sum / a.skew_n if a.skew_n else None, "clock_skew_max_ms": a.skew_max,
+            **_sampler_fields(a.sampler),
         }
+
+
+def _sampler_fields(s: SamplerDelta | None) -> dict:
+    """The sFlow sampler fields of an IngestQuality record (nulls when the window had no sampler deltas)."""
+    if s is None:
+        return dict.fromkeys(("sampler_samples", "sampler_drops", "sampler_loss_ratio", "sampler_pool",
+                              "sampler_samples_expected", "sampler_worst_source", "sampler_worst_loss_ratio"))
+    worst = s.worst()
+    return {
+        "sampler_samples": s.samples, "sampler_drops": s.drops, "sampler_loss_ratio": s.loss_ratio,
+        "sampler_pool": s.pool, "sampler_samples_expected": round(s.samples_expected, 3),
+        "sampler_worst_source": worst[1] if worst else None,
+        "sampler_worst_loss_ratio": worst[2] if worst else None,
+    }

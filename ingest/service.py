@@ -44,7 +44,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 def tune_allocator(mmap_threshold: int = 16 << 20, trim_threshold: int = 64 << 20) -> bool:
     """Keep freed batch-sized buffers in the heap (glibc only; False elsewhere).
 
-    A flush allocates a few arrays of ~1 MB (4,096 rows of 208 bytes). glibc
+    A flush allocates a few arrays of ~1 MB (4,096 rows of 252 bytes). glibc
     serves allocations >= 128 kB with a fresh mmap, or trims the heap top on
     free, so each flush page-faulted ~400 times (measured ~0.4 ms, a third of
     the flush). With these thresholds the memory is reused; the resident size

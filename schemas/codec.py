@@ -259,6 +259,8 @@ def decode_batch(message: bytes, expect: str | None = None, spans: dict | None =
         if old is not None:  # fields added since that writer: their schema defaults
             for fname, default in _defaults(name).items():
                 if fname not in cols:
+                    if isinstance(default, str) and out.dtype[fname].kind != "O":  # fixed: JSON code points
+                        default = np.frombuffer(default.encode("latin-1"), dtype=np.uint8)
                     out[fname] = default
     return out
 

@@ -28,7 +28,8 @@ _PRIMITIVE = {
 }
 
 #: Derived text column name for each address field.
-ADDRESS_TEXT_NAMES = {"exporter_addr": "exporter", "src_addr": "src_ip", "dst_addr": "dst_ip"}
+ADDRESS_TEXT_NAMES = {"exporter_addr": "exporter", "src_addr": "src_ip", "dst_addr": "dst_ip", "next_hop": "next_hop_ip",
+                      "bgp_next_hop": "bgp_next_hop_ip"}
 #: Arrow type of the derived text columns.
 TEXT_ADDR_TYPE = pa.dictionary(pa.int32(), pa.string())
 ADDR_TYPE = pa.binary(16)

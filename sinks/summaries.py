@@ -267,19 +267,23 @@ class SummaryBook:
 class QualityHours:
     """Per UTC hour and exporter, the ``IngestQuality`` records (ingest.quality.v1) folded into the summary's
     quality figures: ``loss_ratio`` (per exporter and in total, ``""``), ``records_lost_est``,
-    ``records_without_rate`` (the summary's ``sampling_rate_missing``) and ``clock_skew_ms`` (mean).
+    ``records_without_rate`` (the summary's ``sampling_rate_missing``), ``clock_skew_ms`` (mean) and, for
+    sFlow exporters, ``sampler_drops`` and ``sampler_loss_ratio`` (samples the agents' samplers dropped,
+    recomputed from the summed drops and generated samples).
 
     A quality window belongs to the hour its start falls in. Loss ratios are recomputed from the sums in
     each protocol's sequence unit, so they stay exact when windows are added up.
     """
 
     def __init__(self) -> None:
-        self._hours: dict[int, dict[str, list]] = {}  # hour -> exporter -> [lost, received, lost_est, missing, skew_sum, skew_n]
+        # hour -> exporter -> [lost, received, lost_est, missing, skew_sum, skew_n, sampler samples, sampler drops
+        # (None: no sFlow sampler figures)]
+        self._hours: dict[int, dict[str, list]] = {}
 
     def add(self, rows) -> None:
         for r in rows:
             h = int(r["window_start_ms"]) // layout.HOUR_MS
-            acc = self._hours.setdefault(h, {}).setdefault(str(r["exporter"]), [0, 0, 0, 0, 0.0, 0])
+            acc = self._hours.setdefault(h, {}).setdefault(str(r["exporter"]), [0, 0, 0, 0, 0.0, 0, None, None])
             acc[0] += int(r["sequence_lost"])
             acc[1] += int(r["sequence_received"])
             acc[2] += int(r["records_lost_est"])
@@ -287,6 +291,9 @@ class QualityHours:
             if r.get("clock_skew_ms") is not None:
                 acc[4] += float(r["clock_skew_ms"]) * int(r["datagrams"])
                 acc[5] += int(r["datagrams"])
+            if r.get("sampler_samples") is not None:  # rows of writers before the sampler fields have none
+                acc[6] = (acc[6] or 0) + int(r["sampler_samples"])
+                acc[7] = (acc[7] or 0) + int(r.get("sampler_drops") or 0)
 
     def figures(self, hour: int) -> dict:
         """``{metric: {exporter: value}}`` for :meth:`HourlySummary.set_quality` (empty when nothing came)."""
@@ -295,17 +302,25 @@ class QualityHours:
             return {}
         ratio = lambda lost, got: lost / (lost + got) if lost > 0 and lost + got > 0 else 0.0  # noqa: E731
         out: dict[str, dict[str, float]] = {"loss_ratio": {}, "records_lost_est": {}, "sampling_rate_missing": {}}
-        for e, (lost, got, lost_est, missing, skew_sum, skew_n) in ex.items():
+        for e, (lost, got, lost_est, missing, skew_sum, skew_n, s_samples, s_drops) in ex.items():
             out["loss_ratio"][e] = ratio(lost, got)
             out["records_lost_est"][e] = float(lost_est)
             out["sampling_rate_missing"][e] = float(missing)
             if skew_n:
                 out.setdefault("clock_skew_ms", {})[e] = skew_sum / skew_n
+            if s_samples is not None:
+                out.setdefault("sampler_drops", {})[e] = float(s_drops)
+                out.setdefault("sampler_loss_ratio", {})[e] = ratio(s_drops, s_samples)
         totals = [sum(v[i] for v in ex.values()) for i in range(4)]
         # the total ratio mixes units (records and datagrams) only through the per-exporter ratios' weights
         out["loss_ratio"][""] = ratio(totals[0], totals[1])
         out["records_lost_est"][""] = float(totals[2])
         out["sampling_rate_missing"][""] = float(totals[3])
+        sampled = [v for v in ex.values() if v[6] is not None]
+        if sampled:
+            s_drops, s_samples = sum(v[7] for v in sampled), sum(v[6] for v in sampled)
+            out["sampler_drops"][""] = float(s_drops)
+            out["sampler_loss_ratio"][""] = ratio(s_drops, s_samples)
         return out
 
     def drop_through(self, hour: int | None) -> None:

@@ -66,6 +66,24 @@ IE_ICMP_CODE_V4 = 177
 IE_ICMP_TYPE_V6 = 178
 IE_ICMP_CODE_V6 = 179
 IE_DOT1Q_VLAN = 243
+IE_POST_VLAN = 59
+IE_DOT1Q_PRIORITY = 244
+IE_NEXT_HOP_V4 = 15
+IE_BGP_NEXT_HOP_V4 = 18
+IE_NEXT_HOP_V6 = 62
+IE_BGP_NEXT_HOP_V6 = 63
+
+# RFC 5103 bidirectional flows: a reverse information element is the forward
+# IE number under this private enterprise number (reverseOctetDeltaCount = 29305/1).
+PEN_REVERSE = 29305
+# Stands in for the PEN of fields a reverse plan must not read (never a real PEN in templates we build).
+_PEN_HIDDEN = 0xFFFFFFFF
+# Key fields whose source/destination roles swap in the reverse direction.
+_REVERSE_SWAP = {8: 12, 12: 8, 27: 28, 28: 27, 7: 11, 11: 7, 10: 14, 14: 10}
+# Non-key fields that describe one direction only: the reverse record takes them from their
+# reverse IE or leaves them absent (the forward value would be wrong for the other direction).
+_DIRECTIONAL = frozenset((1, 2, 23, 24, 85, 86, 6, 15, 62, 18, 63))
+_REVERSE_COUNTERS = (2, 24, 86, 1, 23, 85)  # packets first: which reverse count decides whether a record exists
 IE_SELECTOR_ID = 302
 IE_SAMPLING_PACKET_INTERVAL = 305
 IE_SAMPLING_PACKET_SPACE = 306
@@ -135,6 +153,8 @@ class Plan:
         "rate_fields",
         "has_sampler",
         "system_init_src",
+        "reverse",
+        "reverse_keep",
     )
 
     def __init__(self, fields, protocol: str, v5: bool = False):
@@ -242,6 +262,15 @@ class Plan:
         put_ie("tos", IE_TOS)
         put_ie("tcp_flags", IE_TCP_FLAGS, max_bytes=1)
         put_ie("vlan", IE_SRC_VLAN, IE_DOT1Q_VLAN, max_bytes=2)
+        put_ie("vlan_out", IE_POST_VLAN, max_bytes=2)
+        put_ie("vlan_priority_in", IE_DOT1Q_PRIORITY, max_bytes=1)
+        # next hops: IPv4 (IPv4-mapped) if the template has it, else IPv6
+        for col, v4, v6 in (("next_hop", IE_NEXT_HOP_V4, IE_NEXT_HOP_V6),
+                            ("bgp_next_hop", IE_BGP_NEXT_HOP_V4, IE_BGP_NEXT_HOP_V6)):
+            if v4 in offs and offs[v4][1] == 4:
+                put_v4(col, offs[v4][0])
+            elif v6 in offs and offs[v6][1] == 16:
+                put_v6(col, offs[v6][0])
         put_ie("in_if", IE_INPUT_SNMP)
         put_ie("out_if", IE_OUTPUT_SNMP)
         put_ie("direction", IE_DIRECTION, max_bytes=1)
@@ -300,6 +329,9 @@ class Plan:
         self.base = base
         self.row_step = None
         self._table = None
+        # RFC 5103 biflow: a plan over the same record bytes for the reverse direction (see reverse_plan)
+        self.reverse: Plan | None = None
+        self.reverse_keep: tuple[int, int] | None = None  # (offset, length) of the count that must be > 0
 
     def index(self, n: int) -> np.ndarray:
         """(n, ITEMSIZE) gather index for n (<= 512) consecutive records, from a cached table."""
@@ -353,6 +385,43 @@ def ntp_to_unix_ms(v: np.ndarray) -> np.ndarray:
     return sec * 1000 + ((frac * 1000) >> 32)
 
 
+def reverse_fields(fields) -> tuple[list, tuple[int, int] | None]:
+    """RFC 5103: the field list read as the reverse direction of a biflow record, and the reverse count.
+
+    Same lengths and order as ``fields`` (so a plan built from it gathers the
+    same record bytes): a reverse IE (PEN 29305) becomes its forward IE, the
+    forward field it replaces is hidden, source/destination key fields swap
+    (addresses, ports, interfaces; VLAN 58/59 when both are present), and
+    direction-specific fields without a reverse IE (counters, TCP flags, next
+    hops) are hidden. Everything else (protocol, ToS, times, sampling) is
+    shared by both directions. ``(fields, None)`` when the template carries no
+    reverse packet or octet count (not a biflow template).
+    """
+    offs, off = {}, 0
+    for ie, pen, ln in fields:
+        if pen == PEN_REVERSE and ie not in offs:
+            offs[ie] = (off, ln)
+        off += ln
+    keep = next((offs[ie] for ie in _REVERSE_COUNTERS if ie in offs and 0 < offs[ie][1] <= 8), None)
+    if keep is None:
+        return list(fields), None
+    forward = {ie for ie, pen, _ in fields if pen == 0}
+    swap = dict(_REVERSE_SWAP)
+    if IE_SRC_VLAN in forward and IE_POST_VLAN in forward:
+        swap.update({IE_SRC_VLAN: IE_POST_VLAN, IE_POST_VLAN: IE_SRC_VLAN})
+    out = []
+    for ie, pen, ln in fields:
+        if pen == PEN_REVERSE:
+            out.append((ie, 0, ln))
+        elif pen != 0:
+            out.append((ie, pen, ln))
+        elif ie in offs or ie in _DIRECTIONAL:
+            out.append((ie, _PEN_HIDDEN, ln))
+        else:
+            out.append((swap.get(ie, ie), 0, ln))
+    return out, keep
+
+
 _PLAN_CACHE: dict = {}
 _PLAN_CACHE_MAX = 4096
 
@@ -365,4 +434,9 @@ def plan_for(fields, protocol: str) -> Plan:
         if len(_PLAN_CACHE) >= _PLAN_CACHE_MAX:
             _PLAN_CACHE.clear()
         p = _PLAN_CACHE[key] = Plan(fields, protocol)
+        if protocol == "ipfix":
+            rfields, keep = reverse_fields(fields)
+            if keep is not None:
+                p.reverse = Plan(rfields, protocol)
+                p.reverse_keep = keep
     return p

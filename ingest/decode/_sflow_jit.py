@@ -33,9 +33,10 @@ FLOW_LAYOUT = {
     "ip_protocol": (120, 4), "tcp_flags": (124, 4), "tos": (128, 4), "vlan": (132, 4), "in_if": (136, 8),
     "out_if": (144, 8), "direction": (152, 4), "time_start_ms": (156, 8), "time_end_ms": (164, 8),
     "time_received_ms": (172, 8), "time_export_ms": (180, 8), "vxlan_vni": (188, 8), "roce_opcode": (196, 4),
-    "roce_dest_qp": (200, 8),
+    "roce_dest_qp": (200, 8), "vlan_out": (208, 4), "vlan_priority_in": (212, 4), "vlan_priority_out": (216, 4),
+    "next_hop": (220, 16), "bgp_next_hop": (236, 16),
 }
-FLOW_ITEMSIZE = 208
+FLOW_ITEMSIZE = 252
 
 
 def layout_matches(dtype: np.dtype) -> bool:
@@ -135,7 +136,8 @@ def walk(b, starts, ends):
     Returns (per datagram) bad, sub_agent, sequence, uptime, agent (k x 16);
     (per flow row) dg, source, rate, in_if, out_if, sw_vlan, has_raw, hlen,
     frame_bytes, hs, src (n x 16), dst (n x 16), shape ints (n x 14, see
-    :func:`_shape`, after the VXLAN merge); (per counter sample) dg, body, fmt, length.
+    :func:`_shape`, after the VXLAN merge); (per counter sample) dg, body, fmt, length; (per flow row)
+    the extended router next hop (n x 16).
     """
     k = len(starts)
     bad = np.ones(k, dtype=np.bool_)
@@ -183,7 +185,10 @@ def walk(b, starts, ends):
         cap += ns
 
     r_dg = np.empty(cap, dtype=np.int64)
-    r_cols = np.empty((cap, 9), dtype=np.int64)  # source rate in_if out_if sw_vlan has_raw hlen frame_bytes hs
+    # source rate in_if out_if sw_vlan has_raw hlen frame_bytes hs, sample seq, sample_pool, drops,
+    # extended switch source priority, destination VLAN, destination priority
+    r_cols = np.empty((cap, 15), dtype=np.int64)
+    r_nh = np.zeros((cap, 16), dtype=np.uint8)  # extended router next hop
     r_src = np.empty((cap, 16), dtype=np.uint8)
     r_dst = np.empty((cap, 16), dtype=np.uint8)
     r_sh = np.empty((cap, 14), dtype=np.int64)
@@ -214,9 +219,12 @@ def walk(b, starts, ends):
                 if slen < (44 if x3 else 32):
                     isbad = True
                     break
+                sseq = _u32(b, body)
                 if x3:
                     source = ((_u32(b, body + 4) & 0xFF) << 24) | (_u32(b, body + 8) & 0xFFFFFF)
                     rate = _u32(b, body + 12)
+                    pool = _u32(b, body + 16)
+                    drops = _u32(b, body + 20)
                     ifmt = _u32(b, body + 24)
                     w7 = _u32(b, body + 28)
                     ofmt = _u32(b, body + 32)
@@ -228,6 +236,8 @@ def walk(b, starts, ends):
                 else:
                     source = _u32(b, body + 4)
                     rate = _u32(b, body + 8)
+                    pool = _u32(b, body + 12)
+                    drops = _u32(b, body + 16)
                     in_if = _u32(b, body + 20)
                     out_if = _u32(b, body + 24)
                     nrec = _u32(b, body + 28)
@@ -239,6 +249,11 @@ def walk(b, starts, ends):
                 raw_pos = -1
                 raw_len = 0
                 swv = 0
+                sw1 = 0
+                sw2 = 0
+                sw3 = 0
+                for q in range(16):
+                    r_nh[nrow, q] = 0
                 rp = p0
                 for _r in range(nrec):
                     rfmt = _u32(b, rp)
@@ -258,6 +273,21 @@ def walk(b, starts, ends):
                         raw_len = rlen
                     elif is_sw:
                         swv = _u32(b, rb)
+                        sw1 = _u32(b, rb + 4) & 7
+                        sw2 = _u32(b, rb + 8) & 0xFFF
+                        sw3 = _u32(b, rb + 12) & 7
+                    elif rlen >= 8:  # extended router: the next hop (IPv4 or, with room for it, IPv6)
+                        at = _u32(b, rb)
+                        if at == 1:
+                            for q in range(10):
+                                r_nh[nrow, q] = 0
+                            r_nh[nrow, 10] = 0xFF
+                            r_nh[nrow, 11] = 0xFF
+                            for q in range(4):
+                                r_nh[nrow, 12 + q] = b[rb + 4 + q]
+                        elif at == 2 and rlen >= 20:
+                            for q in range(16):
+                                r_nh[nrow, q] = b[rb + 4 + q]
                     rp = rb + ((rlen + 3) & ~3)
                 if isbad:
                     break
@@ -283,6 +313,12 @@ def walk(b, starts, ends):
                 c[6] = hlen
                 c[7] = fb
                 c[8] = raw_pos + 16
+                c[9] = sseq
+                c[10] = pool
+                c[11] = drops
+                c[12] = sw1
+                c[13] = sw2
+                c[14] = sw3
                 sh = r_sh[nrow]
                 if raw_pos >= 0:
                     hs = raw_pos + 16
@@ -318,7 +354,7 @@ def walk(b, starts, ends):
             nrow = row0
             nctr = ctr0
     return (bad, sub, dseq, upt, agent, r_dg[:nrow], r_cols[:nrow], r_src[:nrow], r_dst[:nrow], r_sh[:nrow],
-            c_cols[:nctr])
+            c_cols[:nctr], r_nh[:nrow])
 
 
 @njit(cache=True, inline="always")
@@ -331,8 +367,8 @@ _I64_MAX = np.uint64(0x7FFFFFFFFFFFFFFF)
 
 
 @njit(cache=True)
-def fill(out, dg, cols, src, dst, shp, ts, agent, sub, proto_code):
-    """Write the flow rows as ``FLOW_DTYPE`` bytes (packed little-endian, ``out`` is n x 208 uint8).
+def fill(out, dg, cols, src, dst, shp, ts, agent, sub, proto_code, nh):
+    """Write the flow rows as ``FLOW_DTYPE`` bytes (packed little-endian, ``out`` is n x 252 uint8).
 
     Rows whose header is not of a common shape get the values of a header with
     no IP layer; the caller overwrites them with the per-sample walker's.
@@ -380,3 +416,9 @@ def fill(out, dg, cols, src, dst, shp, ts, agent, sub, proto_code):
         _put(row, 188, sh[11] if ok else -1, 8)
         _put(row, 196, sh[12] if ok else -1, 4)
         _put(row, 200, sh[13] if ok else -1, 8)
+        _put(row, 208, c[13], 4)
+        _put(row, 212, c[12], 4)
+        _put(row, 216, c[14], 4)
+        for q in range(16):
+            row[220 + q] = nh[r, q]
+            row[236 + q] = 0

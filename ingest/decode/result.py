@@ -11,6 +11,12 @@ from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE
 
 EMPTY_FLOWS = np.zeros(0, dtype=FLOW_DTYPE)
 EMPTY_COUNTERS = np.zeros(0, dtype=COUNTER_DTYPE)
+#: sFlow flow sample facts, one row per flow row: the sample sequence number, sample_pool and drops
+#: (32-bit counters per data source, as on the wire; see ingest/sampler_loss.py), and the row's
+#: sub-agent, source id, sampling rate and receive time (as in the flow row).
+SAMPLE_DTYPE = np.dtype([("seq", "<i8"), ("pool", "<i8"), ("drops", "<i8"), ("domain", "<i8"), ("source", "<i8"),
+                         ("rate", "<i8"), ("received_ms", "<i8")])
+EMPTY_SAMPLES = np.zeros(0, dtype=SAMPLE_DTYPE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +50,5 @@ class DecodeResult:
     problems: Counter = field(default_factory=Counter)
     templates_learned: int = 0
     templates_withdrawn: int = 0
+    # sFlow: SAMPLE_DTYPE rows aligned with ``flows`` (None for the other protocols)
+    samples: np.ndarray | None = None

@@ -3,8 +3,9 @@
 One flow row per flow sample (formats 1 and 3) and one counter row per counter
 sample (formats 2 and 4) that carries a generic interface counters record.
 Flow records decoded: raw packet header (1), sampled IPv4 (3), sampled IPv6
-(4), extended switch (1001, the input VLAN); extended router (1002) is
-skipped. Unknown sample and record types (any non-zero enterprise included)
+(4), extended switch (1001: input and output VLAN and priority), extended
+router (1002: the IP next hop; a record too short for its address or with an
+unknown address type leaves it ::). Unknown sample and record types (any non-zero enterprise included)
 are skipped by their length and counted in ``problems``.
 
 Fast path (the output is identical to the per-sample walker of
@@ -58,7 +59,7 @@ from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5
 
 from .errors import DecodeError
 from .packet import NON_IP, parse_ethernet, parse_ipv4, parse_ipv6
-from .result import EMPTY_COUNTERS, EMPTY_FLOWS, DecodeResult, ExportHeader
+from .result import EMPTY_COUNTERS, EMPTY_FLOWS, EMPTY_SAMPLES, SAMPLE_DTYPE, DecodeResult, ExportHeader
 from .templates import TemplateCache
 
 __all__ = ["decode_sflow", "SAMPLE_FLOW", "SAMPLE_COUNTER", "SAMPLE_FLOW_EXPANDED", "SAMPLE_COUNTER_EXPANDED"]
@@ -71,6 +72,7 @@ SAMPLE_COUNTER_EXPANDED = 4
 
 _V4_PREFIX = b"\x00" * 10 + b"\xff\xff"
 _ZERO16 = b"\x00" * 16
+_SW_NONE = (0, 0, 0)
 
 _II = Struct(">II").unpack_from
 _HDR = Struct(">IIII").unpack_from  # sub-agent, sequence, uptime, samples
@@ -195,6 +197,7 @@ def _row_struct(dt: np.dtype) -> Struct:
 
 
 _ROW = _row_struct(FLOW_DTYPE)
+_FACT = _row_struct(SAMPLE_DTYPE).pack
 _CROW = _row_struct(COUNTER_DTYPE)
 _ETH_ZERO = (0,) * 13
 
@@ -259,6 +262,8 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
     fast = _fast_eth if fast_headers else _no_fast
     II = _II
     counters: list = []
+    facts: list = []  # (sample sequence, sample_pool, drops) per flow row, as SAMPLE_DTYPE bytes
+    fact = _FACT
     missing_rate = 0
     fallback_rate = 0
     t = received_at_ms
@@ -266,7 +271,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
     for _ in range(nsamples):
         if off + 40 <= n:
             # sample header and (if it is one) the whole flow sample header in one call
-            sfmt, slen, _sseq, source, rate, _pool, _drops, in_if, out_if, nrec = _SFS(data, off)
+            sfmt, slen, sseq, source, rate, pool, drops, in_if, out_if, nrec = _SFS(data, off)
         else:
             if off + 8 > n:
                 raise DecodeError(P, "truncated", off, "sample header")
@@ -285,7 +290,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             else:
                 if slen < 44:
                     raise DecodeError(P, "bad_length", off, "expanded flow sample")
-                _sseq, stype, sidx, rate, _pool, _drops, ifmt, ival, ofmt, oval, nrec = _FSX(data, off)
+                sseq, stype, sidx, rate, pool, drops, ifmt, ival, ofmt, oval, nrec = _FSX(data, off)
                 source = ((stype & 0xFF) << 24) | (sidx & 0xFFFFFF)
                 in_if = ival if ifmt == 0 else ((ifmt & 3) << 30) | (ival & 0x3FFFFFFF)
                 out_if = oval if ofmt == 0 else ((ofmt & 3) << 30) | (oval & 0x3FFFFFFF)
@@ -302,6 +307,8 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             parsed = None
             sampled = None
             sw_vlan = 0
+            sw_rest = _SW_NONE  # extended switch: source priority, destination VLAN, destination priority
+            next_hop = _ZERO16
             frame_bytes = 0
             for _r in range(nrec):
                 if p + 24 <= end:
@@ -337,6 +344,14 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
                     if rlen < 16:
                         raise DecodeError(P, "bad_length", p, "extended switch record")
                     sw_vlan = hproto  # first word of the record body: source VLAN
+                    sw_rest = (flen & 7, stripped & 0xFFF, hlen & 7)
+                elif rfmt == 1002:
+                    if rlen >= 8:
+                        atype = _I(data, p)[0]
+                        if atype == 1:
+                            next_hop = _V4_PREFIX + data[p + 4 : p + 8]
+                        elif atype == 2 and rlen >= 20:
+                            next_hop = data[p + 4 : p + 20]
                 elif rfmt == 3:
                     if rlen < 32:
                         raise DecodeError(P, "bad_length", p, "sampled IPv4 record")
@@ -353,7 +368,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
                         sp, dp = 0, ((sp & 0xFF) << 8) | (dp & 0xFF)
                     sampled = (6, s6, d6, sp & 0xFFFF, dp & 0xFFFF, pr & 0xFF, fl & 0xFF, pri & 0xFF, 0, ln,
                                -1, -1, -1)
-                elif rfmt != 1002:
+                else:
                     problems["unknown_record_type"] += 1
                 p += (rlen + 3) & ~3
             if parsed is None or (parsed[0] == 0 and sampled is not None):
@@ -364,11 +379,13 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             be = b * rate
             if be > _I64_MAX:
                 be = _I64_MAX
+            facts.append(fact(sseq, pool, drops, sub_agent, source, rate, t))
             append(
                 pack(
                     PROTO_SFLOW5, agent16, sub_agent, source, rate, b, 1, be, rate,
                     ipv, sa, da, sp, dp, pr, fl, tos, sw_vlan & 0xFFF if sw_vlan else hvlan,
                     in_if, out_if, 0, t, t, t, t, vni, rop, rqp,
+                    sw_rest[1], sw_rest[0], sw_rest[2], next_hop, _ZERO16,
                 )
             )
         elif sfmt == 2 or sfmt == 4:
@@ -381,14 +398,16 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
 
     header = ExportHeader(P, _agent_str(agent16), sub_agent, dseq, 1, None, uptime)
     flows = EMPTY_FLOWS
+    samples = EMPTY_SAMPLES
     if rows:
+        samples = np.frombuffer(b"".join(facts), dtype=SAMPLE_DTYPE)
         if missing_rate:
             problems["sampling_rate_missing"] += missing_rate
         flows = np.frombuffer(bytearray(b"".join(rows)), dtype=FLOW_DTYPE)
     ctr = EMPTY_COUNTERS
     if counters:
         ctr = _counter_array(counters, agent16, sub_agent, received_at_ms, uptime)
-    return DecodeResult(flows=flows, counters=ctr, header=header, problems=problems)
+    return DecodeResult(flows=flows, counters=ctr, header=header, problems=problems, samples=samples)
 
 
 def _counter_sample(data: bytes, off: int, end: int, sfmt: int, slen: int, problems: Counter):

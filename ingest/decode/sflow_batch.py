@@ -41,7 +41,7 @@ from schemas.columns import FLOW_DTYPE, PROTO_SFLOW5
 
 from .errors import DecodeError
 from .packet import parse_ethernet
-from .result import EMPTY_COUNTERS, EMPTY_FLOWS, DecodeResult, ExportHeader
+from .result import EMPTY_COUNTERS, EMPTY_FLOWS, EMPTY_SAMPLES, SAMPLE_DTYPE, DecodeResult, ExportHeader
 from .sflow import (
     _HDR,
     _II,
@@ -178,7 +178,8 @@ def warm_up() -> None:
 class _Walk:
     """What a structural walk found: per datagram, per flow row (plain datagrams only), per counter sample."""
 
-    __slots__ = ("heads", "agents", "bad", "starts", "dg", "source", "rate", "in_if", "out_if", "sw_vlan",
+    __slots__ = ("heads", "agents", "bad", "starts", "dg", "source", "rate", "in_if", "out_if", "sw_vlan", "facts",
+                 "sw_rest", "next_hop",
                  "has_raw", "hlen", "frame_bytes", "hs", "ok", "sh", "ctr", "jit")
 
 
@@ -191,7 +192,7 @@ def _walk_jit(datas: list[bytes]) -> _Walk:
     datas.append(_PADDING)
     u8 = np.frombuffer(b"".join(datas), dtype=np.uint8)
     del datas[-1]
-    bad, sub, dseq, upt, agent, dg, cols, src, dst, shp, ctr = _sflow_jit.walk(u8, starts, ends)
+    bad, sub, dseq, upt, agent, dg, cols, src, dst, shp, ctr, nh = _sflow_jit.walk(u8, starts, ends)
     w = _Walk()
     w.heads = list(zip(sub.tolist(), dseq.tolist(), upt.tolist()))
     ab = agent.tobytes()
@@ -199,12 +200,13 @@ def _walk_jit(datas: list[bytes]) -> _Walk:
     w.bad, w.starts, w.dg = bad, starts, dg
     w.source, w.rate, w.in_if, w.out_if, w.sw_vlan = cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], cols[:, 4]
     w.has_raw, w.hlen, w.frame_bytes, w.hs = cols[:, 5] != 0, cols[:, 6], cols[:, 7], cols[:, 8]
+    w.facts = cols[:, 9:12]
     w.ok = shp[:, 0] != 0
     w.sh = {"src": src, "dst": dst, "ipv": shp[:, 2], "sp": shp[:, 3], "dp": shp[:, 4], "proto": shp[:, 5],
             "flags": shp[:, 6], "tos": shp[:, 7], "vlan": shp[:, 8], "total": shp[:, 9], "vni": shp[:, 11],
             "rop": shp[:, 12], "rqp": shp[:, 13]}
     w.ctr = (ctr[:, 0], ctr[:, 1], ctr[:, 2], ctr[:, 3])
-    w.jit = (cols, src, dst, shp, agent, sub)
+    w.jit = (cols, src, dst, shp, agent, sub, nh)
     return w
 
 
@@ -300,6 +302,7 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
     W = _u32(win, f_body, 11)
     source = np.where(x3, ((W[:, 1] & 0xFF) << 24) | (W[:, 2] & 0xFFFFFF), W[:, 1])
     rate = np.where(x3, W[:, 3], W[:, 2])
+    facts = np.stack([W[:, 0], np.where(x3, W[:, 4], W[:, 3]), np.where(x3, W[:, 5], W[:, 4])], axis=1)
     ifmt, ofmt = W[:, 6], W[:, 8]
     in_x = np.where(ifmt == 0, W[:, 7], ((ifmt & 3) << 30) | (W[:, 7] & 0x3FFFFFFF))
     out_x = np.where(ofmt == 0, W[:, 9], ((ofmt & 3) << 30) | (W[:, 9] & 0x3FFFFFFF))
@@ -315,6 +318,8 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
     raw_pos = np.full(m, -1, dtype=np.int64)
     raw_len = np.zeros(m, dtype=np.int64)
     sw_vlan = np.zeros(m, dtype=np.int64)
+    sw_rest = np.zeros((m, 3), dtype=np.int64)  # extended switch: source priority, destination VLAN and priority
+    next_hop = np.zeros((m, 16), dtype=np.uint8)  # extended router
     r_idx = np.flatnonzero((nrec > 0) & ~bad[f_dg])
     rp = p0[r_idx]
     r = 0
@@ -335,7 +340,18 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
         raw_pos[r_idx[sel]] = body[sel]
         raw_len[r_idx[sel]] = rlen[sel]
         sel = ok & is_sw
-        sw_vlan[r_idx[sel]] = _u32(win, body[sel])
+        SW = _u32(win, body[sel], 4)
+        sw_vlan[r_idx[sel]] = SW[:, 0]
+        sw_rest[r_idx[sel]] = SW[:, 1:] & np.array([7, 0xFFF, 7])
+        sel = ok & (rfmt == 1002) & (rlen >= 8)
+        if sel.any():
+            at, bs, rl = _u32(win, body[sel]), body[sel], rlen[sel]
+            v4 = at == 1
+            rows = r_idx[sel][v4]
+            next_hop[rows, :12] = np.frombuffer(_V4_PREFIX, dtype=np.uint8)
+            next_hop[rows, 12:] = win[bs[v4] + 4, :4]
+            v6 = (at == 2) & (rl >= 20)
+            next_hop[r_idx[sel][v6]] = win[bs[v6] + 4, :16]
         rp = body + ((rlen + 3) & ~3)
         r += 1
         keep = ok & (nrec[r_idx] > r)
@@ -354,6 +370,7 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
     g = g[np.argsort(f_dg[g] * _MAX_J + f_j[g], kind="stable")]
     dg = f_dg[g]
     source, rate, in_if, out_if, sw_vlan = source[g], rate[g], in_if[g], out_if[g], sw_vlan[g]
+    facts, sw_rest, next_hop = facts[g], sw_rest[g], next_hop[g]
     has_raw, hlen, frame_bytes = has_raw[g], hlen[g], frame_bytes[g]
     hs = raw_pos[g] + 16
     n_rows = len(g)
@@ -379,6 +396,7 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
     w = _Walk()
     w.heads, w.agents, w.bad, w.starts, w.dg = heads, agents, bad, starts, dg
     w.source, w.rate, w.in_if, w.out_if, w.sw_vlan = source, rate, in_if, out_if, sw_vlan
+    w.facts, w.sw_rest, w.next_hop = facts, sw_rest, next_hop
     w.has_raw, w.hlen, w.frame_bytes, w.hs, w.ok, w.sh = has_raw, hlen, frame_bytes, hs, ok, sh
     w.ctr = (s_dg[cs], s_body[cs], s_fmt[cs], s_len[cs])
     w.jit = None
@@ -387,10 +405,10 @@ def _walk_numpy(datas: list[bytes]) -> _Walk:
 
 def _rows_jit(w: _Walk, datas: list[bytes], ts: list) -> np.ndarray:
     """The flow rows written by the compiled :func:`~ingest.decode._sflow_jit.fill`, then the walker's rows."""
-    cols, src, dst, shp, agent, sub = w.jit
+    cols, src, dst, shp, agent, sub, nh = w.jit
     n_rows = len(w.dg)
     raw = np.empty((n_rows, FLOW_DTYPE.itemsize), dtype=np.uint8)
-    _sflow_jit.fill(raw, w.dg, cols, src, dst, shp, np.array(ts, dtype=np.int64), agent, sub, PROTO_SFLOW5)
+    _sflow_jit.fill(raw, w.dg, cols, src, dst, shp, np.array(ts, dtype=np.int64), agent, sub, PROTO_SFLOW5, nh)
     out = raw.view(FLOW_DTYPE).reshape(n_rows)
     walk = np.flatnonzero(w.has_raw & ~w.ok)
     if walk.size:
@@ -484,6 +502,11 @@ def _rows_numpy(w: _Walk, datas: list[bytes], ts: list) -> np.ndarray:
     out["src_addr"] = src
     out["dst_addr"] = dst
     out["vlan"] = np.where(sw_vlan != 0, sw_vlan & 0xFFF, hv)
+    out["vlan_out"] = w.sw_rest[:, 1]
+    out["vlan_priority_in"] = w.sw_rest[:, 0]
+    out["vlan_priority_out"] = w.sw_rest[:, 2]
+    out["next_hop"] = w.next_hop
+    out["bgp_next_hop"] = 0
     out["in_if"] = in_if
     out["out_if"] = out_if
     out["direction"] = 0
@@ -504,7 +527,7 @@ class SflowGroup:
     :class:`DecodeResult` or :class:`DecodeError` is ``others[i]``.
     """
 
-    __slots__ = ("flows", "bounds", "plain", "others", "heads", "agents")
+    __slots__ = ("flows", "samples", "bounds", "plain", "others", "heads", "agents")
 
     def header(self, i: int) -> ExportHeader:
         sub_agent, dseq, uptime = self.heads[i]
@@ -516,7 +539,7 @@ class SflowGroup:
             return self.others[i]
         lo, hi = self.bounds[i], self.bounds[i + 1]
         return DecodeResult(self.flows[lo:hi] if hi > lo else EMPTY_FLOWS, EMPTY_COUNTERS, self.header(i),
-                            Counter.__new__(Counter))
+                            Counter.__new__(Counter), samples=self.samples[lo:hi])
 
 
 def decode_sflow_group(
@@ -532,6 +555,7 @@ def decode_sflow_group(
     if k == 0:
         g = SflowGroup()
         g.flows, g.bounds, g.plain, g.others, g.heads, g.agents = EMPTY_FLOWS, [0], [], {}, [], []
+        g.samples = EMPTY_SAMPLES
         return g
     if jit is None:
         jit = JIT_AVAILABLE
@@ -564,6 +588,13 @@ def _group(w: _Walk, out: np.ndarray, datas: list[bytes], ex: list, ts: list, te
             if c is not None:
                 ctr_rows.setdefault(i, []).append(c)
 
+    samples = np.empty(len(dg), dtype=SAMPLE_DTYPE)
+    if len(dg):
+        samples["seq"], samples["pool"], samples["drops"] = w.facts[:, 0], w.facts[:, 1], w.facts[:, 2]
+        samples["domain"] = np.array([h[0] if h is not None else 0 for h in heads], dtype=np.int64)[dg]
+        samples["source"] = w.source
+        samples["rate"] = w.rate
+        samples["received_ms"] = np.array(ts, dtype=np.int64)[dg]
     counts = np.bincount(dg, minlength=k)
     bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
     plain = (~bad).tolist()
@@ -586,7 +617,9 @@ def _group(w: _Walk, out: np.ndarray, datas: list[bytes], ex: list, ts: list, te
                 _counter_array(crows, a16, sub_agent, ts[i], uptime) if crows else EMPTY_COUNTERS,
                 ExportHeader(P, _agent_str(a16), sub_agent, dseq, 1, None, uptime),
                 pr,
+                samples=samples[lo:hi],
             )
     g = SflowGroup()
     g.flows, g.bounds, g.plain, g.others, g.heads, g.agents = out, bounds, plain, others, heads, agents
+    g.samples = samples
     return g

@@ -32,6 +32,7 @@ GOLDEN = {
     "softflowd_v5": _payloads(CAPTURES / "softflowd_v5" / "softflowd_v5.pcap"),
     "pmacct_nfprobe_v9": _payloads(CAPTURES / "pmacct_nfprobe_v9" / "pmacct_nfprobe_v9.pcap")[:6],
     "pmacct_nfprobe_ipfix": _payloads(CAPTURES / "pmacct_nfprobe_ipfix" / "pmacct_nfprobe_ipfix.pcap")[:6],
+    "softflowd_ipfix_biflow": _payloads(CAPTURES / "softflowd_ipfix_biflow" / "softflowd_ipfix_biflow.pcap"),
 }
 ALL = [d for v in GOLDEN.values() for d in v]
 # hand-built ones with variable-length and enterprise fields, options and withdrawals

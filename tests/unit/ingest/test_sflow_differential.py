@@ -18,6 +18,7 @@ import random
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -60,6 +61,9 @@ def _assert_same(got, ref):
     assert got.counters.tobytes() == ref.counters.tobytes()
     assert got.header == ref.header
     assert dict(got.problems) == dict(ref.problems)
+    # the flow samples' sequence, sample_pool and drops (sampler loss), one row per flow row
+    assert got.samples is not None and ref.samples is not None and len(got.samples) == len(got.flows)
+    assert got.samples.tobytes() == ref.samples.tobytes()
     assert (got.templates_learned, got.templates_withdrawn) == (ref.templates_learned, ref.templates_withdrawn)
 
 
@@ -89,6 +93,8 @@ def test_pmacct_captures_identical(path):
     dgrams = _pcap(path)
     refs = _check_all(dgrams)
     assert sum(len(r.flows) for r in refs) > 0
+    facts = np.concatenate([r.samples for r in refs if not isinstance(r, DecodeError)])
+    assert (facts["pool"] > 0).all() and (facts["seq"] > 0).all()  # the sample headers' facts are read
 
 
 def test_fabric_capture_exercises_fast_path_and_walker(monkeypatch):

@@ -43,7 +43,8 @@ def test_every_avro_field_maps(name):
         assert got.nullable == isinstance(f["type"], list)  # only [null, T] unions are nullable
     extra = schema.names[len(avsc["fields"]):]
     addr = [f["name"] for f in avsc["fields"] if schema.field(f["name"]).type == pa.binary(16)]
-    names = {"exporter_addr": "exporter", "src_addr": "src_ip", "dst_addr": "dst_ip"}
+    names = {"exporter_addr": "exporter", "src_addr": "src_ip", "dst_addr": "dst_ip", "next_hop": "next_hop_ip",
+             "bgp_next_hop": "bgp_next_hop_ip"}
     assert extra == [names[a] for a in addr]
 
 
