@@ -8,6 +8,7 @@ rebalance cannot cancel half-way (docs/operations.md, "Detector state and recove
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -77,6 +78,14 @@ class App(faust.App):
 
     def _new_transport(self):
         return _FetchWaitTransport(self.conf.broker_consumer, self)
+
+
+def _freeze_startup_objects() -> None:
+    """Move the objects alive after start-up (modules, Faust's services, the inventory) out of the cyclic
+    garbage collector's reach: every full collection walked them again (~3 % of a busy worker's CPU, py-spy),
+    triggered by the allocations of output records and snapshots. Garbage made later is collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 def make_app(proc: Processors) -> App:
@@ -154,8 +163,14 @@ def make_app(proc: Processors) -> App:
         if detect_stream is not None:  # idle partitions: snapshot (and ack) what is older than snapshot_interval_s
             await checkpoint.ack(detect_stream, checkpoint.commit_due(proc.shards, time.monotonic()))
 
+    frozen = False
+
     @app.on_partitions_assigned.connect
     async def assigned(_app, assigned, **kw):
+        nonlocal frozen
+        if not frozen:  # once, after start-up: the collector stops walking Faust's and the modules' objects
+            frozen = True
+            _freeze_startup_objects()
         proc.shards.assigned = {tp.partition for tp in app.consumer.assignment() if tp.topic == t.shuffle}
 
     @app.on_partitions_revoked.connect
