@@ -42,6 +42,8 @@ Pure logic: no clock, no Kafka.
 
 from __future__ import annotations
 
+from statistics import median
+
 import math
 from collections.abc import Callable
 from typing import Literal
@@ -81,12 +83,6 @@ class CongestionConfig:
     resolve_windows: int = Field(3, ge=1, description="Quiet windows before the alert resolves")
     max_nodes: int = Field(3, ge=0, description="Receiving nodes named in the alert (highest share first)")
     severity: Literal["info", "warning", "critical"] = Field("warning", description="Alert severity")
-
-
-def _median(v: list[float]) -> float:
-    s = sorted(v)
-    m = len(s) // 2
-    return float(s[m]) if len(s) % 2 else (s[m - 1] + s[m]) / 2.0
 
 
 
@@ -151,7 +147,7 @@ class CongestionDetector:
         if len(st["shares"]) < cfg.min_baseline:
             st["shares"] = (st["shares"] + [share])[-cfg.baseline_windows:]
             return
-        base = _median(st["shares"])
+        base = float(median(st["shares"]))
         limit = max(cfg.ratio * base, base + (cfg.min_increase if signal == "ecn_ce" else cfg.cnp_min_increase))
         if not (share >= limit and low > base):
             st["elevated"] = 0

@@ -38,6 +38,8 @@ Pure logic: no clock, no Kafka.
 
 from __future__ import annotations
 
+from statistics import median
+
 import math
 from collections.abc import Callable
 from typing import Literal
@@ -69,12 +71,6 @@ class ConnStormConfig:
     rebaseline_windows: int = Field(60, ge=1, description="Storm windows in a row after which the baseline restarts (the new level is normal)")
     resolve_windows: int = Field(3, ge=1, description="Quiet windows before the alert resolves")
     severity: Literal["info", "warning", "critical"] = Field("warning", description="Alert severity")
-
-
-def _median(v: list[float]) -> float:
-    s = sorted(v)
-    m = len(s) // 2
-    return float(s[m]) if len(s) % 2 else (s[m - 1] + s[m]) / 2.0
 
 
 # signal -> (cell column, node column: the node it is attributed to)
@@ -137,7 +133,7 @@ class ConnStormDetector:
             return
         judged = {}
         for s in _SIGNALS:
-            base = _median(st[s])
+            base = float(median(st[s]))
             k = est[s] / per_sample if per_sample > 0 else 0.0  # sampled packets behind the estimate
             limit = max(cfg.ratio * base, base + cfg.min_rate_per_s)
             low = rates[s] * max(0.0, (k - cfg.z * math.sqrt(k)) / k) if k > 0 else 0.0

@@ -32,6 +32,8 @@ Pure logic: no clock, no Kafka.
 
 from __future__ import annotations
 
+from statistics import median
+
 import math
 from typing import Literal
 
@@ -63,12 +65,6 @@ class LbSkewConfig:
     resolve_windows: int = Field(3, ge=1, description="Quiet windows before the alert resolves")
     max_sources: int = Field(3, ge=0, description="Frontend sources named in the alert's evidence")
     severity: Literal["info", "warning", "critical"] = Field("warning", description="Alert severity")
-
-
-def _median(v: list[float]) -> float:
-    s = sorted(v)
-    m = len(s) // 2
-    return float(s[m]) if len(s) % 2 else (s[m - 1] + s[m]) / 2.0
 
 
 class LbSkewDetector:
@@ -137,7 +133,7 @@ class LbSkewDetector:
             st["shares"] = (st["shares"] + [share])[-cfg.smoothing_windows:]
             skewed = share >= limit and low > even
             st["evidence"] = st["evidence"] + 1 if skewed else 0
-            if st["evidence"] < cfg.persist_windows or _median(st["shares"]) < limit:
+            if st["evidence"] < cfg.persist_windows or float(median(st["shares"])) < limit:
                 continue
             fr = active.get(r, {})
             top = sorted(fr.items(), key=lambda kv: (-kv[1][0], kv[0]))[: cfg.max_sources]

@@ -36,6 +36,8 @@ Pure logic: no clock, no Kafka.
 
 from __future__ import annotations
 
+from statistics import median
+
 from collections.abc import Callable
 from typing import Literal
 
@@ -67,12 +69,6 @@ class StorageBoundConfig:
     max_link_util: float = Field(0.5, gt=0, le=1, description="Every port that carried the I/O must be below this utilisation (headroom)")
     resolve_windows: int = Field(3, ge=1, description="Quiet windows before the alert resolves")
     severity: Literal["info", "warning", "critical"] = Field("warning", description="Alert severity")
-
-
-def _median(v: list[float]) -> float:
-    s = sorted(v)
-    m = len(s) // 2
-    return float(s[m]) if len(s) % 2 else (s[m - 1] + s[m]) / 2.0
 
 
 def _bps(v: float) -> str:
@@ -131,7 +127,7 @@ class StorageBoundDetector:
         size_s = self.window_ms / 1000
         # dataset reads
         reads, why = e["reads"], []
-        base = _median(st["reads"]) if len(st["reads"]) >= cfg.min_baseline else None
+        base = float(median(st["reads"])) if len(st["reads"]) >= cfg.min_baseline else None
         low = base is not None and 0 < reads < cfg.drop_ratio * base
         if low:
             st["low"] += 1
@@ -145,7 +141,7 @@ class StorageBoundDetector:
             why.append(("dataset reads", reads, base, st["low"]))
         # checkpoint writes
         writes = e["writes"]
-        peak = _median(st["bursts"]) if st["bursts"] else None
+        peak = float(median(st["bursts"])) if st["bursts"] else None
         if writes >= cfg.burst_min_bytes:
             st["burst"].append(writes)
             first = st["burst"][: cfg.persist_windows]
