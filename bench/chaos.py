@@ -61,6 +61,47 @@ from bench.common import Sender, netflow_stream  # noqa: E402
 from devtools.runner import LocalPipeline, PipelinePorts  # noqa: E402
 
 SCENARIOS = ("ingest-kill", "processors-kill", "broker-restart", "s3-stop", "archive-kill")
+BASELINE = "none"  # the same run without a fault: the CPU budget and the uninterrupted outputs
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+TOO_LATE_MAIN = 'fabricflow_processors_too_late_records{window="main"}'
+TOO_LATE_INCAST = 'fabricflow_processors_too_late_records{window="incast"}'
+CLOCK = 1_719_835_200  # export time (unix s) of the first datagram: flow times move one second per second of load
+END_SPREAD_MS = 10_000  # flows end up to 10 s before their export (inside processors.allowed_lateness_s, 30 s)
+HOSTS = 512  # the sender's host pool (bench.common._Hosts); write_inventory names every one of them
+
+
+def _proc_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of one process (all its threads); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            cols = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(cols[11]) + int(cols[12])) / CLK_TCK
+
+
+class CpuMeter:
+    """CPU seconds per service, summed over the processes it had (a killed and restarted service has two)."""
+
+    def __init__(self, pids: dict):
+        self.pids = pids  # service -> callable returning its current pid (or None)
+        self.total: dict[str, float] = {}
+        self._last: dict[int, float] = {}
+
+    def sample(self) -> dict[str, float]:
+        for name, get in self.pids.items():
+            try:
+                pid = get()
+            except Exception:  # the service is between a kill and its restart
+                pid = None
+            if pid is None:
+                continue
+            c = _proc_cpu(pid)
+            if c is None:
+                continue
+            self.total[name] = self.total.get(name, 0.0) + c - self._last.get(pid, 0.0)
+            self._last[pid] = c
+        return dict(self.total)
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -77,6 +118,8 @@ def scrape(port: int) -> dict[str, float]:
         m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
         if m:
             out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+            if m.group(2):
+                out[m.group(1) + m.group(2)] = float(m.group(3))
     return out
 
 
@@ -94,11 +137,14 @@ class Timeline(threading.Thread):
     KEYS = {"ingest": ("fabricflow_ingest_kafka_delivered_records_total", "fabricflow_ingest_kafka_dropped_records_total",
                        "fabricflow_ingest_socket_drops_total", "fabricflow_ingest_kafka_queue_messages"),
             "archive": ("fabricflow_sink_rows_written_total", "fabricflow_sink_errors_total", "fabricflow_sink_buffered_rows"),
-            "processors": ("fabricflow_processors_shuffle_messages_total", "fabricflow_processors_errors_total")}
+            "processors": ("fabricflow_processors_shuffle_messages_total", "fabricflow_processors_errors_total",
+                           TOO_LATE_MAIN, TOO_LATE_INCAST)}
 
-    def __init__(self, ports: dict[str, int]):
+    def __init__(self, ports: dict[str, int], cpu: CpuMeter | None = None):
         super().__init__(daemon=True)
         self.ports, self.rows, self.stop_evt = ports, [], threading.Event()
+        self.cpu = cpu
+        self.last_late: dict[tuple[str, str], float] = {}
         self.t0 = time.monotonic()
 
     def run(self):
@@ -110,6 +156,10 @@ class Timeline(threading.Thread):
                 for k in self.KEYS.get(svc.split("#")[0], ()):
                     if k in m:
                         row[f"{svc}:{k.split('_', 2)[2]}"] = m[k]
+                    if k in (TOO_LATE_MAIN, TOO_LATE_INCAST) and k in m:  # a gauge per worker process (since start)
+                        self.last_late[(svc, k)] = m[k]
+            if self.cpu is not None:
+                row["cpu_s"] = {k: round(v, 1) for k, v in self.cpu.sample().items()}
             self.rows.append(row)
 
 
@@ -152,7 +202,8 @@ def count_topic(settings, topic: str, idle_s: float = 5.0, deadline_s: float = 3
 
 
 def archive_counts(settings) -> tuple[int, int]:
-    """(rows of flows_raw, rows in files whose offset range overlaps another file of the same partition)."""
+    """(rows of flows_raw, rows in files whose offset range overlaps another file of the same hour and partition;
+    one Kafka message may hold rows of two hours, so files of different hours may share offsets)."""
     import pyarrow.parquet as pq
 
     from sinks.fs import archive_filesystem
@@ -167,7 +218,7 @@ def archive_counts(settings) -> tuple[int, int]:
         rows += n
         k = parse_key(f)
         if k is not None:
-            ranges.setdefault(k.partition, []).append((k.first_offset, k.last_offset, n))
+            ranges.setdefault((k.hour, k.partition), []).append((k.first_offset, k.last_offset, n))
     dup = 0
     for spans in ranges.values():
         spans.sort()
@@ -177,16 +228,170 @@ def archive_counts(settings) -> tuple[int, int]:
     return rows, dup
 
 
-def run(scenario: str, rate: float, seconds: float, port_base: int, outage: float, drain: float, state: Path) -> dict:
+def write_inventory(path: Path, hosts: int = HOSTS, jobs: int = 4) -> Path:
+    """An inventory naming every host the sender uses (``bench.common._Hosts``: IPv4 and IPv6 twins), 32 nodes
+    per rack/ToR and ``jobs`` training jobs, so that windows carry node-level cells and per-job scores."""
+    import random
+
+    from bench.common import _Hosts
+
+    h = _Hosts(random.Random(0), hosts)
+    lines = ["version: 1", "cluster_ranges: [10.16.0.0/12, \"fd00:1::/32\"]", "nodes:"]
+    for i, (v4, v6) in enumerate(zip(h.v4, h.v6)):
+        a4 = ".".join(map(str, v4))
+        a6 = ":".join(v6[k:k + 2].hex() for k in range(0, 16, 2))
+        lines.append(f"  - {{name: gpu-{i:03d}, addresses: [{a4}, \"{a6}\"], group: gpu, rack: r{i // 32}, "
+                     f"switch: tor-{i // 32}, capacity: 400G}}")
+    lines.append("jobs:")
+    per = hosts // jobs
+    for j in range(jobs):
+        lines.append(f"  - {{name: train-{j}, nodes: [{', '.join(f'gpu-{i:03d}' for i in range(j * per, (j + 1) * per))}]}}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _canonical(kind: str, value: dict) -> str:
+    """One output value as the wire gives it back (Avro round trip), as sorted JSON."""
+    from schemas.outputs import decode_output, encode_outputs
+
+    return json.dumps(decode_output(kind, encode_outputs(kind, [value])[0]), sort_keys=True, default=str)
+
+
+#: Alerts compare by identity: their running figures cover the records up to the firing batch, and live batches
+#: are not the replay's slices (docs/replay.md, "Policy alerts: same alerts, batch-dependent totals").
+ALERT_IDENTITY = ("dedup_key", "rule", "severity", "state", "first_seen_ms", "entities")
+
+
+def _identity(kind: str, v: str) -> str:
+    if kind != "alert":
+        return v
+    d = json.loads(v)
+    return json.dumps({k: d.get(k) for k in ALERT_IDENTITY}, sort_keys=True)
+
+
+def live_outputs(settings, idle_s: float = 5.0, deadline_s: float = 600.0) -> tuple[dict, int]:
+    """Every output message the live processors produced: {kind: {key: set of values (sorted JSON)}}, and how
+    many messages repeated an earlier (key, value) (at-least-once re-delivery after a crash)."""
+    from confluent_kafka import Consumer
+
+    from fabricflow.streams import OUTPUTS, topic_of
+    from schemas.outputs import decode_output
+
+    topics = {topic_of(settings.kafka, st): kind for kind, st in OUTPUTS.items()}
+    c = Consumer({**settings.kafka.client_config(), "group.id": "chaos-outputs-" + uuid.uuid4().hex[:8],
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000})
+    c.subscribe(list(topics))
+    out: dict[str, dict[str, set]] = {k: {} for k in OUTPUTS}
+    repeats = 0
+    last = t0 = time.monotonic()
+    while time.monotonic() - last < idle_s and time.monotonic() - t0 < deadline_s:
+        for m in c.consume(1000, 0.5):
+            if m.error() is not None:
+                continue
+            kind = topics[m.topic()]
+            v = _identity(kind, json.dumps(decode_output(kind, m.value()), sort_keys=True, default=str))
+            vals = out[kind].setdefault(m.key().decode(), set())
+            repeats += v in vals
+            vals.add(v)
+            last = time.monotonic()
+    c.close()
+    return out, repeats
+
+
+def replay_outputs(settings) -> tuple[dict, int]:
+    """The uninterrupted run: ``fabricflow replay`` (same logic, settings, inventory and shard count) of every
+    record ``flows.raw.v1`` holds, in one canonical order. ({kind: {key: set of values}}, records replayed)."""
+    from replay import core_factory_from, kafka_source, replay_batches
+
+    parts = settings.kafka.partitions
+    src = kafka_source(settings.kafka, offsets={("flows", p): (0, None) for p in range(parts)}, timeout_s=10.0)
+    n = len(src.flows)
+    batches = src.flow_batches()
+    src.flows = None  # the slices hold the rows now
+    outs = replay_batches(batches, [], core_factory_from(settings.processors), parts)
+    del batches
+    res: dict[str, dict[str, set]] = {}
+    for o in outs:
+        res.setdefault(o.kind, {}).setdefault(o.key, set()).add(_identity(o.kind, _canonical(o.kind, o.value)))
+    return res, n
+
+
+def compare_outputs(live: dict, rep: dict, too_late: dict) -> dict:
+    """Per output kind: keys with the same values live and in the replay, keys that differ, keys only on one
+    side; for the traffic matrix also per window, and the node-level records and bytes the live run is missing
+    (to hold against the records counted too late)."""
+    report: dict = {}
+    for kind in sorted(set(live) | set(rep)):
+        lv, rv = live.get(kind, {}), rep.get(kind, {})
+        if not lv and not rv:
+            continue
+        same = sum(1 for k in lv.keys() & rv.keys() if lv[k] == rv[k])
+        differ = sorted(k for k in lv.keys() & rv.keys() if lv[k] != rv[k])
+        only_live, only_rep = sorted(lv.keys() - rv.keys()), sorted(rv.keys() - lv.keys())
+        r = {"keys_live": len(lv), "keys_replay": len(rv), "identical": same, "differ": len(differ),
+             "only_live": len(only_live), "only_replay": len(only_rep),
+             "conflicting_live": sum(1 for v in lv.values() if len(v) > 1),
+             "examples": (differ[:3] + only_live[:3] + only_rep[:3])}
+        if kind == "matrix":
+            r.update(_matrix_windows(lv, rv))
+        report[kind] = r
+    report["too_late"] = too_late
+    m = report.get("matrix", {})
+    if m:
+        explained = m.get("node_records_missing_live", 0) == too_late.get("main", 0) and m.get("node_records_extra_live", 0) == 0
+        report["identical"] = all(report[k]["differ"] == report[k]["only_live"] == report[k]["only_replay"] == 0
+                                  for k in report if isinstance(report[k], dict) and "differ" in report[k])
+        report["explained_by_too_late"] = explained
+    return report
+
+
+def _matrix_windows(lv: dict, rv: dict) -> dict:
+    """Node-level cells per window: windows equal, windows that differ, and the records/bytes behind it."""
+    def node_cells(side):
+        cells = {}
+        for key, vals in side.items():
+            v = json.loads(max(vals))  # one value per key unless conflicting (reported separately)
+            if v["level"] == "node":
+                cells[key] = v
+        return cells
+
+    lc, rc = node_cells(lv), node_cells(rv)
+    win = lambda k: int(k.split("|", 1)[0])  # noqa: E731
+    windows = sorted({win(k) for k in lc} | {win(k) for k in rc})
+    differing, missing_rec, extra_rec, missing_bytes = [], 0, 0, 0
+    for w in windows:
+        keys = {k for k in lc if win(k) == w} | {k for k in rc if win(k) == w}
+        d_rec = d_bytes = 0
+        same = True
+        for k in keys:
+            a, b = lc.get(k), rc.get(k)
+            if a != b:
+                same = False
+                d_rec += (b or {}).get("flow_records", 0) - (a or {}).get("flow_records", 0)
+                d_bytes += (b or {}).get("bytes_est", 0) - (a or {}).get("bytes_est", 0)
+        if not same:
+            differing.append({"window_start_ms": w, "records_replay_minus_live": d_rec, "bytes_replay_minus_live": d_bytes})
+            missing_rec += max(0, d_rec)
+            extra_rec += max(0, -d_rec)
+            missing_bytes += max(0, d_bytes)
+    return {"windows": len(windows), "windows_identical": len(windows) - len(differing), "windows_differing": differing,
+            "node_records_missing_live": missing_rec, "node_records_extra_live": extra_rec,
+            "node_bytes_missing_live": missing_bytes}
+
+
+def run(scenario: str, rate: float, seconds: float, port_base: int, outage: float, drain: float, state: Path,
+        compare: bool = True) -> dict:
     ports = PipelinePorts(kafka=port_base, s3=port_base + 1, s3_base=port_base + 20, sflow=port_base + 2,
                           netflow=port_base + 3, ipfix=port_base + 4, ingest_metrics=port_base + 5,
                           processors_web=port_base + 6, archive_metrics=port_base + 7, processors_metrics=port_base + 8,
                           flow_metrics=port_base + 11, console=port_base + 12)
-    # retention off: the sender's flow times are fixed in the past, and retention goes by event time
+    # retention off: the sender's flow times start at CLOCK (in the past), and retention goes by event time
     extra = {"archive": {"idle_flush_s": 5, "retention_interval_s": 0}, "ingest": {"template_save_s": 5}}
     if scenario == "broker-restart":
         extra["stack"] = {"storage_engine": "s3"}
-    pipe = LocalPipeline(state, inventory=str(_BENCH.parent / "scenarios" / "inventory.example.yaml"), ports=ports, extra=extra,
+    Path(state).mkdir(parents=True, exist_ok=True)
+    inventory = write_inventory(Path(state) / "inventory.yaml")
+    pipe = LocalPipeline(state, inventory=str(inventory), ports=ports, extra=extra,
                          metrics=False)  # the flow-metrics sink plays no part in the faults measured here
     result: dict = {"scenario": scenario, "rate_records_s": rate, "seconds": seconds}
     with pipe:
@@ -196,22 +401,36 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         if scenario == "processors-kill":  # a second worker in the same group, own datadir and ports
             second = _spawn_worker(pipe, 2, port_base + 9, port_base + 10)
             metrics["processors#2"] = port_base + 10
-        tl = Timeline(metrics)
+            # both workers own partitions before the load starts (the join's rebalance is not the fault)
+            if wait_until(lambda: "Worker ready" in _read(pipe.state_dir / "processors2.log"), 90, 0.5) is None:
+                raise RuntimeError("the second processors worker did not start; see processors2.log")
+            time.sleep(s.kafka.session_timeout_ms / 1000 + 5)
+        pids = {"ingest": lambda: pipe.procs["ingest"].pid, "processors": lambda: pipe.procs["processors"].pid,
+                "archive": lambda: pipe.procs["archive"].pid, "tansu": pipe.stack.broker.pid, "seaweedfs": pipe.stack.s3.pid,
+                "bench": os.getpid}
+        if second is not None:
+            pids["processors#2"] = lambda: second.pid
+        cpu = CpuMeter(pids)
+        cpu.sample()
+        cpu.total.clear()  # start-up is not the load's cost
+        tl = Timeline(metrics, cpu)
         tl.start()
-        stream = netflow_stream(9)
+        stream = netflow_stream(9, end_spread_ms=END_SPREAD_MS, hosts=HOSTS)
         per_dgram = stream.records_per_datagram
-        sender = Sender(stream, ports.netflow)
+        sender = Sender(stream, ports.netflow, unique=False)  # every address is a node of the inventory
         sent = {}
-        send_thread = threading.Thread(target=lambda: sent.update(vars(sender.blast(rate / per_dgram, seconds))), daemon=True)
+        send_thread = threading.Thread(
+            target=lambda: sent.update(vars(sender.blast(rate / per_dgram, seconds, clock=CLOCK))), daemon=True)
         t_start = time.monotonic()
         send_thread.start()
         time.sleep(seconds / 3)
         fault_at = time.monotonic() - t_start
-        recover = _fault(scenario, pipe, second, metrics, outage)
+        recover = _fault(scenario, pipe, second, metrics, outage) if scenario != BASELINE else None
         result.update(fault_at_s=round(fault_at, 1), recover_s=None if recover is None else round(recover, 1))
         send_thread.join(seconds + 60)
         t_end = time.monotonic()
         result["sent_records"] = int(sent.get("records", 0))
+        result["sent_seconds"] = round(sent.get("seconds", 0.0), 1)
         result["kafka_records"] = count_topic(s, s.kafka.topics.flows_raw)
         # The sink may still be catching up (on 2 shared cores it archives slower than the load comes in): poll the
         # archive until it holds every Kafka record, or stops growing for 6 polls, or --drain seconds passed.
@@ -226,14 +445,50 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
                 break
             last = rows
             time.sleep(10)
-        tl.stop_evt.set()
         result["archived_after_load_s"] = round(time.monotonic() - t_end, 1)
         result.update(archive_rows=rows, duplicated=dup, lost=max(0, result["kafka_records"] - (rows - dup)))
+        # processors: done once no worker moved for idle_close_s + a margin (their last windows closed by the timer)
+        procs = [p for k, p in metrics.items() if k.startswith("processors")]
+        key = "fabricflow_processors_shuffle_messages_total"
+        t_p = time.monotonic()
+        quiet = s.processors.idle_close_s + 2 * s.processors.tick_s + 3
+        snap, since = None, time.monotonic()
+        while time.monotonic() - t_p < max(drain, 60):
+            now = tuple(scrape(p).get(key, -1.0) for p in procs)
+            if now != snap:
+                snap, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                break
+            time.sleep(1)
+        result["processors_done_after_load_s"] = round(time.monotonic() - t_end, 1)
+        time.sleep(1.5)  # the timeline's last scrape
+        tl.stop_evt.set()
+        tl.join(5)
+        result["cpu_s"] = {k: round(v, 1) for k, v in cpu.sample().items()}
+        too_late = {"main": 0, "incast": 0}
+        for (svc, k), v in tl.last_late.items():
+            too_late["main" if k == TOO_LATE_MAIN else "incast"] += int(v)
+        result["too_late"] = too_late
+        if compare:
+            t_c = time.monotonic()
+            live, repeats = live_outputs(s)
+            rep, replayed = replay_outputs(s)
+            cmp = compare_outputs(live, rep, too_late)
+            cmp.update(live_repeated_messages=repeats, replayed_records=replayed,
+                       seconds=round(time.monotonic() - t_c, 1))
+            result["windows"] = cmp
         result["timeline"] = tl.rows
         result["restarted"] = getattr(pipe, "restarted", [])
         if second is not None:
             kill9(second)
     return result
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _spawn_worker(pipe: LocalPipeline, n: int, web_port: int, metrics_port: int):
@@ -286,6 +541,8 @@ def _fault(scenario: str, pipe: LocalPipeline, second, metrics: dict, outage: fl
             pipe.restarted = getattr(pipe, "restarted", []) + [f"archive exited with status {pipe.procs['archive'].returncode}"]
             pipe._spawn("archive", ["sink", "archive"])
         r = _progress(metrics["archive"], "fabricflow_sink_rows_written_total")
+    elif scenario == BASELINE:
+        return None
     elif scenario == "archive-kill":
         wait_until(lambda: scrape(metrics["archive"]).get("fabricflow_sink_buffered_rows", 0) > 0, 60, 0.05)
         kill9(pipe.procs["archive"])
@@ -298,30 +555,42 @@ def _fault(scenario: str, pipe: LocalPipeline, second, metrics: dict, outage: fl
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scenario", default="ingest-kill", help=f"one of {', '.join(SCENARIOS)}, or all")
+    ap.add_argument("--scenario", default="ingest-kill", help=f"one of {', '.join(SCENARIOS)}, or all; {BASELINE} = no fault")
     ap.add_argument("--rate", type=float, default=100_000, help="flow records per second sent")
     ap.add_argument("--seconds", type=float, default=120, help="seconds of load")
     ap.add_argument("--outage", type=float, default=30, help="s3-stop: seconds the object store is down")
     ap.add_argument("--drain", type=float, default=300, help="at most this many seconds after the load for the archive to catch up")
     ap.add_argument("--port-base", type=int, default=31520, help="first of ~30 loopback ports")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--no-compare", action="store_true", help="skip the comparison of output windows with a replay")
     ap.add_argument("--keep", help="keep logs and state in this directory (default: a temporary one, removed)")
     a = ap.parse_args()
     names = SCENARIOS if a.scenario == "all" else (a.scenario,)
+    if any(n not in SCENARIOS + (BASELINE,) for n in names):
+        ap.error(f"--scenario: one of {', '.join(SCENARIOS + (BASELINE,))} or all")
     results = []
     for name in names:
         if a.keep:
             d = Path(a.keep) / name
             d.mkdir(parents=True, exist_ok=True)
-            r = run(name, a.rate, a.seconds, a.port_base, a.outage, a.drain, d)
+            r = run(name, a.rate, a.seconds, a.port_base, a.outage, a.drain, d, compare=not a.no_compare)
         else:
             with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as d:
-                r = run(name, a.rate, a.seconds, a.port_base, a.outage, a.drain, Path(d))
+                r = run(name, a.rate, a.seconds, a.port_base, a.outage, a.drain, Path(d), compare=not a.no_compare)
         results.append(r)
         print(f"{name}: sent {r['sent_records']} kafka {r['kafka_records']} archive {r['archive_rows']} "
               f"lost {r['lost']} duplicated {r['duplicated']} recover {r['recover_s']} s (fault at {r['fault_at_s']} s), "
               f"archive complete {r['archived_after_load_s']} s after the load",
               flush=True)
+        print(f"  cpu-s: {r['cpu_s']}; too late: {r['too_late']}", flush=True)
+        w = r.get("windows")
+        if w:
+            m = w.get("matrix", {})
+            print(f"  outputs vs replay of {w['replayed_records']} records: identical={w.get('identical')} "
+                  f"explained_by_too_late={w.get('explained_by_too_late')}; matrix windows {m.get('windows_identical')}"
+                  f"/{m.get('windows')} identical, node records missing live {m.get('node_records_missing_live')}; "
+                  + ", ".join(f"{k}: {v['identical']} same {v['differ']} differ {v['only_live']}/{v['only_replay']} only live/replay"
+                              for k, v in w.items() if isinstance(v, dict) and "differ" in v), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
     return 0
