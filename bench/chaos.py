@@ -163,6 +163,31 @@ class Timeline(threading.Thread):
             self.rows.append(row)
 
 
+class Supervisor(threading.Thread):
+    """Restarts a pipeline service that exited by itself, as compose's ``restart: unless-stopped`` would (the
+    archive sink exits 1 when the object store fails while it reads the archive index: docs/reliability.md).
+    ``skip``: services the fault itself kills and restarts."""
+
+    SERVICES = {"ingest": ["ingest"], "processors": ["process"], "archive": ["sink", "archive"]}
+
+    def __init__(self, pipe: LocalPipeline, skip: tuple[str, ...] = ()):
+        super().__init__(daemon=True)
+        self.pipe, self.skip = pipe, set(skip)
+        self.restarted: list[str] = []
+        self.stop_evt = threading.Event()
+        self.t0 = time.monotonic()
+
+    def run(self):
+        while not self.stop_evt.wait(0.5):
+            for name, args in self.SERVICES.items():
+                proc = self.pipe.procs.get(name)
+                if self.stop_evt.is_set() or name in self.skip or proc is None or proc.poll() is None:
+                    continue
+                self.restarted.append(f"{name} exited with status {proc.returncode} at "
+                                      f"{time.monotonic() - self.t0:.0f} s; restarted")
+                self.pipe._spawn(name, args)
+
+
 def wait_until(pred, timeout_s: float, step: float = 0.2) -> float | None:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
@@ -258,8 +283,10 @@ def _canonical(kind: str, value: dict) -> str:
 
 
 #: Alerts compare by identity: their running figures cover the records up to the firing batch, and live batches
-#: are not the replay's slices (docs/replay.md, "Policy alerts: same alerts, batch-dependent totals").
-ALERT_IDENTITY = ("dedup_key", "rule", "severity", "state", "first_seen_ms", "entities")
+#: are not the replay's slices (docs/replay.md, "Policy alerts: same alerts, batch-dependent totals"). So does
+#: first_seen_ms (the earliest flow end in the batch where a shard first saw the condition) when flows do not
+#: arrive in event-time order: compared apart, as the largest difference.
+ALERT_IDENTITY = ("dedup_key", "rule", "severity", "state", "entities")
 
 
 def _identity(kind: str, v: str) -> str:
@@ -289,7 +316,7 @@ def live_outputs(settings, idle_s: float = 5.0, deadline_s: float = 600.0) -> tu
             if m.error() is not None:
                 continue
             kind = topics[m.topic()]
-            v = _identity(kind, json.dumps(decode_output(kind, m.value()), sort_keys=True, default=str))
+            v = json.dumps(decode_output(kind, m.value()), sort_keys=True, default=str)
             vals = out[kind].setdefault(m.key().decode(), set())
             repeats += v in vals
             vals.add(v)
@@ -298,22 +325,28 @@ def live_outputs(settings, idle_s: float = 5.0, deadline_s: float = 600.0) -> tu
     return out, repeats
 
 
-def replay_outputs(settings) -> tuple[dict, int]:
-    """The uninterrupted run: ``fabricflow replay`` (same logic, settings, inventory and shard count) of every
-    record ``flows.raw.v1`` holds, in one canonical order. ({kind: {key: set of values}}, records replayed)."""
-    from replay import core_factory_from, kafka_source, replay_batches
+def read_raw(settings):
+    """Every record of ``flows.raw.v1`` (what ingest had acknowledged), read once: the Kafka count and the
+    replay's input."""
+    from replay import kafka_source
 
     parts = settings.kafka.partitions
-    src = kafka_source(settings.kafka, offsets={("flows", p): (0, None) for p in range(parts)}, timeout_s=10.0)
-    n = len(src.flows)
+    return kafka_source(settings.kafka, offsets={("flows", p): (0, None) for p in range(parts)}, timeout_s=10.0)
+
+
+def replay_outputs(settings, src) -> dict:
+    """The uninterrupted run: ``fabricflow replay`` (same logic, settings, inventory and shard count) of every
+    record ``flows.raw.v1`` holds (``src``: :func:`read_raw`), in one canonical order. {kind: {key: set of values}}."""
+    from replay import core_factory_from, replay_batches
+
     batches = src.flow_batches()
     src.flows = None  # the slices hold the rows now
-    outs = replay_batches(batches, [], core_factory_from(settings.processors), parts)
+    outs = replay_batches(batches, [], core_factory_from(settings.processors), settings.kafka.partitions)
     del batches
     res: dict[str, dict[str, set]] = {}
     for o in outs:
-        res.setdefault(o.kind, {}).setdefault(o.key, set()).add(_identity(o.kind, _canonical(o.kind, o.value)))
-    return res, n
+        res.setdefault(o.kind, {}).setdefault(o.key, set()).add(_canonical(o.kind, o.value))
+    return res
 
 
 def compare_outputs(live: dict, rep: dict, too_late: dict) -> dict:
@@ -323,6 +356,10 @@ def compare_outputs(live: dict, rep: dict, too_late: dict) -> dict:
     report: dict = {}
     for kind in sorted(set(live) | set(rep)):
         lv, rv = live.get(kind, {}), rep.get(kind, {})
+        if kind == "alert":
+            report["alert_first_seen_max_diff_ms"] = _first_seen_diff(lv, rv)
+            lv = {k: {_identity(kind, v) for v in vals} for k, vals in lv.items()}
+            rv = {k: {_identity(kind, v) for v in vals} for k, vals in rv.items()}
         if not lv and not rv:
             continue
         same = sum(1 for k in lv.keys() & rv.keys() if lv[k] == rv[k])
@@ -331,7 +368,9 @@ def compare_outputs(live: dict, rep: dict, too_late: dict) -> dict:
         r = {"keys_live": len(lv), "keys_replay": len(rv), "identical": same, "differ": len(differ),
              "only_live": len(only_live), "only_replay": len(only_rep),
              "conflicting_live": sum(1 for v in lv.values() if len(v) > 1),
-             "examples": (differ[:3] + only_live[:3] + only_rep[:3])}
+             "examples": [{"key": k, "live": sorted(lv.get(k, ())), "replay": sorted(rv.get(k, ()))}
+                          for k in differ[:2] + only_live[:2] + only_rep[:2]] if kind != "matrix" else
+                         differ[:3] + only_live[:3] + only_rep[:3]}
         if kind == "matrix":
             r.update(_matrix_windows(lv, rv))
         report[kind] = r
@@ -343,6 +382,21 @@ def compare_outputs(live: dict, rep: dict, too_late: dict) -> dict:
                                   for k in report if isinstance(report[k], dict) and "differ" in report[k])
         report["explained_by_too_late"] = explained
     return report
+
+
+def _first_seen_diff(lv: dict, rv: dict) -> int:
+    """Largest difference of an alert's first_seen_ms live vs replay (per key and state, values sorted)."""
+    def firsts(side):
+        out: dict = {}
+        for k, vals in side.items():
+            for v in vals:
+                d = json.loads(v)
+                out.setdefault((k, d["state"]), set()).add(d["first_seen_ms"])
+        return {k: sorted(v) for k, v in out.items()}
+
+    a, b = firsts(lv), firsts(rv)
+    diffs = [abs(x - y) for k in a.keys() & b.keys() if len(a[k]) == len(b[k]) for x, y in zip(a[k], b[k])]
+    return max(diffs, default=0)
 
 
 def _matrix_windows(lv: dict, rv: dict) -> dict:
@@ -415,6 +469,17 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         cpu.total.clear()  # start-up is not the load's cost
         tl = Timeline(metrics, cpu)
         tl.start()
+        sup = Supervisor(pipe, skip={"ingest-kill": ("ingest",), "processors-kill": ("processors",),
+                                     "archive-kill": ("archive",)}.get(scenario, ()))
+        sup.start()
+        stop_pipe = pipe.stop
+
+        def stop_all():  # the supervisor first, or it would restart what the pipeline stops
+            sup.stop_evt.set()
+            sup.join(5)
+            stop_pipe()
+
+        pipe.stop = stop_all
         stream = netflow_stream(9, end_spread_ms=END_SPREAD_MS, hosts=HOSTS)
         per_dgram = stream.records_per_datagram
         sender = Sender(stream, ports.netflow, unique=False)  # every address is a node of the inventory
@@ -431,14 +496,31 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         t_end = time.monotonic()
         result["sent_records"] = int(sent.get("records", 0))
         result["sent_seconds"] = round(sent.get("seconds", 0.0), 1)
-        result["kafka_records"] = count_topic(s, s.kafka.topics.flows_raw)
+        # ingest publishes batches every ingest.batch_max_delay_ms: wait until its deliveries stop before counting
+        delivered = lambda: scrape(ports.ingest_metrics).get("fabricflow_ingest_kafka_delivered_records_total", -1.0)  # noqa: E731
+        snap, since, t_w = delivered(), time.monotonic(), time.monotonic()
+        while time.monotonic() - since < 3 and time.monotonic() - t_w < 60:
+            time.sleep(0.5)
+            now = delivered()
+            if now != snap:
+                snap, since = now, time.monotonic()
+        rep = None
+        if compare:  # read flows.raw.v1 once: the count, and the replay (run now, while the sink catches up)
+            t_c = time.monotonic()
+            src = read_raw(s)
+            result["kafka_records"] = len(src.flows)
+            rep = replay_outputs(s, src)
+            del src
+            result["replay_s"] = round(time.monotonic() - t_c, 1)
+        else:
+            result["kafka_records"] = count_topic(s, s.kafka.topics.flows_raw)
         # The sink may still be catching up (on 2 shared cores it archives slower than the load comes in): poll the
         # archive until it holds every Kafka record, or stops growing for 6 polls, or --drain seconds passed.
         rows = dup = 0
         stalled, last = 0, -1
-        while time.monotonic() - t_end < drain:
+        while True:
             rows, dup = archive_counts(s)
-            if rows - dup >= result["kafka_records"]:
+            if rows - dup >= result["kafka_records"] or time.monotonic() - t_end >= drain:
                 break
             stalled = stalled + 1 if rows == last else 0
             if stalled >= 6:  # a minute without a new file: the sink writes ~1M-row files in bursts
@@ -469,16 +551,14 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         for (svc, k), v in tl.last_late.items():
             too_late["main" if k == TOO_LATE_MAIN else "incast"] += int(v)
         result["too_late"] = too_late
-        if compare:
-            t_c = time.monotonic()
+        if rep is not None:
             live, repeats = live_outputs(s)
-            rep, replayed = replay_outputs(s)
             cmp = compare_outputs(live, rep, too_late)
-            cmp.update(live_repeated_messages=repeats, replayed_records=replayed,
-                       seconds=round(time.monotonic() - t_c, 1))
+            cmp.update(live_repeated_messages=repeats, replayed_records=result["kafka_records"])
             result["windows"] = cmp
         result["timeline"] = tl.rows
-        result["restarted"] = getattr(pipe, "restarted", [])
+        sup.stop_evt.set()
+        result["restarted"] = sup.restarted
         if second is not None:
             kill9(second)
     return result
@@ -536,10 +616,7 @@ def _fault(scenario: str, pipe: LocalPipeline, second, metrics: dict, outage: fl
             _terminate(pid, 15)
         pipe.stack.s3.pid_file.unlink(missing_ok=True)
         time.sleep(outage)
-        pipe.stack._start_seaweedfs()
-        if pipe.procs["archive"].poll() is not None:  # it exited (one line, status 1): restart it as a supervisor would
-            pipe.restarted = getattr(pipe, "restarted", []) + [f"archive exited with status {pipe.procs['archive'].returncode}"]
-            pipe._spawn("archive", ["sink", "archive"])
+        pipe.stack._start_seaweedfs()  # the Supervisor restarts the sink if it exited (one line, status 1)
         r = _progress(metrics["archive"], "fabricflow_sink_rows_written_total")
     elif scenario == BASELINE:
         return None
