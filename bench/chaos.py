@@ -3,7 +3,11 @@
 One scenario per run of the whole local pipeline (``devtools.runner.LocalPipeline``: Tansu, SeaweedFS,
 ingest, processors, archive sink as separate ``fabricflow`` processes on 127.0.0.1). A paced sender
 plays NetFlow v9 (softflowd's templates, 25 records per datagram, ``bench.common``) at ``--rate``
-records/s for ``--seconds``; at a third of the run the fault is injected:
+records/s for ``--seconds``. Flow times move with the stream: datagram ``j`` carries the export time
+``CLOCK + j / datagram rate`` and its flows ended up to ``END_SPREAD_MS`` (10 s) before it, so a run spans
+``seconds / processors.window_s`` windows and two runs at one rate send the same records. The bench writes an
+inventory naming the sender's 512 hosts (4 jobs of 128) so that windows hold node cells and straggler scores.
+At a third of the run the fault is injected:
 
 =================  =============================================================================
 scenario           fault
@@ -13,27 +17,38 @@ processors-kill    SIGKILL one of two processors workers, start it again
 broker-restart     stop Tansu (s3 storage engine: data and offsets persist), start it again
 s3-stop            stop SeaweedFS for ``--outage`` seconds (30) while the sink writes, start it again
 archive-kill       SIGKILL the archive sink while it holds buffered rows (mid-file), start it again
+none               no fault: the baseline (CPU per service, outputs)
 =================  =============================================================================
+
+A supervisor thread restarts any service that exits by itself (as compose's ``restart: unless-stopped``
+would; the archive sink exits 1 when the object store fails while it reads the archive index), except the one
+the fault kills and restarts; ``restarted`` lists what it did.
 
 Figures per scenario (JSON with ``--json``):
 
+* ``kafka_records``: flow records in ``flows.raw.v1`` (read once after ingest's deliveries stop: what ingest
+  had acknowledged, plus at most what was in flight when it died); ``archive_rows``: rows of the ``flows_raw``
+  dataset; ``lost`` = kafka - archive when positive, ``duplicated`` = rows in files whose Kafka offset ranges
+  overlap another file of the same hour and partition (the sink's exactly-once key);
 * ``archived_after_load_s``: how long after the load the archive held every Kafka record (the sink catches up
   on a backlog; polled every 10 s, at most ``--drain``);
-* ``kafka_records``: flow records in ``flows.raw.v1`` (counted by consuming the whole topic: what ingest
-  had acknowledged, plus at most what was in flight when it died); ``archive_rows``: rows of the
-  ``flows_raw`` dataset; ``lost`` = kafka - archive when positive, ``duplicated`` = rows in files whose
-  Kafka offset ranges overlap another file of the same partition (the sink's exactly-once key);
-* ``sent_records`` and ``ingest_dropped`` (socket drops + producer drops + records sent while ingest was
-  down: UDP has no retransmission, so ingest-kill loses what arrives while it is down, by design);
+* ``sent_records``; what ingest dropped is in the timeline (socket and producer drops) and, for ingest-kill,
+  sent - kafka (UDP has no retransmission: what arrives while ingest is down is lost, by design);
 * ``recover_s``: from the fault until the faulted service is healthy again and its progress counter moves;
-* ``timeline``: the key metrics every second (ingest delivered/dropped, sink rows written/errors,
-  processors shuffle messages/errors) to see what an operator would have seen.
-
-Output windows against an uninterrupted run are not compared here (the sender's flow times are fixed, so
-every record lands in one window): see docs/reliability.md for how to do that with ``fabricflow replay``.
+* ``windows``: the live outputs (every output topic, read back) against the uninterrupted run, a replay
+  (``replay.replay_batches``, the same settings, inventory and shard count) of every record of
+  ``flows.raw.v1``: per kind, keys with identical values, differing, only on one side; for the traffic
+  matrix per window, and the node-level records live is missing, held against the processors'
+  ``too_late`` counters (records that came after their window closed: the one expected difference);
+  alerts by identity (their running figures depend on batches: docs/replay.md);
+* ``cpu_load_s`` / ``cpu_s``: CPU seconds per service during the load / until the end (catch-up and the
+  bench's replay included), summed over restarts;
+* ``timeline``: the key metrics every second (ingest delivered/dropped, sink rows received/written/errors/
+  buffered, processors shuffle messages/errors/too late, CPU) to see what an operator would have seen.
 
 Bounded: ``--seconds`` of load, ``--drain`` seconds to settle, every wait has a deadline; everything is
-stopped on exit. Heavy on a 2-core machine: the sender, Tansu, SeaweedFS and four Python services share it.
+stopped on exit. Heavy on a 2-core machine: the sender, Tansu, SeaweedFS and four Python services share it;
+the replay holds the raw records in memory (~210 bytes each: 2.5 GB at 12 M records).
 
     .venv/bin/python bench/chaos.py --scenario ingest-kill --rate 100000 --seconds 120 --port-base 31520 --json out.json
 """
@@ -136,7 +151,8 @@ class Timeline(threading.Thread):
 
     KEYS = {"ingest": ("fabricflow_ingest_kafka_delivered_records_total", "fabricflow_ingest_kafka_dropped_records_total",
                        "fabricflow_ingest_socket_drops_total", "fabricflow_ingest_kafka_queue_messages"),
-            "archive": ("fabricflow_sink_rows_written_total", "fabricflow_sink_errors_total", "fabricflow_sink_buffered_rows"),
+            "archive": ("fabricflow_sink_rows_received_total", "fabricflow_sink_rows_written_total", "fabricflow_sink_errors_total",
+                        "fabricflow_sink_buffered_rows"),
             "processors": ("fabricflow_processors_shuffle_messages_total", "fabricflow_processors_errors_total",
                            TOO_LATE_MAIN, TOO_LATE_INCAST)}
 
@@ -494,6 +510,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         result.update(fault_at_s=round(fault_at, 1), recover_s=None if recover is None else round(recover, 1))
         send_thread.join(seconds + 60)
         t_end = time.monotonic()
+        result["cpu_load_s"] = {k: round(v, 1) for k, v in cpu.sample().items()}  # the services' cost of the load
         result["sent_records"] = int(sent.get("records", 0))
         result["sent_seconds"] = round(sent.get("seconds", 0.0), 1)
         # ingest publishes batches every ingest.batch_max_delay_ms: wait until its deliveries stop before counting
@@ -659,7 +676,8 @@ def main() -> int:
               f"lost {r['lost']} duplicated {r['duplicated']} recover {r['recover_s']} s (fault at {r['fault_at_s']} s), "
               f"archive complete {r['archived_after_load_s']} s after the load",
               flush=True)
-        print(f"  cpu-s: {r['cpu_s']}; too late: {r['too_late']}", flush=True)
+        print(f"  cpu-s during the load: {r['cpu_load_s']}; until the end (catch-up, replay): {r['cpu_s']}; "
+              f"too late: {r['too_late']}; restarted: {r['restarted']}", flush=True)
         w = r.get("windows")
         if w:
             m = w.get("matrix", {})
