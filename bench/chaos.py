@@ -78,6 +78,7 @@ from devtools.runner import LocalPipeline, PipelinePorts  # noqa: E402
 SCENARIOS = ("ingest-kill", "processors-kill", "broker-restart", "s3-stop", "archive-kill")
 BASELINE = "none"  # the same run without a fault: the CPU budget and the uninterrupted outputs
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+SINK_RAW_IN = 'fabricflow_sink_rows_received_total{dataset="flows_raw"}'
 TOO_LATE_MAIN = 'fabricflow_processors_too_late_records{window="main"}'
 TOO_LATE_INCAST = 'fabricflow_processors_too_late_records{window="incast"}'
 CLOCK = 1_719_835_200  # export time (unix s) of the first datagram: flow times move one second per second of load
@@ -152,7 +153,7 @@ class Timeline(threading.Thread):
     KEYS = {"ingest": ("fabricflow_ingest_kafka_delivered_records_total", "fabricflow_ingest_kafka_dropped_records_total",
                        "fabricflow_ingest_socket_drops_total", "fabricflow_ingest_kafka_queue_messages"),
             "archive": ("fabricflow_sink_rows_received_total", "fabricflow_sink_rows_written_total", "fabricflow_sink_errors_total",
-                        "fabricflow_sink_buffered_rows"),
+                        "fabricflow_sink_buffered_rows", SINK_RAW_IN),
             "processors": ("fabricflow_processors_shuffle_messages_total", "fabricflow_processors_errors_total",
                            TOO_LATE_MAIN, TOO_LATE_INCAST)}
 
@@ -511,6 +512,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         send_thread.join(seconds + 60)
         t_end = time.monotonic()
         result["cpu_load_s"] = {k: round(v, 1) for k, v in cpu.sample().items()}  # the services' cost of the load
+        result.update(_lags(tl.rows))
         result["sent_records"] = int(sent.get("records", 0))
         result["sent_seconds"] = round(sent.get("seconds", 0.0), 1)
         # ingest publishes batches every ingest.batch_max_delay_ms: wait until its deliveries stop before counting
@@ -579,6 +581,17 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         if second is not None:
             kill9(second)
     return result
+
+
+def _lags(rows: list[dict]) -> dict:
+    """From the timeline so far: ingest's drops, and how far the sink's flows_raw consumption trailed ingest's
+    deliveries (records; the sink counts from its own start, so only while one sink process ran)."""
+    d_key, s_key = "ingest:kafka_delivered_records_total", "archive:" + SINK_RAW_IN.split("_", 2)[2]
+    lags = [r[d_key] - r[s_key] for r in rows if d_key in r and s_key in r]
+    last = rows[-1] if rows else {}
+    return {"sink_raw_lag_max": int(max(lags, default=0)), "sink_raw_lag_at_load_end": int(lags[-1]) if lags else None,
+            "ingest_socket_drops": int(last.get("ingest:socket_drops_total", 0)),
+            "ingest_producer_drops": int(last.get("ingest:kafka_dropped_records_total", 0))}
 
 
 def _read(path: Path) -> str:
@@ -676,6 +689,9 @@ def main() -> int:
               f"lost {r['lost']} duplicated {r['duplicated']} recover {r['recover_s']} s (fault at {r['fault_at_s']} s), "
               f"archive complete {r['archived_after_load_s']} s after the load",
               flush=True)
+        print(f"  sink flows_raw lag (records) max {r['sink_raw_lag_max']}, at the load's end {r['sink_raw_lag_at_load_end']}; "
+              f"ingest drops: socket {r['ingest_socket_drops']} producer {r['ingest_producer_drops']}; "
+              f"processors done {r['processors_done_after_load_s']} s after the load", flush=True)
         print(f"  cpu-s during the load: {r['cpu_load_s']}; until the end (catch-up, replay): {r['cpu_s']}; "
               f"too late: {r['too_late']}; restarted: {r['restarted']}", flush=True)
         w = r.get("windows")
