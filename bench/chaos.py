@@ -513,6 +513,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         t_end = time.monotonic()
         result["cpu_load_s"] = {k: round(v, 1) for k, v in cpu.sample().items()}  # the services' cost of the load
         result.update(_lags(tl.rows))
+        result["metrics_during_load"] = metrics_summary(list(tl.rows), t_start - tl.t0, t_end - tl.t0)
         result["sent_records"] = int(sent.get("records", 0))
         result["sent_seconds"] = round(sent.get("seconds", 0.0), 1)
         # ingest publishes batches every ingest.batch_max_delay_ms: wait until its deliveries stop before counting
@@ -581,6 +582,40 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         if second is not None:
             kill9(second)
     return result
+
+
+PROGRESS = {"ingest": "kafka_delivered_records_total", "archive": "rows_received_total",
+            "processors": "shuffle_messages_total"}  # timeline names of each service's progress counter
+
+
+def metrics_summary(rows: list[dict], t0: float, t1: float) -> dict:
+    """What the dashboards showed during the load (timeline rows with t0 <= t <= t1): per service the seconds
+    its /metrics did not answer, the longest stretch its progress counter stood still, and the peaks of
+    ingest's producer queue and of the error counters."""
+    rows = [r for r in rows if t0 <= r["t"] <= t1]
+    out: dict = {}
+    svcs = sorted({k[:-3] for r in rows for k in r if k.endswith("_up")})
+    for svc in svcs:
+        down = sum(1 for r in rows if not r.get(svc + "_up"))
+        key = f"{svc}:{PROGRESS[svc.split('#')[0]]}"
+        longest = run = 0
+        prev = None
+        for r in rows:
+            v = r.get(key)
+            if v is None or (prev is not None and v <= prev):  # down, or up and standing still
+                run += 1
+            else:
+                run = 0
+            longest = max(longest, run)
+            if v is not None:
+                prev = v
+        out[svc] = {"metrics_down_s": down, "longest_stall_s": longest}
+    peak = lambda k: max((r.get(k, 0) for r in rows), default=0)  # noqa: E731
+    out["ingest_queue_peak_messages"] = int(peak("ingest:kafka_queue_messages"))
+    out["sink_errors"] = int(peak("archive:errors_total"))
+    out["sink_buffered_peak_rows"] = int(peak("archive:buffered_rows"))
+    out["processors_errors"] = int(max(peak("processors:errors_total"), peak("processors#2:errors_total")))
+    return out
 
 
 def _lags(rows: list[dict]) -> dict:
@@ -692,6 +727,7 @@ def main() -> int:
         print(f"  sink flows_raw lag (records) max {r['sink_raw_lag_max']}, at the load's end {r['sink_raw_lag_at_load_end']}; "
               f"ingest drops: socket {r['ingest_socket_drops']} producer {r['ingest_producer_drops']}; "
               f"processors done {r['processors_done_after_load_s']} s after the load", flush=True)
+        print(f"  metrics during the load: {r['metrics_during_load']}", flush=True)
         print(f"  cpu-s during the load: {r['cpu_load_s']}; until the end (catch-up, replay): {r['cpu_s']}; "
               f"too late: {r['too_late']}; restarted: {r['restarted']}", flush=True)
         w = r.get("windows")
