@@ -501,8 +501,11 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         per_dgram = stream.records_per_datagram
         sender = Sender(stream, ports.netflow, unique=False)  # every address is a node of the inventory
         sent = {}
-        send_thread = threading.Thread(
-            target=lambda: sent.update(vars(sender.blast(rate / per_dgram, seconds, clock=CLOCK))), daemon=True)
+        def send():
+            sent.update(vars(sender.blast(rate / per_dgram, seconds, clock=CLOCK)))
+            sent["end"] = time.monotonic()
+
+        send_thread = threading.Thread(target=send, daemon=True)
         t_start = time.monotonic()
         send_thread.start()
         time.sleep(seconds / 3)
@@ -510,7 +513,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         recover = _fault(scenario, pipe, second, metrics, outage) if scenario != BASELINE else None
         result.update(fault_at_s=round(fault_at, 1), recover_s=None if recover is None else round(recover, 1))
         send_thread.join(seconds + 60)
-        t_end = time.monotonic()
+        t_end = sent.get("end", time.monotonic())  # the load's end (the fault's recovery may come later)
         result["cpu_load_s"] = {k: round(v, 1) for k, v in cpu.sample().items()}  # the services' cost of the load
         result.update(_lags(tl.rows))
         result["metrics_during_load"] = metrics_summary(list(tl.rows), t_start - tl.t0, t_end - tl.t0)
