@@ -152,8 +152,8 @@ class Timeline(threading.Thread):
 
     KEYS = {"ingest": ("fabricflow_ingest_kafka_delivered_records_total", "fabricflow_ingest_kafka_dropped_records_total",
                        "fabricflow_ingest_socket_drops_total", "fabricflow_ingest_kafka_queue_messages"),
-            "archive": ("fabricflow_sink_rows_received_total", "fabricflow_sink_rows_written_total", "fabricflow_sink_errors_total",
-                        "fabricflow_sink_buffered_rows", SINK_RAW_IN),
+            "archive": ("fabricflow_sink_rows_received_total", "fabricflow_sink_rows_written_total",
+                        "fabricflow_sink_errors_total", "fabricflow_sink_buffered_rows", SINK_RAW_IN),
             "processors": ("fabricflow_processors_shuffle_messages_total", "fabricflow_processors_errors_total",
                            TOO_LATE_MAIN, TOO_LATE_INCAST)}
 
@@ -287,7 +287,8 @@ def write_inventory(path: Path, hosts: int = HOSTS, jobs: int = 4) -> Path:
     lines.append("jobs:")
     per = hosts // jobs
     for j in range(jobs):
-        lines.append(f"  - {{name: train-{j}, nodes: [{', '.join(f'gpu-{i:03d}' for i in range(j * per, (j + 1) * per))}]}}")
+        members = ", ".join(f"gpu-{i:03d}" for i in range(j * per, (j + 1) * per))
+        lines.append(f"  - {{name: train-{j}, nodes: [{members}]}}")
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -394,7 +395,8 @@ def compare_outputs(live: dict, rep: dict, too_late: dict) -> dict:
     report["too_late"] = too_late
     m = report.get("matrix", {})
     if m:
-        explained = m.get("node_records_missing_live", 0) == too_late.get("main", 0) and m.get("node_records_extra_live", 0) == 0
+        explained = (m.get("node_records_missing_live", 0) == too_late.get("main", 0)
+                     and m.get("node_records_extra_live", 0) == 0)
         report["identical"] = all(report[k]["differ"] == report[k]["only_live"] == report[k]["only_replay"] == 0
                                   for k in report if isinstance(report[k], dict) and "differ" in report[k])
         report["explained_by_too_late"] = explained
@@ -441,7 +443,8 @@ def _matrix_windows(lv: dict, rv: dict) -> dict:
                 d_rec += (b or {}).get("flow_records", 0) - (a or {}).get("flow_records", 0)
                 d_bytes += (b or {}).get("bytes_est", 0) - (a or {}).get("bytes_est", 0)
         if not same:
-            differing.append({"window_start_ms": w, "records_replay_minus_live": d_rec, "bytes_replay_minus_live": d_bytes})
+            differing.append({"window_start_ms": w, "records_replay_minus_live": d_rec,
+                              "bytes_replay_minus_live": d_bytes})
             missing_rec += max(0, d_rec)
             extra_rec += max(0, -d_rec)
             missing_bytes += max(0, d_bytes)
@@ -477,8 +480,8 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
                 raise RuntimeError("the second processors worker did not start; see processors2.log")
             time.sleep(s.kafka.session_timeout_ms / 1000 + 5)
         pids = {"ingest": lambda: pipe.procs["ingest"].pid, "processors": lambda: pipe.procs["processors"].pid,
-                "archive": lambda: pipe.procs["archive"].pid, "tansu": pipe.stack.broker.pid, "seaweedfs": pipe.stack.s3.pid,
-                "bench": os.getpid}
+                "archive": lambda: pipe.procs["archive"].pid, "tansu": pipe.stack.broker.pid,
+                "seaweedfs": pipe.stack.s3.pid, "bench": os.getpid}
         if second is not None:
             pids["processors#2"] = lambda: second.pid
         cpu = CpuMeter(pids)
@@ -520,7 +523,9 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         result["sent_records"] = int(sent.get("records", 0))
         result["sent_seconds"] = round(sent.get("seconds", 0.0), 1)
         # ingest publishes batches every ingest.batch_max_delay_ms: wait until its deliveries stop before counting
-        delivered = lambda: scrape(ports.ingest_metrics).get("fabricflow_ingest_kafka_delivered_records_total", -1.0)  # noqa: E731
+        def delivered() -> float:
+            return scrape(ports.ingest_metrics).get("fabricflow_ingest_kafka_delivered_records_total", -1.0)
+
         snap, since, t_w = delivered(), time.monotonic(), time.monotonic()
         while time.monotonic() - since < 3 and time.monotonic() - t_w < 60:
             time.sleep(0.5)
@@ -700,7 +705,8 @@ def _fault(scenario: str, pipe: LocalPipeline, second, metrics: dict, outage: fl
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scenario", default="ingest-kill", help=f"one of {', '.join(SCENARIOS)}, or all; {BASELINE} = no fault")
+    ap.add_argument("--scenario", default="ingest-kill",
+                    help=f"one of {', '.join(SCENARIOS)}, or all; {BASELINE} = no fault")
     ap.add_argument("--rate", type=float, default=100_000, help="flow records per second sent")
     ap.add_argument("--seconds", type=float, default=120, help="seconds of load")
     ap.add_argument("--outage", type=float, default=30, help="s3-stop: seconds the object store is down")
@@ -727,7 +733,8 @@ def main() -> int:
               f"lost {r['lost']} duplicated {r['duplicated']} recover {r['recover_s']} s (fault at {r['fault_at_s']} s), "
               f"archive complete {r['archived_after_load_s']} s after the load",
               flush=True)
-        print(f"  sink flows_raw lag (records) max {r['sink_raw_lag_max']}, at the load's end {r['sink_raw_lag_at_load_end']}; "
+        print(f"  sink flows_raw lag (records) max {r['sink_raw_lag_max']}, "
+              f"at the load's end {r['sink_raw_lag_at_load_end']}; "
               f"ingest drops: socket {r['ingest_socket_drops']} producer {r['ingest_producer_drops']}; "
               f"processors done {r['processors_done_after_load_s']} s after the load", flush=True)
         print(f"  metrics during the load: {r['metrics_during_load']}", flush=True)
@@ -739,7 +746,8 @@ def main() -> int:
             print(f"  outputs vs replay of {w['replayed_records']} records: identical={w.get('identical')} "
                   f"explained_by_too_late={w.get('explained_by_too_late')}; matrix windows {m.get('windows_identical')}"
                   f"/{m.get('windows')} identical, node records missing live {m.get('node_records_missing_live')}; "
-                  + ", ".join(f"{k}: {v['identical']} same {v['differ']} differ {v['only_live']}/{v['only_replay']} only live/replay"
+                  + ", ".join(f"{k}: {v['identical']} same {v['differ']} differ "
+                              f"{v['only_live']}/{v['only_replay']} only live/replay"
                               for k, v in w.items() if isinstance(v, dict) and "differ" in v), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))

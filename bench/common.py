@@ -155,8 +155,8 @@ def _records(fields, k: int, rng: random.Random, hosts: _Hosts, v6: bool, end_sp
     for _ in range(k):
         pair = (rng.randrange(n), rng.randrange(n))
         svc = rng.choice(_SERVICES)
-        rec = b"".join(bytes([6 if v6 else 4]) if ie == 60 else _field_value(ie, ln, rng, hosts, pair, svc, end_spread_ms)
-                       for ie, ln in fields)
+        rec = b"".join(bytes([6 if v6 else 4]) if ie == 60
+                       else _field_value(ie, ln, rng, hosts, pair, svc, end_spread_ms) for ie, ln in fields)
         out.append(rec)
     return b"".join(out)
 
