@@ -349,7 +349,8 @@ def read_raw(settings):
     from replay import kafka_source
 
     parts = settings.kafka.partitions
-    return kafka_source(settings.kafka, offsets={("flows", p): (0, None) for p in range(parts)}, timeout_s=10.0)
+    # generous idle timeout: Tansu's s3 storage engine can take seconds to answer a fetch under load
+    return kafka_source(settings.kafka, offsets={("flows", p): (0, None) for p in range(parts)}, timeout_s=60.0)
 
 
 def replay_outputs(settings, src) -> dict:
@@ -535,10 +536,17 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         rep = None
         if compare:  # read flows.raw.v1 once: the count, and the replay (run now, while the sink catches up)
             t_c = time.monotonic()
-            src = read_raw(s)
-            result["kafka_records"] = len(src.flows)
-            rep = replay_outputs(s, src)
-            del src
+            try:
+                src = read_raw(s)
+            except Exception as e:  # noqa: BLE001 - reported; the count still comes from a plain consumer
+                result["replay_error"] = f"{type(e).__name__}: {e}"
+                src = None
+            if src is not None:
+                result["kafka_records"] = len(src.flows)
+                rep = replay_outputs(s, src)
+                del src
+            else:
+                result["kafka_records"] = count_topic(s, s.kafka.topics.flows_raw)
             result["replay_s"] = round(time.monotonic() - t_c, 1)
         else:
             result["kafka_records"] = count_topic(s, s.kafka.topics.flows_raw)
