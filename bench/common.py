@@ -61,6 +61,9 @@ class Stream:
     stamps: list[list[tuple[int, int, int]]] | None = None
     """Per data datagram, per flow: (offset of the source address's last two bytes, offset of the
     source port, 1) -- where :class:`Sender` writes a running flow counter so that no flow repeats."""
+    time_offset: int | None = None
+    """Where the header's export time (unix seconds) lives (NetFlow v9: 8, IPFIX: 4; sFlow has none):
+    :meth:`Sender.blast` with ``clock`` rewrites it so that flow times move with the stream."""
 
     @property
     def records_per_datagram(self) -> float:
@@ -109,7 +112,7 @@ _SERVICES = ((4791, 17), (4791, 17), (4791, 17), (29400, 6), (2049, 6), (443, 6)
 
 
 def _field_value(ie: int, ln: int, rng: random.Random, hosts: _Hosts, pair: tuple[int, int],
-                 svc: tuple[int, int]) -> bytes:
+                 svc: tuple[int, int], end_spread_ms: int = 30_000) -> bytes:
     a, b = pair
     if ie == 8:
         return hosts.v4[a]
@@ -122,7 +125,7 @@ def _field_value(ie: int, ln: int, rng: random.Random, hosts: _Hosts, pair: tupl
     if ie == 22:  # first switched (uptime ms)
         return struct.pack("!I", UPTIME_MS - rng.randrange(30_000, 60_000))
     if ie == 21:  # last switched
-        return struct.pack("!I", UPTIME_MS - rng.randrange(0, 30_000))
+        return struct.pack("!I", UPTIME_MS - rng.randrange(0, end_spread_ms))
     if ie == 1:  # bytes
         return struct.pack("!I", rng.randrange(64, 50_000_000))
     if ie == 2:  # packets
@@ -146,24 +149,25 @@ def _field_value(ie: int, ln: int, rng: random.Random, hosts: _Hosts, pair: tupl
     return bytes(ln)
 
 
-def _records(fields, k: int, rng: random.Random, hosts: _Hosts, v6: bool) -> bytes:
+def _records(fields, k: int, rng: random.Random, hosts: _Hosts, v6: bool, end_spread_ms: int = 30_000) -> bytes:
     out = []
     n = len(hosts.v4)
     for _ in range(k):
         pair = (rng.randrange(n), rng.randrange(n))
         svc = rng.choice(_SERVICES)
-        rec = b"".join(bytes([6 if v6 else 4]) if ie == 60 else _field_value(ie, ln, rng, hosts, pair, svc)
-                       for ie, ln in fields)
+        rec = b"".join(bytes([6 if v6 else 4]) if ie == 60
+                       else _field_value(ie, ln, rng, hosts, pair, svc, end_spread_ms) for ie, ln in fields)
         out.append(rec)
     return b"".join(out)
 
 
 def netflow_stream(version: int, records: int = 25, pool: int = 256, v6_records: int = 3, seed: int = 7,
-                   hosts: int = 512) -> Stream:
+                   hosts: int = 512, end_spread_ms: int = 30_000) -> Stream:
     """NetFlow v9 (``version=9``) or IPFIX (10) datagrams with softflowd's templates.
 
     Each data datagram has ``records`` flows: ``records - v6_records`` in the
     IPv4 data set (template 1024) and ``v6_records`` in the IPv6 one (2048).
+    Flows ended up to ``end_spread_ms`` before the export time (uniformly).
     """
     name = "softflowd_v9.pcap" if version == 9 else "softflowd_ipfix.pcap"
     sets, templates = _template_sets(CAPTURES / name, version)
@@ -186,11 +190,11 @@ def netflow_stream(version: int, records: int = 25, pool: int = 256, v6_records:
     data, counts, stamps = [], [], []
     for _ in range(pool):
         n4 = records - v6_records
-        body = dataset(1024, _records(v4_fields, n4, rng, h, False))
+        body = dataset(1024, _records(v4_fields, n4, rng, h, False, end_spread_ms))
         st = _nf_stamps(v4_fields, n4, hlen + 4, 8)
         if v6_records:
             st += _nf_stamps(v6_fields, v6_records, hlen + len(body) + 4, 27)
-            body += dataset(2048, _records(v6_fields, v6_records, rng, h, True))
+            body += dataset(2048, _records(v6_fields, v6_records, rng, h, True, end_spread_ms))
         data.append(header(records, len(body)) + body)
         counts.append(records)
         stamps.append(st)
@@ -199,7 +203,7 @@ def netflow_stream(version: int, records: int = 25, pool: int = 256, v6_records:
         templates=[tmpl], data=data, records=counts,
         seq_offset=12 if version == 9 else 8, seq_per_record=version == 10,
         source=f"templates from {name}, generated records",
-        meta={"hosts": hosts}, stamps=stamps,
+        meta={"hosts": hosts}, stamps=stamps, time_offset=8 if version == 9 else 4,
     )
 
 
@@ -339,9 +343,15 @@ class Sender:
             self.sock.send(b)
         return len(st.templates)
 
-    def blast(self, rate: float, seconds: float, chunk: int = 32) -> SendResult:
-        """Send at ``rate`` datagrams/s for ``seconds`` (templates first and every ``refresh``)."""
+    def blast(self, rate: float, seconds: float, chunk: int = 32, clock: int | None = None) -> SendResult:
+        """Send at ``rate`` datagrams/s for ``seconds`` (templates first and every ``refresh``).
+
+        ``clock`` (unix seconds; streams with a ``time_offset``): data datagram ``j`` carries the export time
+        ``clock + floor(j / rate)``, so its flows' times move with the stream (one second of them per second
+        of sending) and depend only on ``j``: two runs at the same rate send the same records.
+        """
         st = self.stream
+        toff = st.time_offset if clock is not None else None
         send = self.sock.send
         pack = struct.pack_into
         off, per_rec = st.seq_offset, st.seq_per_record
@@ -363,6 +373,8 @@ class Sender:
                 k = j % npool
                 b = bufs[k]
                 pack("!I", b, off, seq & 0xFFFFFFFF)
+                if toff is not None:
+                    pack("!I", b, toff, (clock + int(j / rate)) & 0xFFFFFFFF)
                 seq += recs[k] if per_rec else 1
                 try:
                     send(b)

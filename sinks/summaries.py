@@ -32,12 +32,31 @@ def summary_avsc() -> dict:
     return load_avsc("summary_hourly")
 
 
-def _as_table(batch) -> pa.Table:
-    from sinks.arrow_schema import conform, table_from_columns
+#: The columns of ``flow_enriched`` a summary reads (the addresses only where a row has no node name).
+_COLUMNS = ("time_end_ms", "bytes_est", "packets_est", "duplicate", "category", "src_node", "dst_node", "src_job",
+            "dst_job", "src_addr", "dst_addr")
+
+
+def summary_columns(batch) -> pa.Table:
+    """The columns a summary reads (:data:`_COLUMNS`) of a numpy structured array or Arrow table of
+    ``flow_enriched``, as Arrow; no derived text columns (addresses are formatted only where needed)."""
+    from sinks.arrow_schema import addr_array
 
     if isinstance(batch, pa.Table):
-        return conform(batch, "flow_enriched")
-    return table_from_columns(batch, "flow_enriched")
+        return batch if batch.column_names == list(_COLUMNS) else batch.select(list(_COLUMNS))
+    cols = {}
+    for c in _COLUMNS:
+        col = batch[c]
+        if c.endswith("_addr"):
+            cols[c] = addr_array(col)
+        elif col.dtype == object:
+            cols[c] = pa.array(col, type=pa.string(), from_pandas=False)
+        else:
+            cols[c] = pa.array(np.ascontiguousarray(col))
+    return pa.table(cols)
+
+
+_as_table = summary_columns
 
 
 def _str(col) -> pa.ChunkedArray | pa.Array:
@@ -48,6 +67,23 @@ def _or(col, fallback):
     """``col`` where non-empty, else ``fallback`` (a column or a scalar string)."""
     col = _str(col)
     return pc.if_else(pc.equal(col, ""), fallback if isinstance(fallback, str) else _str(fallback), col)
+
+
+def _or_address(node, addr) -> pa.Array:
+    """``node`` where non-empty, else the text of ``addr`` (binary(16)); only those rows' addresses are
+    formatted (each distinct one once)."""
+    from sinks.arrow_schema import addr_text_array
+
+    node = _str(node)
+    if isinstance(node, pa.ChunkedArray):
+        node = node.combine_chunks()
+    empty = pc.equal(node, "")
+    if not pc.any(empty).as_py():
+        return node
+    if isinstance(addr, pa.ChunkedArray):
+        addr = addr.combine_chunks()
+    texts = addr_text_array(pc.filter(addr, empty)).cast(pa.string())
+    return pc.replace_with_mask(node, empty, texts)
 
 
 _SUMS = [("bytes_est", "sum"), ("packets_est", "sum"), ("n", "sum")]
@@ -79,7 +115,7 @@ class HourlySummary:
         """Add a ``flow_enriched`` batch (Arrow table or numpy structured array); only its counted records
         (each packet once: docs/detectors.md, "Counting each packet once")."""
         t = _as_table(enriched_batch)
-        if "duplicate" in t.column_names and t.num_rows:
+        if "duplicate" in t.column_names and t.num_rows and pc.any(t["duplicate"]).as_py():
             t = t.filter(pc.invert(pc.fill_null(t["duplicate"], False)))
         if t.num_rows == 0:
             return
@@ -96,8 +132,8 @@ class HourlySummary:
             if part.startswith("job"):
                 tbl = tbl.filter(pc.not_equal(tbl["e"], ""))
             self._push(part, _group(tbl, ["e", "category"]))
-        s = _or(t["src_node"], t["src_ip"])
-        d = _or(t["dst_node"], t["dst_ip"])
+        s = _or_address(t["src_node"], t["src_addr"])
+        d = _or_address(t["dst_node"], t["dst_addr"])
         self._push("pair", _group(pa.table({"s": s, "d": d, **{k: base[k] for k in ("bytes_est", "packets_est", "n")}}),
                                   ["s", "d"]))
 
@@ -233,7 +269,11 @@ class SummaryBook:
                 t, hours = t.filter(pa.array(keep)), hours[keep]
                 if t.num_rows == 0:
                     return
-        for h in np.unique(hours):
+        uniq = np.unique(hours)
+        if len(uniq) == 1:
+            self._hour(int(uniq[0])).add_flows(t)
+            return
+        for h in uniq:
             self._hour(int(h)).add_flows(t.filter(pa.array(hours == h)))
 
     def add_event(self, kind: str, event: Mapping) -> None:

@@ -12,6 +12,7 @@ import logging
 import time
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaException, Producer
 
@@ -19,11 +20,14 @@ from fabricflow.logs import RateLimitedLog
 from schemas import codec
 from sinks import layout
 from sinks.archive_metrics import SinkMetrics
-from sinks.summaries import QualityHours, SummaryBook
+from sinks.summaries import QualityHours, SummaryBook, summary_columns
 
 log = logging.getLogger("fabricflow.sink")
 
 PARTIAL_METRIC = "summary_partial"
+#: Enriched rows gathered before they are added to the summaries: one Arrow group-by per chunk instead of one
+#: per message (per-call overhead dominated at ~4k-row messages: 2.8 -> ~1.1 CPU-s per 1 M rows).
+CHUNK_ROWS = 65_536
 
 TP = tuple[str, int]
 
@@ -46,6 +50,9 @@ class SummaryEmitter:
         self._partial_through: int | None = None  # hours <= this may miss rows consumed before a restart
         self._resumed: set[TP] = set()  # partitions resumed from a commit, first message not yet seen
         self._handed_over: dict[TP, int] = {}  # offset this process committed when it gave a partition up
+        self._pending: list = []  # enriched batches not yet added to the book (same order as received)
+        self._pending_rows = 0
+        self._pending_min_ms: int | None = None  # earliest event time among them
 
     # -- partitions
 
@@ -81,10 +88,26 @@ class SummaryEmitter:
         self._enriched_wm[partition] = (watermark, time.monotonic())
 
     def add_flows(self, table) -> None:
+        """Gather an enriched batch (numpy structured array or Arrow table) as the narrow Arrow table a summary
+        reads; added to the book by chunks of :data:`CHUNK_ROWS` rows, and always before an hour they may belong
+        to is closed (:meth:`emit`)."""
         if not self.enabled or not len(table):
             return
+        t = summary_columns(table)
+        lo = int(pc.min(t["time_end_ms"]).as_py())
+        self._pending.append(t)
+        self._pending_rows += t.num_rows
+        self._pending_min_ms = lo if self._pending_min_ms is None else min(self._pending_min_ms, lo)
+        if self._pending_rows >= CHUNK_ROWS:
+            self._add_pending()
+
+    def _add_pending(self) -> None:
+        if not self._pending:
+            return
+        parts, self._pending = self._pending, []
+        self._pending_rows, self._pending_min_ms = 0, None
         late0 = self.book.late_rows
-        self.book.add_flows(table)
+        self.book.add_flows(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
         if self.book.late_rows > late0:
             self.metrics.summary_late.inc(self.book.late_rows - late0)
 
@@ -112,7 +135,13 @@ class SummaryEmitter:
     def emit(self) -> None:
         """Produce the summaries of the hours the watermark closed."""
         wm = self.watermark()
-        if not self.enabled or wm is None or not self.book.hours:
+        if not self.enabled or wm is None:
+            return
+        if self._pending_min_ms is not None:
+            closable = (wm - self.book.grace_ms) // layout.HOUR_MS - 1  # as SummaryBook.close decides
+            if layout.hour_index(self._pending_min_ms) <= closable or any(h <= closable for h in self.book.hours):
+                self._add_pending()  # rows of an hour about to close go in first (else they would count as late)
+        if not self.book.hours:
             return
         partial = {}
         if self._partial_through is not None:

@@ -244,3 +244,26 @@ def test_object_store_down_while_reading_the_index_ends_the_run_with_one_line(mo
     monkeypatch.setattr("sinks.archive_service.ArchiveService._consumer_config", lambda self: {})
     with pytest.raises(ArchiveUnavailable, match="did not answer while reading the archive index"):
         svc.run(max_seconds=5)
+
+
+def test_summaries_gather_enriched_rows_in_chunks_and_add_them_before_their_hour_closes(monkeypatch):
+    from sinks import summary_emitter
+
+    monkeypatch.setattr(summary_emitter, "CHUNK_ROWS", 3)
+    svc = service()
+    t = svc.settings.kafka.topics
+    svc._on_assign(svc.consumer, [TopicPartition(t.flows_enriched, 0)])
+    msg = lambda off, rows: Msg(t.flows_enriched, 0, off, codec.encode_batch("flow_enriched_batch", enriched(rows)))  # noqa: E731
+    svc.handle([msg(0, [{"time_end_ms": T0 + 1000, "bytes_est": 5}, {"time_end_ms": T0 + 2000, "bytes_est": 7}])])
+    assert svc.summaries.book.hours == {}  # 2 rows < a chunk: gathered, not yet aggregated
+    svc.handle([msg(1, [{"time_end_ms": T0 + 3000, "bytes_est": 1}])])
+    assert list(svc.summaries.book.hours) == [T0 // HOUR]  # a full chunk: aggregated
+    svc.handle([msg(2, [{"time_end_ms": T0 + 4000, "bytes_est": 2}])])
+    assert svc.summaries._pending_rows == 1
+    svc.flush()
+    assert svc.summaries.producer.sent == []  # hour 0 still open: the row may stay gathered
+    svc.handle([msg(3, [{"time_end_ms": T0 + HOUR + 2 * 60_000, "bytes_est": 1}])])  # watermark past hour 0 + grace
+    svc.flush()
+    sent = svc.summaries.producer.sent
+    assert [(k, r["flow_records"], r["bytes_est"]) for _, k, r in sent] == [(str(T0).encode(), 4, 15)]
+    assert svc.summaries.book.late_rows == 0
