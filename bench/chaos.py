@@ -349,8 +349,8 @@ def read_raw(settings):
     from replay import kafka_source
 
     parts = settings.kafka.partitions
-    # generous idle timeout: Tansu's s3 storage engine can take seconds to answer a fetch under load
-    return kafka_source(settings.kafka, offsets={("flows", p): (0, None) for p in range(parts)}, timeout_s=60.0)
+    # Tansu's s3 engine under load can take seconds to answer; kafka_source also retries with a long fetch wait
+    return kafka_source(settings.kafka, offsets={("flows", p): (0, None) for p in range(parts)}, timeout_s=15.0)
 
 
 def replay_outputs(settings, src) -> dict:

@@ -1,8 +1,12 @@
 """Replay from Kafka: ``flows.raw`` / ``counters.raw`` by offsets or by a time range (binary search on
-record timestamps, since the embedded broker's ``offsets_for_times`` answers 0), in the canonical order."""
+record timestamps, since the embedded broker's ``offsets_for_times`` answers 0), in the canonical order.
+
+Reads ask for a short fetch wait first (single-message fetches are the binary search's unit); a partition
+that answers neither records nor end-of-partition is read again with a long fetch wait (docs/replay.md)."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -13,9 +17,27 @@ from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE
 
 from .core import COUNTER_TIME, DEFAULT_SLICE_MS, FLOW_TIME, ReplayError, iso_utc, slice_batches
 
+log = logging.getLogger(__name__)
+
+
+#: Fetch wait of the first attempt: a broker answering a waiting fetch only at its end (Tansu) would
+#: otherwise make every single-message fetch of the binary search cost the whole wait.
+FAST_FETCH_WAIT_MS = 10
+#: Fetch wait of the second attempt. Tansu's s3 engine, after a restart, answers every fetch that needs
+#: more than the wait to read its storage with no records and no end of partition: read with 10 ms it
+#: looks empty (docs/replay.md).
+SLOW_FETCH_WAIT_MS = 500
+
+
+class SilentPartition(ReplayError):
+    """A partition answered neither a record nor end-of-partition within the timeout."""
+
 
 def _fetch_one(consumer, tp, offset: int, timeout_s: float):
-    """First message at or after ``offset`` of ``tp`` (None at the end of the partition or on timeout)."""
+    """First message at or after ``offset`` of ``tp`` (None at the end of the partition).
+
+    Raises :class:`SilentPartition` when the timeout passes with neither a message nor end-of-partition.
+    """
     import time
 
     from confluent_kafka import KafkaError, TopicPartition
@@ -32,14 +54,14 @@ def _fetch_one(consumer, tp, offset: int, timeout_s: float):
             raise ReplayError(f"{tp.topic}[{tp.partition}] @ {offset}: {m.error().str()}")
         if m.topic() == tp.topic and m.partition() == tp.partition and m.offset() >= offset:
             return m
-    return None
+    raise SilentPartition(f"{tp.topic}[{tp.partition}] @ {offset}: no record and no end of partition in {timeout_s} s")
 
 
 def find_offset_for_time(consumer, tp, ts_ms: int, lo: int, hi: int, *, timeout_s: float = 5.0) -> int:
     """First offset in [lo, hi] whose record timestamp is >= ``ts_ms`` (``hi`` if none), by binary search.
 
     Fetches single messages (the embedded broker's ``offsets_for_times`` always
-    answers 0). An offset with no record at or after it counts as "later".
+    answers 0). An offset with no record at or after it (end of partition) counts as "later".
     Assumes record timestamps do not decrease along the partition (ingest sets
     them when it publishes); ``hi`` is normally the end found by :func:`partition_end`.
     """
@@ -65,23 +87,30 @@ def partition_end(consumer, tp, *, timeout_s: float = 5.0) -> tuple[int, int]:
     low = max(0, int(low))
     start = max(low, int(high) - 1)
     end = start
-    for m in _poll_from(consumer, tp, start, timeout_s):
+    for m in _poll_from(consumer, tp, start, timeout_s, need_answer=True):
         end = max(end, m.offset() + 1)
     return low, end
 
 
-def _poll_from(consumer, tp, start: int, idle_s: float):
-    """Messages of one partition from ``start`` until the end (EOF) or ``idle_s`` without a message."""
+def _poll_from(consumer, tp, start: int, idle_s: float, *, need_answer: bool = False):
+    """Messages of one partition from ``start`` until the end (EOF) or ``idle_s`` without a message.
+
+    ``need_answer``: raise :class:`SilentPartition` when nothing at all (no message, no EOF) came.
+    """
     import time
 
     from confluent_kafka import KafkaError, TopicPartition
 
     consumer.assign([TopicPartition(tp.topic, tp.partition, start)])
     idle_until = time.monotonic() + idle_s
+    answered = False
     while True:
         m = consumer.poll(0.2)
         if m is None:
             if time.monotonic() >= idle_until:
+                if need_answer and not answered:
+                    raise SilentPartition(f"{tp.topic}[{tp.partition}] @ {start}: no record and no end of "
+                                          f"partition in {idle_s} s")
                 return
             continue
         if m.error():
@@ -89,6 +118,7 @@ def _poll_from(consumer, tp, start: int, idle_s: float):
                 return
             raise ReplayError(f"{tp.topic}[{tp.partition}]: {m.error().str()}")
         idle_until = time.monotonic() + idle_s
+        answered = True
         yield m
 
 
@@ -141,7 +171,7 @@ def _read_range(consumer, tp, start: int, end: int, timeout_s: float, on_message
     if end <= start:
         return []
     out = []
-    for m in _poll_from(consumer, tp, start, timeout_s):
+    for m in _poll_from(consumer, tp, start, timeout_s, need_answer=True):
         if m.offset() >= end:
             break
         if m.offset() >= start:
@@ -174,9 +204,8 @@ def kafka_source(
     when their event time is in [frm, to) (as the archive does).
     Without ``frm``/``to`` every row of the offset ranges is replayed.
     """
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer
 
-    from schemas import codec
     from sinks.query import parse_time
 
     if offsets is None and (frm is None or to is None):
@@ -192,61 +221,22 @@ def kafka_source(
         if hi_ms <= lo_ms:
             raise ReplayError(f"empty time range: from {iso_utc(lo_ms)} is not before to {iso_utc(hi_ms)}")
     topics = {"flows": kafka_settings.topics.flows_raw, "counters": kafka_settings.topics.counters_raw}
-    own = consumer is None
-    if own:
-        conf = kafka_settings.client_config()
-        conf.update({"group.id": f"{kafka_settings.client_id}-replay", "enable.auto.commit": False,
-                     "auto.offset.reset": "error", "enable.partition.eof": True,
-                     "fetch.wait.max.ms": 10,  # single-message fetches after assign() otherwise wait 0.5 s
-                     "session.timeout.ms": kafka_settings.session_timeout_ms})
-        consumer = Consumer(conf)
-    try:
-        md = consumer.list_topics(timeout=timeout_s)
-        nparts = {}
-        for s, t in topics.items():
-            tm = md.topics.get(t)
-            nparts[s] = sorted(tm.partitions) if tm is not None and tm.error is None else []
-        if offsets is None:
-            if not any(nparts.values()):
-                raise ReplayError(f"topics {topics['flows']} and {topics['counters']} do not exist on "
-                                  f"{kafka_settings.bootstrap_servers}")
-            ranges: dict[tuple[str, int], tuple[int, int | None]] = {}
-            for s, plist in nparts.items():
-                for p in plist:
-                    tp = TopicPartition(topics[s], p)
-                    low, end = partition_end(consumer, tp, timeout_s=timeout_s)
-                    a = find_offset_for_time(consumer, tp, lo_ms - grace_ms, low, end, timeout_s=timeout_s)
-                    b = find_offset_for_time(consumer, tp, hi_ms + grace_ms, a, end, timeout_s=timeout_s)
-                    if b > a:
-                        ranges[(s, p)] = (a, b)
-            if not ranges:
-                raise ReplayError(f"no records with timestamps between {iso_utc(lo_ms)} and {iso_utc(hi_ms)} in "
-                                  f"{topics['flows']} / {topics['counters']}")
-        else:
-            ranges = dict(offsets)
-            for (s, p) in ranges:
-                if p not in nparts[s]:
-                    raise ReplayError(f"{topics[s]} has no partition {p} "
-                                      f"(partitions: {', '.join(map(str, nparts[s])) or 'none, topic missing'})")
-        parts: dict[str, list[np.ndarray]] = {"flows": [], "counters": []}
-        read: dict[tuple[str, int], tuple[int, int, int]] = {}
-        for (s, p) in sorted(ranges, key=lambda k: (k[0] != "flows", k[1])):
-            a, b = ranges[(s, p)]
-            tp = TopicPartition(topics[s], p)
-            if b is None:
-                _low, b = partition_end(consumer, tp, timeout_s=timeout_s)
-            msgs = _read_range(consumer, tp, a, b, timeout_s, on_message)
-            if msgs:
-                read[(s, p)] = (msgs[0].offset(), msgs[-1].offset(), len(msgs))
-            want = "flow_batch" if s == "flows" else "counter_batch"
-            for m in msgs:
-                try:
-                    parts[s].append(codec.decode_batch(m.value(), expect=want))
-                except codec.CodecError as e:
-                    raise ReplayError(f"{topics[s]}[{p}] offset {m.offset()}: {e}") from None
-    finally:
-        if own:
-            consumer.close()
+    args = (topics, offsets, lo_ms, hi_ms, grace_ms, timeout_s, on_message, kafka_settings.bootstrap_servers)
+    if consumer is not None:
+        parts, read = _read_all(consumer, *args)
+    else:
+        for wait_ms in (FAST_FETCH_WAIT_MS, SLOW_FETCH_WAIT_MS):
+            consumer = Consumer(_replay_consumer_config(kafka_settings, wait_ms))
+            try:
+                parts, read = _read_all(consumer, *args)
+                break
+            except SilentPartition as e:
+                if wait_ms == SLOW_FETCH_WAIT_MS:
+                    raise ReplayError(f"{e} (also with a {wait_ms} ms fetch wait): is the broker serving reads?") \
+                        from None
+                log.info("replay: %s with a %d ms fetch wait; reading again with %d ms", e, wait_ms, SLOW_FETCH_WAIT_MS)
+            finally:
+                consumer.close()
     if not read:
         raise ReplayError("no records in the requested offset ranges")
     flows = np.concatenate(parts["flows"]) if parts["flows"] else np.zeros(0, dtype=FLOW_DTYPE)
@@ -256,3 +246,63 @@ def kafka_source(
         flows = flows[(ft >= lo_ms) & (ft < hi_ms)]
         counters = counters[(ct >= lo_ms) & (ct < hi_ms)]
     return KafkaSource(flows, counters, read, slice_ms)
+
+
+def _replay_consumer_config(kafka_settings, fetch_wait_ms: int) -> dict:
+    conf = kafka_settings.client_config()
+    conf.update({"group.id": f"{kafka_settings.client_id}-replay", "enable.auto.commit": False,
+                 "auto.offset.reset": "error", "enable.partition.eof": True,
+                 "fetch.wait.max.ms": fetch_wait_ms,
+                 "session.timeout.ms": kafka_settings.session_timeout_ms})
+    return conf
+
+
+def _read_all(consumer, topics, offsets, lo_ms, hi_ms, grace_ms, timeout_s, on_message, bootstrap):
+    """({stream: [batches]}, {(stream, partition): (first, last, messages)}) of the requested ranges."""
+    from confluent_kafka import TopicPartition
+
+    from schemas import codec
+
+    md = consumer.list_topics(timeout=timeout_s)
+    nparts = {}
+    for s, t in topics.items():
+        tm = md.topics.get(t)
+        nparts[s] = sorted(tm.partitions) if tm is not None and tm.error is None else []
+    if offsets is None:
+        if not any(nparts.values()):
+            raise ReplayError(f"topics {topics['flows']} and {topics['counters']} do not exist on {bootstrap}")
+        ranges: dict[tuple[str, int], tuple[int, int | None]] = {}
+        for s, plist in nparts.items():
+            for p in plist:
+                tp = TopicPartition(topics[s], p)
+                low, end = partition_end(consumer, tp, timeout_s=timeout_s)
+                a = find_offset_for_time(consumer, tp, lo_ms - grace_ms, low, end, timeout_s=timeout_s)
+                b = find_offset_for_time(consumer, tp, hi_ms + grace_ms, a, end, timeout_s=timeout_s)
+                if b > a:
+                    ranges[(s, p)] = (a, b)
+        if not ranges:
+            raise ReplayError(f"no records with timestamps between {iso_utc(lo_ms)} and {iso_utc(hi_ms)} in "
+                              f"{topics['flows']} / {topics['counters']}")
+    else:
+        ranges = dict(offsets)
+        for (s, p) in ranges:
+            if p not in nparts[s]:
+                raise ReplayError(f"{topics[s]} has no partition {p} "
+                                  f"(partitions: {', '.join(map(str, nparts[s])) or 'none, topic missing'})")
+    parts: dict[str, list[np.ndarray]] = {"flows": [], "counters": []}
+    read: dict[tuple[str, int], tuple[int, int, int]] = {}
+    for (s, p) in sorted(ranges, key=lambda k: (k[0] != "flows", k[1])):
+        a, b = ranges[(s, p)]
+        tp = TopicPartition(topics[s], p)
+        if b is None:
+            _low, b = partition_end(consumer, tp, timeout_s=timeout_s)
+        msgs = _read_range(consumer, tp, a, b, timeout_s, on_message)
+        if msgs:
+            read[(s, p)] = (msgs[0].offset(), msgs[-1].offset(), len(msgs))
+        want = "flow_batch" if s == "flows" else "counter_batch"
+        for m in msgs:
+            try:
+                parts[s].append(codec.decode_batch(m.value(), expect=want))
+            except codec.CodecError as e:
+                raise ReplayError(f"{topics[s]}[{p}] offset {m.offset()}: {e}") from None
+    return parts, read
