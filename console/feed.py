@@ -50,6 +50,7 @@ class KafkaFeed:
         self.messages = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.beat = lambda: None  # called once per pass of the reader's loop (the console's health flag)
 
     # -- lifecycle
 
@@ -109,6 +110,7 @@ class KafkaFeed:
         consumer = None
         last_meta = 0.0
         while not self._stop.is_set():
+            self.beat()
             try:
                 if consumer is None:
                     consumer = self._consumer()
