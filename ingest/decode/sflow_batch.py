@@ -155,16 +155,8 @@ def decode_sflow_many(
     numba-compiled walker (default: when numba is installed) or with numpy
     (the reference); both give identical results.
     """
-    k = len(datagrams)
-    ex = [exporters] * k if isinstance(exporters, str) else list(exporters)
-    ts = [received_at_ms] * k if isinstance(received_at_ms, (int, np.integer)) else list(received_at_ms)
-    if len(ex) != k or len(ts) != k:
-        raise ValueError("exporters / received_at_ms must match the datagrams")
-    datas = [d if isinstance(d, bytes) else bytes(d) for d in datagrams]
-    if k == 0:
-        return []
-    g = decode_sflow_group(datas, ex, ts, templates, jit)
-    return [g.result(i) for i in range(k)]
+    g = decode_sflow_group(datagrams, exporters, received_at_ms, templates, jit)
+    return [g.result(i) for i in range(len(datagrams))]
 
 
 def warm_up() -> None:
