@@ -34,12 +34,14 @@ def test_defaults_run_locally():
 
 
 def test_every_topic_name_is_a_stream_of_the_catalog():
-    """kafka.topics holds the configurable name of each stream of fabricflow/streams.py, no more, no less."""
+    """kafka.topics is built from fabricflow/streams.py: one setting per stream (its default and description
+    from the catalog), no more, no less, and no two streams share a topic."""
     from fabricflow import streams
     from fabricflow.settings import TopicNames
 
     assert set(TopicNames.model_fields) - {"replay_prefix"} == {s.name for s in streams.STREAMS}
     assert len(set(streams.topic_names(load_settings().kafka).values())) == len(streams.STREAMS)
+    assert {s.name: TopicNames.model_fields[s.name].default for s in streams.STREAMS}["matrix"] == "matrix.windows.v1"
 
 
 def test_env_nested_and_precedence(tmp_path, monkeypatch):
