@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-
 import typer
 
 from .context import fail, settings_of
@@ -37,11 +35,5 @@ def register(app: typer.Typer) -> None:
             svc.start()
         except ConsoleConfigError as e:
             fail(str(e))
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         typer.echo(f"console: {svc.url}")
-        try:
-            svc.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            svc.stop()
+        svc.serve_forever()  # until SIGTERM/SIGINT; stops everything it started

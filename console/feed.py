@@ -20,14 +20,12 @@ import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from fabricflow import streams
 from schemas import codec
 
 from .live import LiveStore
 
 log = logging.getLogger(__name__)
-
-KINDS = {"matrix": "matrix", "incast": "incast", "straggler": "straggler", "link_health": "link", "alerts": "alert",
-         "patterns": "pattern"}  # TopicNames attribute -> LiveStore kind
 
 
 def decode_value(value: bytes) -> dict:
@@ -41,9 +39,10 @@ class KafkaFeed:
     def __init__(self, settings, store: LiveStore):
         self.settings = settings
         self.store = store
-        t = settings.kafka.topics
-        self.topic_kind = {getattr(t, attr): kind for attr, kind in KINDS.items()}
-        self.counters_topic = t.counters_raw
+        # topic -> output kind, from the stream catalog: every processor output the live store shows
+        self.topic_kind = {streams.topic_of(settings.kafka, s): kind for kind, s in streams.OUTPUTS.items()
+                           if LiveStore.shows(kind)}
+        self.counters_topic = settings.kafka.topics.counters_raw
         self.ok = False
         self.error: str | None = "not connected yet"
         self.since_ms = int(time.time() * 1000)
@@ -51,6 +50,7 @@ class KafkaFeed:
         self.messages = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.beat = lambda: None  # called once per pass of the reader's loop (the console's health flag)
 
     # -- lifecycle
 
@@ -110,6 +110,7 @@ class KafkaFeed:
         consumer = None
         last_meta = 0.0
         while not self._stop.is_set():
+            self.beat()
             try:
                 if consumer is None:
                     consumer = self._consumer()

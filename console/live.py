@@ -113,6 +113,11 @@ class LiveStore:
         self.last_record_ms = int(time.time() * 1000)
         self.counts[kind] = self.counts.get(kind, 0) + 1
 
+    @classmethod
+    def shows(cls, kind: str) -> bool:
+        """Whether the store keeps records of processor output ``kind`` (``fabricflow.streams.OUTPUTS``)."""
+        return hasattr(cls, f"_add_{kind}")
+
     def add(self, kind: str, r: dict) -> None:
         """One decoded record of ``kind`` (matrix, incast, straggler, link, alert, pattern)."""
         with self.lock:

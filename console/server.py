@@ -5,8 +5,10 @@
     ...
     svc.stop()
 
-``fabricflow console`` runs it in the foreground; ``fabricflow demo`` and the tests
-start and stop it beside the pipeline.
+Its lifecycle is the shared :class:`fabricflow.service.Service`: stops in reverse order,
+``/metrics`` and ``/healthz`` on ``console.metrics_port``, a health flag the live reader's loop (else
+the archive checker's) keeps up. ``fabricflow console`` runs it in the foreground until SIGTERM/SIGINT;
+``fabricflow demo`` and the tests start and stop it beside the pipeline.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ import threading
 import time
 
 import uvicorn
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from fabricflow.service import Service
 
 from .app import ConsoleState, create_app
 from .history import History
@@ -79,6 +85,12 @@ class ConsoleServer:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        registry = CollectorRegistry()
+        registry.register(_ConsoleCollector(self))
+        # the loop that beats: the live reader's, else the archive checker's (every 10 s); neither = nothing stalls
+        stall_s = 30.0 if (self.feed is not None or self.history is not None) else float("inf")
+        self.service = Service("console", registry, stall_s=stall_s)
+        self.service.add_check("http", lambda: self._thread is None or self._thread.is_alive() or "server stopped")
 
     @property
     def url(self) -> str:
@@ -86,16 +98,22 @@ class ConsoleServer:
         return f"http://{host}:{self.port}/"
 
     def start(self, timeout: float = 15.0) -> ConsoleServer:
+        svc, c = self.service, self.settings.console
+        svc.serve_http(c.metrics_bind, c.metrics_port)
         if self.feed is not None:
+            self.feed.beat = svc.beat
             self.feed.start()
+            svc.on_stop(self.feed.stop, "live reader")
         if self.history is not None:
             threading.Thread(target=self._watch_archive, name="console-archive", daemon=True).start()
+        svc.on_stop(self._stop.set, "archive checker")
         config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning", access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)
         self._server.install_signal_handlers = lambda: None  # the caller owns signals
         self._thread = threading.Thread(target=self._server.run, name="console-http", daemon=True)
         self._thread.start()
+        svc.on_stop(self._stop_http, "http server")
         deadline = time.monotonic() + timeout
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
@@ -110,16 +128,18 @@ class ConsoleServer:
     def _watch_archive(self) -> None:
         while not self._stop.is_set():
             self.history.check()
+            if self.feed is None:
+                self.service.beat()
             self._stop.wait(10.0)
 
+    def _stop_http(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
     def stop(self) -> None:
-        self._stop.set()
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(10)
-        if self.feed is not None:
-            self.feed.stop()
+        """Stop what :meth:`start` started, newest first (the HTTP server, the archive checker, the live reader,
+        /metrics)."""
+        self.service.stop()
 
     def __enter__(self) -> ConsoleServer:
         return self.start()
@@ -128,9 +148,30 @@ class ConsoleServer:
         self.stop()
 
     def serve_forever(self) -> None:
-        """Block until interrupted (Ctrl-C / SIGTERM turn into KeyboardInterrupt / SystemExit by the caller)."""
+        """Serve until SIGTERM/SIGINT (or :meth:`Service.request_stop`) or until the HTTP server ends; then stop."""
         try:
-            while self._thread is not None and self._thread.is_alive():
-                self._thread.join(0.5)
+            with self.service.signals():
+                while not self.service.wait(0.5):
+                    if self._thread is None or not self._thread.is_alive():
+                        break
         finally:
             self.stop()
+
+
+class _ConsoleCollector:
+    """The console's /metrics: the live reader's messages and whether it reaches the broker."""
+
+    def __init__(self, server: ConsoleServer):
+        self.server = server
+
+    def collect(self):
+        feed = self.server.feed
+        up = GaugeMetricFamily("fabricflow_console_live_reader_up",
+                               "1 when the live reader reaches the brokers (0 when it does not or is off)")
+        up.add_metric([], 1.0 if feed is not None and feed.ok else 0.0)
+        msgs = CounterMetricFamily("fabricflow_console_live_messages", "Kafka messages the live reader took",
+                                   labels=["result"])
+        msgs.add_metric(["ok"], float(feed.messages - feed.bad_messages) if feed is not None else 0.0)
+        msgs.add_metric(["undecodable"], float(feed.bad_messages) if feed is not None else 0.0)
+        yield up
+        yield msgs

@@ -42,6 +42,7 @@ class PipelinePorts:
     processors_metrics: int = 9181
     flow_metrics: int = 9183
     console: int = 8090
+    console_metrics: int = 9184
 
     @classmethod
     def offset(cls, delta: int) -> "PipelinePorts":
@@ -95,7 +96,7 @@ class LocalPipeline:
                 "idle_flush_s": 10,
             },
             "metrics": {"bind": "127.0.0.1", "port": p.flow_metrics},
-            "console": {"listen": f"127.0.0.1:{p.console}"},
+            "console": {"listen": f"127.0.0.1:{p.console}", "metrics_port": p.console_metrics},
             "stack": {
                 "state_dir": str(self.state_dir / "stack"),
                 "kafka_port": p.kafka,

@@ -15,8 +15,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model, field_validator, model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from .streams import STREAMS
 
 ENV_PREFIX = "FABRICFLOW_"
 
@@ -25,23 +29,15 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class TopicNames(_Section):
-    """Kafka topic names. The incompatible-change version is part of the name."""
+def _topic_names() -> type[_Section]:
+    """``kafka.topics``: one setting per stream of the catalog (fabricflow/streams.py: name, default, description)."""
+    fields: dict[str, Any] = {s.name: (str, Field(s.topic, description=s.about)) for s in STREAMS}
+    fields["replay_prefix"] = (str, Field("replay.", description="Prefix for replay output topics (replay.<topic>)"))
+    return create_model("TopicNames", __base__=_Section, __module__=__name__,
+                        __doc__="Kafka topic names. The incompatible-change version is part of the name.", **fields)
 
-    flows_raw: str = Field("flows.raw.v1", description="Decoded flow records (batched, Avro) from ingest")
-    counters_raw: str = Field("counters.raw.v1", description="Decoded sFlow counter samples from ingest")
-    dlq: str = Field("ingest.dlq.v1", description="Capped sample of undecodable datagrams (raw bytes + reason headers)")
-    flows_enriched: str = Field("flows.enriched.v1", description="Flows with inventory and app-category enrichment")
-    matrix: str = Field("matrix.windows.v1", description="Traffic-matrix cells per window")
-    incast: str = Field("incast.events.v1", description="Incast detections")
-    straggler: str = Field("straggler.scores.v1", description="Straggler scores per job/window/node")
-    link_health: str = Field("link.health.v1", description="Link health samples and events from counters")
-    alerts: str = Field("alerts.v1", description="Policy and security alerts")
-    patterns: str = Field("patterns.v1", description="Job patterns: baselines, deviations and the training timeline (Avro, pattern.avsc)")
-    summaries: str = Field("summaries.hourly.v1", description="Hourly summaries")
-    quality: str = Field("ingest.quality.v1", description="Data quality per exporter and window from ingest (loss, records without sampling rate, clock skew)")
-    shuffle: str = Field("processors.shuffle.v1", description="Internal: raw flows (sharded by their enriched destination job/node) and counters re-partitioned to detector shards")
-    replay_prefix: str = Field("replay.", description="Prefix for replay output topics (replay.<topic>)")
+
+TopicNames = _topic_names()
 
 
 class KafkaSettings(_Section):
@@ -336,6 +332,9 @@ class ConsoleSettings(_Section):
     lookback_s: float = Field(3600.0, ge=0, description="On start, the live reader skips records older than this "
                               "(where the broker supports offsets by time)")
     query_max_range_s: float = Field(7 * 86400.0, gt=0, description="Longest time range one archive query may span")
+    metrics_bind: str = Field("127.0.0.1", description="Address for the console's /metrics and /healthz")
+    metrics_port: int = Field(9184, ge=0, le=65535, description="Port for the console's /metrics and /healthz "
+                              "(0 = disabled)")
 
     @field_validator("listen")
     @classmethod

@@ -2,9 +2,9 @@
 
 Each :class:`Stream` says what a topic carries (kind, Avro schema, what its key
 means), where it is archived (dataset, row schema, event-time column) and how
-long it is kept. The topic list, the archive's datasets, the processors' output
-schemas and replay's tables are all derived from :data:`STREAMS`: adding an
-output kind means one entry here and its producer.
+long it is kept. The topic settings (``kafka.topics``), the topic list, the archive's
+datasets, the processors' output schemas and replay's tables are all derived from
+:data:`STREAMS`: adding an output kind means one entry here and its producer.
 
 Topics are created idempotently with their final partition count (the embedded
 broker cannot add partitions later). Compaction is never relied on.
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .settings import KafkaSettings
+if TYPE_CHECKING:  # settings builds kafka.topics from STREAMS: no import of it at run time
+    from .settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,8 @@ DAY_MS = 86_400_000
 class Stream:
     """One Kafka stream of fabricflow.
 
-    ``name``: attribute of :class:`fabricflow.settings.TopicNames` holding the topic name.
+    ``name``: the setting ``kafka.topics.<name>`` (:class:`fabricflow.settings.TopicNames`, built from this
+    catalog) holding the topic name; ``topic``: its default; ``about``: its description in docs/configuration.md.
     ``schema``: Avro schema of a message value ("" = raw bytes); ``batch``: the value is a columnar batch.
     ``output``: processor output kind published here (``Output.kind``), if any.
     ``dataset``/``row_schema``/``time_column``: the archive dataset, the Avro schema of one archived row and
@@ -49,38 +52,56 @@ class Stream:
     event_kind: str | None = None
     partitions: int | None = None  # None = kafka.partitions
     internal: bool = False
+    topic: str = field(kw_only=True)
+    about: str = field(kw_only=True)
 
 
 STREAMS: tuple[Stream, ...] = (
     Stream("flows_raw", "flow_batch", "exporter address", "FlowBatch per message (records of one datagram or a bounded batch)",
-           batch=True, dataset="flows_raw", row_schema="flow_record", time_column="time_end_ms", topic_days=7, archive_days=7),
+           batch=True, dataset="flows_raw", row_schema="flow_record", time_column="time_end_ms", topic_days=7, archive_days=7,
+           topic="flows.raw.v1", about="Decoded flow records (batched, Avro) from ingest"),
     Stream("counters_raw", "counter_batch", "exporter address", "CounterBatch per message (sFlow counter samples)",
            batch=True, dataset="counters_raw", row_schema="counter_sample", time_column="time_received_ms", topic_days=7,
-           archive_days=30),
+           archive_days=30,
+           topic="counters.raw.v1", about="Decoded sFlow counter samples from ingest"),
     Stream("dlq", "", "exporter address", "capped sample of undecodable datagrams; headers exporter/protocol/reason",
-           topic_days=7, partitions=1),
+           topic_days=7, partitions=1,
+           topic="ingest.dlq.v1", about="Capped sample of undecodable datagrams (raw bytes + reason headers)"),
     Stream("flows_enriched", "flow_enriched_batch", "exporter address", "EnrichedFlowBatch per message",
            batch=True, dataset="flows_enriched", row_schema="flow_enriched", time_column="time_end_ms", topic_days=7,
-           archive_days=30),
+           archive_days=30,
+           topic="flows.enriched.v1", about="Flows with inventory and app-category enrichment"),
     Stream("matrix", "matrix_cell", "window|level|src|dst|category", "one traffic-matrix cell per message",
-           output="matrix", dataset="matrix_windows", row_schema="matrix_cell", time_column="window_start_ms"),
+           output="matrix", dataset="matrix_windows", row_schema="matrix_cell", time_column="window_start_ms",
+           topic="matrix.windows.v1", about="Traffic-matrix cells per window"),
     Stream("incast", "incast_event", "destination", "incast detections", output="incast", dataset="incast_events",
-           row_schema="incast_event", time_column="window_start_ms", event_kind="incast"),
+           row_schema="incast_event", time_column="window_start_ms", event_kind="incast",
+           topic="incast.events.v1", about="Incast detections"),
     Stream("straggler", "straggler_score", "job", "straggler scores per job/window/node", output="straggler",
-           dataset="straggler_scores", row_schema="straggler_score", time_column="window_start_ms", event_kind="straggler"),
+           dataset="straggler_scores", row_schema="straggler_score", time_column="window_start_ms", event_kind="straggler",
+           topic="straggler.scores.v1", about="Straggler scores per job/window/node"),
     Stream("link_health", "link_health", "switch|ifIndex", "link health samples and events from counters", output="link",
-           dataset="link_health", row_schema="link_health", time_column="time_ms", event_kind="link"),
+           dataset="link_health", row_schema="link_health", time_column="time_ms", event_kind="link",
+           topic="link.health.v1", about="Link health samples and events from counters"),
     Stream("alerts", "alert", "dedup key", "policy and security alerts", output="alert", dataset="alerts",
-           row_schema="alert", time_column="window_start_ms", event_kind="alert"),
+           row_schema="alert", time_column="window_start_ms", event_kind="alert",
+           topic="alerts.v1", about="Policy and security alerts"),
     Stream("patterns", "pattern", "job", "job patterns: baselines, deviations and the training timeline per window",
-           output="pattern", dataset="patterns", row_schema="pattern", time_column="window_start_ms"),
+           output="pattern", dataset="patterns", row_schema="pattern", time_column="window_start_ms",
+           topic="patterns.v1",
+           about="Job patterns: baselines, deviations and the training timeline (Avro, pattern.avsc)"),
     Stream("shuffle", "", "shard", "internal: raw flows and counters re-partitioned to detector shards "
-           "(processors/worker/shuffle.py)", topic_days=1, internal=True),
+           "(processors/worker/shuffle.py)", topic_days=1, internal=True,
+           topic="processors.shuffle.v1", about="Internal: raw flows (sharded by their enriched destination job/node) "
+           "and counters re-partitioned to detector shards"),
     Stream("quality", "ingest_quality", "exporter address", "data quality per exporter and window from ingest "
            "(records lost by sequence gaps, records without a sampling rate, clock skew, sFlow sampler drops)", dataset="ingest_quality",
-           row_schema="ingest_quality", time_column="window_start_ms"),
+           row_schema="ingest_quality", time_column="window_start_ms",
+           topic="ingest.quality.v1", about="Data quality per exporter and window from ingest (loss, records "
+           "without sampling rate, clock skew)"),
     Stream("summaries", "summary_hourly", "hour start (ms)", "hourly summaries", dataset="summaries_hourly",
-           row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365, archive_days=365),
+           row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365, archive_days=365,
+           topic="summaries.hourly.v1", about="Hourly summaries"),
 )
 
 

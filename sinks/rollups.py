@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from processors.logic.groupby import GroupBy, combined_key
 from sinks import layout
 from sinks.arrow_schema import addr_text_array
 
@@ -91,9 +92,9 @@ def _encode(col) -> pa.DictionaryArray:
     return pc.dictionary_encode(col, null_encoding="encode")
 
 
-def _codes(enc: pa.DictionaryArray) -> tuple[np.ndarray, int]:
-    """Dense int64 codes of an encoded column and how many there are."""
-    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), max(1, len(enc.dictionary))
+def _codes(enc: pa.DictionaryArray) -> np.ndarray:
+    """Dense int64 codes of an encoded column."""
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
 def _pick(enc: pa.DictionaryArray, rows: np.ndarray) -> pa.Array:
@@ -101,34 +102,11 @@ def _pick(enc: pa.DictionaryArray, rows: np.ndarray) -> pa.Array:
     return enc.dictionary.take(pa.array(enc.indices.to_numpy(zero_copy_only=False)[rows]))
 
 
-_ROOM = 1 << 62
-
-
-def _combine(parts: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, int]:
-    """One int64 group key equal for two rows iff every part's code is (mixed radix; re-densified when the
-    product of the cardinalities would not fit)."""
-    key, card = np.zeros(len(parts[0][0]) if parts else 0, np.int64), 1
-    for codes, k in parts:
-        if card * k >= _ROOM:
-            uniq, key = np.unique(key, return_inverse=True)
-            key, card = key.astype(np.int64, copy=False), max(1, len(uniq))
-        key = key * k + codes
-        card *= k
-    return key, card
-
-
-def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(row order grouping equal keys, start of each group in that order); groups in key order."""
-    order = np.argsort(key, kind="stable")
-    sk = key[order]
-    starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
-    return order, starts
-
-
-def _sums(cols: dict[str, np.ndarray], order: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
-    if not len(starts):
-        return {k: np.zeros(0, np.int64) for k in cols}
-    return {k: np.add.reduceat(v[order], starts) for k, v in cols.items()}
+def _key(codes: list[np.ndarray]) -> np.ndarray:
+    """One int64 per row, equal for two rows iff every code is, ordered like the codes (first most significant)."""
+    n = len(codes[0]) if codes else 0
+    key = combined_key(codes) if n else np.zeros(n, np.int64)
+    return key if key is not None else GroupBy(*codes).gid
 
 
 def traffic(table: pa.Table, bucket_ms: int, coarser_ms: tuple[int, ...] = ()) -> list[pa.Table]:
@@ -161,24 +139,18 @@ def traffic(table: pa.Table, bucket_ms: int, coarser_ms: tuple[int, ...] = ()) -
     sums = {k: table.column(k).to_numpy().astype(np.int64, copy=False) for k in TRAFFIC_SUMS[:4]}
     sums["flow_records"] = np.ones(n, np.int64)
     keys = {k: _encode(c) for k, c in keys.items()}
-    rest, rest_card = _combine([_codes(c) for c in keys.values()])  # every key but the time bucket
+    rest = _key([_codes(c) for c in keys.values()])  # every key but the time bucket
     out = []
     rows = None  # representative input row of each group of the current (coarsest so far) rollup
     for b in (bucket_ms, *coarser_ms):
         if rows is None:
-            bucket = time_ms // b
-            bk = bucket - (bucket.min() if n else 0)
-            key, _ = _combine([(bk, int(bk.max()) + 1 if n else 1), (rest, rest_card)])
-            order, starts = _groups(key)
-            agg = _sums(sums, order, starts)
-            rows = order[starts]
+            g = GroupBy(time_ms // b, rest)
+            agg = {k: g.sum(v) for k, v in sums.items()}
+            rows = g.first
         else:
-            bucket = time_ms[rows] // b
-            bk = bucket - (bucket.min() if len(rows) else 0)
-            key, _ = _combine([(bk, int(bk.max()) + 1 if len(rows) else 1), (rest[rows], rest_card)])
-            order, starts = _groups(key)
-            agg = _sums(agg, order, starts)
-            rows = rows[order[starts]]
+            g = GroupBy(time_ms[rows] // b, rest[rows])
+            agg = {k: g.sum(v) for k, v in agg.items()}
+            rows = rows[g.first]
         cols = {"bucket_ms": pa.array(time_ms[rows] // b * b, pa.int64())}
         for k in ("src_node", "dst_node", *TRAFFIC_KEYS[5:]):
             cols[k] = _pick(keys[k], rows)
@@ -239,10 +211,9 @@ def _regroup_traffic(t: pa.Table) -> pa.Table:
     if t.num_rows == 0:
         return TRAFFIC_SCHEMA.empty_table()
     enc = {k: _encode(t.column(k)) for k in TRAFFIC_KEYS}
-    key, _ = _combine([_codes(e) for e in enc.values()])
-    order, starts = _groups(key)
-    sums = _sums({k: t.column(k).to_numpy().astype(np.int64, copy=False) for k in TRAFFIC_SUMS}, order, starts)
-    rows = order[starts]
+    g = GroupBy(*[_codes(e) for e in enc.values()])
+    sums = {k: g.sum(t.column(k).to_numpy().astype(np.int64, copy=False)) for k in TRAFFIC_SUMS}
+    rows = g.first
     cols = {k: _pick(e, rows) for k, e in enc.items()}
     cols.update({k: pa.array(v, pa.int64()) for k, v in sums.items()})
     return pa.table({f.name: cols[f.name] for f in TRAFFIC_SCHEMA}).cast(TRAFFIC_SCHEMA)

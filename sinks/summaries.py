@@ -19,12 +19,11 @@ from fabricflow import streams
 from schemas.columns import load_avsc
 from sinks import layout
 
-EVENT_KINDS = ("incast", "straggler", "link", "alert")
-# dataset and row-schema names of the detector streams -> the event kind they are counted as
-_KIND_ALIASES = {alias: s.event_kind for s in streams.STREAMS if s.event_kind for alias in (s.dataset, s.row_schema)}
-_EVENT_TIME = {
-    "incast": "window_start_ms", "straggler": "window_start_ms", "link": "time_ms", "alert": "window_start_ms",
-}
+# the streams counted in a summary (their ``event_kind``), their dataset and row-schema names, their event time
+_EVENT_STREAMS = [s for s in streams.STREAMS if s.event_kind]
+EVENT_KINDS = tuple(s.event_kind for s in _EVENT_STREAMS)
+_KIND_ALIASES = {alias: s.event_kind for s in _EVENT_STREAMS for alias in (s.dataset, s.row_schema)}
+_EVENT_TIME = {s.event_kind: s.time_column for s in _EVENT_STREAMS}
 
 
 def summary_avsc() -> dict:

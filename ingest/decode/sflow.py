@@ -48,14 +48,13 @@ Many datagrams at once, with the header parsing done columnar in numpy:
 
 from __future__ import annotations
 
-import socket
 from collections import Counter
 from struct import Struct
 from struct import error as _StructError
 
 import numpy as np
 
-from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5
+from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5, addr_str
 
 from .errors import DecodeError
 from .packet import NON_IP, parse_ethernet, parse_ipv4, parse_ipv6
@@ -200,21 +199,6 @@ _ROW = _row_struct(FLOW_DTYPE)
 _FACT = _row_struct(SAMPLE_DTYPE).pack
 _CROW = _row_struct(COUNTER_DTYPE)
 _ETH_ZERO = (0,) * 13
-
-_agent_text: dict[bytes, str] = {}
-
-
-def _agent_str(a16: bytes) -> str:
-    s = _agent_text.get(a16)
-    if s is None:
-        if a16[:12] == _V4_PREFIX:
-            s = socket.inet_ntop(socket.AF_INET, a16[12:])
-        else:
-            s = socket.inet_ntop(socket.AF_INET6, a16)
-        if len(_agent_text) < 65536:
-            _agent_text[a16] = s
-    return s
-
 
 def _no_fast(_d: bytes, _b: int, _e: int, outer: bool = True) -> None:
     return None
@@ -396,7 +380,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             problems["unknown_sample_type"] += 1
         off += (slen + 3) & ~3
 
-    header = ExportHeader(P, _agent_str(agent16), sub_agent, dseq, 1, None, uptime)
+    header = ExportHeader(P, addr_str(agent16), sub_agent, dseq, 1, None, uptime)
     flows = EMPTY_FLOWS
     samples = EMPTY_SAMPLES
     if rows:

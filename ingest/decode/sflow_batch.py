@@ -37,7 +37,7 @@ from collections import Counter
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from schemas.columns import FLOW_DTYPE, PROTO_SFLOW5
+from schemas.columns import FLOW_DTYPE, PROTO_SFLOW5, addr_str
 
 from .errors import DecodeError
 from .packet import parse_ethernet
@@ -50,7 +50,6 @@ from .sflow import (
     _V4_PREFIX,
     _ZERO16,
     P,
-    _agent_str,
     _counter_array,
     _counter_sample,
     decode_sflow,
@@ -156,16 +155,8 @@ def decode_sflow_many(
     numba-compiled walker (default: when numba is installed) or with numpy
     (the reference); both give identical results.
     """
-    k = len(datagrams)
-    ex = [exporters] * k if isinstance(exporters, str) else list(exporters)
-    ts = [received_at_ms] * k if isinstance(received_at_ms, (int, np.integer)) else list(received_at_ms)
-    if len(ex) != k or len(ts) != k:
-        raise ValueError("exporters / received_at_ms must match the datagrams")
-    datas = [d if isinstance(d, bytes) else bytes(d) for d in datagrams]
-    if k == 0:
-        return []
-    g = decode_sflow_group(datas, ex, ts, templates, jit)
-    return [g.result(i) for i in range(k)]
+    g = decode_sflow_group(datagrams, exporters, received_at_ms, templates, jit)
+    return [g.result(i) for i in range(len(datagrams))]
 
 
 def warm_up() -> None:
@@ -531,7 +522,7 @@ class SflowGroup:
 
     def header(self, i: int) -> ExportHeader:
         sub_agent, dseq, uptime = self.heads[i]
-        return ExportHeader(P, _agent_str(self.agents[i]), sub_agent, dseq, 1, None, uptime)
+        return ExportHeader(P, addr_str(self.agents[i]), sub_agent, dseq, 1, None, uptime)
 
     def result(self, i: int) -> DecodeResult | DecodeError:
         """Datagram ``i`` as :func:`~ingest.decode.sflow.decode_sflow` returns it."""
@@ -615,7 +606,7 @@ def _group(w: _Walk, out: np.ndarray, datas: list[bytes], ex: list, ts: list, te
             others[i] = DecodeResult(
                 out[lo:hi] if hi > lo else EMPTY_FLOWS,
                 _counter_array(crows, a16, sub_agent, ts[i], uptime) if crows else EMPTY_COUNTERS,
-                ExportHeader(P, _agent_str(a16), sub_agent, dseq, 1, None, uptime),
+                ExportHeader(P, addr_str(a16), sub_agent, dseq, 1, None, uptime),
                 pr,
                 samples=samples[lo:hi],
             )

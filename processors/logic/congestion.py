@@ -1,42 +1,11 @@
 """``congestion`` alert: a job's share of ECN-CE marked packets or of RoCEv2 CNPs rose well above its own baseline.
 
-Per closed main window and job J, from the window's cells (matrix.KEY_COLUMNS and the
-signal columns of :func:`processors.logic.matrix.signal_columns`), over J's *internal*
-traffic (source and destination both in J: the collectives; every such flow lands on
-J's detector shard, so the job is judged whole however the stream is sharded):
-
-- ``ecn_ce`` share = ECN-CE marked packets / packets (estimated, sampled headers scaled);
-- ``cnp`` share = RoCEv2 CNP packets (BTH opcode 0x81) / packets.
-
-Each signal is attributed to the *congested receiver*: a CE mark to the packet's
-destination (the queue towards it marked it), a CNP to its source (the notification
-point that saw CE marks and answers the sender). Per node the share is over the
-packets that node received in J, so the nodes named are those whose downlink (or the
-path to it) is congested, with their switch port (as last sampled by counters, else from the inventory's
-switch ports).
-
-- Baseline per (job, signal): median of the job's share in its last ``baseline_windows``
-  normal windows (enough samples, not elevated); judged once ``min_baseline`` are known.
-  After ``rebaseline_windows`` elevated windows in a row the baseline restarts (the new
-  level is the job's normal one).
-- A window is *elevated* when the job has at least ``min_samples`` sampled packets,
-  ``share >= max(ratio x baseline, baseline + min_increase)`` (``cnp_min_increase`` for CNPs) and the share's lower
-  bound from sampling (``fraction_low = share - z sqrt(share (1 - share) / samples)``,
-  as the incast detector bounds its fraction) is above the baseline: marks at the job's
-  usual level, or a rise sampling alone could explain, never fire.
-- ``persist_windows`` elevated windows in a row raise the condition (rule
-  ``congestion``, dedup key ``congestion|job|signal``) through an
-  :class:`~processors.logic.alerts.AlertManager`: ``firing`` (open), ``updated``,
-  ``resolved`` after ``resolve_windows`` quiet windows (close). The entities name the
-  job, the signal, share vs baseline with its bounds, the sampled packets, and up to
-  ``max_nodes`` nodes with their own share and port.
-
-What sampled headers can show: the fraction of packets that carried a CE mark or were a
-CNP, per window, job and receiving node. What they cannot show: queue depth, PFC pause
-frames (link-level, not IP), where on the path the mark was set, nor RoCEv2 NAKs: a NAK is
-an Acknowledge (BTH opcode 0x11, like every positive ACK) whose AETH syndrome says NAK, and
-the decoder keeps the BTH opcode only. NetFlow/IPFIX records have no BTH opcode (no CNP)
-and their ToS is usually the first packet's (a CE share from them is unreliable).
+Per closed main window and job, from the window's cells (the signal columns of
+:func:`processors.logic.matrix.signal_columns`) over the job's internal traffic: each share
+against the job's median of its last normal windows, with a sampling lower bound; the nodes
+named are the congested receivers with their switch ports. Persistent windows raise the rule
+``congestion`` through an :class:`~processors.logic.alerts.AlertManager`. The rules, the
+parameters and what sampled headers can and cannot show: docs/detectors.md, "Congestion signals".
 Pure logic: no clock, no Kafka.
 """
 

@@ -1,38 +1,11 @@
 """``conn_storm`` alert: a node opens (or gets refused) far more TCP connections than it usually does.
 
-A *hint to start a packet capture*, not a measurement: sampled headers see a SYN only
-when the sampler picks it, so a window's SYN count is an estimate from a handful of
-samples (a SYN is one small packet per connection attempt, 1 in N of them is sampled).
-
-Per closed main window and node X, from the window's cells (signal columns of
-:func:`processors.logic.matrix.signal_columns`):
-
-- ``syn`` rate: estimated TCP packets with SYN set that X *sends* (connection attempts;
-  SYN-ACKs X sends count too: a node accepting a storm answers each attempt) per second;
-- ``rst`` rate: estimated TCP packets with RST set that X *receives* (refused or aborted
-  connections) per second.
-
-- Baseline per (node, signal): median rate over the node's last ``baseline_windows``
-  normal windows in which it sent or received anything; judged once ``min_baseline``
-  are known. After ``rebaseline_windows`` storm windows in a row the baseline restarts.
-- A window is a *storm* for a signal when the estimated sampled packets behind it
-  (estimate x samples / packets of the node's traffic) reach ``min_samples``, the rate
-  is at least ``max(ratio x baseline, baseline + min_rate_per_s)``, and the rate's lower
-  bound from sampling (Poisson: ``(k - z sqrt(k)) / k`` of the estimate, k sampled packets)
-  is still above that limit's floor ``baseline + min_rate_per_s / 2``. A checkpoint
-  burst (a few connections carrying many bytes) gives a few SYNs and never reaches this.
-- ``persist_windows`` storm windows in a row raise the condition (rule ``conn_storm``,
-  dedup key ``conn_storm|node``) through an :class:`~processors.logic.alerts.AlertManager`:
-  ``firing``, ``updated``, ``resolved`` after ``resolve_windows`` quiet windows. The
-  entities give both rates with their baselines, the sampled counts, the distinct peers
-  the SYNs went to and the node's switch port (packet-capture target) when known.
-
-Sharding: a node's SYNs go to its peers' detector shards. With one detector shard (or
-peers in one job) the node is judged whole; otherwise each shard judges its part against
-its own baseline of that part (a storm spread over many shards is seen smaller by each).
-NetFlow/IPFIX: ``tcp_flags`` is an OR over the record's packets, so a record counts as one
-SYN of its sampling rate: a lower bound; a long connection split by the active timeout
-carries SYN only in its first record.
+A hint to start a packet capture, not a measurement. Per closed main window and node, from the
+window's cells (:func:`processors.logic.matrix.signal_columns`): the SYN rate it sends and the RST
+rate it receives, each against the node's median of its last normal windows with a Poisson lower
+bound; persistent storm windows raise the rule ``conn_storm`` through an
+:class:`~processors.logic.alerts.AlertManager`. The rules, the parameters, sharding and what
+sampled headers can and cannot show: docs/detectors.md, "Connection storms".
 Pure logic: no clock, no Kafka.
 """
 

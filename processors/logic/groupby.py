@@ -25,6 +25,7 @@ import pyarrow as pa
 __all__ = [
     "DenseGroups",
     "GroupBy",
+    "combined_key",
     "factorize",
     "factorize_interned",
     "group_reduce",
@@ -176,7 +177,7 @@ class GroupBy:
             self.first = np.zeros(0, dtype=np.int64)
             self.ngroups = 0
             return
-        comb = _combined_key(codes)
+        comb = combined_key(codes)
         if comb is not None:  # one int64 key in the order of the columns: one sort key instead of several
             codes = [comb]
         if desc is None and comb is not None:
@@ -287,7 +288,7 @@ def reduce_runs(
 _COMBINED_LIMIT = 2**62
 
 
-def _combined_key(keys: list[np.ndarray]) -> np.ndarray | None:
+def combined_key(keys: list[np.ndarray]) -> np.ndarray | None:
     """One non-negative int64 per row ordered like the key columns (first most significant), or None.
 
     Mixed radix over each column's value range; when the product would overflow, the key so far is first

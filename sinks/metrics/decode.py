@@ -11,20 +11,16 @@ import json
 
 import numpy as np
 
+from fabricflow import streams
 from schemas import codec
 
-__all__ = ["Undecodable", "SCHEMAS", "decode_value"]
+__all__ = ["Undecodable", "STREAM_OF", "SCHEMAS", "decode_value"]
 
-# topic kind -> Avro schema name (None: JSON, or Avro single-object when it starts with the marker)
-SCHEMAS = {
-    "matrix": "matrix_cell",
-    "counters": "counter_batch",
-    "link": "link_health",
-    "incast": "incast_event",
-    "straggler": "straggler_score",
-    "alerts": "alert",
-    "patterns": None,
-}
+#: What the sink reads: its kind (the ``topic`` label's key) -> the stream (fabricflow/streams.py).
+STREAM_OF = {"matrix": "matrix", "counters": "counters_raw", "link": "link_health", "incast": "incast",
+             "straggler": "straggler", "alerts": "alerts", "patterns": "patterns"}
+#: Kind -> Avro schema name, from the stream catalog; patterns: None = Avro single-object or JSON (its old form).
+SCHEMAS = {k: None if k == "patterns" else streams.BY_NAME[name].schema for k, name in STREAM_OF.items()}
 
 
 class Undecodable(ValueError):

@@ -50,13 +50,11 @@ from fabricflow.logs import RateLimitedLog
 from fabricflow.service import Service
 from processors.logic.inventory import Inventory, InventoryWatcher
 
+from .decode import STREAM_OF
 from .state import KINDS, MetricsState
 
 log = logging.getLogger("fabricflow.metrics")
 
-# what the sink reads: its kind -> the stream (fabricflow/streams.py)
-TOPIC_KEYS = {"matrix": "matrix", "counters": "counters_raw", "link": "link_health", "incast": "incast",
-              "straggler": "straggler", "alerts": "alerts", "patterns": "patterns"}
 HEALTHY_LOOP_S = 30.0
 COMMIT_WAIT_S = 10.0  # a scrape waits this long for the consumer thread to commit its offsets
 
@@ -99,7 +97,7 @@ class MetricsService:
             if path:
                 self.watcher = InventoryWatcher(path, settings.processors.inventory_reload_s)
                 inventory = self.watcher.inventory
-        self.topic_kind = {streams.topic_of(settings.kafka, TOPIC_KEYS[k]): k for k in KINDS}
+        self.topic_kind = {streams.topic_of(settings.kafka, STREAM_OF[k]): k for k in KINDS}
         self.state = MetricsState(inventory, m.series_budget, {k: t for t, k in self.topic_kind.items()},
                                   duplicate_horizon_s=m.duplicate_horizon_s)
         self.registry = CollectorRegistry()

@@ -35,13 +35,13 @@ from processors.logic.inventory import Inventory
 from schemas.columns import addr16
 
 from .budget import PairBudget
-from .decode import Undecodable, decode_value
+from .decode import STREAM_OF, Undecodable, decode_value
 from .labels import UNKNOWN, node_label
 from .store import COUNTER, GAUGE, Family
 
 __all__ = ["MetricsState", "KINDS", "BadRecord"]
 
-KINDS = ("matrix", "counters", "link", "incast", "straggler", "alerts", "patterns")
+KINDS = tuple(STREAM_OF)
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
 _KIND_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 DEDUP_KEEP = 100_000  # event ids remembered against re-delivered duplicates

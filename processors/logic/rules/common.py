@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from processors.logic.groupby import factorize, factorize_interned, lut_limit
+from processors.logic.lpm import parse_prefix
 from schemas.columns import addr_halves, addr_keys, addr_str, addr_strs, dtype_for
 
 ENRICHED_DTYPE = dtype_for("flow_enriched")
@@ -37,16 +38,9 @@ class Networks:
         nets = []
         for c in self.cidrs:
             n = ipaddress.ip_network(c, strict=False)
-            if n.version == 4:
-                packed = b"\x00" * 10 + b"\xff\xff" + n.network_address.packed
-                plen = n.prefixlen + 96
-                v6only = False
-            else:
-                packed = n.network_address.packed
-                plen = n.prefixlen
-                # an IPv6 network never contains IPv4 hosts (unless written in ::ffff:0:0/96 form)
-                v6only = not n.subnet_of(_V4_MAPPED)
-            val = int.from_bytes(packed, "big")
+            val, plen = parse_prefix(n)  # the same 128-bit space as the LPM tables
+            # an IPv6 network never contains IPv4 hosts (unless written in ::ffff:0:0/96 form)
+            v6only = n.version == 6 and not n.subnet_of(_V4_MAPPED)
             mask = ((1 << 128) - 1) ^ ((1 << (128 - plen)) - 1)
             parts = (val >> 64, val & (2**64 - 1), mask >> 64, mask & (2**64 - 1))
             nets.append((*(np.uint64(x) for x in parts), v6only))

@@ -8,6 +8,7 @@ import numpy as np
 
 from console.feed import KafkaFeed
 from console.live import LiveStore
+from fabricflow import streams
 from fabricflow.settings import load_settings
 from schemas import codec
 from schemas.columns import addr16, empty_counters
@@ -25,6 +26,13 @@ def _counters(t_ms, octets, speed=25_000_000_000, errors=0):
     c["out_octets"] = octets
     c["in_errors"] = errors
     return codec.encode_batch("counter_batch", c)
+
+
+def test_the_feed_reads_every_output_topic_of_the_stream_catalog():
+    s = load_settings()
+    feed = KafkaFeed(s, LiveStore(layout()))
+    assert feed.topic_kind == {streams.topic_of(s.kafka, st): kind for kind, st in streams.OUTPUTS.items()}
+    assert not LiveStore.shows("no_such_kind")
 
 
 def test_take_decodes_every_kind_and_counts_bad_messages():

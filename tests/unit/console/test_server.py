@@ -47,3 +47,47 @@ def test_server_starts_answers_and_stops():
         raise AssertionError("still serving after stop()")
     except OSError:
         pass
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_console_runs_on_the_shared_service_lifecycle():
+    """/metrics and /healthz on console.metrics_port, stops in reverse order, a stalled loop clears the flag."""
+    port = _free_port()
+    s = load_settings(console={"listen": "127.0.0.1:0", "metrics_port": port})
+    svc = ConsoleServer(s, live=False, archive=False).start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            assert r.status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        assert "fabricflow_console_live_reader_up 0.0" in text
+        assert 'fabricflow_console_live_messages_total{result="undecodable"} 0.0' in text
+        svc.service.stall_s, svc.service.last_beat = 30.0, svc.service.clock() - 60  # as if the loop stalled
+        assert svc.service.health() == (False, "console loop stalled for 60 s")
+    finally:
+        svc.stop()
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
+        raise AssertionError("/healthz still served after stop()")
+    except OSError:
+        pass
+
+
+def test_the_live_reader_beats_and_stops_before_metrics(monkeypatch):
+    s = load_settings(console={"listen": "127.0.0.1:0", "metrics_port": 0})
+    svc = ConsoleServer(s, live=True, archive=False)
+    order = []
+    monkeypatch.setattr(svc.feed, "start", lambda: order.append("feed start"))
+    monkeypatch.setattr(svc.feed, "stop", lambda: order.append("feed stop"))
+    svc.start()
+    assert svc.feed.beat == svc.service.beat
+    svc.service.on_stop(lambda: order.append("registered last"))
+    svc.stop()
+    assert order == ["feed start", "registered last", "feed stop"]

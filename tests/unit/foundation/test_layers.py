@@ -4,8 +4,11 @@ Layers, bottom to top (docs/architecture.md, "Layers"): the shared foundation ``
 (settings, stream catalog, logging, service lifecycle) <- ``schemas`` <- ``processors.logic`` (the pure
 domain library: inventory, categories, windows, detectors, policy) <- the services ``ingest``,
 ``processors`` (Faust wiring) and ``sinks`` <- ``replay`` and ``console`` <- ``devtools`` (embedded
-stack, demo, runner, simulator, scoring) <- ``cli``. Packages of one layer do not import each other.
-Every import counts, also one inside a function; only ``if TYPE_CHECKING:`` blocks are left out.
+stack, demo, runner, simulator, scoring) <- ``cli`` <- ``bench`` (benchmarks) <- ``scripts``. Packages of
+one layer do not import each other. ``deploy/`` (dashboard builder) and ``docs/`` (examples) stand alone:
+they import none of our packages and none imports them. Every ``.py`` file outside ``tests/`` must belong
+to one of these. Every import counts, also one inside a function; only ``if TYPE_CHECKING:`` blocks are
+left out.
 """
 
 from __future__ import annotations
@@ -27,8 +30,13 @@ LAYERS = {
     "console": 4,
     "devtools": 5,
     "cli": 6,
+    "bench": 7,
+    "scripts": 8,
 }
-PACKAGES = sorted({name.split(".")[0] for name in LAYERS})
+STANDALONE = {"deploy", "docs"}
+PACKAGES = sorted({name.split(".")[0] for name in LAYERS} | STANDALONE)
+# folders below the root that hold no source of ours (the tests are checked by their own imports at run time)
+NOT_SOURCE = {"tests", "build", "dist", "var", "node_modules"}
 
 
 def package_of(module: str) -> str | None:
@@ -84,11 +92,15 @@ def imports_of(path: Path, module: str, known: set[str] | None = None) -> set[st
 
 
 def source_modules() -> dict[str, Path]:
+    """Every ``.py`` file below the root but for tests, build output and hidden folders (.venv, .git)."""
     mods = {}
-    for pkg in PACKAGES:
-        for path in (ROOT / pkg).rglob("*.py"):
-            if "__pycache__" not in path.parts:
-                mods[_module_name(path)] = path
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT).parts
+        if rel[0] in NOT_SOURCE or "__pycache__" in rel or any(p.startswith(".") for p in rel):
+            continue
+        if len(rel) == 1:
+            continue  # a loose file at the root (setup.py and the like) is no package
+        mods[_module_name(path)] = path
     return mods
 
 
@@ -139,7 +151,20 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_every_source_module_belongs_to_a_layer():
-    assert {m for m in source_modules() if package_of(m) is None} == set()
+    mods = source_modules()
+    assert {"bench.common", "scripts.console-screenshots", "cli.main", "devtools.stack"} <= set(mods)
+    assert {m for m in mods if package_of(m) is None and m.split(".")[0] not in STANDALONE} == set()
+
+
+def test_standalone_folders_import_none_of_ours_and_none_imports_them():
+    bad = []
+    for mod, targets in graph().items():
+        a = mod.split(".")[0]
+        for t in sorted(targets):
+            b = t.split(".")[0]
+            if a != b and (a in STANDALONE or b in STANDALONE):
+                bad.append(f"{mod} imports {t}")
+    assert bad == []
 
 
 def test_no_import_circles():
@@ -152,7 +177,7 @@ def test_no_upward_or_sideways_imports():
         a = package_of(mod)
         for t in sorted(targets):
             b = package_of(t)
-            if a == b:
+            if a == b or a is None or b is None:  # the same package, or a standalone folder (its own test)
                 continue
             if LAYERS[b] > LAYERS[a] or (LAYERS[b] == LAYERS[a]):
                 bad.append(f"{mod} (layer {LAYERS[a]}) imports {t} (layer {LAYERS[b]})")

@@ -33,6 +33,17 @@ def test_defaults_run_locally():
     assert s.kafka.topics.flows_raw == "flows.raw.v1"
 
 
+def test_every_topic_name_is_a_stream_of_the_catalog():
+    """kafka.topics is built from fabricflow/streams.py: one setting per stream (its default and description
+    from the catalog), no more, no less, and no two streams share a topic."""
+    from fabricflow import streams
+    from fabricflow.settings import TopicNames
+
+    assert set(TopicNames.model_fields) - {"replay_prefix"} == {s.name for s in streams.STREAMS}
+    assert len(set(streams.topic_names(load_settings().kafka).values())) == len(streams.STREAMS)
+    assert {s.name: TopicNames.model_fields[s.name].default for s in streams.STREAMS}["matrix"] == "matrix.windows.v1"
+
+
 def test_env_nested_and_precedence(tmp_path, monkeypatch):
     f = tmp_path / "c.yaml"
     f.write_text("kafka:\n  bootstrap_servers: filehost:1\n  partitions: 8\n")
