@@ -20,7 +20,7 @@ def sink_metrics(
     port: Optional[int] = typer.Option(None, "--port", min=0, max=65535, help="Port (default metrics.port, 9183; 0 = any free port)."),
     inventory: Optional[str] = typer.Option(None, "--inventory", "-i", help="Inventory file (default metrics.inventory, else processors.inventory)."),
     group: Optional[str] = typer.Option(None, "--group", help="Kafka consumer group (default metrics.group)."),
-    series_budget: Optional[int] = typer.Option(None, "--series-budget", min=100, help="Most series exported (default metrics.series_budget, 50000)."),
+    series_budget: Optional[int] = typer.Option(None, "--series-budget", min=100, help="Series budget: node pairs get what the other families leave, the rest fold into \"other\" (default metrics.series_budget, 50000)."),
     start_lookback: Optional[float] = typer.Option(None, "--start-lookback", min=0, help="A new group skips messages older than this many seconds (default metrics.start_lookback_s)."),
     max_seconds: Optional[float] = typer.Option(None, "--max-seconds", help="Stop after this long (default: run until SIGTERM)."),
 ):

@@ -144,6 +144,7 @@ class _Collector:
         fams = ("node_to_node_flow_traffic_bytes_total", "group_to_group_flow_traffic_bytes_total")
         yield gauge("fabricflow_metrics_series", "series", ["family"], [((f,), 100) for f in fams])
         yield counter("fabricflow_metrics_series_folded", "cells", ["family"], [((f,), 1.0) for f in fams])
+        yield gauge("fabricflow_metrics_series_dropped", "series", ["family"], [((fams[0],), 12)])
         yield gauge("fabricflow_metrics_last_window_end_seconds", "unix s", ["stream"],
                     [(("matrix.windows.v1",), time.time() - 20), (("counters.raw.v1",), time.time() - 10)])
         yield counter("fabricflow_metrics_messages", "messages", ["topic"], [(("matrix.windows.v1",), 1.0)])

@@ -90,7 +90,16 @@ def dashboard_expressions(raw: bool = False) -> list[tuple[str, str]]:
         for a in d.get("annotations", {}).get("list", []):
             if a.get("expr"):
                 add(f"annotation {a['name']}", a["expr"])
-        for p in d["panels"]:
+        for p in panels(d):
             for t in p.get("targets", []):
                 add(f"panel {p['id']} {p['title']!r} {t['refId']}", t["expr"])
+    return out
+
+
+def panels(dashboard: dict) -> list[dict]:
+    """Every panel, including those inside a collapsed row (Grafana keeps them in the row's ``panels``)."""
+    out = []
+    for p in dashboard.get("panels", []):
+        out.append(p)
+        out.extend(p.get("panels", []))
     return out

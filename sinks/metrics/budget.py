@@ -9,7 +9,9 @@ Node x node is N^2 pairs, each with a series per app category and family. The bu
    a pair that has series counts double, so pairs near the cut do not swap places every window).
 
 Cells of pairs outside the selection are added to ``src_node="other", dst_node="other"`` (same
-app_category) and counted in ``fabricflow_metrics_series_folded_total``. The selection is made again
+app_category) and counted in ``fabricflow_metrics_series_folded_total`` (cells); the series the pairs left
+out would need, as the latest selection counted them, are :attr:`PairBudget.dropped` (exported as
+``fabricflow_metrics_series_dropped{family}``). The selection is made again
 at every new window (:meth:`PairBudget.reselect`); a pair that loses its place loses its series (its
 later cells fold), one that gains a place gets series born at zero. Between selections a pair not seen
 before gets series at once while the budget has room; once a cell had to fold, new pairs wait for the
@@ -45,6 +47,7 @@ class PairBudget:
         self.cats: dict[tuple[str, str], set[str]] = {}
         self.tcp: set[tuple[str, str]] = set()
         self.selections = 0
+        self.dropped: dict[str, int] = {}  # family name -> series the pairs left out at the latest selection
 
     @property
     def room(self) -> int:
@@ -149,7 +152,18 @@ class PairBudget:
             self.score.pop(pair, None)
             self.cats.pop(pair, None)
             self.tcp.discard(pair)
+        self._count_dropped(chosen)
         return {"selected": len(chosen), "evicted": len(evicted), "left_out": left_out}
+
+    def _count_dropped(self, chosen: set[tuple[str, str]]) -> None:
+        """Series the pairs left out by a selection would need, per family (as :meth:`cost` counts them)."""
+        cats = tcp = 0
+        for pair, c in self.cats.items():
+            if pair not in chosen:
+                cats += len(c)
+                tcp += pair in self.tcp
+        self.dropped = {self.f_bytes.name: cats, self.f_packets.name: cats, self.f_syn.name: tcp,
+                        self.f_rst.name: tcp}
 
     def _drop_series(self, pair: tuple[str, str]) -> None:
         for cat in self.cats.get(pair, ()):

@@ -1,8 +1,8 @@
 """Flow metrics from the processors' outputs and the switches' counter samples (pure logic, no Kafka).
 
 :class:`MetricsState` takes decoded messages (matrix cells, counter sample batches, link health,
-incast events, straggler scores, alerts, patterns) and keeps every family of ``contracts/metrics.md``
-(docs/metrics.md) as plain values; :meth:`MetricsState.collect` returns prometheus_client metric
+incast events, straggler scores, alerts, patterns) and keeps every family of docs/metrics.md as plain
+values; :meth:`MetricsState.collect` returns prometheus_client metric
 families (it is a custom collector: register it in a ``CollectorRegistry``).
 
 - Traffic counters advance when a window closes, by the cell's estimated (sampling-scaled) totals:
@@ -196,12 +196,14 @@ class MetricsState:
         # own health
         self.series_gauge = F("fabricflow_metrics_series", "Series exported per family", ("family",), GAUGE)
         self.folded = F("fabricflow_metrics_series_folded_total", "Window cells folded into src_node=dst_node=\"other\" by the series budget", ("family",), COUNTER)
+        self.dropped = F("fabricflow_metrics_series_dropped", "Node-pair series the series budget left out at its latest selection (their cells fold into other)", ("family",), GAUGE)
         self.last_window = F("fabricflow_metrics_last_window_end_seconds", "Unix time of the latest closed window (or sample) per topic", ("stream",), GAUGE)
         self.messages = F("fabricflow_metrics_messages_total", "Kafka messages consumed", ("topic",), COUNTER)
         self.undecodable = F("fabricflow_metrics_undecodable_messages_total", "Messages or records skipped: not decodable, or fields missing / of the wrong type", ("topic", "reason"), COUNTER)
         self.skipped = F("fabricflow_metrics_skipped_records_total", "Records skipped on purpose (before_lookback, unknown_switch, older_sample, duplicate)", ("topic", "reason"), COUNTER)
         self.budget = PairBudget(series_budget, self.n2n_bytes, self.n2n_packets, self.n2n_syn, self.n2n_rst, self.folded)
         self._pair_families = {id(f) for f in (self.n2n_bytes, self.n2n_packets, self.n2n_syn, self.n2n_rst)}
+        self._set_dropped()  # four series from the start, so the budget counts them before the first scrape
         self._port_time: dict[tuple[str, str], int] = {}
         self._port_peer: dict[tuple[str, int], str] = {}
         self._incast_seen = _Seen()
@@ -503,6 +505,10 @@ class MetricsState:
 
     # ------------------------------------------------------------------ exposition
 
+    def _set_dropped(self) -> None:
+        self.dropped.values = {(f.name,): self.budget.dropped.get(f.name, 0)
+                               for f in (self.n2n_bytes, self.n2n_packets, self.n2n_syn, self.n2n_rst)}
+
     def _derive(self, now: float) -> None:
         for f in self.families:
             f.expire(now)
@@ -523,6 +529,7 @@ class MetricsState:
             bw[node] = cap / 8.0
         bw.update(live)
         self.bandwidth.values = {(n, d): v for n, v in bw.items() for d in ("rx", "tx")}
+        self._set_dropped()
         self.series_gauge.values = {}
         counts = {(f.name,): len(f) for f in self.families if f is not self.series_gauge}
         counts[(self.series_gauge.name,)] = len(counts) + 1

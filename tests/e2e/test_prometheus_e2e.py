@@ -8,8 +8,10 @@ Two runs, each on a fresh local pipeline (:class:`devtools.runner.LocalPipeline`
 
 - ``healthy`` (300 s at 10x): the final values of ``node_to_node_flow_traffic_bytes_total``,
   summed over app categories, match the simulator's truth per node pair over the whole run
-  within the sampling bound (pairs with >= 1,000 expected samples); and, with every alert's
-  ``for:`` set to 0, no alert expression was true at any evaluation (``ALERTS`` stays empty).
+  within the sampling bound (pairs with >= 1,000 expected samples); with every alert's
+  ``for:`` set to 0, no alert expression was true at any evaluation (``ALERTS`` stays empty); and
+  every rule expression and dashboard query (tests/promql_sources.py) runs without error on the
+  pipeline's series (many-to-many matches show up only on real data).
 - ``link_downgrade`` (220 s at 10x; tor2 port 2 toward gpu10 at 1G with CRC errors from t=60 s
   to t=200 s): ``FabricLinkSpeedDowngrade`` goes pending, then ``firing`` (``for:`` 6 s of wall
   time instead of the shipped 2m, which at 10x would leave it 2 s to fire) for that port and no
@@ -38,7 +40,8 @@ from devtools.runner import PipelineError, PipelinePorts
 from devtools.scoring import matrix_total_error
 from devtools.simulator.truth import read_truth
 from devtools.stack import port_free
-from tests.prom import prometheus_or_skip
+from tests.prom import PromQueryError, prometheus_or_skip
+from tests.promql_sources import dashboard_expressions, rule_expressions
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -131,6 +134,17 @@ EVENT_INPUTS = {
 }
 
 
+def _query_errors(prom) -> list[tuple[str, str]]:
+    """Every rule expression and dashboard query (variables substituted) run once; (where, error) of failures."""
+    errors = []
+    for where, expr in rule_expressions() + dashboard_expressions():
+        try:
+            prom.query(expr)
+        except PromQueryError as e:
+            errors.append((where, str(e)))
+    return errors
+
+
 def test_healthy_matrix_matches_truth_and_no_alert_is_ever_true(tmp_path, prometheus_factory):
     def collect(prom, t0, t1):
         rng = _range_s(t0, t1)
@@ -148,6 +162,7 @@ def test_healthy_matrix_matches_truth_and_no_alert_is_ever_true(tmp_path, promet
             "inputs": {k: prom.value(q.replace("[R", f"[{rng}")) for k, q in {**INPUTS, **EVENT_INPUTS}.items()},
             "up_samples": prom.value(f'count_over_time(up{{job="fabricflow-metrics"}}[{rng}])'),
             "evaluations": prom.value(f"max(count_over_time(node_direction:app_flow_traffic_bytes:rate5m[{rng}]))"),
+            "query_errors": _query_errors(prom),
         }
 
     att = Attached(prometheus_factory, collect, for_override="0s")
@@ -157,6 +172,8 @@ def test_healthy_matrix_matches_truth_and_no_alert_is_ever_true(tmp_path, promet
     assert run.datagrams > 1000
     assert res["rules"] == [], res["rules"]
     assert res["undecodable"] == [], res["undecodable"]
+    # every shipped rule and dashboard query on the pipeline's real series (not only the stand-in's)
+    assert res["query_errors"] == [], res["query_errors"]
     # the alert check covered the run: Prometheus scraped all along, and evaluated the rules from the
     # first closed window on (a recording rule's samples)
     every = res["wall_s"] / 0.5

@@ -7,11 +7,13 @@ tests/integration/test_prometheus_real.py.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 
 import pytest
 import yaml
 
+from tests import promql_sources
 from tests.promql_sources import DASHBOARD_DIR, REPO, dashboard_expressions, dashboards, substitute
 
 GRAFANA = REPO / "deploy" / "grafana"
@@ -90,6 +92,18 @@ def test_queries_use_only_defined_variables():
         names = {v["name"] for v in d["templating"]["list"]}
         substitute(expr, names)          # KeyError on an undefined $variable
         assert "$" not in re.sub(r'"\$\d+"', "", substitute(expr, names)), (where, expr)
+
+
+def test_expressions_include_panels_of_collapsed_rows(tmp_path, monkeypatch):
+    """A collapsed row keeps its panels inside the row: their queries must be collected (and run) too."""
+    d = {"templating": {"list": []}, "panels": [
+        {"id": 1, "type": "stat", "title": "top", "targets": [{"refId": "A", "expr": "up"}]},
+        {"id": 2, "type": "row", "title": "r", "collapsed": True, "panels": [
+            {"id": 3, "type": "timeseries", "title": "inner", "targets": [{"refId": "A", "expr": "sum(up)"}]}]}]}
+    (tmp_path / "x.json").write_text(json.dumps(d))
+    monkeypatch.setattr(promql_sources, "DASHBOARD_DIR", tmp_path)
+    assert promql_sources.dashboard_expressions() == [
+        ("x.json:panel 1 'top' A", "up"), ("x.json:panel 3 'inner' A", "sum(up)")]
 
 
 def test_substitution_leaves_label_replace_groups_alone():

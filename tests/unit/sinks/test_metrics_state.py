@@ -126,6 +126,8 @@ def test_budget_folds_beyond_room_then_prefers_job_pairs_and_rate():
     res = b.reselect({"x": "job", "y": "job"})
     assert b.selected == {("x", "y"), ("c", "d")} and res == {"selected": 2, "evicted": 1, "left_out": 2}
     assert ("a", "b", "collective") not in f["bytes"].values  # an evicted pair's series go away
+    # a->b and x->z (one category each, no TCP signals) are left out: the series they would need
+    assert b.dropped == {"bytes_total": 2, "packets_total": 2, "syn_total": 0, "rst_total": 0}
     assert not b.add("a", "b", "collective", 10, 1, 0, 0)
     assert b.add("x", "y", "collective", 20, 2, 1, 0)
     assert f["bytes"].values[("other", "other", "collective")] == 60
@@ -141,6 +143,7 @@ def test_budget_without_pressure_folds_nothing():
     scrape(st)
     assert len(values(st, "node_to_node_flow_traffic_bytes_total")) == 40 * 39
     assert values(st, "fabricflow_metrics_series_folded_total") == {}
+    assert set(values(st, "fabricflow_metrics_series_dropped").values()) == {0}
 
 
 def test_state_budget_counts_every_family():
@@ -161,6 +164,11 @@ def test_state_budget_counts_every_family():
     app = values(st, "app_flow_traffic_bytes_total")
     assert app[("m", "collective", "rx")] == 2 * sum(100 * (i + 1) for i in range(30))
     assert values(st, "fabricflow_metrics_series_folded_total")[("node_to_node_flow_traffic_bytes_total",)] >= 30 - len(kept)
+    # the series the left-out pairs would need, as the selection counted them (one category, no TCP each)
+    left_out = 30 - len(kept)
+    assert values(st, "fabricflow_metrics_series_dropped") == {
+        ("node_to_node_flow_traffic_bytes_total",): left_out, ("node_to_node_flow_traffic_packets_total",): left_out,
+        ("node_to_node_flow_tcp_syn_packets_total",): 0, ("node_to_node_flow_tcp_rst_packets_total",): 0}
 
 
 def test_port_counters_mapped_to_switch_and_peer():
