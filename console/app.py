@@ -408,7 +408,10 @@ def create_app(state: ConsoleState) -> Starlette:
         if state.history is not None:
             try:  # the phases from the smallest dataset that answers (bins of its buckets for long ranges)
                 phases, bin_ms, answered = await run_in_threadpool(state.history.phases, name, lo, hi)
-                period = await run_in_threadpool(state.history.iteration_period_ms, name, lo, hi)
+                comm = [int(r["t"]) for r in phases if r["phase"] == "communication"]
+                if comm:  # the period from the last minutes of the job's communication, not of the range
+                    period = await run_in_threadpool(state.history.iteration_period_ms, name, lo, hi, 100,
+                                                     max(comm) + bin_ms)
             except ArchiveUnavailable:
                 phases, period = [], None
         out = views.job_view(state.layout, name, scores, phases, bin_ms, period, state.store.pattern_records(name))
