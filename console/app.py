@@ -382,9 +382,13 @@ def create_app(state: ConsoleState) -> Starlette:
     async def jobs(request: Request, p: Params):
         p.check_unknown()
         names = dict(state.layout.jobs)
+        scored: dict[str, int] = {}
         for s in state.store.straggler_scores():
             names.setdefault(s["job"], [])
-        return {"jobs": [{"name": j, "nodes": n} for j, n in sorted(names.items())]}
+            scored[s["job"]] = scored.get(s["job"], 0) + 1
+        # live_scores: the straggler scores the live window holds for the job (its per-node rates); the page
+        # opens on the first job that has some
+        return {"jobs": [{"name": j, "nodes": n, "live_scores": scored.get(j, 0)} for j, n in sorted(names.items())]}
 
     async def job(request: Request, p: Params):
         p.check_unknown("name", "from", "to", "last")

@@ -346,3 +346,19 @@ def test_iteration_period_from_the_jobs_last_traffic_not_the_ranges_end(tmp_path
     # a range with no communication of the job: no period, and no raw-flow read for it
     late = {"from": str(WS + 1_800_000), "to": str(WS + 3_600_000)}
     assert c.get("/api/job", params={"name": "train-a", **late}).json()["iteration_period_ms"] is None
+
+
+def test_jobs_say_which_have_live_rates():
+    """/api/jobs names the straggler scores held live per job: the page opens on a job that has some, not on
+    the first name (an inference job sorting before the training jobs had an empty view)."""
+    from console.layout import Layout
+    from processors.logic.inventory import Inventory
+    from tests.unit.console.fixtures import INVENTORY
+
+    inv = dict(INVENTORY, jobs=[{"name": "a-idle", "nodes": ["stor01"]}, *INVENTORY["jobs"]])
+    L = Layout.from_inventory(Inventory.from_dict(inv))
+    store = LiveStore(L)
+    fill_store(store)
+    c = TestClient(create_app(ConsoleState(L, store, None, None, None)))
+    jobs = c.get("/api/jobs").json()["jobs"]
+    assert [(j["name"], j["live_scores"] > 0) for j in jobs] == [("a-idle", False), ("train-a", True)]
