@@ -72,7 +72,30 @@ def matrix_table(ws: int) -> pa.Table:
     cols = {"window_start_ms": np.full(N * N, ws), "window_end_ms": np.full(N * N, ws + W), "level": ["node"] * (N * N),
             "src": names[i], "dst": names[j], "category": ["collective"] * (N * N), "bytes_est": b,
             "packets_est": b // 1000, "flow_records": np.full(N * N, 3), "samples": np.maximum(1, b // 4_000_000)}
-    return pa.Table.from_pydict(cols, schema=arrow_schema("matrix_cell"))
+    return table(cols, "matrix_cell")
+
+
+def table(cols: dict, record: str) -> pa.Table:
+    """``cols`` as a table of ``record``'s schema; a field the bench does not set (the matrix cell's signal
+    counters, a straggler score's ``explained_by``, whatever the records gain later) is zero, false, empty or
+    null."""
+    schema = arrow_schema(record)
+    n = len(next(iter(cols.values())))
+    for f in schema:
+        if f.name in cols:
+            continue
+        t = f.type
+        if pa.types.is_integer(t) or pa.types.is_floating(t):
+            cols[f.name] = pa.array(np.zeros(n), pa.float64()).cast(t)
+        elif pa.types.is_boolean(t):
+            cols[f.name] = pa.array(np.zeros(n, dtype=bool))
+        elif pa.types.is_string(t) or pa.types.is_large_string(t):
+            cols[f.name] = pa.array([""] * n, t)
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            cols[f.name] = pa.array([[]] * n, t)
+        else:
+            cols[f.name] = pa.nulls(n, t)
+    return pa.Table.from_pydict(cols, schema=schema)
 
 
 def archive(root: str, cells: pa.Table) -> None:
@@ -98,8 +121,8 @@ def archive(root: str, cells: pa.Table) -> None:
                          ("score", -6.0 if strag else 0.0), ("evidence_windows", 3 if strag else 0),
                          ("straggler", strag), ("peers", JOB - 1)):
                 scores[k].append(v)
-    put("straggler_scores", pa.Table.from_pydict(scores, schema=arrow_schema("straggler_score")))
-    link = {f.name: [] for f in arrow_schema("link_health")}
+    put("straggler_scores", table(scores, "straggler_score"))
+    link: dict = {}
     for ws in windows:
         for s in range(N_SW):
             for k in range(PER_SW):
@@ -108,15 +131,15 @@ def archive(root: str, cells: pa.Table) -> None:
                              ("previous_if_speed", 100_000_000_000), ("util_in", 0.3), ("util_out", 0.3),
                              ("in_errors_per_s", 0.0), ("out_errors_per_s", 0.0), ("in_discards_per_s", 0.0),
                              ("out_discards_per_s", 0.0), ("oper_up", True), ("detail", "")):
-                    link[f].append(v)
+                    link.setdefault(f, []).append(v)
     for e in range(40):
         for f, v in (("time_ms", T0 + e * 90_000), ("interval_ms", W), ("kind", "error_burst"), ("exporter", "10.255.0.1"),
                      ("switch", "tor00"), ("if_index", 1 + e % PER_SW), ("if_speed", 100_000_000_000),
                      ("previous_if_speed", 100_000_000_000), ("util_in", 0.3), ("util_out", 0.3),
                      ("in_errors_per_s", 50.0), ("out_errors_per_s", 0.0), ("in_discards_per_s", 0.0),
                      ("out_discards_per_s", 0.0), ("oper_up", True), ("detail", "50 errors/s")):
-            link[f].append(v)
-    put("link_health", pa.Table.from_pydict(link, schema=arrow_schema("link_health")))
+            link.setdefault(f, []).append(v)
+    put("link_health", table(link, "link_health"))
     incast = [{"event_id": f"gpu{e:03d}-{e}", "state": "open", "window_start_ms": T0 + e * 30_000,
                "window_end_ms": T0 + e * 30_000 + 200, "destination": f"gpu{e:03d}", "destination_group": "gpu",
                "sources": names[:16], "source_rates_bps": [7e9] * 16, "aggregate_bps": 1.1e11, "capacity_bps": 1e11,

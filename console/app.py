@@ -382,9 +382,13 @@ def create_app(state: ConsoleState) -> Starlette:
     async def jobs(request: Request, p: Params):
         p.check_unknown()
         names = dict(state.layout.jobs)
+        scored: dict[str, int] = {}
         for s in state.store.straggler_scores():
             names.setdefault(s["job"], [])
-        return {"jobs": [{"name": j, "nodes": n} for j, n in sorted(names.items())]}
+            scored[s["job"]] = scored.get(s["job"], 0) + 1
+        # live_scores: the straggler scores the live window holds for the job (its per-node rates); the page
+        # opens on the first job that has some
+        return {"jobs": [{"name": j, "nodes": n, "live_scores": scored.get(j, 0)} for j, n in sorted(names.items())]}
 
     async def job(request: Request, p: Params):
         p.check_unknown("name", "from", "to", "last")
@@ -408,7 +412,10 @@ def create_app(state: ConsoleState) -> Starlette:
         if state.history is not None:
             try:  # the phases from the smallest dataset that answers (bins of its buckets for long ranges)
                 phases, bin_ms, answered = await run_in_threadpool(state.history.phases, name, lo, hi)
-                period = await run_in_threadpool(state.history.iteration_period_ms, name, lo, hi)
+                comm = [int(r["t"]) for r in phases if r["phase"] == "communication"]
+                if comm:  # the period from the last minutes of the job's communication, not of the range
+                    period = await run_in_threadpool(state.history.iteration_period_ms, name, lo, hi, 100,
+                                                     max(comm) + bin_ms)
             except ArchiveUnavailable:
                 phases, period = [], None
         out = views.job_view(state.layout, name, scores, phases, bin_ms, period, state.store.pattern_records(name))

@@ -88,7 +88,7 @@ _COMM_TIMES = """
       AND list_contains($protocols, export_protocol) GROUP BY 1 ORDER BY 1"""
 
 _ADDR_COLUMNS = ("src_addr", "dst_addr", "exporter_addr", "next_hop", "bgp_next_hop")
-PERIOD_SPAN_MS = 15 * 60_000  # the iteration period is read from the range's last 15 minutes of raw flows
+PERIOD_SPAN_MS = 15 * 60_000  # the iteration period is read from the last 15 minutes of the job's communication
 # export_protocol codes (flow_record.avsc) of processors.detector_protocols names
 PROTOCOL_CODES = {"sflow5": 1, "netflow5": 2, "netflow9": 3, "ipfix": 4}
 
@@ -286,9 +286,14 @@ class History:
         answered = [] if t is None else [{"dataset": dataset, "from_ms": lo, "to_ms": hi, "files": self.last_files}]
         return ([] if t is None else t.to_pylist()), int(bin_ms), answered
 
-    def iteration_period_ms(self, job: str, lo: int, hi: int, bin_ms: int = 100) -> float | None:
+    def iteration_period_ms(self, job: str, lo: int, hi: int, bin_ms: int = 100, comm_end_ms: int | None = None
+                            ) -> float | None:
         """The job's dominant iteration period from the raw flows of the last :data:`PERIOD_SPAN_MS` of the
-        range (100 ms bins: only the raw flows answer; periods up to a minute need no more)."""
+        range (100 ms bins: only the raw flows answer; periods up to a minute need no more). ``comm_end_ms``:
+        where the job's communication in the range ends (from :meth:`phases`); the span then ends there, so a
+        range reaching past the job's traffic (a past hour, a job that stopped) still finds the period."""
+        if comm_end_ms is not None:
+            hi = max(lo + 1, min(hi, comm_end_ms))
         lo = max(lo, hi - PERIOD_SPAN_MS)
         t = self.query(_COMM_TIMES, lo, hi, {"job": job, "bin": int(bin_ms), "protocols": self.protocols})
         if t is None or t.num_rows < 8:

@@ -410,7 +410,9 @@
       for (const j of jobs) sel.appendChild(el("option", { value: j.name }, j.name));
     }
     if (!jobs.length) { $("j-info").textContent = "no jobs in the inventory or the data"; return; }
-    const name = state.job && jobs.some((j) => j.name === state.job) ? state.job : jobs[0].name;
+    // no job chosen: the first with per-node rates in the live window (an inference job has none)
+    const name = state.job && jobs.some((j) => j.name === state.job) ? state.job :
+      (jobs.find((j) => j.live_scores > 0) || jobs[0]).name;
     sel.value = name;
     const d = await api("job", Object.assign({ name }, timeParams()));
     const nodes = d.nodes.slice(0, 48);
@@ -419,7 +421,9 @@
     $("j-info").textContent = d.source + " · " + d.nodes.length + " nodes" + (d.nodes.length > nodes.length ? " (first 48 shown)" : "") +
       " · iteration period " + period + (d.pattern_period_ms.baseline > 0 ? " (pattern baseline " + (d.pattern_period_ms.baseline / 1000).toFixed(2) + " s)" : "") +
       " · stragglers: " + ([...new Set(d.stragglers.map((s) => s.entity))].join(", ") || "none") +
-      " · bands: blue = communication, green = dataset reads, amber = checkpoint writes" + (d.answered ? " · from " + d.answered : "");
+      " · bands: blue = communication, green = dataset reads, amber = checkpoint writes" + (d.answered ? " · from " + d.answered : "") +
+      (d.nodes.every((n) => !n.t.length) ? " · no per-node rates: the straggler detector scored no node of " + name +
+        " here (it scores the nodes of jobs that exchange collective/RoCEv2 traffic with enough peers)" : "");
     $("j-chart").style.height = (top + nodes.length * per + 60) + "px";
     const c = chart("j-chart"); c.resize();
     const grids = [], xs = [], ys = [], series = [];

@@ -140,3 +140,35 @@ def test_archive_outage_shows_a_banner_and_the_page_recovers(page_url, drv, arch
     wait_for(lambda: not banner.is_displayed(), 20, "the banner to go once the archive is back")
     wait_for(lambda: "could not load" not in drv.find_element("id", "e-info").text, 20, "the events to load again")
     drv.get_log("browser")  # the 503 of the outage is expected; nothing else after
+
+
+def test_jobs_view_opens_on_a_job_with_rates(drv):
+    """No job in the URL: the view opens on the first job with per-node rates in the live window, and a job
+    with none says why its small multiples are empty."""
+    from console.layout import Layout
+    from processors.logic.inventory import Inventory
+    from tests.unit.console.fixtures import INVENTORY
+
+    inv = dict(INVENTORY, jobs=[{"name": "a-idle", "nodes": ["stor01"]}, *INVENTORY["jobs"]])
+    L = Layout.from_inventory(Inventory.from_dict(inv))
+    store = LiveStore(L)
+    fill_store(store)
+    server = uvicorn.Server(uvicorn.Config(create_app(ConsoleState(L, store, None, None)), host="127.0.0.1",
+                                           port=PORT + 1, log_level="warning", lifespan="off"))
+    server.install_signal_handlers = lambda: None
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: server.started, 10, f"a console test server on 127.0.0.1:{PORT + 1}")
+        url = f"http://127.0.0.1:{PORT + 1}/"
+        drv.get(url + "#view=jobs")
+        wait_rendered(drv, "jobs")
+        assert drv.find_element("id", "j-job").get_attribute("value") == "train-a"
+        assert "no per-node rates" not in drv.find_element("id", "j-info").text
+        drv.get(url + "#view=jobs&job=a-idle")
+        wait_rendered(drv, "jobs")
+        wait_for(lambda: "no per-node rates" in drv.find_element("id", "j-info").text, 10, "the empty-job note")
+        assert console_errors(drv) == []
+    finally:
+        server.should_exit = True
+        t.join(10)

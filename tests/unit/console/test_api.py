@@ -316,3 +316,49 @@ def test_detector_alerts_name_their_nodes_and_job():
                            "entities": {"job": "train-a", "signal": "ecn_ce", "nodes": "gpu02:0.300,gpu01:0.060"}})
     assert (storm["entity"], storm["nodes"], storm["job"]) == ("gpu04", ["gpu04"], "")
     assert (cong["entity"], cong["nodes"], cong["job"]) == ("congestion|train-a|ecn_ce", ["gpu02", "gpu01"], "train-a")
+
+
+def test_iteration_period_from_the_jobs_last_traffic_not_the_ranges_end(tmp_path):
+    """A range reaching well past a job's traffic (a past hour, a job that stopped): the period comes from
+    the last minutes of the job's communication, not from the empty last minutes of the range."""
+    import fsspec
+
+    from sinks.archive import HourlyBuffer, ParquetWriter
+    from sinks.arrow_schema import table_from_columns
+    from tests.unit.sinks.helpers import enriched
+
+    start = WS + 60_000  # 2 minutes of a ring exchange, a 300 ms burst every 2 s, then nothing for the hour
+    rows = [{"time_end_ms": start + k * 2000 + j * 100, "src_node": "gpu01", "dst_node": "gpu02",
+             "category": "collective", "bytes": 1500, "packets": 1, "bytes_est": 6_000_000, "packets_est": 4096,
+             "src_job": "train-a", "dst_job": "train-a"} for k in range(60) for j in range(3)]
+    b = HourlyBuffer("flows_enriched", 0)
+    b.add(table_from_columns(enriched(rows), "flow_enriched"), 0)
+    ParquetWriter(None, str(tmp_path)).write_plan(b.flush_plan(force=True))
+    state = make_state(fill=False)
+    state.history = History(fsspec.filesystem("file"), str(tmp_path))
+    c = TestClient(create_app(state))
+    hour = {"from": str(WS), "to": str(WS + 3_600_000)}
+    j = c.get("/api/job", params={"name": "train-a", **hour}).json()
+    assert any(b["phase"] == "communication" for b in j["bands"]), j["bands"]
+    assert j["iteration_period_ms"] == 2000.0, j["iteration_period_ms"]
+    # the span still ends at the range's end when the job's traffic goes on to it
+    assert state.history.iteration_period_ms("train-a", WS, start + 120_000) == 2000.0
+    # a range with no communication of the job: no period, and no raw-flow read for it
+    late = {"from": str(WS + 1_800_000), "to": str(WS + 3_600_000)}
+    assert c.get("/api/job", params={"name": "train-a", **late}).json()["iteration_period_ms"] is None
+
+
+def test_jobs_say_which_have_live_rates():
+    """/api/jobs names the straggler scores held live per job: the page opens on a job that has some, not on
+    the first name (an inference job sorting before the training jobs had an empty view)."""
+    from console.layout import Layout
+    from processors.logic.inventory import Inventory
+    from tests.unit.console.fixtures import INVENTORY
+
+    inv = dict(INVENTORY, jobs=[{"name": "a-idle", "nodes": ["stor01"]}, *INVENTORY["jobs"]])
+    L = Layout.from_inventory(Inventory.from_dict(inv))
+    store = LiveStore(L)
+    fill_store(store)
+    c = TestClient(create_app(ConsoleState(L, store, None, None, None)))
+    jobs = c.get("/api/jobs").json()["jobs"]
+    assert [(j["name"], j["live_scores"] > 0) for j in jobs] == [("a-idle", False), ("train-a", True)]
