@@ -68,6 +68,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import yaml
+
 _BENCH = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
 sys.path.insert(0, str(_BENCH.parent))
@@ -455,7 +457,7 @@ def _matrix_windows(lv: dict, rv: dict) -> dict:
 
 
 def run(scenario: str, rate: float, seconds: float, port_base: int, outage: float, drain: float, state: Path,
-        compare: bool = True) -> dict:
+        compare: bool = True, overrides: dict | None = None) -> dict:
     ports = PipelinePorts(kafka=port_base, s3=port_base + 1, s3_base=port_base + 20, sflow=port_base + 2,
                           netflow=port_base + 3, ipfix=port_base + 4, ingest_metrics=port_base + 5,
                           processors_web=port_base + 6, archive_metrics=port_base + 7, processors_metrics=port_base + 8,
@@ -464,6 +466,8 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
     extra = {"archive": {"idle_flush_s": 5, "retention_interval_s": 0}, "ingest": {"template_save_s": 5}}
     if scenario == "broker-restart":
         extra["stack"] = {"storage_engine": "s3"}
+    for section, values in (overrides or {}).items():
+        extra.setdefault(section, {}).update(values)
     Path(state).mkdir(parents=True, exist_ok=True)
     inventory = write_inventory(Path(state) / "inventory.yaml")
     pipe = LocalPipeline(state, inventory=str(inventory), ports=ports, extra=extra,
@@ -723,7 +727,16 @@ def main() -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--no-compare", action="store_true", help="skip the comparison of output windows with a replay")
     ap.add_argument("--keep", help="keep logs and state in this directory (default: a temporary one, removed)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="a setting of the pipeline's services, e.g. processors.fetch_max_wait_ms=500 (repeatable)")
     a = ap.parse_args()
+    overrides: dict = {}
+    for item in a.set:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not (sep and dot and section and name):
+            ap.error(f"--set {item!r}: expected SECTION.KEY=VALUE")
+        overrides.setdefault(section, {})[name] = yaml.safe_load(value)
     names = SCENARIOS if a.scenario == "all" else (a.scenario,)
     if any(n not in SCENARIOS + (BASELINE,) for n in names):
         ap.error(f"--scenario: one of {', '.join(SCENARIOS + (BASELINE,))} or all")
@@ -732,10 +745,12 @@ def main() -> int:
         if a.keep:
             d = Path(a.keep) / name
             d.mkdir(parents=True, exist_ok=True)
-            r = run(name, a.rate, a.seconds, a.port_base, a.outage, a.drain, d, compare=not a.no_compare)
+            r = run(name, a.rate, a.seconds, a.port_base, a.outage, a.drain, d, compare=not a.no_compare,
+                    overrides=overrides)
         else:
             with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as d:
-                r = run(name, a.rate, a.seconds, a.port_base, a.outage, a.drain, Path(d), compare=not a.no_compare)
+                r = run(name, a.rate, a.seconds, a.port_base, a.outage, a.drain, Path(d), compare=not a.no_compare,
+                        overrides=overrides)
         results.append(r)
         print(f"{name}: sent {r['sent_records']} kafka {r['kafka_records']} archive {r['archive_rows']} "
               f"lost {r['lost']} duplicated {r['duplicated']} recover {r['recover_s']} s (fault at {r['fault_at_s']} s), "

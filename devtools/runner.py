@@ -108,6 +108,11 @@ class LocalPipeline:
             d["processors"]["inventory"] = str(Path(self.inventory).resolve())
         if self.policy:
             d["processors"]["policy"] = str(Path(self.policy).resolve())
+        if self.extra.get("stack", {}).get("storage_engine") == "s3":
+            # After a restart Tansu's s3 engine answers a fetch that needs longer than its wait to read storage
+            # with nothing: at 100 ms some raw partitions resumed late and records came too late for their
+            # windows (docs/reliability.md, broker-restart); 500 ms read them in step.
+            d["processors"]["fetch_max_wait_ms"] = 500
         for section, values in self.extra.items():
             d.setdefault(section, {}).update({k: v for k, v in values.items()})
             for k in [k for k, v in d[section].items() if v is None]:

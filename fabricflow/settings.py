@@ -204,7 +204,8 @@ class ProcessorSettings(_Section):
     fetch_max_wait_ms: int = Field(
         100, ge=1, le=30_000,
         description="Longest a consumer fetch waits on the broker for new data (Faust hard-codes 1500 ms; a broker that does "
-        "not answer a waiting fetch when data arrives, like the embedded Tansu, then stalls the agents that long)",
+        "not answer a waiting fetch when data arrives, like the embedded Tansu, then stalls the agents that long). With "
+        "Tansu's s3 engine use 500: after a restart it answers shorter fetches with nothing while it reads its storage",
     )
     reuse_enriched_records: int = Field(
         262_144, ge=0, description="detect reuses the records prepare enriched in the same worker for its own shuffle "
