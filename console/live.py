@@ -260,16 +260,19 @@ class LiveStore:
             return CELL_SCHEMA.empty_table(), 0
         return pa.concat_tables(tables), len(tables)
 
-    def node_totals(self, lo: int | None = None, hi: int | None = None
+    def node_totals(self, lo: int | None = None, hi: int | None = None, complete_only: bool = True
                     ) -> list[tuple[int, int, dict[str, tuple[int, int]]]]:
         """Per held window (starting in [lo, hi) when given), oldest first: (start, end, {node: (bytes sent,
         bytes received)}) over its node-level cells, all categories and peers (:func:`console.views.node_sums`).
+        ``complete_only``: without the newest window while it is still filling (as :meth:`latest_window`).
 
         A window's sums are kept until it takes more cells, so a complete window is summed once (a 512-node
         window, 262k cells, takes a few tens of ms); the summing runs outside the lock.
         """
         with self.lock:
             held = [(s, w) for s, w in self.windows.items() if (lo is None or s >= lo) and (hi is None or s < hi)]
+            if complete_only and held and self._filling(held[-1][0]):
+                held.pop()
             todo = [(w, w.cells, w.table()) for _s, w in held if w.totals is None or w.totals[0] != w.cells]
         done = {id(w): (n, views.node_sums(t)) for w, n, t in todo}
         with self.lock:

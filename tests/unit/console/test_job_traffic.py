@@ -41,10 +41,18 @@ def _store(L: Layout) -> LiveStore:
     return store
 
 
+def _quiet(store: LiveStore) -> None:
+    """As if the last record came 2 s ago: the newest window is complete."""
+    store.last_record_ms -= 2000
+
+
 def test_live_rates_of_a_job_without_straggler_scores():
     L = _layout()
     store = _store(L)
     c = TestClient(create_app(ConsoleState(L, store, None, None, None)))
+    # the newest window while it still takes cells is left out (as the matrix's newest complete window)
+    assert c.get("/api/job", params={"name": "serve"}).json()["traffic"]["t"] == [WS, WS + W]
+    _quiet(store)
     j = c.get("/api/job", params={"name": "serve"}).json()
     assert [n["node"] for n in j["nodes"]] == ["web01", "stor01"] and all(n["t"] == [] for n in j["nodes"])
     tr = j["traffic"]
@@ -56,9 +64,10 @@ def test_live_rates_of_a_job_without_straggler_scores():
          "recv_bps": [(1_000_000 + 1234) * 8 / 10, 2_400_000.0, 0.0]},
         {"node": "stor01", "sent_bps": [1_600_000.0, 2_400_000.0, 0.0], "recv_bps": [0.0, 0.0, 0.0]}]
     # a window that takes more cells is summed again (the sums are kept per window until then)
-    store.add("matrix", cell(WS + 2 * W, "web01", "stor01", "mgmt", 500))
+    store.add("matrix", cell(WS + W, "web01", "stor01", "mgmt", 500))
+    _quiet(store)
     tr = c.get("/api/job", params={"name": "serve"}).json()["traffic"]
-    assert tr["nodes"][0]["sent_bps"] == [3_600_000.0, 0.0, 400.0] and tr["nodes"][1]["recv_bps"] == [0.0, 0.0, 400.0]
+    assert tr["nodes"][0]["sent_bps"] == [3_600_000.0, 400.0, 0.0] and tr["nodes"][1]["recv_bps"] == [0.0, 400.0, 0.0]
     # a scored job has both: the scores' rates (to its peers) and each node's rates over all its traffic
     t = c.get("/api/job", params={"name": "train-a"}).json()
     assert t["nodes"][0]["sent_bps"] == [4_000_000.0] * 3
