@@ -386,8 +386,8 @@ def create_app(state: ConsoleState) -> Starlette:
         for s in state.store.straggler_scores():
             names.setdefault(s["job"], [])
             scored[s["job"]] = scored.get(s["job"], 0) + 1
-        # live_scores: the straggler scores the live window holds for the job (its per-node rates); the page
-        # opens on the first job that has some
+        # live_scores: the straggler scores the live window holds for the job; the page opens on the first job
+        # that has some (every job with nodes has its nodes' send/receive rates in /api/job's traffic)
         return {"jobs": [{"name": j, "nodes": n, "live_scores": scored.get(j, 0)} for j, n in sorted(names.items())]}
 
     async def job(request: Request, p: Params):
