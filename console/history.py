@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from schemas.columns import addr_str
+from sinks import layout
 from sinks.query import ArchiveError, ArchiveQuery, DatasetMissing, EmptyRange
 
 
@@ -82,6 +83,20 @@ _PHASES = """
     GROUP BY 1, 2 HAVING phase IS NOT NULL ORDER BY 1"""
 # the same from a traffic rollup (a bucket falls in the bin it starts in)
 _PHASES_ROLLUP = _PHASES.replace("time_end_ms", "bucket_ms").replace("FROM flows_enriched", "FROM {dataset}")
+# each of a job's nodes' traffic per time bin: everything it sent (src) and received (dst), any peer and
+# category, each packet once and from one observation layer, as the matrix counts a cell
+_NODE_TRAFFIC = """
+    SELECT t, node, sum(sent)::BIGINT AS sent, sum(recv)::BIGINT AS recv FROM (
+      SELECT (time_end_ms // $bin) * $bin AS t, src_node AS node, bytes_est AS sent, 0 AS recv FROM flows_enriched
+      WHERE list_contains($nodes, src_node) AND NOT coalesce(duplicate, false)
+        AND list_contains($protocols, export_protocol)
+      UNION ALL
+      SELECT (time_end_ms // $bin) * $bin, dst_node, 0, bytes_est FROM flows_enriched
+      WHERE list_contains($nodes, dst_node) AND NOT coalesce(duplicate, false)
+        AND list_contains($protocols, export_protocol))
+    GROUP BY 1, 2 ORDER BY 1, 2"""
+_NODE_TRAFFIC_ROLLUP = _NODE_TRAFFIC.replace("time_end_ms", "bucket_ms").replace("FROM flows_enriched",
+                                                                                  "FROM {dataset}")
 _COMM_TIMES = """
     SELECT (time_end_ms // $bin)::BIGINT AS b, sum(bytes_est)::BIGINT AS bytes_est FROM flows_enriched
     WHERE category IN ('collective', 'rocev2') AND src_job = $job AND dst_job = $job
@@ -266,25 +281,45 @@ class History:
         t = self.query(_FLOWS, lo, hi, {"node": node, "src": src, "dst": dst, "limit": int(limit)})
         return [] if t is None else _rows(t)
 
-    def phases(self, job: str, lo: int, hi: int, bin_ms: int | None = None) -> tuple[list[dict], int, list[dict]]:
-        """(a job's phase bytes per time bin, the bin ms, which dataset answered ``[{"dataset", "from_ms",
-        "to_ms", "files"}]``). Without ``bin_ms`` the dataset and bin come from the query layer
+    def series_source(self, lo: int, hi: int) -> tuple[str, int]:
+        """(dataset, bin ms) of a job's time series over [lo, hi), from the query layer
         (:meth:`sinks.query.ArchiveQuery.series_source`): a week from the 1-hour rollups in hourly bins, a day
         from the 1-minute rollups, an hour from the raw flows in 6 s bins."""
+        with self.lock:
+            try:
+                return ArchiveQuery(self.fs, self.root, self.con).series_source(lo, hi)
+            except ArchiveError:
+                return "flows_enriched", max(1000, (hi - lo) // 600 // 1000 * 1000)
+            except (OSError, duckdb.IOException) as e:
+                self._set(False, f"{type(e).__name__}: {e}")
+                raise ArchiveUnavailable(str(e)) from None
+
+    def phases(self, job: str, lo: int, hi: int, bin_ms: int | None = None) -> tuple[list[dict], int, list[dict]]:
+        """(a job's phase bytes per time bin, the bin ms, which dataset answered ``[{"dataset", "from_ms",
+        "to_ms", "files"}]``). Without ``bin_ms`` the dataset and bin come from :meth:`series_source`."""
         dataset = "flows_enriched"
         if bin_ms is None:
-            with self.lock:
-                try:
-                    dataset, bin_ms = ArchiveQuery(self.fs, self.root, self.con).series_source(lo, hi)
-                except ArchiveError:
-                    dataset, bin_ms = "flows_enriched", max(1000, (hi - lo) // 600 // 1000 * 1000)
-                except (OSError, duckdb.IOException) as e:
-                    self._set(False, f"{type(e).__name__}: {e}")
-                    raise ArchiveUnavailable(str(e)) from None
+            dataset, bin_ms = self.series_source(lo, hi)
         sql = _PHASES if dataset == "flows_enriched" else _PHASES_ROLLUP.format(dataset=dataset)
         t = self.query(sql, lo, hi, {"job": job, "bin": int(bin_ms), "protocols": self.protocols})
         answered = [] if t is None else [{"dataset": dataset, "from_ms": lo, "to_ms": hi, "files": self.last_files}]
         return ([] if t is None else t.to_pylist()), int(bin_ms), answered
+
+    def node_traffic(self, nodes: list[str], lo: int, hi: int) -> tuple[list[dict], int, int, list[dict]]:
+        """(bytes each of ``nodes`` sent and received per time bin over [lo, hi) as ``[{t, node, sent,
+        recv}]``, the bin ms, the bucket ms of the dataset read (1 for the raw flows), which dataset answered).
+        All of a node's traffic, any peer and category; the dataset and bin from :meth:`series_source`, as
+        the job's bands."""
+        dataset, bin_ms = self.series_source(lo, hi)
+        if not nodes:
+            return [], int(bin_ms), 1, []
+        if dataset == "flows_enriched":
+            sql, bucket = _NODE_TRAFFIC, 1
+        else:
+            sql, bucket = _NODE_TRAFFIC_ROLLUP.format(dataset=dataset), layout.spec(dataset).bucket_ms
+        t = self.query(sql, lo, hi, {"nodes": list(nodes), "bin": int(bin_ms), "protocols": self.protocols})
+        answered = [] if t is None else [{"dataset": dataset, "from_ms": lo, "to_ms": hi, "files": self.last_files}]
+        return ([] if t is None else t.to_pylist()), int(bin_ms), bucket, answered
 
     def iteration_period_ms(self, job: str, lo: int, hi: int, bin_ms: int = 100, comm_end_ms: int | None = None
                             ) -> float | None:

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import events as ev
+from . import views
 from .layout import Layout
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
@@ -30,13 +31,14 @@ _CELL_COLS = [f.name for f in CELL_SCHEMA]
 
 
 class _Window:
-    __slots__ = ("cells", "end_ms", "pending", "start_ms", "tables")
+    __slots__ = ("cells", "end_ms", "pending", "start_ms", "tables", "totals")
 
     def __init__(self, start_ms: int, end_ms: int):
         self.start_ms, self.end_ms = start_ms, end_ms
         self.pending: dict[str, list] = {c: [] for c in _CELL_COLS}
         self.tables: list[pa.Table] = []
         self.cells = 0
+        self.totals: tuple[int, dict] | None = None  # (cells when summed, views.node_sums of them)
 
     def add(self, r: dict) -> None:
         for c in _CELL_COLS:
@@ -257,6 +259,27 @@ class LiveStore:
         if not tables:
             return CELL_SCHEMA.empty_table(), 0
         return pa.concat_tables(tables), len(tables)
+
+    def node_totals(self, lo: int | None = None, hi: int | None = None, complete_only: bool = True
+                    ) -> list[tuple[int, int, dict[str, tuple[int, int]]]]:
+        """Per held window (starting in [lo, hi) when given), oldest first: (start, end, {node: (bytes sent,
+        bytes received)}) over its node-level cells, all categories and peers (:func:`console.views.node_sums`).
+        ``complete_only``: without the newest window while it is still filling (as :meth:`latest_window`).
+
+        A window's sums are kept until it takes more cells, so a complete window is summed once (a 512-node
+        window, 262k cells, takes a few tens of ms); the summing runs outside the lock.
+        """
+        with self.lock:
+            held = [(s, w) for s, w in self.windows.items() if (lo is None or s >= lo) and (hi is None or s < hi)]
+            if complete_only and held and self._filling(held[-1][0]):
+                held.pop()
+            todo = [(w, w.cells, w.table()) for _s, w in held if w.totals is None or w.totals[0] != w.cells]
+        done = {id(w): (n, views.node_sums(t)) for w, n, t in todo}
+        with self.lock:
+            for w, n, _t in todo:
+                if w.cells == n:
+                    w.totals = done[id(w)]
+        return [(w.start_ms, w.end_ms, (done.get(id(w)) or w.totals)[1]) for _s, w in held]
 
     def events(self) -> list[dict]:
         """Every held detection as a console event."""

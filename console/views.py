@@ -257,11 +257,82 @@ def topology(layout: Layout, states: list[dict], recent_events: dict[tuple[str, 
             "thresholds": {"errors_per_s": ERROR_BURST_PER_S, "discards_per_s": DISCARDS_PER_S}}
 
 
-def job_view(layout: Layout, job: str, scores: list[dict], phases: list[dict], bin_ms: int, period_ms: float | None,
-             patterns: list[dict]) -> dict:
-    """Per node sent/received bytes per window (small multiples), straggler scores, period and phase bands."""
+def node_sums(cells: pa.Table) -> dict[str, tuple[int, int]]:
+    """{node: (bytes it sent, bytes it received)} over the node-level cells of ``cells``: every category and
+    every peer (in the job or not, named or ``unknown``). A node's cell to itself counts in both.
+
+    Vectorised as :func:`pair_sums`: names dictionary-encoded per chunk, summed with ``np.bincount``.
+    """
+    cells = filter_cells(cells, "node", None)
+    if cells.num_rows == 0:
+        return {}
+    coded = {c: _chunk_codes(cells.column(c)) for c in ("src", "dst")}
+    names = sorted({x for chunks in coded.values() for _codes, ns in chunks for x in ns})
+    index = {x: i for i, x in enumerate(names)}
+    b = cells.column("bytes_est").to_numpy().astype(np.float64)
+    sent = np.bincount(_indexed(coded["src"], str, index), weights=b, minlength=len(names))
+    recv = np.bincount(_indexed(coded["dst"], str, index), weights=b, minlength=len(names))
+    return {x: (int(sent[i]), int(recv[i])) for i, x in enumerate(names)}
+
+
+def job_nodes(layout: Layout, job: str, scores: list[dict]) -> list[str]:
+    """A job's nodes in inventory (ring) order, then nodes only its straggler scores name, sorted."""
     nodes = list(layout.jobs.get(job, []))
-    nodes += sorted({s["node"] for s in scores} - set(nodes))
+    return nodes + sorted({s["node"] for s in scores} - set(nodes))
+
+
+def window_traffic(nodes: list[str], windows: list[tuple[int, int, dict[str, tuple[int, int]]]]) -> dict:
+    """Each of ``nodes``' send and receive rate per live matrix window, from :meth:`LiveStore.node_totals`
+    ((start, end, {node: (sent, received bytes)}) per window held): all the node's traffic, 0 in a held window
+    without any. ``t``: window starts; each rate is over its own window's duration."""
+    t = [int(s) for s, _e, _tot in windows]
+    out = []
+    for n in nodes:
+        sent, recv = [], []
+        for s, e, tot in windows:
+            dur = max(1e-3, (e - s) / 1000.0)
+            b = tot.get(n, (0, 0))
+            sent.append(b[0] * 8 / dur)
+            recv.append(b[1] * 8 / dur)
+        out.append({"node": n, "sent_bps": sent, "recv_bps": recv})
+    bin_ms = int(windows[-1][1] - windows[-1][0]) if windows else None
+    return {"scope": "all", "t": t, "bin_ms": bin_ms, "nodes": out}
+
+
+def binned_traffic(nodes: list[str], rows: list[dict], lo: int, hi: int, bin_ms: int, bucket_ms: int = 1) -> dict:
+    """Each of ``nodes``' send and receive rate per time bin over [lo, hi) from the archive's per-(bin, node)
+    byte sums (``rows``: {t, node, sent, recv}, :meth:`History.node_traffic`); every bin of the range, 0 where
+    a node has no row. The data covers the buckets starting in [lo, hi) (``bucket_ms``: the rollup's bucket,
+    1 for the raw flows), so a bin at an edge of the range is divided by the part of it that is covered."""
+    c_lo, c_hi = -(-lo // bucket_ms) * bucket_ms, -(-hi // bucket_ms) * bucket_ms
+    first, last = c_lo // bin_ms * bin_ms, (c_hi - 1) // bin_ms * bin_ms
+    t = list(range(first, last + 1, bin_ms)) if c_hi > c_lo else []
+    k = {x: i for i, x in enumerate(t)}
+    dur = np.array([(min(x + bin_ms, c_hi) - max(x, c_lo)) / 1000.0 for x in t], dtype=np.float64)
+    index = {n: i for i, n in enumerate(nodes)}
+    sent = np.zeros((len(nodes), len(t)))
+    recv = np.zeros((len(nodes), len(t)))
+    for r in rows:
+        i, j = index.get(r["node"]), k.get(int(r["t"]))
+        if i is None or j is None:
+            continue
+        sent[i, j] += r["sent"]
+        recv[i, j] += r["recv"]
+    sent = sent * 8 / dur if len(t) else sent
+    recv = recv * 8 / dur if len(t) else recv
+    return {"scope": "all", "t": t, "bin_ms": int(bin_ms),
+            "nodes": [{"node": n, "sent_bps": sent[i].tolist(), "recv_bps": recv[i].tolist()}
+                      for i, n in enumerate(nodes)]}
+
+
+def job_view(layout: Layout, job: str, scores: list[dict], phases: list[dict], bin_ms: int, period_ms: float | None,
+             patterns: list[dict], traffic: dict | None = None) -> dict:
+    """Per node sent/received bytes per window (small multiples), straggler scores, period and phase bands.
+
+    ``nodes``: the rates the straggler scores carry (collective/RoCEv2 traffic to the job's peers; none for a
+    job the straggler detector does not score); ``traffic`` (:func:`window_traffic` or :func:`binned_traffic`):
+    each node's send and receive rate over all its traffic, for every job with nodes."""
+    nodes = job_nodes(layout, job, scores)
     series: dict[str, dict] = {n: {"node": n, "t": [], "sent_bps": [], "recv_bps": [], "score": [], "straggler": []}
                                for n in nodes}
     latest: dict[tuple[str, int], dict] = {}  # a window scored twice (a re-delivered output): the last one
@@ -281,7 +352,8 @@ def job_view(layout: Layout, job: str, scores: list[dict], phases: list[dict], b
     baseline = next((p.get("baseline_period_ms") for p in reversed(patterns) if p.get("baseline_period_ms")), None)
     current = next((p.get("current_period_ms") for p in reversed(patterns) if p.get("current_period_ms")), None)
     return {"job": job, "nodes": list(series.values()), "bands": bands, "bin_ms": bin_ms,
-            "iteration_period_ms": period_ms, "pattern_period_ms": {"baseline": baseline, "current": current}}
+            "iteration_period_ms": period_ms, "pattern_period_ms": {"baseline": baseline, "current": current},
+            "traffic": traffic if traffic is not None else window_traffic(nodes, [])}
 
 
 def phase_bands(phases: list[dict], bin_ms: int, threshold: float = 0.2) -> list[dict]:

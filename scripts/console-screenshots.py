@@ -7,7 +7,7 @@ downgrade are in the console, then photographs each view in headless Chromium:
 
     docs/images/console-matrix.png     traffic matrix (node level, newest complete window)
     docs/images/console-topology.png   switches and ports, the downgraded port opened
-    docs/images/console-jobs.png       train-a: per node rates, phase bands, straggler windows
+    docs/images/console-jobs.png       train-a: node rates (all traffic, to peers), phase bands, stragglers
     docs/images/console-events.png     every detection on one axis, the incast opened with its flows
     docs/images/console-topn.png       group -> category -> group Sankey and top talkers
 

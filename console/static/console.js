@@ -410,39 +410,58 @@
       for (const j of jobs) sel.appendChild(el("option", { value: j.name }, j.name));
     }
     if (!jobs.length) { $("j-info").textContent = "no jobs in the inventory or the data"; return; }
-    // no job chosen: the first with per-node rates in the live window (an inference job has none)
+    // no job chosen: the first with straggler scores in the live window (a training job: scores, rates to its
+    // peers and straggler windows besides each node's traffic)
     const name = state.job && jobs.some((j) => j.name === state.job) ? state.job :
       (jobs.find((j) => j.live_scores > 0) || jobs[0]).name;
     sel.value = name;
     const d = await api("job", Object.assign({ name }, timeParams()));
-    const nodes = d.nodes.slice(0, 48);
+    // the small multiples: each node's send/receive rate over all its traffic (d.traffic, every job with nodes);
+    // the rates its straggler scores carry (traffic to the job's peers) are thinner lines where it was scored
+    const tr = d.traffic;
+    const scoredBy = new Map(d.nodes.map((n) => [n.node, n]));
+    const nodes = tr.nodes.slice(0, 48);
+    const anyScores = d.nodes.some((n) => n.t.length);
     const per = 56, top = 30;
     const period = d.iteration_period_ms ? (d.iteration_period_ms / 1000).toFixed(2) + " s" : "-";
-    $("j-info").textContent = d.source + " · " + d.nodes.length + " nodes" + (d.nodes.length > nodes.length ? " (first 48 shown)" : "") +
+    $("j-info").textContent = d.source + " · " + tr.nodes.length + " nodes" + (tr.nodes.length > nodes.length ? " (first 48 shown)" : "") +
       " · iteration period " + period + (d.pattern_period_ms.baseline > 0 ? " (pattern baseline " + (d.pattern_period_ms.baseline / 1000).toFixed(2) + " s)" : "") +
       " · stragglers: " + ([...new Set(d.stragglers.map((s) => s.entity))].join(", ") || "none") +
       " · bands: blue = communication, green = dataset reads, amber = checkpoint writes" + (d.answered ? " · from " + d.answered : "") +
-      (d.nodes.every((n) => !n.t.length) ? " · no per-node rates: the straggler detector scored no node of " + name +
+      (!tr.t.length ? " · no traffic: " + (tr.source === "live" ? "the console holds no matrix window yet" : "no flows of these nodes in the range") : "") +
+      (!anyScores ? " · no straggler scores: the straggler detector scored no node of " + name +
         " here (it scores the nodes of jobs that exchange collective/RoCEv2 traffic with enough peers)" : "");
+    const every = tr.source === "live" ? "per matrix window" : "per " + (tr.bin_ms >= 60000 ? tr.bin_ms / 60000 + " min" : tr.bin_ms / 1000 + " s") + " bin";
+    $("j-caption").textContent = "sent / received: all traffic of each node (every peer and category, not only traffic inside the job), " +
+      every + (tr.answered ? " from " + tr.answered : tr.source === "live" ? " held live" : "") +
+      (anyScores ? " · thin dotted: to / from the job's peers (collective/RoCEv2, from the straggler scores) · z: latest straggler score · red: straggler windows" : "");
     $("j-chart").style.height = (top + nodes.length * per + 60) + "px";
     const c = chart("j-chart"); c.resize();
     const grids = [], xs = [], ys = [], series = [];
     const bands = d.bands.map((b) => [{ xAxis: b.start_ms, itemStyle: { color: PHASE_COLOR[b.phase] } }, { xAxis: b.end_ms }]);
+    const names = { sent: "sent (all traffic)", recv: "received (all traffic)", psent: "sent to job peers", precv: "received from job peers" };
     nodes.forEach((n, k) => {
+      const sc = scoredBy.get(n.node) || { t: [], sent_bps: [], recv_bps: [], score: [], straggler: [] };
       grids.push({ left: 210, right: 30, top: top + k * per, height: per - 14 });
       xs.push({ type: "time", gridIndex: k, min: d.start_ms, max: d.end_ms, axisLabel: { show: k === nodes.length - 1, color: "#8a96a3" }, splitLine: { show: false } });
-      const lastScore = n.score.length ? n.score[n.score.length - 1] : null;
-      ys.push({ type: "value", gridIndex: k, name: n.node + (lastScore === null ? "" : "  z " + lastScore.toFixed(1)), nameLocation: "middle", nameRotate: 0, nameGap: 70, nameTextStyle: { color: n.straggler.some(Boolean) ? "#f0b429" : "#d8dee6", align: "right" },
+      const lastScore = sc.score.length ? sc.score[sc.score.length - 1] : null;
+      ys.push({ type: "value", gridIndex: k, name: n.node + (lastScore === null ? "" : "  z " + lastScore.toFixed(1)), nameLocation: "middle", nameRotate: 0, nameGap: 70, nameTextStyle: { color: sc.straggler.some(Boolean) ? "#f0b429" : "#d8dee6", align: "right" },
         axisLabel: { show: true, fontSize: 9, color: "#8a96a3", formatter: (v) => (v ? fmtRate(v) : "") }, splitLine: { show: false }, splitNumber: 1 });
       const strag = [];
-      n.t.forEach((t, i) => { if (n.straggler[i]) strag.push([{ xAxis: t, itemStyle: { color: "rgba(255,90,95,0.25)" } }, { xAxis: t + (d.bin_ms > 10000 ? d.bin_ms : 10000) }]); });
-      series.push({ name: "sent", type: "line", xAxisIndex: k, yAxisIndex: k, showSymbol: false, data: n.t.map((t, i) => [t, n.sent_bps[i]]),
+      sc.t.forEach((t, i) => { if (sc.straggler[i]) strag.push([{ xAxis: t, itemStyle: { color: "rgba(255,90,95,0.25)" } }, { xAxis: t + (d.bin_ms > 10000 ? d.bin_ms : 10000) }]); });
+      series.push({ name: names.sent, type: "line", xAxisIndex: k, yAxisIndex: k, showSymbol: false, data: tr.t.map((t, i) => [t, n.sent_bps[i]]),
         lineStyle: { color: "#4fa3e0" }, itemStyle: { color: "#4fa3e0" }, markArea: { silent: true, data: bands.concat(strag) } });
-      series.push({ name: "received", type: "line", xAxisIndex: k, yAxisIndex: k, showSymbol: false, data: n.t.map((t, i) => [t, n.recv_bps[i]]),
+      series.push({ name: names.recv, type: "line", xAxisIndex: k, yAxisIndex: k, showSymbol: false, data: tr.t.map((t, i) => [t, n.recv_bps[i]]),
         lineStyle: { color: "#3ecf8e", type: "dashed" }, itemStyle: { color: "#3ecf8e" } });
+      if (sc.t.length) {
+        series.push({ name: names.psent, type: "line", xAxisIndex: k, yAxisIndex: k, showSymbol: false, data: sc.t.map((t, i) => [t, sc.sent_bps[i]]),
+          lineStyle: { color: "#9fd0f5", width: 1, type: "dotted" }, itemStyle: { color: "#9fd0f5" } });
+        series.push({ name: names.precv, type: "line", xAxisIndex: k, yAxisIndex: k, showSymbol: false, data: sc.t.map((t, i) => [t, sc.recv_bps[i]]),
+          lineStyle: { color: "#9be8c4", width: 1, type: "dotted" }, itemStyle: { color: "#9be8c4" } });
+      }
     });
     c.setOption({ backgroundColor: "transparent", animation: false, textStyle: { color: "#d8dee6" },
-      legend: { data: ["sent", "received"], textStyle: { color: "#d8dee6" }, top: 0 },
+      legend: { data: [names.sent, names.recv].concat(anyScores ? [names.psent, names.precv] : []), textStyle: { color: "#d8dee6" }, top: 0 },
       tooltip: { trigger: "axis", formatter: (ps) => tipBox(fmtTime(ps[0].value[0]), ps.map((p) => [nodes[p.axisIndex] ? nodes[p.axisIndex].node + " " + p.seriesName : p.seriesName, fmtRate(p.value[1])])) },
       axisPointer: { link: [{ xAxisIndex: "all" }] }, grid: grids, xAxis: xs, yAxis: ys, series }, true);
   }

@@ -142,18 +142,32 @@ def test_archive_outage_shows_a_banner_and_the_page_recovers(page_url, drv, arch
     drv.get_log("browser")  # the 503 of the outage is expected; nothing else after
 
 
-def test_jobs_view_opens_on_a_job_with_rates(drv):
-    """No job in the URL: the view opens on the first job with per-node rates in the live window, and a job
-    with none says why its small multiples are empty."""
+def _job_chart(drv) -> dict:
+    """What the jobs view's ECharts instance draws: the small multiples' names and, per series, its name, its
+    points and its largest value."""
+    return drv.execute_script("""
+        const o = echarts.getInstanceByDom(document.getElementById('j-chart')).getOption();
+        return {names: o.yAxis.map((a) => a.name),
+                series: o.series.map((s) => [s.name, s.xAxisIndex, s.data.length,
+                                             Math.max(0, ...s.data.map((p) => p[1] || 0))])};""")
+
+
+def test_jobs_view_opens_on_a_job_with_rates_and_draws_every_jobs_nodes(drv, archive_root):
+    """No job in the URL: the view opens on the first job with straggler scores in the live window. A job the
+    straggler detector does not score still gets each node's send/receive small multiples (all the node's
+    traffic), live and for an archive range, says that it has no scores, and says what the lines count."""
     from console.layout import Layout
     from processors.logic.inventory import Inventory
-    from tests.unit.console.fixtures import INVENTORY
+    from tests.unit.console.fixtures import INVENTORY, WS, cell
 
     inv = dict(INVENTORY, jobs=[{"name": "a-idle", "nodes": ["stor01"]}, *INVENTORY["jobs"]])
     L = Layout.from_inventory(Inventory.from_dict(inv))
     store = LiveStore(L)
-    fill_store(store)
-    server = uvicorn.Server(uvicorn.Config(create_app(ConsoleState(L, store, None, None)), host="127.0.0.1",
+    fill_store(store)  # stor01 -> gpu01 2 MB in each of its three windows
+    store.add("matrix", cell(WS, "gpu01", "stor01", "storage", 1_000_000))  # a checkpoint write to stor01
+    store.last_record_ms -= 2000  # as if the last record came 2 s ago: the newest window is complete
+    hist = History(fsspec.filesystem("file"), archive_root)
+    server = uvicorn.Server(uvicorn.Config(create_app(ConsoleState(L, store, hist, None)), host="127.0.0.1",
                                            port=PORT + 1, log_level="warning", lifespan="off"))
     server.install_signal_handlers = lambda: None
     t = threading.Thread(target=server.run, daemon=True)
@@ -164,11 +178,30 @@ def test_jobs_view_opens_on_a_job_with_rates(drv):
         drv.get(url + "#view=jobs")
         wait_rendered(drv, "jobs")
         assert drv.find_element("id", "j-job").get_attribute("value") == "train-a"
-        assert "no per-node rates" not in drv.find_element("id", "j-info").text
+        assert "no straggler scores" not in drv.find_element("id", "j-info").text
+        assert "thin dotted: to / from the job's peers" in drv.find_element("id", "j-caption").text
+
         drv.get(url + "#view=jobs&job=a-idle")
         wait_rendered(drv, "jobs")
-        wait_for(lambda: "no per-node rates" in drv.find_element("id", "j-info").text, 10, "the empty-job note")
+        wait_for(lambda: "no straggler scores" in drv.find_element("id", "j-info").text, 10, "the no-scores note")
+        caption = drv.find_element("id", "j-caption").text
+        assert caption.startswith("sent / received: all traffic of each node") and "per matrix window" in caption
+        drawn = _job_chart(drv)
+        assert drawn["names"] == ["stor01"]
+        assert drawn["series"] == [["sent (all traffic)", 0, 3, 1_600_000], ["received (all traffic)", 0, 3, 800_000]]
+        assert drv.find_element("id", "j-chart").size["height"] > 100
+        _no_injection(drv)
+
+        # an archive range: the hour of the later flows (stor01 -> gpu04, 3 MB, in one 6 s bin of the raw flows)
+        drv.get(url + f"#view=jobs&job=a-idle&mode=range&from={LATER}&to={LATER + 3_600_000}")
+        wait_rendered(drv, "jobs")
+        wait_for(lambda: "per 6 s bin from raw flows" in drv.find_element("id", "j-caption").text, 10,
+                 "the archive caption")
+        drawn = _job_chart(drv)
+        assert drawn["names"] == ["stor01"]
+        assert drawn["series"] == [["sent (all traffic)", 0, 600, 4_000_000], ["received (all traffic)", 0, 600, 0]]
         assert console_errors(drv) == []
     finally:
+        drv.get("about:blank")  # closes the page's event stream: the server stops at once instead of after 10 s
         server.should_exit = True
         t.join(10)
