@@ -408,6 +408,8 @@ def apply_options(t: Template, body, ctx: Ctx, v9_scope: bool) -> int:
             rate = vals.get(P.IE_SAMPLING_INTERVAL) or vals.get(P.IE_FLOW_SAMPLER_RANDOM_INTERVAL) or 0
         sid = vals.get(P.IE_FLOW_SAMPLER_ID, vals.get(P.IE_SELECTOR_ID))
         init = vals.get(P.IE_SYSTEM_INIT_MS)
+        if init is not None and not 0 <= init < _MAX_SYSTEM_INIT_MS:
+            init = None  # a u64 beyond any clock (fuzzing found 2**63+): unknown, not an int64 overflow later
         if rate or init is not None:
             st = ctx.state or ctx.cache.sampling_state(ctx.exporter, ctx.version, ctx.domain, create=True)
             ctx.state = st
@@ -421,6 +423,10 @@ def apply_options(t: Template, body, ctx: Ctx, v9_scope: bool) -> int:
             if init is not None:
                 st.system_init_ms = int(init)
     return len(recs)
+
+
+#: systemInitTimeMilliseconds above this (year ~146,000,000) is treated as not sent
+_MAX_SYSTEM_INIT_MS = 1 << 62
 
 
 def handle_data_set(key, t: Template | None, expired: bool, body, ctx: Ctx, out_parts: list) -> int:

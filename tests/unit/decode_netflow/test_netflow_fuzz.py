@@ -114,3 +114,20 @@ def test_mutated_golden_datagrams(data):
         pos = data.draw(st.integers(0, max(0, len(d) - 2)))
         d[pos : pos + 2] = struct.pack("!H", data.draw(st.sampled_from([0, 1, 2, 3, 4, 5, 255, 256, 0xFFFF, 1024])))
     _check(bytes(d), _primed("softflowd_ipfix" if d[1] == 10 else "softflowd_v9"))
+
+
+@pytest.mark.parametrize("init_ms, expect_init", [(1_700_000_000_000, True), (2**63 + 5, False), (2**64 - 1, False)])
+def test_system_init_time_beyond_any_clock_is_not_used(init_ms, expect_init):
+    """An options record's systemInitTimeMilliseconds (IE 160) beyond any clock is ignored like a missing one
+    (found by the mutation fuzz above: 2**63+ overflowed int64 in the uptime arithmetic)."""
+    data = b.data_set(256, struct.pack("!IIIIII", 0x0A000001, 0x0A000002, 100, 200, 1000, 3))
+    flows_t = b.ipfix_template_set((256, [(8, 4), (12, 4), (22, 4), (21, 4), (1, 4), (2, 4)]))
+    options = b.ipfix_options_template_set(400, [(302, 4)], [(305, 4), (306, 4), (160, 8)])
+    with_init = b.ipfix(flows_t, options, b.data_set(400, struct.pack("!IIIQ", 7, 1, 9, init_ms)), data)
+    r = decode(with_init, "192.0.2.1", 1000, TemplateCache())
+    plain = decode(b.ipfix(flows_t, data), "192.0.2.1", 1000, TemplateCache())
+    assert len(r.flows) == len(plain.flows) == 1
+    if expect_init:
+        assert (int(r.flows["time_start_ms"][0]), int(r.flows["time_end_ms"][0])) == (init_ms + 100, init_ms + 200)
+    else:
+        assert r.flows["time_end_ms"][0] == plain.flows["time_end_ms"][0]
