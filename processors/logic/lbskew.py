@@ -40,7 +40,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from .alerts import AlertManager, Condition, RuleAlertSettings
+from .alerts import Condition
+from .baseline import OneRuleDetector
 from .groupby import group_reduce
 from .interning import Interner
 from .params import detector_params
@@ -67,13 +68,11 @@ class LbSkewConfig:
     severity: Literal["info", "warning", "critical"] = Field("warning", description="Alert severity")
 
 
-class LbSkewDetector:
+class LbSkewDetector(OneRuleDetector):
+    RULE = RULE
+
     def __init__(self, config: LbSkewConfig = LbSkewConfig(), window_ms: int = 10_000):
-        self.config = config
-        self.window_ms = int(window_ms)
-        self.alerts = AlertManager({RULE: RuleAlertSettings(
-            for_ms=0, resolve_after_ms=config.resolve_windows * self.window_ms, update_every=6,
-            severity=config.severity)}, window_ms=self.window_ms)
+        super().__init__(config, window_ms)
         self.members: dict[str, dict[str, int]] = {}  # job -> replica -> last window start with traffic
         self.nodes: dict[str, dict] = {}  # "job\x00replica" -> {"shares": [..], "evidence": int}
 

@@ -38,13 +38,13 @@ from __future__ import annotations
 
 from statistics import median
 
-from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from .alerts import AlertManager, Condition, RuleAlertSettings
+from .alerts import Condition
+from .baseline import LinkState, OneRuleDetector
 from .groupby import group_reduce
 from .interning import Interner
 from .params import detector_params
@@ -82,15 +82,12 @@ def _new_state() -> dict:
     return {"reads": [], "low": 0, "bursts": [], "burst": [], "slow_burst": False}
 
 
-class StorageBoundDetector:
+class StorageBoundDetector(OneRuleDetector):
+    RULE = RULE
+
     def __init__(self, config: StorageBoundConfig = StorageBoundConfig(), window_ms: int = 10_000,
-                 link_state: Callable[[str, int], dict | None] | None = None):
-        self.config = config
-        self.window_ms = int(window_ms)
-        self.link_state = link_state or (lambda node, now_ms: None)
-        self.alerts = AlertManager({RULE: RuleAlertSettings(
-            for_ms=0, resolve_after_ms=config.resolve_windows * self.window_ms, update_every=6,
-            severity=config.severity)}, window_ms=self.window_ms)
+                 link_state: LinkState | None = None):
+        super().__init__(config, window_ms, link_state)
         self.pairs: dict[str, dict] = {}  # "job\x00storage" -> state
 
     def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
