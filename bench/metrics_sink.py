@@ -22,7 +22,10 @@ event time. Equivalent flow records/s = records behind the windows / CPU seconds
 ``--kafka BOOTSTRAP`` also produces the messages to fresh topics on a broker and runs the real
 ``MetricsService`` (consumer thread + HTTP) until every message is consumed: messages/s end to end.
 
-Run: .venv/bin/python bench/metrics_sink.py [--nodes 512 --windows 12 --records-per-s 1000000]
+``--series`` only counts the series after the windows, by part, with ``--budget`` and without a budget
+(the cardinality table of docs/metrics.md).
+
+Run: .venv/bin/python bench/metrics_sink.py [--nodes 512 --windows 12 --records-per-s 1000000] [--series]
 """
 
 from __future__ import annotations
@@ -211,6 +214,38 @@ def run_state(cluster: Cluster, per_window, budget: int) -> dict:
             "by_family": sorted(((len(f), f.name) for f in st.families if len(f)), reverse=True)}
 
 
+def series_parts(cluster: Cluster, per_window, budget: int) -> dict[str, int]:
+    """Series exported after every window was applied (no timing; scrapes every 15 s derive the scrape-time
+    families but format nothing), by part: node pairs within a job and the other pairs (the budgeted
+    families), per port, per node, rack matrix, the rest (group matrix, detectors, own health)."""
+    st = MetricsState(cluster.inventory(), series_budget=budget)
+    for w, msgs in enumerate(per_window):
+        now = (T0 + w * WINDOW_MS) / 1000
+        for kind in ("counters", "link", "straggler", "matrix"):
+            vals = msgs[kind]
+            for i in range(0, len(vals), POLL):
+                st.add_values(kind, vals[i:i + POLL], now)
+                if st.reselect_due():
+                    st.reselect()
+        if w % 3 != 1:  # as run_state's scrapes
+            st._derive(now)
+            st.scraped()
+    st._derive(now)
+    job = {n: j for j, ns in cluster.jobs.items() for n in ns}
+    parts = dict.fromkeys(("job pairs", "other pairs", "ports", "nodes", "racks", "rest"), 0)
+    for f in st.families:
+        if "src_node" in f.labels:
+            for key in f.values:
+                parts["job pairs" if job.get(key[0], "-") == job.get(key[1], "+") else "other pairs"] += 1
+            continue
+        part = ("ports" if "switch" in f.labels else "racks" if "src_rack" in f.labels
+                else "nodes" if "node" in f.labels and "job" not in f.labels else "rest")
+        parts[part] += len(f)
+    parts["total"] = st.series_count()
+    parts["folded cells"] = int(sum(st.folded.values.values()))
+    return parts
+
+
 def run_kafka(bootstrap: str, per_window) -> dict:
     from confluent_kafka import Producer
 
@@ -256,6 +291,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=50_000, help="metrics.series_budget")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--kafka", default=None, help="also run the real service against this broker")
+    ap.add_argument("--series", action="store_true",
+                    help="only count the series (by part) with --budget and without a budget; no timing")
     a = ap.parse_args()
     t = time.perf_counter()
     cluster = Cluster(a.nodes)
@@ -270,6 +307,11 @@ def main() -> None:
           f"health, {n_msgs['straggler'] / a.windows:.0f} straggler scores")
     print(f"  = {cells / a.windows / 10:,.0f} matrix cells/s and {sum(n_msgs.values()) / a.windows / 10:,.0f} messages/s "
           f"for {a.records_per_s:,} flow records/s ({a.records_per_s * a.windows * 10 / max(cells, 1):,.0f} records per cell)")
+    if a.series:
+        for budget in (a.budget, 10**9):
+            parts = series_parts(cluster, per_window, budget)
+            print(f"series with budget {budget:,}: " + ", ".join(f"{k} {v:,}" for k, v in parts.items()))
+        return
     for run in range(a.runs):
         r = run_state(cluster, per_window, a.budget)
         total = sum(n_msgs.values())
