@@ -1,29 +1,6 @@
 """Benchmark: can the flow-metrics sink keep up with processors producing >= 1 M flow records/s?
 
-The sink never sees flow records: it sees what the processors make of them. So the bench builds the
-messages a 1 M records/s stream of a ``--nodes`` cluster yields per 10 s window, in the right
-proportions, and measures how fast the sink's logic takes them:
-
-- **matrix cells**: ``--records-per-s`` x 10 s sampled flow records are drawn (numpy multinomial)
-  over the cluster's traffic model: 32 nodes per job (jobs of GPU nodes, 16 nodes per rack) doing
-  bidirectional ring collectives (55 % of records), all-to-all in a quarter of the jobs (15 %),
-  storage reads/writes to 4 storage nodes per GPU node (20 %), DNS (3 %), management (2 %), other
-  and external traffic between random pairs (5 %). Every (src, dst, category) with at least one record
-  is a node cell; rack and group cells are their sums. Cells carry SYN/RST signals on TCP categories.
-- **counter samples**: every node port and 8 uplinks per ToR, one sample per 20 s (48 per message);
-  **link health** samples one per counter sample; **straggler scores** one per GPU node and window;
-  a few alerts, incast events and pattern records.
-
-Messages are encoded as on the wire (Avro single-object, counter batches) before timing. Timed:
-``MetricsState.add_values`` over polls of 2,000 messages (decode + apply), the budget selection at
-every window, and a scrape (prometheus_client exposition + born-at-zero bookkeeping) every 15 s of
-event time. Equivalent flow records/s = records behind the windows / CPU seconds of the sink.
-
-``--kafka BOOTSTRAP`` also produces the messages to fresh topics on a broker and runs the real
-``MetricsService`` (consumer thread + HTTP) until every message is consumed: messages/s end to end.
-
-``--series`` only counts the series after the windows, by part, with ``--budget`` and without a budget
-(the cardinality table of docs/metrics.md).
+How it works: bench/README.md, "bench/metrics_sink.py"; results: docs/performance.md.
 
 Run: .venv/bin/python bench/metrics_sink.py [--nodes 512 --windows 12 --records-per-s 1000000] [--series]
 """
