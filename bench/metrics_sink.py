@@ -164,6 +164,16 @@ def build(cluster: Cluster, windows: int, records_per_s: int, seed: int = 11):
     return per_window, {k: v / windows for k, v in levels.items()}
 
 
+def apply_window(st: MetricsState, msgs: dict, now: float) -> None:
+    """One window's messages in polls of POLL, the budget selection when a new window arrived."""
+    for kind in ("counters", "link", "straggler", "matrix"):
+        vals = msgs[kind]
+        for i in range(0, len(vals), POLL):
+            st.add_values(kind, vals[i:i + POLL], now)
+            if st.reselect_due():
+                st.reselect()
+
+
 def run_state(cluster: Cluster, per_window, budget: int) -> dict:
     st = MetricsState(cluster.inventory(), series_budget=budget)
     reg = CollectorRegistry()
@@ -172,12 +182,7 @@ def run_state(cluster: Cluster, per_window, budget: int) -> dict:
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for w, msgs in enumerate(per_window):
         now = (T0 + w * WINDOW_MS) / 1000
-        for kind in ("counters", "link", "straggler", "matrix"):
-            vals = msgs[kind]
-            for i in range(0, len(vals), POLL):
-                st.add_values(kind, vals[i:i + POLL], now)
-                if st.reselect_due():
-                    st.reselect()
+        apply_window(st, msgs, now)
         if w % 3 != 1:  # two scrapes per three windows: every 15 s
             t, c = time.perf_counter(), time.process_time()
             body = generate_latest(reg)
@@ -198,12 +203,7 @@ def series_parts(cluster: Cluster, per_window, budget: int) -> dict[str, int]:
     st = MetricsState(cluster.inventory(), series_budget=budget)
     for w, msgs in enumerate(per_window):
         now = (T0 + w * WINDOW_MS) / 1000
-        for kind in ("counters", "link", "straggler", "matrix"):
-            vals = msgs[kind]
-            for i in range(0, len(vals), POLL):
-                st.add_values(kind, vals[i:i + POLL], now)
-                if st.reselect_due():
-                    st.reselect()
+        apply_window(st, msgs, now)
         if w % 3 != 1:  # as run_state's scrapes
             st._derive(now)
             st.scraped()
