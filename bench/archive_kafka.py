@@ -1,27 +1,8 @@
 """Archive sink throughput end to end: FlowBatch messages in Kafka -> ArchiveService -> Parquet on S3.
 
+How it works: bench/README.md, "bench/archive_kafka.py"; results: docs/performance.md.
+
     .venv/bin/python bench/archive_kafka.py [--rows 2000000] [--batch 4096] [--partitions 2]
-
-Starts its own embedded stack (Tansu memory engine on 127.0.0.1:21092,
-SeaweedFS S3 on 127.0.0.1:21333; ``--kafka-port``/``--s3-port`` to move them),
-produces ``--rows`` raw flows spread over two event hours as FlowBatch
-messages of ``--batch`` rows (as ingest publishes them), then runs one
-ArchiveService in this process until every row is written and committed.
-
-Prints rows/s per stage: offline decode (codec alone, then codec + Arrow) of
-the same messages; the service's consumer-thread time in ``handle`` (decode +
-buffer) and inside it the codec alone; the time spent writing Parquet to S3
-(whatever thread does it) and committing; the wall time from the first to the
-last message; **first message -> every row durable and committed** (the bench
-asks the service to stop, as SIGTERM does, once every row is consumed, so the
-last open hour is written at once instead of after ``idle_flush_s``); and the
-whole run including the group join. CPU: process CPU-seconds (all threads,
-librdkafka and s3fs included; the broker and S3 processes are not counted) per
-1 M rows over the service run.
-
-The code under test is this repository's, unless ``PYTHONPATH`` is set: then
-that tree is used (``PYTHONPATH=/work/main`` runs the old code with this bench,
-side by side). Stops the stack at the end.
 """
 
 from __future__ import annotations

@@ -1,31 +1,12 @@
 """Query latency of the named archive reports on a generated one-day archive (default), or on a generated
 week of rollups (``--week``: see :func:`week_main`).
 
+How it works: bench/README.md, "bench/archive_query.py"; results: docs/performance.md.
+
     .venv/bin/python bench/archive_query.py [--rows 100000000] [--dir PATH] [--keep]
                                             [--partitions 4] [--raw] [--runs 3] [--hour 10] [--json FILE]
     .venv/bin/python bench/archive_query.py --week [--rate 200000] [--raw-rows 8000000] [--partitions 4]
                                             [--runs 3] [--dir PATH] [--keep] [--json FILE]
-
-Generates one UTC day of ``flows_enriched`` (and ``flows_raw`` with ``--raw``)
-in a temporary directory on local disk with the sink's own code path
-(``table_from_columns`` -> ``HourlyBuffer`` -> ``ParquetWriter``), so keys,
-Hive layout, zstd, row groups and metadata are those the archive service
-writes. Generation streams: one file (one Kafka partition, one quarter hour)
-is in memory at a time. Files roll every 15 minutes per partition, as
-``max_chunk_age_ms`` does in the service.
-
-Cluster: 512 nodes (448 GPU in 16 jobs of 28, 32 storage, 16 model-store,
-16 mgmt; 32 racks/ToR exporters) and 4,096 outside addresses; 7 categories
-(collective, rocev2, storage, dns, mgmt, external, other); random ephemeral
-ports and sizes.
-
-Then each named report of ``sinks.query.ArchiveQuery`` (top_talkers, matrix
-node/group, node, job, segmentation) and a ``sql`` count(*) is timed over one
-hour and over the whole day, ``--runs`` times each, every run with a fresh
-``ArchiveQuery`` (as one ``fabricflow query`` command does). Prints median
-and min seconds, files read, rows in those files and rows in range, and checks
-partition pruning (the one-hour range lists only its day and reads only that
-hour's files). The directory is deleted unless ``--keep``.
 """
 
 from __future__ import annotations

@@ -1,54 +1,11 @@
 """Chaos bench: faults under steady load on the embedded stack, with the figures docs/reliability.md tabulates.
 
-One scenario per run of the whole local pipeline (``devtools.runner.LocalPipeline``: Tansu, SeaweedFS,
-ingest, processors, archive sink as separate ``fabricflow`` processes on 127.0.0.1). A paced sender
-plays NetFlow v9 (softflowd's templates, 25 records per datagram, ``bench.common``) at ``--rate``
-records/s for ``--seconds``. Flow times move with the stream: datagram ``j`` carries the export time
-``CLOCK + j / datagram rate`` and its flows ended up to ``END_SPREAD_MS`` (10 s) before it, so a run spans
-``seconds / processors.window_s`` windows and two runs at one rate send the same records. The bench writes an
-inventory naming the sender's 512 hosts (4 jobs of 128) so that windows hold node cells and straggler scores.
-At a third of the run the fault is injected:
-
-=================  =============================================================================
-scenario           fault
-=================  =============================================================================
-ingest-kill        SIGKILL the ingest process, start it again
-processors-kill    SIGKILL one of two processors workers, start it again
-broker-restart     stop Tansu (s3 storage engine: data and offsets persist), start it again
-s3-stop            stop SeaweedFS for ``--outage`` seconds (30) while the sink writes, start it again
-archive-kill       SIGKILL the archive sink while it holds buffered rows (mid-file), start it again
-none               no fault: the baseline (CPU per service, outputs)
-=================  =============================================================================
-
-A supervisor thread restarts any service that exits by itself (as compose's ``restart: unless-stopped``
-would; the archive sink exits 1 when the object store fails while it reads the archive index), except the one
-the fault kills and restarts; ``restarted`` lists what it did.
-
-Figures per scenario (JSON with ``--json``):
-
-* ``kafka_records``: flow records in ``flows.raw.v1`` (read once after ingest's deliveries stop: what ingest
-  had acknowledged, plus at most what was in flight when it died); ``archive_rows``: rows of the ``flows_raw``
-  dataset; ``lost`` = kafka - archive when positive, ``duplicated`` = rows in files whose Kafka offset ranges
-  overlap another file of the same hour and partition (the sink's exactly-once key);
-* ``archived_after_load_s``: how long after the load the archive held every Kafka record (the sink catches up
-  on a backlog; polled every 10 s, at most ``--drain``);
-* ``sent_records``; what ingest dropped is in the timeline (socket and producer drops) and, for ingest-kill,
-  sent - kafka (UDP has no retransmission: what arrives while ingest is down is lost, by design);
-* ``recover_s``: from the fault until the faulted service is healthy again and its progress counter moves;
-* ``windows``: the live outputs (every output topic, read back) against the uninterrupted run, a replay
-  (``replay.replay_batches``, the same settings, inventory and shard count) of every record of
-  ``flows.raw.v1``: per kind, keys with identical values, differing, only on one side; for the traffic
-  matrix per window, and the node-level records live is missing, held against the processors'
-  ``too_late`` counters (records that came after their window closed: the one expected difference);
-  alerts by identity (their running figures depend on batches: docs/replay.md);
-* ``cpu_load_s`` / ``cpu_s``: CPU seconds per service during the load / until the end (catch-up and the
-  bench's replay included), summed over restarts;
-* ``timeline``: the key metrics every second (ingest delivered/dropped, sink rows received/written/errors/
-  buffered, processors shuffle messages/errors/too late, CPU) to see what an operator would have seen.
-
-Bounded: ``--seconds`` of load, ``--drain`` seconds to settle, every wait has a deadline; everything is
-stopped on exit. Heavy on a 2-core machine: the sender, Tansu, SeaweedFS and four Python services share it;
-the replay holds the raw records in memory (~210 bytes each: 2.5 GB at 12 M records).
+One scenario per run of the whole local pipeline (``devtools.runner.LocalPipeline``): a paced NetFlow v9
+sender at ``--rate`` records/s for ``--seconds``, the fault (ingest-kill, processors-kill,
+broker-restart, s3-stop, archive-kill, or none) injected at a third of the run, a supervisor restarting
+services that exit by themselves. Reported: Kafka records against archived rows (lost, duplicated),
+recovery time, live output windows against a replay of the same records, CPU per service and a
+per-second timeline. What each figure means: docs/reliability.md, "The chaos suite".
 
     .venv/bin/python bench/chaos.py --scenario ingest-kill --rate 100000 --seconds 120 --port-base 31520 --json out.json
 """

@@ -1,26 +1,6 @@
 """Batch codec throughput: records per CPU-second, old vs new, side by side.
 
-Encodes and decodes realistic batches with ``schemas.codec`` (this tree) and
-with a reference copy of the codec loaded under another module name (default
-``/work/main/schemas/codec.py``, i.e. the code before the change) in the same
-process, alternating between the two, and checks that both encoders produce
-byte-identical messages and both decoders return equal arrays.
-
-Cases:
-* ``flow_batch softflowd``: 4,096 flows decoded from NetFlow v9 datagrams built
-  with softflowd's templates (``bench/common.netflow_stream``).
-* ``flow_batch sflow``: 4,096 flows decoded from sFlow v5 datagrams
-  (``bench/decode_sflow.synthetic``: RoCEv2/TCP/VXLAN/IPv6 mix).
-* ``counter_batch``: 4,096 generic+ethernet interface counter samples
-  (400G ports, 2^40-scale octet counters, mostly-zero error counters).
-* ``flow_enriched_batch``: 1,000 and 4,096 softflowd flows plus enrichment
-  strings drawn from a few hundred node / rack / ToR / group / job names and
-  the app categories; ~10 % of endpoints unknown (empty strings, group
-  ``unknown``) and ~30 % of nodes without a job.
-
-Times are ``time.process_time`` (CPU seconds of this process).
-
-    PYTHONPATH=$PWD .venv/bin/python bench/codec.py [--seconds 1.0] [--old PATH|git:REV]
+How it works: bench/README.md, "bench/codec.py"; results: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Console benchmark: API latency at 512 nodes and time to first paint of the matrix in headless Chromium.
 
-Synthetic data, no broker: a 512-node inventory (32 ToR switches x 16 nodes, 8 jobs of 64 nodes) and
-one full-mesh window of 262,144 node cells (plus group cells) in the console's live store and in a
-Parquet archive; one hour of detector outputs in the archive (straggler scores for every node and
-10-s window: 184,320 rows; link-health samples for every port every 10 s: 184,320 rows; 120 incast
-events, 40 link events, 60 alerts). The console runs in-process (uvicorn, 127.0.0.1:31334) and is
-called over HTTP like a page would.
-
-Prints, each the median of several calls (targets: < 200 ms per API call, < 1 s to first paint):
-  - GET /api/matrix for one live window (512 x 512), values as the page asks (base64) and as a JSON list
-  - GET /api/matrix for the same window from the archive
-  - GET /api/events for one hour from the archive
-  - first paint of the matrix view: navigation start -> the 262k-cell canvas drawn (performance mark)
-
-Usage: .venv/bin/python bench/console.py [--repeat 7] [--port 31334]
+How it works: bench/README.md, "bench/console.py"; results: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """Decode throughput of the NetFlow v5 / v9 / IPFIX decoders on one core.
 
-Builds realistic export datagrams (1500-byte MTU class: v5 with 30 records,
-v9 and IPFIX with softflowd's IPv4 template, 33 records of 42 bytes) plus the
-real softflowd captures from the shared fixtures when present, decodes them in
-a loop through ``ingest.decode.decode`` and prints records/s per protocol;
-for NetFlow v9/IPFIX also through the batched path (``decode_into`` into a
-``FlowBatch``, decoded every 4,096 records) when the tree has it.
-
-``--pipeline`` measures the ingest worker's in-process path instead:
-``IngestPipeline.handle`` + flush (receive-side decode, batching, sequence and
-metric bookkeeping; sink discards) over ``bench.common.netflow_stream``
-datagrams (softflowd templates, 25 records per datagram), in CPU-s per 1 M
-records. ``--compare DIR`` runs the same measurement against another checkout
-(e.g. the unchanged main tree) in alternating child processes, side by side.
+How it works: bench/README.md, "bench/decode_netflow.py"; results: docs/performance.md.
 
     .venv/bin/python bench/decode_netflow.py [--seconds 2]
     .venv/bin/python bench/decode_netflow.py --pipeline [--compare /work/main] [--rounds 3]

@@ -1,25 +1,8 @@
 """Decode throughput of the sFlow v5 decoder on one core.
 
-Builds realistic switch datagrams: 7 flow samples each (raw packet header
-record of up to 128 bytes plus an extended switch record, as switches and
-pmacct send them) with a traffic mix of IPv4 TCP (some 802.1Q-tagged), RoCEv2
-UDP 4791, VXLAN, IPv6 TCP and DNS, and a counter sample in every 20th
-datagram; also the real pmacct captures from the shared fixtures when present.
-Decodes them in a loop and prints flow samples per CPU-second (process time) for
-
-* ``decode``: one datagram per call through ``ingest.decode.decode`` (what the
-  ingest pipeline does today; ``ingest.decode.sflow.decode_sflow``);
-* ``many/N``: ``ingest.decode.sflow_batch.decode_sflow_many`` on N datagrams
-  per call (columnar header parsing);
-* ``reference`` (with ``--reference``): ``decode_sflow(..., fast_headers=False)``,
-  every sampled header parsed by the per-sample walker in
-  ``ingest.decode.packet``, measured interleaved in the same process, and the
-  speed-up of the other two over it (to compare with an older checkout, run
-  this script with ``PYTHONPATH`` pointing at it).
+How it works: bench/README.md, "bench/decode_sflow.py"; results: docs/performance.md.
 
     .venv/bin/python bench/decode_sflow.py [--seconds 2] [--samples 7] [--batch 512] [--reference]
-
-Target: >= 200,000 flow samples/s on one core.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Detection quality: every shipped scenario through the whole pipeline, scored against ground truth.
 
-For each scenario: start the local pipeline (embedded broker, ``fabricflow ingest``,
-``fabricflow process``; :class:`devtools.runner.LocalPipeline`) on its own ports,
-send the scenario as real sFlow / NetFlow v9 / IPFIX datagrams on loopback at
-``--speed`` times real time, read the detector topics with a
-:class:`devtools.detections.DetectionFeed` until the scenario ended and the last
-windows closed, write the simulator's truth file, and score with
-:mod:`devtools.scoring`: per detector TP / FP / FN, precision, recall, median time
-to detect (in truth windows), and the traffic-matrix error against the sampling bound.
-Prints one table per scenario and a final table; writes a JSON report.
+How it works: bench/README.md, "bench/detection.py"; results: docs/performance.md.
 
     .venv/bin/python bench/detection.py                        # all six scenarios, speed 10 (~7 min)
     .venv/bin/python bench/detection.py --scenario incast --speed 20
     .venv/bin/python bench/detection.py --scenario mixed --set pattern.min_acf=0.75
     .venv/bin/python bench/detection.py --report /tmp/detection.json
-
-Clock: sFlow carries no timestamps, so the pipeline runs with
-``ingest.sflow_event_time: uptime`` (event time = agent uptime anchored at the first
-datagram) and the scenario epoch is the wall clock: the bench picks an epoch on a
-window boundary a few seconds ahead and starts sending when the wall clock reaches
-it, so sFlow event times, NetFlow/IPFIX record times, truth windows and processor
-windows line up (the residual per-agent offset is measured and reported).
-Settings the bench passes (and why) are in :func:`pipeline_extra` and
-docs/detection-quality.md.
 """
 
 from __future__ import annotations

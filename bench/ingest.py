@@ -1,39 +1,10 @@
 """End-to-end ingest benchmark on loopback: fabricflow against pmacct (print and Kafka plugins) and nfcapd.
 
-For each protocol (NetFlow v9 and IPFIX with 25 records per datagram using
-softflowd's templates, sFlow v5 with 7 flow samples per datagram) and each
-collector, a paced sender on one CPU blasts datagrams at increasing rates to a
-collector pinned to the other CPU, and the highest rate with less than 0.1 %
-loss is kept. Collectors:
-
-* ``fabricflow``: one ``ingest.service.IngestWorker`` in its own process,
-  receive + decode + Avro batch encode + produce to the embedded broker
-  (Tansu, memory engine, pinned to the sender's CPU). Counted from its
-  /metrics: datagrams, flow records, Kafka drops/failures, plus kernel socket
-  drops. Loss = datagrams sent - datagrams counted (and records dropped
-  before Kafka).
-* ``nfacctd`` (``sfacctd`` for sFlow): print plugin aggregating on
-  peer_src_ip, dst_host, proto, written on exit; every record is decoded.
-  Counted from the sum of PACKETS in its output against the packets sent.
-* ``nfacctd-kafka`` (``sfacctd-kafka``): pmacct's Kafka plugin publishing JSON
-  to the same embedded broker, one message per flow (aggregate = peer, both
-  hosts, both ports, protocol: every flow is its own aggregate because the
-  sender never repeats one), purged every second. LD_PRELOADs the librdkafka
-  of the confluent-kafka wheel (Debian's 2.0.2 cannot parse Tansu's
-  ApiVersions reply). Counted by reading its topic (messages and the sum of
-  "packets"): pmacct loses silently between its processes under load, with no
-  kernel drop and no log line.
-* ``nfcapd``: ``nfcapd -w DIR -p PORT -t 60``, counted with ``nfdump -R DIR -I``
-  (Flows). nfcapd 1.7.1 has no sFlow (sfcapd is not packaged): skipped there.
-
-The sender never repeats a flow: every datagram of its pool gets fresh source
-ports/addresses (a running counter) before it goes out again, so collectors that
-aggregate in memory see as many distinct flows as were sent.
-
-CPU time is read from /proc for the collector's whole process tree (all
-threads, librdkafka's included, and reaped children: pmacct forks per purge). Everything binds 127.0.0.1 only; all
-children are stopped on exit. Bounded: each step sends ``--step-seconds``
-(default 2 s), at most ``--max-steps`` steps per collector and protocol.
+For each protocol (NetFlow v9 and IPFIX with softflowd's templates, sFlow v5) and collector, a paced
+sender on one CPU sends datagrams at increasing rates to the collector pinned to the other CPU and
+keeps the highest rate with less than 0.1 % loss, with the collector's CPU time from /proc. Binds
+127.0.0.1 only; bounded by ``--step-seconds`` and ``--max-steps``. Stream, placement, steps, counting
+per collector, sinks: bench/README.md; results: docs/performance.md.
 
     .venv/bin/python bench/ingest.py [--protocols netflow9,ipfix,sflow] [--collectors fabricflow,nfacctd,nfacctd-kafka,nfcapd]
                                      [--step-seconds 2] [--rounds 1] [--sink kafka|null|discard] [--json out.json]

@@ -1,28 +1,8 @@
 """Benchmark: can the flow-metrics sink keep up with processors producing >= 1 M flow records/s?
 
-The sink never sees flow records: it sees what the processors make of them. So the bench builds the
-messages a 1 M records/s stream of a ``--nodes`` cluster yields per 10 s window, in the right
-proportions, and measures how fast the sink's logic takes them:
+How it works: bench/README.md, "bench/metrics_sink.py"; results: docs/performance.md.
 
-- **matrix cells**: ``--records-per-s`` x 10 s sampled flow records are drawn (numpy multinomial)
-  over the cluster's traffic model: 32 nodes per job (jobs of GPU nodes, 16 nodes per rack) doing
-  bidirectional ring collectives (55 % of records), all-to-all in a quarter of the jobs (15 %),
-  storage reads/writes to 4 storage nodes per GPU node (20 %), DNS (3 %), management (2 %), other
-  and external traffic between random pairs (5 %). Every (src, dst, category) with at least one record
-  is a node cell; rack and group cells are their sums. Cells carry SYN/RST signals on TCP categories.
-- **counter samples**: every node port and 8 uplinks per ToR, one sample per 20 s (48 per message);
-  **link health** samples one per counter sample; **straggler scores** one per GPU node and window;
-  a few alerts, incast events and pattern records.
-
-Messages are encoded as on the wire (Avro single-object, counter batches) before timing. Timed:
-``MetricsState.add_values`` over polls of 2,000 messages (decode + apply), the budget selection at
-every window, and a scrape (prometheus_client exposition + born-at-zero bookkeeping) every 15 s of
-event time. Equivalent flow records/s = records behind the windows / CPU seconds of the sink.
-
-``--kafka BOOTSTRAP`` also produces the messages to fresh topics on a broker and runs the real
-``MetricsService`` (consumer thread + HTTP) until every message is consumed: messages/s end to end.
-
-Run: .venv/bin/python bench/metrics_sink.py [--nodes 512 --windows 12 --records-per-s 1000000]
+Run: .venv/bin/python bench/metrics_sink.py [--nodes 512 --windows 12 --records-per-s 1000000] [--series]
 """
 
 from __future__ import annotations
@@ -184,6 +164,16 @@ def build(cluster: Cluster, windows: int, records_per_s: int, seed: int = 11):
     return per_window, {k: v / windows for k, v in levels.items()}
 
 
+def apply_window(st: MetricsState, msgs: dict, now: float) -> None:
+    """One window's messages in polls of POLL, the budget selection when a new window arrived."""
+    for kind in ("counters", "link", "straggler", "matrix"):
+        vals = msgs[kind]
+        for i in range(0, len(vals), POLL):
+            st.add_values(kind, vals[i:i + POLL], now)
+            if st.reselect_due():
+                st.reselect()
+
+
 def run_state(cluster: Cluster, per_window, budget: int) -> dict:
     st = MetricsState(cluster.inventory(), series_budget=budget)
     reg = CollectorRegistry()
@@ -192,12 +182,7 @@ def run_state(cluster: Cluster, per_window, budget: int) -> dict:
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for w, msgs in enumerate(per_window):
         now = (T0 + w * WINDOW_MS) / 1000
-        for kind in ("counters", "link", "straggler", "matrix"):
-            vals = msgs[kind]
-            for i in range(0, len(vals), POLL):
-                st.add_values(kind, vals[i:i + POLL], now)
-                if st.reselect_due():
-                    st.reselect()
+        apply_window(st, msgs, now)
         if w % 3 != 1:  # two scrapes per three windows: every 15 s
             t, c = time.perf_counter(), time.process_time()
             body = generate_latest(reg)
@@ -209,6 +194,33 @@ def run_state(cluster: Cluster, per_window, budget: int) -> dict:
             "series": st.series_count(), "folded": sum(st.folded.values.values()),
             "pairs": len(st.n2n_bytes), "undecodable": sum(st.undecodable.values.values()),
             "by_family": sorted(((len(f), f.name) for f in st.families if len(f)), reverse=True)}
+
+
+def series_parts(cluster: Cluster, per_window, budget: int) -> dict[str, int]:
+    """Series exported after every window was applied (no timing; scrapes every 15 s derive the scrape-time
+    families but format nothing), by part: node pairs within a job and the other pairs (the budgeted
+    families), per port, per node, rack matrix, the rest (group matrix, detectors, own health)."""
+    st = MetricsState(cluster.inventory(), series_budget=budget)
+    for w, msgs in enumerate(per_window):
+        now = (T0 + w * WINDOW_MS) / 1000
+        apply_window(st, msgs, now)
+        if w % 3 != 1:  # as run_state's scrapes
+            st._derive(now)
+            st.scraped()
+    st._derive(now)
+    job = {n: j for j, ns in cluster.jobs.items() for n in ns}
+    parts = dict.fromkeys(("job pairs", "other pairs", "ports", "nodes", "racks", "rest"), 0)
+    for f in st.families:
+        if "src_node" in f.labels:
+            for key in f.values:
+                parts["job pairs" if job.get(key[0], "-") == job.get(key[1], "+") else "other pairs"] += 1
+            continue
+        part = ("ports" if "switch" in f.labels else "racks" if "src_rack" in f.labels
+                else "nodes" if "node" in f.labels and "job" not in f.labels else "rest")
+        parts[part] += len(f)
+    parts["total"] = st.series_count()
+    parts["folded cells"] = int(sum(st.folded.values.values()))
+    return parts
 
 
 def run_kafka(bootstrap: str, per_window) -> dict:
@@ -256,6 +268,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=50_000, help="metrics.series_budget")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--kafka", default=None, help="also run the real service against this broker")
+    ap.add_argument("--series", action="store_true",
+                    help="only count the series (by part) with --budget and without a budget; no timing")
     a = ap.parse_args()
     t = time.perf_counter()
     cluster = Cluster(a.nodes)
@@ -270,6 +284,11 @@ def main() -> None:
           f"health, {n_msgs['straggler'] / a.windows:.0f} straggler scores")
     print(f"  = {cells / a.windows / 10:,.0f} matrix cells/s and {sum(n_msgs.values()) / a.windows / 10:,.0f} messages/s "
           f"for {a.records_per_s:,} flow records/s ({a.records_per_s * a.windows * 10 / max(cells, 1):,.0f} records per cell)")
+    if a.series:
+        for budget in (a.budget, 10**9):
+            parts = series_parts(cluster, per_window, budget)
+            print(f"series with budget {budget:,}: " + ", ".join(f"{k} {v:,}" for k, v in parts.items()))
+        return
     for run in range(a.runs):
         r = run_state(cluster, per_window, a.budget)
         total = sum(n_msgs.values())

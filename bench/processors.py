@@ -1,49 +1,8 @@
 """Benchmark: records/s through one processor worker (Faust) on the embedded broker, and through the pure core.
 
+How it works: bench/README.md, "bench/processors.py"; results: docs/performance.md.
+
     .venv/bin/python bench/processors.py [--messages 240 --records 4096 --nodes 256 --job-size 32]
-
-Input: raw FlowBatch messages as ingest publishes them (``--records`` per
-message, sFlow 1:``--sampling``) from one exporter per rack (``--rack-size``
-nodes) of a ``--nodes`` GPU cluster in jobs of ``--job-size`` nodes:
-RoCEv2 ring collectives inside each job (one slow node per job), all-to-all in
-a quarter of the jobs, NFS storage, DNS, management and a few unregistered
-hosts; an incast burst (every member of a job into one node within 200 ms)
-every other step; interface counter batches from every switch every 10 s. Event time
-covers ``--event-seconds`` in steps (``messages / exporters`` of them): the
-records of one step lie in its first ``--phase-seconds`` (synchronous
-training communicates in phases), so every exporter's message of a step covers
-the same second and the shards' event time advances evenly, as it does live
-when each ingest message covers at most 200 ms. Messages are ordered by time.
-
-Three measurements on the same data, each on one core (``--cpu``):
-
-1. pure core: enrich + ``shard_of`` + ``ProcessorCore.process_*`` per shard,
-   no codec, no Kafka (what ``fabricflow replay`` does);
-2. worker path in process: ``Processors.handle_raw`` / ``handle_shuffle``
-   exactly as the Faust agents call them (Avro decode, enrich, encode enriched
-   + shuffle messages, detectors, output encoding, state snapshot), with the
-   Kafka producer replaced by a list; stage timers (wrappers around the
-   codec, enrichment, detectors, snapshot and output functions) say where
-   the time goes (``--profile FILE`` adds a cProfile);
-3. Faust worker: the raw messages are pre-produced to an embedded Tansu broker
-   (memory engine, ``--kafka-port``, broker on the other CPU) into raw
-   partition 0 (``--spread``: keyed by exporter over all partitions; one
-   worker then drains them unevenly and most records arrive too late for
-   their windows, see docs/performance.md), then ONE
-   ``fabricflow process`` subprocess pinned to ``--cpu`` starts. Done = every
-   enriched message is on flows.enriched.v1 (CreateTime of the last one) and
-   the worker's /metrics (its three progress metrics, polled every 0.1 s, every
-   10 ms for the last 10 % of the records) say every input flow record went
-   through the detectors (``fabricflow_processors_detect_records_total``);
-   "state durable" = additionally no applied message left without a snapshot
-   (``fabricflow_processors_unsnapshotted_messages`` 0; up to
-   ``processors.snapshot_interval_s`` later by design). Times are measured
-   from the worker's "Worker ready" log line; CPU seconds of the worker from
-   /proc at "done".
-
-Records/s per worker = input flow records / elapsed. The target is 300,000.
-Bounded: ``--timeout`` for the worker phase; the whole run takes ~1-2 min.
-Linux only (/proc, sched_setaffinity).
 """
 
 from __future__ import annotations

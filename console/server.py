@@ -13,7 +13,6 @@ the archive checker's) keeps up. ``fabricflow console`` runs it in the foregroun
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 import time
@@ -22,6 +21,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from fabricflow.net import is_loopback
 from fabricflow.service import Service
 
 from .app import ConsoleState, create_app
@@ -42,15 +42,6 @@ def split_listen(listen: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConsoleConfigError(f"console.listen: {listen!r} is not HOST:PORT")
     return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_listen(listen: str, token) -> tuple[str, int]:

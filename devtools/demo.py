@@ -126,7 +126,9 @@ def run_demo(
         inventory=str(scen),
         console=True,
         extra={
-            "archive": {"url": f"file://{archive_dir}", "s3_endpoint": None, "s3_access_key": None, "s3_secret_key": None},
+            # files every minute (not every 15): the console's drill-down into an event reads the archive
+            "archive": {"url": f"file://{archive_dir}", "s3_endpoint": None, "s3_access_key": None, "s3_secret_key": None,
+                        "max_file_age_s": 60},
             # The simulator's ToR sFlow sees every packet once; core NetFlow/IPFIX see some again:
             # traffic detectors use the sFlow layer only (policy alerts and the archive use everything).
             "ingest": {"sflow_event_time": "uptime"},

@@ -1,48 +1,13 @@
 """Score detections against simulator ground truth: per-detector TP/FP/FN and traffic-matrix error.
 
-Pure: plain records in, plain records out (no Kafka, sockets, clock or files).
-Used by ``bench/detection.py`` and the end-to-end tests; the truth is the
-JSON-lines file of :mod:`devtools.simulator.truth` as a list of dicts
-(:func:`devtools.simulator.truth.read_truth`).
-
-Detections
-  Every labelled fault says what should be detected (:func:`expected_detections`):
-  ``straggler`` -> a ``straggler`` detection of that node; ``incast`` -> an
-  ``incast`` detection of the destination; ``link_downgrade`` -> a
-  ``link_downgrade`` of ``switch/ifN`` and, when ``crc_errors_per_s`` reaches the
-  detector's threshold, an ``error_burst`` of the same port;
-  ``segmentation_violation`` -> ``segmentation`` naming both groups;
-  ``exfiltration`` -> ``exfiltration`` naming the destination address;
-  ``off_hours_transfer`` -> ``off_hours_transfer`` naming the source node;
-  ``unregistered_host`` -> ``unregistered_host`` naming the address; ``lb_skew`` ->
-  ``lb_skew`` naming the replica; ``storage_slowdown`` -> ``storage_bound`` naming the
-  storage node, unless its label says ``network_fault`` (a link fault on the storage
-  port at the same time: then no verdict is expected and one is a false positive);
-  ``congestion`` -> ``congestion`` naming the job (an ECN-CE or a CNP alert: the
-  second is a duplicate); ``syn_storm`` -> ``conn_storm`` naming the storming node.
-  Faults with no detector on the detection topics (``exporter_loss``, ``clock_skew``)
-  are listed as *uncovered*, not scored.
-
-  A detection matches an expectation when its kind is the expected detector,
-  its entity names the expected tokens, and its evidence time lies in
-  ``[fault start - early, fault end + grace]``. The first match is a hit (TP,
-  with its time to detect), later ones are *duplicates* (correct, but extra).
-  A detection that matches nothing is checked against the *consequence rules*
-  (:func:`explain`): e.g. a straggler flag that the product itself links to the
-  downgraded port (``explained_by``: its own port or its ring successor's) is a
-  consequence of the link fault, reported as *explained* and counted neither as
-  TP nor FP. Everything else is a false positive.
-
-  precision = (TP + duplicates) / (TP + duplicates + FP); recall = TP / (TP + FN);
-  time to detect = (evidence time - fault start) / truth window, floored at 0.
-
-Traffic matrix
-  :func:`matrix_error` compares estimated node -> node bytes per window with the
-  truth. With 1-in-N packet sampling a cell of P packets has about c = P / N
-  expected samples and a relative standard error of ``1 / sqrt(c)``; the 95 %
-  bound of a cell is ``1.96 / sqrt(c)``. Cells below a volume floor (expected
-  samples) are skipped; the report gives the median relative error, the median
-  bound, the share of cells within their own bound (ideal ~95 %) and the bias.
+Pure: plain records in, plain records out (no Kafka, sockets, clock or files). Used by
+``bench/detection.py`` and the end-to-end tests; the truth is the JSON-lines file of
+:mod:`devtools.simulator.truth` (:func:`devtools.simulator.truth.read_truth`).
+:func:`expected_detections` says what each labelled fault should raise, a detection matches when kind,
+entity and evidence time fit (first match TP, later ones duplicates), :func:`explain` applies the
+consequence rules to the rest (explained, else FP); :func:`matrix_error` compares estimated node-pair
+bytes per window with the truth against the sampling bound 1.96 / sqrt(expected samples). The
+fault -> detection table, the matching and consequence rules and the metrics: docs/detection-quality.md.
 """
 
 from __future__ import annotations
@@ -364,7 +329,7 @@ def score_detections(
     consequence_grace_windows: float = 6.0,
     error_burst_per_s: float = 10.0,
 ) -> ScoreReport:
-    """Match detections (on the scenario clock) to the truth's faults; see the module docstring.
+    """Match detections (on the scenario clock) to the truth's faults (rules: docs/detection-quality.md).
 
     ``window_ms``: the unit of time to detect (default: the truth's window).
     ``early_ms``: how far before a fault's start a detection may lie (default one window:

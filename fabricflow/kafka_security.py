@@ -1,26 +1,12 @@
 """Kafka security settings (SASL, TLS) mapped onto both client stacks, in one place.
 
-fabricflow talks to Kafka through two libraries: confluent-kafka (librdkafka:
-ingest, the processors' output producer, the archive sink, admin) and
-Faust/aiokafka (the processors' consumer group, tables and changelogs). Both
-must get the same security from :class:`fabricflow.settings.KafkaSettings`:
-
-=========================  ===================================  =========================================
-setting                    librdkafka (:func:`librdkafka_config`)  Faust (:func:`faust_credentials`)
-=========================  ===================================  =========================================
-security_protocol          ``security.protocol``                  SASLCredentials / SSLCredentials protocol
-sasl_mechanism             ``sasl.mechanism``                     ``SASLCredentials(mechanism=)``
-sasl_username / _password  ``sasl.username`` / ``sasl.password``  ``SASLCredentials(username=, password=)``
-ssl_ca_file                ``ssl.ca.location``                    ``SSLContext.load_verify_locations``
-ssl_cert_file / key_file   ``ssl.certificate.location`` / ``ssl.key.location``  ``SSLContext.load_cert_chain``
-ssl_key_password           ``ssl.key.password``                   ``load_cert_chain(password=)``
-ssl_check_hostname         ``ssl.endpoint.identification.algorithm`` https/none  ``SSLContext.check_hostname``
-=========================  ===================================  =========================================
-
-Turning the hostname check off keeps certificate-chain verification on both
-stacks (the broker must still present a certificate signed by the CA).
-Secrets leave their ``SecretStr`` only inside the returned client
-configuration; :func:`describe` is what may be logged.
+fabricflow talks to Kafka through confluent-kafka (librdkafka: ingest, the processors' output
+producer, the archive sink, admin) and Faust/aiokafka (the processors' consumer group, tables and
+changelogs). :func:`librdkafka_config` and :func:`faust_credentials` give both the same security from
+:class:`fabricflow.settings.KafkaSettings` (protocol, SASL mechanism and credentials, CA, client
+certificate and key, hostname check; turning the check off keeps chain verification). Secrets leave
+their ``SecretStr`` only inside the returned client configuration; :func:`describe` is what may be
+logged. The settings: docs/operations.md, "Secured Kafka (SASL, TLS)".
 """
 
 from __future__ import annotations

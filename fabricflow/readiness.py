@@ -1,18 +1,10 @@
 """Wait for the broker and the object store at start, with backoff and one clear line per attempt.
 
-A service that starts before Kafka (compose, systemd, a broker restart) must
-neither crash with a traceback nor flood the log with librdkafka's
-reconnect messages. :func:`wait_for_kafka` and :func:`wait_for_object_store`
-try, log ``waiting for Kafka at HOST:PORT (reason); attempt N, next in Ts,
-giving up in Us`` once per attempt, back off (0.5 s doubling to 10 s), and
-raise :class:`Unreachable` (one line naming the address, the reason and the
-setting to look at) when the timeout passes. Services turn that into exit
-status 1. ``timeout_s=0`` tries once.
-
-Each attempt first opens a TCP connection to the address (fast and quiet),
-then asks the service itself: Kafka metadata through a confluent-kafka admin
-client whose log goes nowhere (so TLS and SASL problems are reported as the
-reason, not as noise), or a listing of the archive bucket.
+:func:`wait_for_kafka` and :func:`wait_for_object_store` open a TCP connection, then ask the service
+itself (Kafka metadata through a silenced admin client, so TLS and SASL problems become the reason;
+a listing of the archive bucket), log one line per attempt, back off from 0.5 s doubling to 10 s, and
+raise :class:`Unreachable` (one line: address, reason, setting to look at) when the timeout passes;
+services exit with status 1 on it. ``timeout_s=0`` tries once. docs/operations.md, "Start-up".
 """
 
 from __future__ import annotations

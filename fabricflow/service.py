@@ -1,19 +1,14 @@
 """The lifecycle every fabricflow service shares: start, run until stopped, stop in reverse order.
 
-A :class:`Service` owns what a running process holds open (HTTP server,
-Kafka clients, threads) as a stack of stop callbacks, turns SIGTERM/SIGINT
-into a stop request, serves ``/metrics`` and ``/healthz``, waits for Kafka
-and the object store at start (:mod:`fabricflow.readiness`), creates the
-catalog's topics, and keeps a health flag: the service's loop calls
-:meth:`Service.beat` and ``/healthz`` answers 503 once the loop has not beaten
-for ``stall_s`` (or a check the service added fails).
+A :class:`Service` holds what a process keeps open (HTTP server, Kafka clients, threads) as a stack
+of stop callbacks, turns SIGTERM/SIGINT into a stop request, serves ``/metrics`` and ``/healthz``,
+waits for Kafka and the object store at start (:mod:`fabricflow.readiness`), creates the catalog's
+topics, and keeps a health flag: ``/healthz`` answers 503 once the loop has not called
+:meth:`Service.beat` for ``stall_s`` (or an added check fails). Typical use::
 
-    svc = Service("ingest", registry=metrics.registry)
-    svc.serve_http(bind, port)
-    svc.on_stop(sink.close)
+    svc = Service("ingest", registry=metrics.registry); svc.serve_http(bind, port)
     with svc.signals():
-        while not svc.stopping:
-            ...; svc.beat()
+        while not svc.stopping: ...; svc.beat()
     svc.stop()
 """
 

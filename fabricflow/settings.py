@@ -235,6 +235,10 @@ class ArchiveSettings(_Section):
     s3_region: str = Field("us-east-1", description="S3 region")
     grace_s: float = Field(300.0, ge=0, description="Close an hour this long after event time passes its end")
     idle_flush_s: float = Field(60.0, gt=0, description="Flush buffered rows of idle partitions after this long")
+    max_file_age_s: float = Field(
+        900.0, gt=0, description="Write a partition's buffered rows of an hour to a file once they have waited this long "
+        "(processing time), also while rows keep coming; smaller = rows readable sooner, more (smaller) files",
+    )
     metrics_bind: str = Field("127.0.0.1", description="Address for the archive sink's /metrics and /healthz")
     metrics_port: int = Field(9182, ge=0, le=65535, description="Port for the archive sink's /metrics (0 = disabled)")
     write_queue_rows: int = Field(

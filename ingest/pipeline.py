@@ -1,21 +1,13 @@
 """One ingest worker's data path for a datagram: allowlist -> decode -> batch -> sink.
 
-No sockets here (the service feeds datagrams in), so the whole path is testable
-without UDP. Every failure is counted; a bad datagram never stops the worker.
-
-The receive loop hands over groups of datagrams (:meth:`IngestPipeline.handle_many`):
-their sFlow v5 datagrams (``SFLOW_MANY_MIN`` or more) are decoded by one columnar
-:func:`~ingest.decode.sflow_batch.decode_sflow_group` call, then every datagram
-is handled in arrival order exactly as :meth:`IngestPipeline.handle` handles
-it alone; runs of plain ones (flow rows only) from one exporter add their rows
-to the batch as slices of the group's rows, with the same flush points. For the others, :func:`ingest.decode.decode_into` parses and checks headers,
-sets and templates (malformed datagrams are counted and sampled to the DLQ
-right away) and appends the records to the exporter's
-:class:`~ingest.decode.batch.FlowBatch`; NetFlow v9/IPFIX records are decoded
-there at flush, thousands per numpy pass, in arrival order. Sequence,
-problem, template and error metrics are updated per datagram; the received
-bytes, datagram and flow record counters and the skew gauge are summed and
-synced once per receive-loop pass (:meth:`IngestPipeline.sync_metrics`).
+No sockets here (the service feeds datagrams in), so the whole path is testable without UDP. Every
+failure is counted; a bad datagram never stops the worker. :meth:`IngestPipeline.handle_many` takes a
+receive-loop group: its sFlow datagrams are decoded by one columnar
+:func:`~ingest.decode.sflow_batch.decode_sflow_group` call, then every datagram is handled in arrival
+order exactly as :meth:`IngestPipeline.handle` handles it alone; NetFlow v9/IPFIX records wait in the
+exporter's :class:`~ingest.decode.batch.FlowBatch` and are decoded at flush. Per-datagram counters are
+summed and synced once per pass (:meth:`IngestPipeline.sync_metrics`). Why it is built this way:
+docs/performance.md, "Changes made while measuring (ingest/)".
 """
 
 from __future__ import annotations

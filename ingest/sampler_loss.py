@@ -1,30 +1,13 @@
 """sFlow sampler loss per agent and data source, from the flow samples' ``sample_pool`` and ``drops``.
 
-Every sFlow v5 flow sample carries three cumulative 32-bit counters of its
-data source (agent, sub-agent, source id): ``sequence_number`` (samples the
-sampler generated), ``sample_pool`` (packets the sampler saw: skipped + sampled)
-and ``drops`` (samples it could not take for lack of resources, e.g. a full
-queue to the agent CPU). Between two consecutive samples of one source the
-counter deltas give, for that interval:
-
-* ``samples`` = Δsequence: samples generated (received or not: transit loss
-  is the datagram sequence's business, see ingest/quality.py);
-* ``drops`` = Δdrops: samples lost inside the switch;
-* ``pool`` = Δsample_pool and ``samples_expected`` = Δpool / rate: what the
-  pool says the sampler should have produced.
-
-The sampler loss ratio is ``drops / (drops + samples)``. ``samples_expected``
-is the cross-check: an agent that does not count drops (many report 0) but
-loses samples shows up as ``samples + drops`` well below ``samples_expected``.
-A delta is only taken between two samples of the same source; a sequence that
-went backwards (more than 2**31 modulo 2**32: agent restart or counter reset)
-starts the source afresh and contributes nothing. Counters wrap modulo 2**32.
-
-:class:`SamplerLoss` keeps the last counters per source (bounded) and turns
-the rows of one exporter (the ingest pipeline passes all rows since the
-exporter's last flush at once) into per-exporter deltas and per-source sums.
-Columnar inside a call (numpy per source, a Python step per distinct source).
-Pure: no I/O, no clock.
+Between two consecutive flow samples of one data source (agent, sub-agent, source id) the deltas of
+its cumulative 32-bit counters give the samples generated (``sequence_number``), the samples lost
+inside the switch (``drops``) and the samples the pool says it should have produced
+(``sample_pool`` / rate); loss ratio = drops / (drops + samples). Counters wrap modulo 2**32; a
+sequence that went backwards (agent restart) starts the source afresh. :class:`SamplerLoss` keeps the
+last counters per source (bounded) and turns one exporter's rows since its last flush into
+per-exporter deltas and per-source sums (numpy per source). What the figures can and cannot tell:
+docs/operations.md, "sFlow sampler loss". Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

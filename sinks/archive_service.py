@@ -116,6 +116,7 @@ class ArchiveService:
         self.sink = ArchiveSink(
             index_factory=lambda d, p: FsWrittenIndex(self.fs, self.root, d, p),
             grace_ms=int(a.grace_s * 1000), idle_ms=int(a.idle_flush_s * 1000), max_rows=max_rows,
+            max_chunk_age_ms=int(a.max_file_age_s * 1000),
         )
         self.batch_messages = batch_messages
         self.clock = clock

@@ -1,35 +1,13 @@
 """Compaction of rollup files: the many files of one hour and Kafka partition merged into one.
 
-The writer derives one rollup file from every raw file (``sinks.rollups``), so
-an hour of a busy partition has as many ``traffic_1h`` files as raw files
-(hundreds at 200k records/s with 1M-row files), each with most of the hour's
-keys: the hourly rollup would be hardly smaller than the per-minute one. A
-compaction merges them::
-
-    traffic_1h/dt=.../hour=HH/part-p003-o<a>-<b>.parquet   \
-    traffic_1h/dt=.../hour=HH/part-p003-o<c>-<d>.parquet    } -> merged-p003-o<a>-<f>.parquet
-    traffic_1h/dt=.../hour=HH/part-p003-o<e>-<f>.parquet   /
-
-Exactly once, with no manifest: a merged file covers every file of its
-(dataset, hour, partition) whose offsets lie within its [first, last] range;
-readers skip covered files (:func:`sinks.layout.live_files`), so a reader
-between the merged file's write and the inputs' deletion, or after a crash in
-between, counts each row once, and a compaction run again merges what is
-left. Correct because only files whose last offset is below the partition's
-*committed* offset are merged: every row before that offset is in a durable
-file, and no file written later has a range within the merged one (a restart
-resumes from the committed offset; re-read rows already archived are dropped).
-A plain file whose range straddles the merged range (a restart re-chunked the
-hour) is not covered and still counts. The merged rows are the exact sums of
-the inputs (:func:`sinks.rollups.merge`), so totals do not change.
-
-One compaction at a time per archive (like retention). A query that lists
-files just before a compaction deletes them may fail to open one: run it again.
-
-The archive sink runs it itself (:class:`CompactionSchedule`, every
-``archive.compaction_interval_s``) with the offsets it has committed, for the
-partitions it is assigned; ``fabricflow sink compact`` does the same from the
-group's committed offsets in Kafka (a whole archive, e.g. after a long stop).
+The writer derives one rollup file from every raw file (:mod:`sinks.rollups`), so a busy hour has
+hundreds of ``traffic_1h`` files; a compaction merges those of one (dataset, hour, partition) into
+``merged-p<partition>-o<first>-<last>.parquet`` with the exact sums of the inputs, then deletes them.
+Exactly once without a manifest: a merged file covers every file whose offsets lie within its range,
+readers skip covered files (:func:`sinks.layout.live_files`), and only files below the partition's
+*committed* offset are merged. One compaction at a time per archive. The archive sink runs it itself
+(:class:`CompactionSchedule`, every ``archive.compaction_interval_s``); ``fabricflow sink compact``
+does the same from the group's committed offsets. Why it is correct: docs/archive.md, "Rollups".
 """
 
 from __future__ import annotations
@@ -157,7 +135,7 @@ class CompactionSchedule(Schedule):
 
     ``committed()`` returns the sink's committed offsets, (source dataset, partition) -> offset, of the
     partitions it is assigned now (a copy): only files below them are merged, so writes going on meanwhile
-    are safe (module docstring). Hours closed by ``grace_ms`` and at most ``lookback_h`` hours old are
+    are safe (docs/archive.md, "Rollups"). Hours closed by ``grace_ms`` and at most ``lookback_h`` hours old are
     compacted. Each run counts ``compaction_runs``, ``compaction_files`` (rollup files merged away) and, per
     failed hour, ``compaction_errors``; a failure logs one line and that hour is retried at the next run.
     """

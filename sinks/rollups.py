@@ -1,29 +1,13 @@
 """Rollups: one file's rows aggregated per minute and per hour (pure, columnar; no I/O).
 
-The archive writer (:class:`sinks.archive.ParquetWriter`) writes, for every file
-of ``flows_enriched`` and ``counters_raw``, the rollups of that same file under
-the same file name in the derived datasets (``fabricflow.streams.DERIVED``)::
-
-    flows_enriched/dt=.../hour=HH/part-p000-o...-....parquet   raw rows
-    traffic_1m/dt=.../hour=HH/part-p000-o...-....parquet       those rows per minute
-    traffic_1h/dt=.../hour=HH/part-p000-o...-....parquet       those rows per hour
-
-A key comes from the data, so a retry or a replay overwrites a rollup exactly as
-it overwrites the raw file, and summing rollup rows over files gives the same
-totals as summing the raw rows (every sum here is exact integer arithmetic).
-
-``traffic_*`` (from flows_enriched): one row per (bucket, src/dst node, src/dst
-address where the side has no node, src/dst group, rack, job, category,
-exporter protocol, duplicate) with the sums of bytes_est, packets_est, bytes,
-packets and the number of flow records. ``duplicate`` keeps the observation
-policy's verdict so reports still count each packet once.
-
-``ports_*`` (from counters_raw): one row per (bucket, exporter, ifIndex) with
-the number of samples, the first and last sample time and, at those samples,
-the interface counters (octets, unicast packets, errors, discards, both
-directions), the smallest and largest ifSpeed seen and the samples with the
-port operationally down. Rates and error deltas are last minus first over the
-time between them (within one file's bucket; across files order by time).
+The archive writer (:class:`sinks.archive.ParquetWriter`) writes, for every file of ``flows_enriched``
+and ``counters_raw``, the rollups of that same file under the same file name in the derived datasets
+(``traffic_1m`` / ``traffic_1h``, ``ports_1m`` / ``ports_1h``; ``fabricflow.streams.DERIVED``), so a
+retry or a replay overwrites a rollup exactly as it overwrites the raw file, and summing rollup rows
+over files gives the raw totals (exact integer sums). ``traffic_*``: per bucket and node / group /
+rack / job / category / protocol / ``duplicate`` key, the sums of bytes, packets and flow records;
+``ports_*``: per bucket, exporter and ifIndex, the first and last counters and speed / oper-down
+figures. The columns: docs/archive.md, "Rollups".
 """
 
 from __future__ import annotations

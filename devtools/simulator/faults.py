@@ -1,33 +1,10 @@
 """Fault injection: how each labelled fault changes traffic, counters or exports.
 
-Kinds and their effect (times are the fault's ``start_s``/``end_s``):
-
-- ``straggler`` (node, job, fraction): the node's collective sends are scaled by ``fraction``.
-- ``link_downgrade`` (node, speed, crc_errors_per_s): the node's access port reports the lower
-  ifSpeed, traffic to/from the node is capped at that speed, and the port's error counters
-  (ifInErrors, dot3 FCS/alignment errors) grow.
-- ``incast`` (destination, sources, gbps_per_source, burst_ms, period_ms, dport): synchronized
-  bursts from many sources to one destination; the destination port's ifOutDiscards grow
-  with the excess over its capacity.
-- ``lb_skew`` (job, replica, share): the inference frontend sends ``share`` of requests to one replica.
-- ``storage_slowdown`` (storage, factor): reads from and checkpoint writes to the storage node run at
-  ``factor`` of their rate (writes take longer); no network symptom (no errors, discards, speed change).
-  Its label says ``network_fault: true`` when a ``link_downgrade`` of the storage node's own port
-  overlaps it (then the network is a cause too, and no ``storage_bound`` verdict is expected).
-- ``segmentation_violation`` / ``exfiltration`` / ``off_hours_transfer`` (src, dst, mbps, dport, proto):
-  extra traffic between the named endpoints.
-- ``unregistered_host`` (ip, switch, if_index, dst, mbps, dport): a host missing from the inventory
-  plugged into a switch port, talking to ``dst``.
-- ``congestion`` (job, nodes, ce_fraction, cnp_ratio): the queues towards ``nodes`` (receivers in ``job``)
-  congest: ``ce_fraction`` of the job's packets to them carry an ECN CE mark, and for RoCEv2 traffic each
-  receiver answers ``cnp_ratio`` CNPs (BTH opcode 0x81, 60-byte packets) per marked packet back to the sender.
-  No volume change, no counter symptom (the switch's ECN marking and PFC are not in the counters we sample).
-- ``syn_storm`` (node, targets, syn_per_s, rst_fraction, dport): the node opens ``syn_per_s`` TCP connections
-  per second spread over ``targets`` (nodes), which refuse ``rst_fraction`` of them with RST/ACK (a client
-  crash-looping on a bootstrap port, a misconfigured health check).
-- ``exporter_loss`` (exporter, fraction): datagrams of that exporter are dropped (sequence numbers
-  still advance, so the gap shows).
-- ``clock_skew`` (exporter, skew_s): NetFlow/IPFIX export and flow timestamps are off by ``skew_s``.
+:class:`FaultEffects` answers the generator's questions for the faults active between their
+``start_s`` and ``end_s``: send and storage factors, replica weights, port speeds and CRC errors,
+extra segments (incast, security faults, SYN storms, unregistered hosts), link caps, ECN/CNP
+marking, export loss and clock skew; :func:`fault_labels` makes the truth labels. Each fault kind's
+parameters, effect and label: docs/simulator.md, "Faults (and the truth label each produces)".
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from fabricflow.net import is_loopback
+
 KINDS = ("sflow", "netflow9", "ipfix")
 DEFAULT_TARGETS = {"sflow": "127.0.0.1:6343", "netflow9": "127.0.0.1:2055", "ipfix": "127.0.0.1:4739"}
 
@@ -34,15 +36,6 @@ def parse_hostport(text: str) -> tuple[str, int]:
     if not 0 < p < 65536:
         raise TargetError(f"bad port in {text!r}")
     return host, p
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_targets(targets: dict[str, str] | list[str] | None, allow_remote: bool = False) -> dict[str, tuple[str, int]]:

@@ -1,21 +1,12 @@
 """Batched NetFlow v9 / IPFIX record decoding: many data sets of one template in one numpy pass.
 
-Decoding a data set costs ~20 numpy calls whatever its size, and exporters
-send ~20 - 30 records per set, so per-datagram decoding is dominated by fixed
-costs. The ingest pipeline therefore keeps, per exporter, a :class:`FlowBatch`:
-the exporter's flow records in arrival order, either already decoded (sFlow,
-NetFlow v5, NetFlow v9/IPFIX sets whose sampling rate differs per record) or
-as raw data-set records grouped by the exact
-:class:`~ingest.decode.templates.Template` object in effect when the set
-arrived (never by template id alone: a template withdrawn or redefined before
-the flush keeps decoding its own sets). Everything a set's rows depend on at
-arrival -- exporter, domain, receive and export time, uptime, sampling rate,
-system init time -- is captured with it (``_nf_common._emit``), so
-:meth:`FlowBatch.decode` returns exactly the rows the per-datagram decoder
-returns, in the same order. :func:`decode_sets` is the kernel: one
-frombuffer + gather + time/ICMP/address fix-up over all sets of a template.
-
-Pure: no I/O, no clock.
+Per exporter, a :class:`FlowBatch` keeps the flow records in arrival order, either decoded already
+(sFlow, NetFlow v5, sets whose sampling rate differs per record) or as raw data-set records grouped
+by the exact :class:`~ingest.decode.templates.Template` object in effect when the set arrived (a
+template redefined before the flush keeps decoding its own sets). Everything a set's rows depend on
+at arrival is captured with it, so :meth:`FlowBatch.decode` returns exactly the rows of the
+per-datagram decoder, in the same order. :func:`decode_sets` is the kernel (one frombuffer + gather
+over all sets of a template). Why: docs/performance.md. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

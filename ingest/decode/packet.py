@@ -1,21 +1,12 @@
 """Parse the first bytes of a sampled packet (sFlow raw packet header record).
 
-Pure functions over ``bytes``: Ethernet (802.1Q / QinQ tags), IPv4, IPv6 with
-extension headers, TCP/UDP/ICMP/ICMPv6, VXLAN (UDP 4789, inner frame parsed)
-and RoCEv2 (UDP 4791, BTH opcode and destination QP). Headers are usually
-cut short by the sampler: parsing stops where the bytes end and returns what
-was read so far. Nothing here raises on malformed input.
-
-Every parser returns a :data:`Parsed` tuple::
-
-    (ip_version, src16, dst16, src_port, dst_port, ip_protocol, tcp_flags,
-     tos, vlan, ip_len, vxlan_vni, roce_opcode, roce_dest_qp)
-
-``src16``/``dst16`` are 16-byte addresses (IPv4 as IPv4-mapped IPv6);
-``ip_len`` is the IP length from the header fields (IPv4 total length, IPv6
-payload length + 40), -1 when unknown (non-IP or cut inside the IP header).
-For VXLAN the addresses, ports, protocol and flags are the inner packet's;
-``vlan``, ``tos`` and ``ip_len`` stay the outer (what the fabric link carried).
+Pure functions over ``bytes``: Ethernet (802.1Q / QinQ), IPv4, IPv6 with extension headers,
+TCP/UDP/ICMP/ICMPv6, VXLAN (UDP 4789, inner frame parsed) and RoCEv2 (UDP 4791, BTH). Headers cut
+short by the sampler stop the parse where the bytes end; nothing raises on malformed input. Every
+parser returns a :data:`Parsed` tuple ``(ip_version, src16, dst16, src_port, dst_port, ip_protocol,
+tcp_flags, tos, vlan, ip_len, vxlan_vni, roce_opcode, roce_dest_qp)``: addresses as 16 bytes (IPv4
+mapped), ``ip_len`` from the IP header (-1 when unknown); for VXLAN the addresses, ports, protocol and
+flags are the inner packet's while ``vlan``, ``tos`` and ``ip_len`` stay the outer ones.
 """
 
 from __future__ import annotations

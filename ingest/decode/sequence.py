@@ -1,27 +1,11 @@
 """Export sequence tracking: estimate lost records/datagrams per exporter stream.
 
-A stream is ``(exporter, protocol, domain)`` from :class:`ExportHeader`. Each
-header covers the sequence range ``[sequence, sequence + increment)`` in the
-protocol's unit: NetFlow v5 flows, NetFlow v9 export packets, IPFIX data
-records, sFlow datagrams (per agent + sub-agent). Some exporters (softflowd's
-IPFIX) put the count *including* the current message in the header, i.e. the
-range is ``[sequence - increment, sequence)``; the tracker votes between the
-two readings on in-order packets whose counts differ and follows the winner.
-
-* Gaps (sequence ahead of the expected one) count as loss and are remembered;
-  a late packet inside the reorder window that falls into a remembered gap
-  fills it: its units are subtracted from the loss (``observe`` returns a
-  negative number) and ``reordered`` is incremented.
-* A packet behind the expected sequence that fills no gap is a duplicate,
-  unless it is older than the first packet seen since the (re)start (late
-  start-up reordering: ``reordered``, no loss change).
-* Sequence arithmetic is modulo 2^32 (wrap is not a gap).
-* Restart: a backwards jump larger than the window, or the header uptime
-  going backwards by more than ``uptime_slack_ms`` (a 32-bit uptime wrap is
-  not a restart). The packet after a (re)start sets the new base; its jump is
-  not counted as loss.
-
-Pure state machine: no clock, no I/O.
+A stream is ``(exporter, protocol, domain)`` from :class:`ExportHeader`; each header covers a
+sequence range in the protocol's unit (NetFlow v5 flows, v9 export packets, IPFIX data records,
+sFlow datagrams). The tracker counts gaps as loss, lets late packets inside the reorder window fill
+remembered gaps, tells duplicates and restarts apart, and votes between the two header readings
+exporters use (softflowd's IPFIX counts the current message). The rules: docs/operations.md,
+"Data quality per exporter". Pure state machine: no clock, no I/O.
 """
 
 from __future__ import annotations

@@ -1,49 +1,13 @@
 """sFlow v5 datagram decoder (sflow.org "sFlow Version 5" specification).
 
-One flow row per flow sample (formats 1 and 3) and one counter row per counter
-sample (formats 2 and 4) that carries a generic interface counters record.
-Flow records decoded: raw packet header (1), sampled IPv4 (3), sampled IPv6
-(4), extended switch (1001: input and output VLAN and priority), extended
-router (1002: the IP next hop; a record too short for its address or with an
-unknown address type leaves it ::). Unknown sample and record types (any non-zero enterprise included)
-are skipped by their length and counted in ``problems``.
-
-Fast path (the output is identical to the per-sample walker of
-:mod:`ingest.decode.packet`, which ``decode_sflow(..., fast_headers=False)``
-uses for every header; ``tests/unit/ingest/test_sflow_differential.py``
-checks that row for row, and the columnar ``sflow_batch.decode_sflow_many``
-against both):
-
-* Sampled Ethernet headers of the common shapes (no tag or one 802.1Q tag;
-  IPv4 without options and not a non-first fragment, or IPv6 without
-  extension headers; TCP, UDP or RoCEv2 BTH fully present; the same inside
-  VXLAN) are read with one fixed-layout ``struct`` call per layer in
-  :func:`_fast_eth`. Everything else (QinQ, 802.1ad, IPv4 options/fragments,
-  IPv6 extension chains, ICMP, SCTP, headers cut inside a layer, non-IP)
-  goes to the walker in :mod:`ingest.decode.packet`, which defines the
-  semantics.
-* Rows are packed straight into the bytes of ``FLOW_DTYPE`` /
-  ``COUNTER_DTYPE`` (both packed little-endian layouts) and viewed as one
-  structured array per datagram; no per-row numpy conversion.
-
-Column conventions (see schemas/avro/flow_record.avsc):
-* ``exporter_addr`` is the agent address from the datagram header,
-  ``observation_domain`` the sub-agent id, ``sampler_id`` the source id
-  (type<<24 | index).
-* ``in_if``/``out_if``: the 30-bit ifIndex value when the interface format is
-  0 (0x3FFFFFFF = internal); for formats 1 (discarded) and 2 (multiple) the
-  raw 32-bit word (format<<30 | value), so they never collide with an ifIndex.
-* ``bytes`` is the IP length read from the sampled header (sampled IPv4/IPv6
-  records: their length field); non-IP: frame_length - stripped.
-* ``packets`` = 1; estimates = sampled x rate; a zero rate is counted as
-  ``sampling_rate_missing`` and replaced by the configured override or 1.
-* All times are the receive time (the sFlow header has no wall clock).
-
-Raises :class:`DecodeError` (only) when the datagram structure is broken:
-header cut short, a sample running past the datagram, a record running past
-its sample, or a sample count the datagram cannot hold.
-Many datagrams at once, with the header parsing done columnar in numpy:
-:func:`ingest.decode.sflow_batch.decode_sflow_many`.
+One flow row per flow sample (formats 1 and 3) and one counter row per counter sample (formats 2
+and 4) with a generic interface counters record. Flow records decoded: raw packet header (1), sampled
+IPv4 (3) and IPv6 (4), extended switch (1001) and extended router (1002); unknown types are skipped by
+their length and counted in ``problems``. Common header shapes take a fixed-layout fast path
+(:func:`_fast_eth`); everything else goes to the walker of :mod:`ingest.decode.packet`, which defines
+the semantics. Raises :class:`DecodeError` (only) when the datagram structure is broken. Many
+datagrams at once: :func:`ingest.decode.sflow_batch.decode_sflow_many`. Column conventions, the fast
+path's shapes and the error cases: docs/architecture.md, "What the decoders read".
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Template cache for NetFlow v9 / IPFIX (the decoders' one piece of state).
 
-Holds, per exporter:
-* templates keyed by ``(exporter, version, domain, template_id)`` (domain = v9
-  source id / IPFIX observation domain), each with the ``received_at_ms`` it
-  was last (re)defined; a template not refreshed for ``expiry_s`` is dropped
-  when data for it arrives;
-* sampling state per ``(exporter, version, domain)`` learned from options
-  records: a domain-wide rate, rates by sampler/selector id, and the IPFIX
-  systemInitTimeMilliseconds;
-* data sets that arrived before their template, held for ``pending_hold_s``
-  (bounded by count and bytes) and decoded when the template arrives.
-
-The clock is the ``received_at_ms`` passed to the decoders; nothing here reads
-the wall clock. ``save()`` writes templates and sampling state to the JSON file
-``path``; constructing with a ``path`` that exists loads it.
+Per exporter: templates keyed by ``(exporter, version, domain, template_id)`` with the time they were
+last (re)defined (dropped when not refreshed for ``expiry_s``); the sampling state learned from
+options records (domain-wide rate, rates per sampler/selector id, IPFIX system init time); and data
+sets that arrived before their template, held for ``pending_hold_s`` (bounded) and decoded when it
+arrives. The clock is the ``received_at_ms`` the decoders pass in. ``save()`` writes templates and
+sampling state to the JSON file ``path``; constructing with an existing ``path`` loads it.
 """
 
 from __future__ import annotations

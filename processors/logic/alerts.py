@@ -1,23 +1,12 @@
 """Alert state: one alert per ongoing condition, Prometheus-like.
 
-Rules report *conditions* (:class:`Condition`): "this keyed situation was seen,
-with this evidence". :class:`AlertManager` turns the stream of conditions into
-alert dicts matching ``schemas/avro/alert.avsc``:
-
-- a new condition is *pending* until it has held for the rule's ``for``
-  (held = last seen - first seen, in event time); a pending condition not seen
-  for ``resolve_after`` is dropped silently;
-- then it emits ``firing`` once; while it keeps being seen it emits
-  ``updated`` at most every ``update_every`` windows, or at once on a severity
-  change;
-- once not seen for ``resolve_after`` (or the condition's own ``hold_ms`` if
-  longer) it emits ``resolved`` and is forgotten.
-
-Evidence (bytes, flows, first/last seen, up to 5 sample 5-tuples) accumulates
-over the life of the alert; rules report increments. ``window_start_ms`` /
-``window_end_ms`` name the evaluation window (``window_ms`` aligned) in which
-the message was produced. Time comes in as arguments (watermarks); the state
-is plain data (:meth:`AlertManager.snapshot` / :meth:`AlertManager.restore`).
+Rules report *conditions* (:class:`Condition`: "this keyed situation was seen, with this evidence");
+:class:`AlertManager` turns them into alert dicts matching ``schemas/avro/alert.avsc``: *pending* until
+the condition held for the rule's ``for``, then ``firing`` once, ``updated`` at most every
+``update_every`` windows (at once on a severity change), ``resolved`` after ``resolve_after`` (or the
+condition's ``hold_ms``) unseen. Evidence (bytes, flows, first/last seen, up to 5 sample 5-tuples)
+accumulates over the alert's life. The lifecycle: docs/alerts.md, "Alert lifecycle". Time comes in as
+arguments (watermarks); the state is plain data (:meth:`AlertManager.snapshot` / ``restore``).
 """
 
 from __future__ import annotations

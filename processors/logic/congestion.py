@@ -14,13 +14,13 @@ from __future__ import annotations
 from statistics import median
 
 import math
-from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from .alerts import AlertManager, Condition, RuleAlertSettings
+from .alerts import Condition
+from .baseline import LinkState, NodePort, OneRuleDetector
 from .groupby import group_reduce
 from .interning import Interner
 from .params import detector_params
@@ -54,19 +54,12 @@ class CongestionConfig:
     severity: Literal["info", "warning", "critical"] = Field("warning", description="Alert severity")
 
 
+class CongestionDetector(OneRuleDetector):
+    RULE = RULE
 
-
-class CongestionDetector:
     def __init__(self, config: CongestionConfig = CongestionConfig(), window_ms: int = 10_000,
-                 link_state: Callable[[str, int], dict | None] | None = None,
-                 node_port: Callable[[str], str | None] | None = None):
-        self.config = config
-        self.window_ms = int(window_ms)
-        self.link_state = link_state or (lambda node, now_ms: None)
-        self.node_port = node_port or (lambda node: None)  # the inventory's switch port of a node
-        self.alerts = AlertManager({RULE: RuleAlertSettings(
-            for_ms=0, resolve_after_ms=config.resolve_windows * self.window_ms, update_every=6,
-            severity=config.severity)}, window_ms=self.window_ms)
+                 link_state: LinkState | None = None, node_port: NodePort | None = None):
+        super().__init__(config, window_ms, link_state, node_port)
         self.jobs: dict[str, dict] = {}  # "job\x00signal" -> {"shares": [..], "elevated": int, "last": ws}
 
     def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
@@ -134,7 +127,7 @@ class CongestionDetector:
             p, s = received.get((job, nd), (0, 0))
             rows.append((-(v / p if p else 0.0), -v, nd, v / p if p else 0.0))
         rows.sort()
-        named = [(nd, sh, self._port(nd, we) if nd else "") for _a, _b, nd, sh in rows[: cfg.max_nodes]]
+        named = [(nd, sh, self.port_text(nd, we) if nd else "") for _a, _b, nd, sh in rows[: cfg.max_nodes]]
         node_text = ",".join(f"{nd or '?'}:{sh:.3f}" for nd, sh, _p in named)
         ports = ",".join(f"{nd}={p}" for nd, _s, p in named if p)
         where = "; ".join(f"{nd or '?'} {sh:.1%}" + (f" (port {p})" if p else "") for nd, sh, p in named)
@@ -150,11 +143,6 @@ class CongestionDetector:
                       "evidence_windows": str(st["elevated"]), "nodes": node_text, "ports": ports},
             first_seen_ms=ws - (st["elevated"] - 1) * self.window_ms, last_seen_ms=we,  # the first elevated window
         ))
-
-    def _port(self, node: str, now_ms: int) -> str:
-        """``switch/ifN`` of the node's port: as last sampled (counters), else from the inventory, else ""."""
-        st = self.link_state(node, now_ms)
-        return f"{st['switch']}/if{st['if_index']}" if st is not None else (self.node_port(node) or "")
 
     def snapshot(self) -> dict:
         return {"jobs": {k: {"shares": list(v["shares"]), "elevated": v["elevated"], "last": v["last"]}

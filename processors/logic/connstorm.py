@@ -14,13 +14,13 @@ from __future__ import annotations
 from statistics import median
 
 import math
-from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from .alerts import AlertManager, Condition, RuleAlertSettings
+from .alerts import Condition
+from .baseline import LinkState, NodePort, OneRuleDetector
 from .groupby import group_reduce
 from .interning import Interner
 from .params import detector_params
@@ -50,17 +50,12 @@ class ConnStormConfig:
 _SIGNALS = {"syn": ("syn_packets_est", "sn"), "rst": ("rst_packets_est", "dn")}
 
 
-class ConnStormDetector:
+class ConnStormDetector(OneRuleDetector):
+    RULE = RULE
+
     def __init__(self, config: ConnStormConfig = ConnStormConfig(), window_ms: int = 10_000,
-                 link_state: Callable[[str, int], dict | None] | None = None,
-                 node_port: Callable[[str], str | None] | None = None):
-        self.config = config
-        self.window_ms = int(window_ms)
-        self.link_state = link_state or (lambda node, now_ms: None)
-        self.node_port = node_port or (lambda node: None)  # the inventory's switch port of a node
-        self.alerts = AlertManager({RULE: RuleAlertSettings(
-            for_ms=0, resolve_after_ms=config.resolve_windows * self.window_ms, update_every=6,
-            severity=config.severity)}, window_ms=self.window_ms)
+                 link_state: LinkState | None = None, node_port: NodePort | None = None):
+        super().__init__(config, window_ms, link_state, node_port)
         self.nodes: dict[str, dict] = {}  # node -> {"syn": [rates], "rst": [rates], "storm": int, "last": ws}
 
     def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
@@ -123,8 +118,7 @@ class ConnStormDetector:
             return
         if st["storm"] < cfg.persist_windows:
             return
-        port = self.link_state(node, we)  # as last sampled (counters), else the inventory's
-        port_text = f"{port['switch']}/if{port['if_index']}" if port is not None else (self.node_port(node) or "")
+        port_text = self.port_text(node, we)
         which = [s for s in _SIGNALS if judged[s][0]]
         parts = []
         for s in _SIGNALS:

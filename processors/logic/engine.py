@@ -1,17 +1,12 @@
 """Detector engine: enriched flow batches and counter samples in, detector outputs out.
 
-Combines the event-time windows with the detectors:
-- main windows (default 10 s): traffic matrix, straggler scores, pattern;
-- short windows (default 1 s, small lateness): incast;
-- counter samples: link health (no windows, per-port state).
-
-Every output is an ``Output(kind, key, value)``: kind is one of "matrix",
-"incast", "straggler", "link", "pattern" (also the training timeline), "alert" (lb_skew,
-storage_bound, congestion and conn_storm, alerts.v1 Alert dicts); key is the suggested Kafka message
-key; value is a dict matching the kind's Avro schema (pattern: see
-processors/logic/pattern.py). Deterministic: the same inputs, in the same
-order, with the same ``tick`` times, give the same outputs; ``snapshot()`` /
-``restore()`` carry all state as plain JSON-compatible values.
+Combines the event-time windows with the detectors: main windows (default 10 s) for the traffic
+matrix, straggler scores, pattern, timeline and the one-rule alerts (lb_skew, storage_bound,
+congestion, conn_storm); short windows (default 1 s) for incast; counter samples for link health.
+Every output is an ``Output(kind, key, value)``: kind ("matrix", "incast", "straggler", "link",
+"pattern", "alert"), the suggested Kafka key, and a dict matching the kind's Avro schema.
+Deterministic: the same inputs, in the same order, with the same ``tick`` times, give the same outputs;
+``snapshot()`` / ``restore()`` carry all state as plain JSON-compatible values.
 Pure logic: no clock, no Kafka, no Faust.
 """
 

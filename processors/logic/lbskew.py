@@ -1,32 +1,11 @@
-"""Inference load skew: per job, each replica's share of its frontends' traffic vs an even split.
+"""``lb_skew`` alert: per inference job, a replica gets far more than its even share of the frontends' requests.
 
-Per closed main window and job J, the rows of the window's cells (matrix.KEY_COLUMNS)
-from a *frontend* (a node of a group in ``frontend_groups``, outside J) to a node of J,
-in ``categories`` (empty: any), give each replica's request bytes. Requests only: they
-are the flows whose destination is in J, so one detector shard sees all of them
-(responses go to the frontend's shard). A replica is every node of J that exchanged frontend traffic
-within the last ``membership_windows`` windows, so a replica that the balancer starves
-still counts in the split (with 0 bytes).
-
-- ``share`` = replica bytes / job bytes; ``even`` = 1 / replicas.
-- A window counts as skewed for a replica when ``share >= skew_ratio * even`` and the
-  share's lower ~95 % bound from sampling (``share - 1.96 * sqrt(share (1 - share) / samples)``,
-  ``samples`` = sampled packets of the job's frontend traffic in the window) is above
-  ``even``. Windows with fewer than ``min_samples`` samples neither add nor reset evidence.
-- ``evidence_windows`` = consecutive skewed windows; the condition holds when it reaches
-  ``persist_windows`` and the rolling median of the last ``smoothing_windows`` shares is
-  still above ``skew_ratio * even``: one window with a spike never fires.
-- Evidence: the frontend sources exchanging the most bytes with the replica, each with the
-  part of its own job traffic that goes to this replica ("lb01 sends 70 % of its requests
-  here": the balancer does not spread that source's connections).
-
-The condition goes through an :class:`~processors.logic.alerts.AlertManager` (rule
-``lb_skew``, dedup key ``lb_skew|job|replica``) and comes out as ``alerts.v1`` Alert dicts
-(firing / updated / resolved). Jobs need at least ``min_replicas`` replicas.
-
-What flow data cannot show: which connections are long-lived (sFlow samples packets, a
-NetFlow record is split by the active timeout), the balancer's own configuration, or the
-replica's GPU load; the share is of bytes, not of requests.
+Per closed main window and job, the request bytes each replica gets from frontends (nodes of the
+``frontend_groups``, outside the job) against an even split, with a sampling lower bound; persistent
+skew raises the rule ``lb_skew`` (dedup key ``lb_skew|job|replica``) naming the frontends that send
+most of their requests to the replica. Requests only: their destination is in the job, so one detector
+shard sees all of them (responses go to the frontend's shard). The rule, the parameters and what flow
+data cannot show: docs/detectors.md, "Inference load skew".
 Pure logic: no clock, no Kafka.
 """
 
@@ -40,7 +19,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from .alerts import AlertManager, Condition, RuleAlertSettings
+from .alerts import Condition
+from .baseline import OneRuleDetector
 from .groupby import group_reduce
 from .interning import Interner
 from .params import detector_params
@@ -67,13 +47,11 @@ class LbSkewConfig:
     severity: Literal["info", "warning", "critical"] = Field("warning", description="Alert severity")
 
 
-class LbSkewDetector:
+class LbSkewDetector(OneRuleDetector):
+    RULE = RULE
+
     def __init__(self, config: LbSkewConfig = LbSkewConfig(), window_ms: int = 10_000):
-        self.config = config
-        self.window_ms = int(window_ms)
-        self.alerts = AlertManager({RULE: RuleAlertSettings(
-            for_ms=0, resolve_after_ms=config.resolve_windows * self.window_ms, update_every=6,
-            severity=config.severity)}, window_ms=self.window_ms)
+        super().__init__(config, window_ms)
         self.members: dict[str, dict[str, int]] = {}  # job -> replica -> last window start with traffic
         self.nodes: dict[str, dict] = {}  # "job\x00replica" -> {"shares": [..], "evidence": int}
 

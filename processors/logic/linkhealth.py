@@ -1,36 +1,12 @@
 """Link health from sFlow interface counter samples -> LinkHealth dicts (link_health.avsc).
 
-Per (exporter, if_index) the previous sample is kept; each new sample gives
-counter deltas over the interval (agent uptime delta when usable, else receive
-time delta) and from them:
-- kind ``sample``: utilisation in/out vs ifSpeed, error and discard rates;
-- ``counter_reset``: agent uptime went backwards, or a counter moved by more
-  than the link could carry (backwards without a plausible wrap, or forwards
-  too far); no rates are derived from that interval (no bogus spike);
-- ``speed_change`` (ifSpeed went up) / ``link_downgrade`` (went down, e.g. 25G -> 1G);
-- ``oper_down`` / ``oper_up`` on oper-status changes;
-- ``link_downgrade`` also on a port's first sample when its ifSpeed is below the speed the
-  inventory configures for it (a port that was already slow when the processors started);
-- ``error_burst``: in+out errors/s >= threshold, once per burst;
-- ``discard_burst``: in+out discards/s >= ``discard_burst_per_s``, once per burst (an incast's
-  drops show up as ifOutDiscards of the destination's port);
-- ``sustained_utilisation``: max(util in, out) >= threshold continuously for
-  >= duration, once per episode.
-
-Counters are unsigned 64-bit stored in int64 (masked back to uint64 here).
-Wrap: a backwards step is a 32-bit wrap when both values fit in 32 bits and
-the wrapped delta is plausible, else a 64-bit wrap when plausible, else a reset.
-"Plausible" = at most ``plausibility`` x what ifSpeed allows in the interval
-(packets counted at 64-byte frames), so a reset that looks like a small
-32-bit wrap can be taken for a wrap: the delta then stays within line rate.
-
-Every record names the node behind the port (``port_info``: the inventory's ``switches:``
-ports) and that node's job at the sample time (``node_job``). :meth:`node_state` gives the
-other detectors a node's port as last seen: utilisation, speeds, discards and the open link
-event if any (storage_bound headroom, straggler / incast cause links).
-
-Vectorised: samples are sorted by (port, time); the k-th sample of every port
-in a batch is processed in one numpy step (k is 1 in steady state).
+Per (exporter, if_index), consecutive counter samples give utilisation, error and discard rates
+(kind ``sample``) and the link events ``counter_reset``, ``speed_change`` / ``link_downgrade``,
+``oper_down`` / ``oper_up``, ``error_burst``, ``discard_burst`` and ``sustained_utilisation``, each
+record naming the node behind the port and its job. :meth:`LinkHealthDetector.node_state` gives the
+other detectors a node's port as last seen (storage_bound headroom, straggler / incast cause links).
+Samples are sorted by (port, time) and the k-th sample of every port in a batch is processed in one
+numpy step. Rules, wrap handling and parameters: docs/detectors.md, "Link health".
 Pure logic: no clock, no Kafka.
 """
 

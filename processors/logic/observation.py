@@ -1,23 +1,12 @@
 """Observation policy: which flow records count, so that every packet is counted once.
 
-Several observation points can see one packet: the source ToR's sFlow, the destination ToR's uplink,
-core NetFlow, border IPFIX, host exporters. Each record keeps its exporter in the raw archive; this
-module decides, per record and without state, whether it is the one that counts (column ``duplicate``
-of ``flow_enriched`` is true for the others), and the matrix, incast, straggler and pattern detectors, the archive queries
-and the hourly summaries use only counted records. The rule (docs/detectors.md, "Counting each packet once"):
-
-* A node is *covered* when its inventory switch (its ``switch``, or a switch that lists it as a port's
-  peer) is a switch with sFlow agents.
-* sFlow from an inventory switch that is the source's own switch: counted (the primary view: the packet
-  entering the fabric from its host, whatever ingress interface the sample names).
-* sFlow from any other inventory switch (a destination ToR's uplink, a spine): counted only when the
-  source is not covered (otherwise the source's ToR counted it already).
-* Every other record (NetFlow, IPFIX, sFlow from agents not in the inventory): counted only when neither
-  end is covered (a secondary view, used for the paths no primary sees).
-* ``exporters`` overrides by exporter address: ``primary`` (always counted), ``secondary`` (the rule
-  above) or ``ignore`` (never counted).
-
-With no switches in the inventory nothing is covered and every record counts, as before.
+Several observation points can see one packet (source ToR sFlow, destination ToR uplink, core
+NetFlow, border IPFIX, host exporters). This module decides, per record and without state, whether a
+record is the one that counts (column ``duplicate`` of ``flow_enriched`` is true for the others): sFlow
+of the source's own switch always counts, other views only for paths no primary view covers, and
+``exporters`` overrides per exporter address (``primary``, ``secondary``, ``ignore``). The matrix,
+incast, straggler and pattern detectors, the archive queries and the hourly summaries use only counted
+records. The rule table and its assumptions: docs/detectors.md, "Counting each packet once".
 """
 
 from __future__ import annotations
@@ -43,7 +32,7 @@ def _addr_key(addrs: np.ndarray) -> np.ndarray:
 
 
 class ObservationPolicy:
-    """The counting rule compiled for one inventory (see the module docstring)."""
+    """The counting rule compiled for one inventory (docs/detectors.md, "Counting each packet once")."""
 
     def __init__(self, inventory: Inventory, exporters: Mapping[str, str] | None = None):
         self.inventory = inventory

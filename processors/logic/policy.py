@@ -1,18 +1,12 @@
 """Policy and security analytics over enriched flow batches.
 
-- :class:`PolicyEngine`: runs every rule (segmentation, unregistered hosts,
-  exfiltration, off-hours transfers, external dependencies, checkpoint
-  cadence, storage on compute) over a batch and turns their conditions into
-  alert dicts matching ``schemas/avro/alert.avsc`` through
-  :class:`processors.logic.alerts.AlertManager`. Deterministic: the same
-  batches and watermarks give the same alerts; state is plain data.
-- :func:`segmentation_matrix`: observed group x group rows checked against the
-  policy, for the ``fabricflow query segmentation`` report.
-- :func:`observed_pairs`: the input rows of that report from an enriched batch.
-
-Configuration models live in :mod:`processors.logic.rules.config` and are
-re-exported here. Pure: no I/O (except :func:`load_policy_config` reading
-the file it is given), no clock, no logging; time comes in as watermarks.
+:class:`PolicyEngine` runs every rule (segmentation, unregistered hosts, exfiltration, off-hours
+transfers, external dependencies, checkpoint cadence, storage on compute) over a batch and turns their
+conditions into ``alerts.v1`` dicts through :class:`processors.logic.alerts.AlertManager`;
+:func:`segmentation_matrix` and :func:`observed_pairs` make the ``fabricflow query segmentation``
+report. Configuration models live in :mod:`processors.logic.rules.config` (re-exported here); the
+rules: docs/alerts.md. Deterministic, state is plain data; pure: no I/O (except
+:func:`load_policy_config` reading the file it is given), no clock, time comes in as watermarks.
 """
 
 from __future__ import annotations

@@ -1,36 +1,11 @@
 """``storage_bound`` verdict: a job's storage I/O fell far below its own baseline while the network had room.
 
-Per closed main window, job J and storage node S (a node of a group in ``storage_groups``),
-from the window's cells (matrix.KEY_COLUMNS) in ``categories``:
-
-- dataset reads: bytes S -> nodes of J; checkpoint writes: bytes nodes of J -> S.
-- Reads baseline: median of the last ``baseline_windows`` normal windows (reads > 0 and not
-  low), needed: ``min_baseline`` of them. A window is *low* when reads > 0 (a throughput
-  that fell, not a job that stopped reading) and reads < ``drop_ratio`` x baseline. Low
-  windows do not enter the baseline; after ``rebaseline_windows`` low windows in a row the
-  baseline restarts (the new level is the normal one now).
-- Writes come in bursts (checkpoints). A window with writes >= ``burst_min_bytes`` is part
-  of a burst. The baseline is the median peak window of the last 3 normal bursts. A burst
-  whose first ``persist_windows`` windows all stay below ``drop_ratio`` x that peak is slow:
-  a healthy burst of any alignment has a window near its peak (a burst spanning 3 windows
-  has a full middle one), a slowed one is stretched at a lower rate.
-- Verdict when reads were low for ``persist_windows`` windows in a row (or a write burst is
-  slow) and the network had headroom: every port behind J's nodes that carried the I/O and
-  S's port were sampled (:meth:`LinkHealthDetector.node_state`), their utilisation is below
-  ``max_link_util`` and none has an open link event (downgrade, oper down, error or discard
-  burst, or one within the link detector's ``event_hold_s``). A slowdown that comes with a
-  link fault therefore gives no verdict, nor does one where a port is unknown.
-
-The verdict goes through an :class:`~processors.logic.alerts.AlertManager` (rule
-``storage_bound``, dedup key ``storage_bound|job|storage|signal``, signal ``dataset_reads``
-or ``checkpoint_writes``) as ``alerts.v1`` Alert dicts. One alert per signal: reads land
-on the job's detector shard, writes on the storage node's, and each shard sees its own
-signal whole, so the alerts do not depend on how the stream is sharded.
-
-What flow data can show: that the bytes between the job and the storage fell while the
-links had room and no port reported trouble. What it cannot show: why the storage is slow
-(metadata service, disks, a client-side data loader), nor anything about storage traffic
-over RDMA (NVMe-oF, Lustre/GPFS over RDMA), which bypasses NetFlow/sFlow.
+Per closed main window, job and storage node, from the window's cells: dataset reads (storage -> job)
+against their median baseline, checkpoint-write bursts (job -> storage) against the peaks of earlier
+bursts. A persistent drop raises the rule ``storage_bound`` (one alert per signal, ``dataset_reads``
+or ``checkpoint_writes``) only when every port that carried the I/O was sampled, is below
+``max_link_util`` and has no open link event: the network is not the bottleneck. The rules, the
+parameters, sharding and what flow data cannot show: docs/detectors.md, "Storage-bound verdict".
 Pure logic: no clock, no Kafka.
 """
 
@@ -38,13 +13,13 @@ from __future__ import annotations
 
 from statistics import median
 
-from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from .alerts import AlertManager, Condition, RuleAlertSettings
+from .alerts import Condition
+from .baseline import LinkState, OneRuleDetector
 from .groupby import group_reduce
 from .interning import Interner
 from .params import detector_params
@@ -82,15 +57,12 @@ def _new_state() -> dict:
     return {"reads": [], "low": 0, "bursts": [], "burst": [], "slow_burst": False}
 
 
-class StorageBoundDetector:
+class StorageBoundDetector(OneRuleDetector):
+    RULE = RULE
+
     def __init__(self, config: StorageBoundConfig = StorageBoundConfig(), window_ms: int = 10_000,
-                 link_state: Callable[[str, int], dict | None] | None = None):
-        self.config = config
-        self.window_ms = int(window_ms)
-        self.link_state = link_state or (lambda node, now_ms: None)
-        self.alerts = AlertManager({RULE: RuleAlertSettings(
-            for_ms=0, resolve_after_ms=config.resolve_windows * self.window_ms, update_every=6,
-            severity=config.severity)}, window_ms=self.window_ms)
+                 link_state: LinkState | None = None):
+        super().__init__(config, window_ms, link_state)
         self.pairs: dict[str, dict] = {}  # "job\x00storage" -> state
 
     def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:

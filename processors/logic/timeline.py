@@ -1,37 +1,11 @@
 """Training timeline: per job and main window, the phases (communication, dataset reads, checkpoint
 writes, idle) at sub-window resolution, the iteration period and the collective structure.
 
-Input: the flows of the main windows, reduced per (job, phase, slot) by :class:`PhaseAggregator`
-(slots of ``slot_ms``, default 250 ms, inside the window; event time = the record's time):
-
-- ``communication``: categories collective / rocev2 with source and destination in the job;
-- ``dataset_read``: storage category into the job from outside it;
-- ``checkpoint_write``: storage category from the job to outside it.
-
-Per closed window and job (:class:`TimelineDetector`), a slot is *active* for a phase when its
-bytes reach ``active_fraction`` of the phase's busiest slot in the window and at least
-``min_slot_bps`` (a single quiet slot between two active ones counts as active: at 1:4096 a
-slot of a steady phase is missed now and then); consecutive active slots form one segment ``{phase, start_ms, end_ms,
-bytes_est}``; slots where no phase is active form ``idle`` segments. Phases overlap (reads run
-during compute), so the segments are tracks, not one sequence.
-
-- Iteration period: the lag of the highest local peak of the autocorrelation of the
-  communication slot series over the last ``period_windows`` windows (as
-  :func:`~processors.logic.pattern.estimate_period`, in slots), -1 when none reaches ``min_acf``.
-  With 10 s windows and 250 ms slots it resolves iterations of 0.5 s to 15 s (the window-level
-  period of the pattern detector covers longer cycles).
-- Structure: from the job's collective peer pairs (the pattern detector's pair presence):
-  ``ring`` (a single cycle, every node with two peers, or two nodes), ``tree`` (connected,
-  nodes - 1 pairs), ``all_to_all`` (every node with every other, 4 nodes or more), else ``unknown``.
-
-Output: ``pattern_timeline`` records of ``schemas/avro/pattern.avsc`` on ``patterns.v1``.
-
-What flow data can show: when bytes moved, between which nodes, in which category. What it
-cannot: compute phases as such (idle on the network is compute, waiting or a stall alike),
-collectives over RDMA that bypass NetFlow/sFlow (RoCEv2 shows in sFlow headers, InfiniBand not
-at all), or anything shorter than the sampling resolution (at 1:4096, a slot needs a few hundred
-MB/s of a phase before it is sampled reliably). sFlow event time is the receive time: a slot edge
-is blurred by the export delay.
+:class:`PhaseAggregator` reduces the main windows' flows per (job, phase, slot of ``slot_ms``);
+:class:`TimelineDetector` turns each closed window into phase segments, the iteration period (the
+autocorrelation peak of the communication slots) and the structure (ring, tree, all_to_all) from the
+pattern detector's peer pairs, as ``pattern_timeline`` records on ``patterns.v1``. The rules, the
+parameters and what flow data cannot show: docs/detectors.md, "Training timeline".
 Pure logic: no clock, no Kafka.
 """
 

@@ -1,20 +1,13 @@
 """Wire format of the internal shuffle topic (``processors.shuffle.v1``): flow batches and their headers.
 
-A flow batch is the ``.npy`` file (format 1.0) of a ``flow_record`` array,
-little-endian, in an LZ4 block: :data:`LZ4_MAGIC` (8 bytes), the uncompressed
-length (4 bytes, little-endian), the block. Counter batches travel as Avro
-``CounterBatch``, unchanged. Only ``detect`` of the same code version reads the
-topic (platform teams read the Avro topics); nothing else is accepted.
-
-Headers: ``src`` names the raw message (topic:partition:offset:chunk) of a
-message's last piece; ``seg`` lists every piece with its row count when a
-message combines several. Counter batches go to every shard, all those ``prepare`` took together in one
-message: a single one unchanged (Avro ``CounterBatch``), several framed as they came (:data:`COUNTERS_MAGIC`,
-then per piece its length, 4 bytes little-endian, and its Avro message; :func:`frame_counters`): the shard of
-a batch's exporter reports its link health, every other shard only updates its port state with it
-(storage_bound headroom, cause links, live incast capacity). The ``role`` header says which: absent,
-the shard owns every piece; ``state``, none; else one entry per piece, ``state`` or ``own``.
-Anything malformed raises :class:`CodecError`.
+A flow batch is the ``.npy`` file of a ``flow_record`` array in an LZ4 block (:data:`LZ4_MAGIC`, the
+uncompressed length as 4 bytes little-endian, the block). Counter batches are Avro ``CounterBatch``:
+one unchanged, several that ``prepare`` took together framed by :func:`frame_counters`
+(:data:`COUNTERS_MAGIC`, then per piece its 4-byte length and its Avro message). Headers: ``src`` names
+the raw message of a message's last piece, ``seg`` every piece with its rows, ``role`` which pieces the
+shard reports (absent: all; ``state``: none; else ``own`` / ``state`` per piece). Only ``detect`` of the
+same code version reads the topic; anything malformed raises :class:`CodecError`. Routing and recovery:
+docs/architecture.md (stream table) and docs/operations.md, "Processor workers".
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Cardinality budget of the node-pair families: which node pairs get their own series.
 
-Node x node is N^2 pairs, each with a series per app category and family. The budget
-(``metrics.series_budget``, default 50,000 series in all families together) is spent in this order:
-
-1. every other family (group and rack matrices, per-node, port, detector, own health): always;
-2. node pairs within one job (job membership from the inventory at the latest window's time);
-3. the other pairs by traffic rate (an exponential average of bytes per window, halved every window;
-   a pair that has series counts double, so pairs near the cut do not swap places every window).
-
-Cells of pairs outside the selection are added to ``src_node="other", dst_node="other"`` (same
-app_category) and counted in ``fabricflow_metrics_series_folded_total`` (cells); the series the pairs left
-out would need, as the latest selection counted them, are :attr:`PairBudget.dropped` (exported as
-``fabricflow_metrics_series_dropped{family}``). The selection is made again
-at every new window (:meth:`PairBudget.reselect`); a pair that loses its place loses its series (its
-later cells fold), one that gains a place gets series born at zero. Between selections a pair not seen
-before gets series at once while the budget has room; once a cell had to fold, new pairs wait for the
-next selection. Pure logic.
+:class:`PairBudget` gives the node pairs what ``metrics.series_budget`` leaves after every other
+family (which it never cuts): first the pairs within one job, then the other pairs by a decaying
+traffic rate (pairs holding series count double, so the cut does not flap). Cells of the pairs left
+out are added to ``src_node="other", dst_node="other"`` and counted as folded; the selection is made
+again at every new window (:meth:`PairBudget.reselect`), and between selections a new pair gets
+series while there is room. What the budget bounds and what it cannot, with series counts per
+cluster size: docs/metrics.md, "Cardinality budget". Pure logic.
 """
 
 from __future__ import annotations
@@ -114,7 +105,7 @@ class PairBudget:
         return 2 * len(self.cats.get(pair, ())) + (2 if pair in self.tcp else 0)
 
     def reselect(self, job_of: Mapping[str, str] | Callable[[str], str] | None = None) -> dict[str, int]:
-        """Choose the pairs with series (module docstring); returns counts for logs and tests."""
+        """Choose the pairs with series (docs/metrics.md, "Cardinality budget"); returns counts for logs and tests."""
         self.selections += 1
         get_job = job_of if callable(job_of) else (job_of or {}).get
         for pair in set(self.score) | set(self.acc):

@@ -1,37 +1,13 @@
 """The flow-metrics service: Kafka (processors' outputs, counter samples) -> Prometheus /metrics.
 
-Thin wiring around :class:`sinks.metrics.state.MetricsState`:
-
-- one confluent-kafka consumer (its own group, ``metrics.group``, manual commits) reads
-  matrix.windows, counters.raw, link.health, incast.events, straggler.scores, alerts and patterns;
-  every message is decoded and applied under a lock; malformed or unknown messages are counted and
-  skipped (the service never stops on input);
-- an HTTP server (``metrics.bind``:``metrics.port``) serves ``/metrics`` (the state's families,
-  Prometheus text format) and ``/healthz``;
-- **restart without double counting**: a ``/metrics`` request takes the values and the offsets of
-  the messages they reflect in one step (under the lock), has the consumer thread commit those
-  offsets, and only then writes the response. After a crash or a stop the group resumes exactly
-  after the last message a scrape could have shown, the counters start again at 0 (born at zero:
-  the first scrape shows 0, an explicit counter reset that ``rate()``/``increase()`` handle), and the
-  messages read again are exactly those no scrape saw. Committing before writing means a response
-  that then fails to reach Prometheus, followed by a crash before the next scrape, loses those
-  increments (an undercount) instead of counting anything twice. Without scrapes nothing is
-  committed, and a stop commits nothing more (nothing more was shown);
-- a new group (no committed offset on a partition) skips messages older than
-  ``metrics.start_lookback_s`` by message timestamp (counted as skipped ``before_lookback``). The
-  broker's ``offsets_for_times`` is asked where to start as an optimisation only: the embedded broker
-  answers 0 (docs/embedded-stack.md), and the timestamp filter decides either way. The high watermark
-  is never used.
-
-In process (demo, runner, tests)::
-
-    svc = MetricsService(settings)      # InventoryError on a bad inventory file
-    svc.start()                         # consumer thread + HTTP server; returns at once
-    print(svc.url)                      # http://127.0.0.1:9183/metrics
-    ...
-    svc.stop()                          # closes; offsets stay where the last scrape committed them
-
-``fabricflow sink metrics`` runs :meth:`MetricsService.run` in the foreground (SIGTERM/SIGINT stop it).
+Thin wiring around :class:`sinks.metrics.state.MetricsState`: one confluent-kafka consumer (group
+``metrics.group``, manual commits) applies every message under a lock (malformed ones are counted and
+skipped), and an HTTP server serves ``/metrics`` and ``/healthz``. A scrape takes the values and the
+offsets they reflect in one step and has the consumer thread commit those offsets before the response
+is written, so a restart neither double counts nor loses what a scrape showed; a new group starts
+``metrics.start_lookback_s`` back. In process: ``MetricsService(settings).start()`` (``.url``,
+``.stop()``); ``fabricflow sink metrics`` runs :meth:`MetricsService.run` in the foreground.
+Restart semantics and one sink per group: docs/metrics.md.
 """
 
 from __future__ import annotations

@@ -2,24 +2,12 @@
 
 :class:`MetricsState` takes decoded messages (matrix cells, counter sample batches, link health,
 incast events, straggler scores, alerts, patterns) and keeps every family of docs/metrics.md as plain
-values; :meth:`MetricsState.collect` returns prometheus_client metric
-families (it is a custom collector: register it in a ``CollectorRegistry``).
-
-- Traffic counters advance when a window closes, by the cell's estimated (sampling-scaled) totals:
-  a cell message is the closed window's total for its key. Group and rack families take every cell;
-  node pairs go through the cardinality budget (:mod:`sinks.metrics.budget`); the per-node families
-  (app traffic, SYN/RST/ECN CE/CNP per node and direction) take every node cell, so they stay exact
-  when pairs are folded.
-- Port families are the switch's own latest counter values (monotonic; Prometheus handles a switch's
-  counter reset), keyed by the inventory's switch name and ifIndex, with the inventory peer as ``node``.
-- Detector gauges keep the latest value and expire after ``ttl_s`` without an update.
-- A matrix cell a processor produces again (its outputs are at-least-once with deterministic keys) is
-  counted once: by its Kafka key and window, remembered for ``duplicate_horizon_s`` of event time
-  behind the newest window (``_CellKeys``); the rest are counted as skipped ``duplicate``.
-- Bad records are counted (``fabricflow_metrics_undecodable_messages_total{reason="bad_record"}``) and
-  skipped; a record is checked completely before anything is added, so none is half applied.
-
-Time comes in as arguments (``now``: processing time in unix seconds).
+values; it is a prometheus_client custom collector (:meth:`MetricsState.collect`). Traffic counters
+advance by each closed window's cells (node pairs through :mod:`sinks.metrics.budget`, per-node
+families from every node cell); port families are the switches' own counters; detector gauges expire
+after ``ttl_s``. Re-emitted matrix cells are counted once by Kafka key and window within
+``duplicate_horizon_s`` (:class:`_CellKeys`); a bad record is counted and skipped whole. Time comes in
+as arguments (``now``: processing time in unix seconds).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Series stores behind the metric families: values keyed by label tuples, turned into prometheus_client families.
 
-A :class:`Family` holds one measured thing (one Prometheus family). Counters are advanced with
-:meth:`Family.inc` (window estimates) or set to a value that is itself a counter (:meth:`Family.set`,
-the switches' own port counters); gauges are set. Two rules make counters safe for ``rate()``:
-
-- **Born at zero.** A counter series created since the last scrape is exposed as 0 by that scrape and
-  with its value from the next one on. Prometheus takes a series' first sample as its baseline, so
-  without this a new series' first increment (a new node pair's first window, or every series after a
-  restart) would be lost to ``increase()``; and after a restart the 0 makes the counter reset explicit
-  even when the new value happens to exceed the old one.
-- **Expiry** (``ttl_s``, gauges and set-counters only): series not updated for ``ttl_s`` seconds of
-  processing time are dropped at the next scrape (a job that ended, a port that stopped reporting).
-
-Pure logic: time comes in as arguments.
+A :class:`Family` holds one Prometheus family. Counters are advanced with :meth:`Family.inc` (window
+estimates) or set to a value that is itself a counter (:meth:`Family.set`, a switch's port counters);
+gauges are set. Two rules make counters safe for ``rate()``: **born at zero** (a series created since
+the last scrape is shown as 0 once, so its first increment is not lost to ``increase()`` and a
+restart is an explicit counter reset) and **expiry** (``ttl_s``: gauges and set-counters not updated
+for that long are dropped at the next scrape). Pure logic: time comes in as arguments.
 """
 
 from __future__ import annotations

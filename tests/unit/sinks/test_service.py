@@ -267,3 +267,27 @@ def test_summaries_gather_enriched_rows_in_chunks_and_add_them_before_their_hour
     sent = svc.summaries.producer.sent
     assert [(k, r["flow_records"], r["bytes_est"]) for _, k, r in sent] == [(str(T0).encode(), 4, 15)]
     assert svc.summaries.book.late_rows == 0
+
+
+def test_max_file_age_writes_files_while_rows_keep_coming_each_with_its_own_offsets():
+    # the demo's setting: a steady stream (never idle, far from 1 M rows, hour open) still gets a file a minute
+    now = [1_800_000_000.0]
+    s = load_settings(None, archive={"grace_s": 60, "idle_flush_s": 3600, "max_file_age_s": 60})
+    svc = ArchiveService(s, fs=fsspec.filesystem("memory"), root="/" + uuid.uuid4().hex, metrics_port=0,
+                         clock=lambda: now[0], write_queue_rows=WRITE_QUEUE_ROWS)
+    svc.consumer = FakeConsumer()
+    svc.summaries.producer = FakeProducer()
+    t = svc.settings.kafka.topics
+    files_at = []
+    for step in range(8):  # a message every 20 s for 160 s, flushing after each
+        svc.handle([Msg(t.flows_raw, 0, step, codec.encode_batch("flow_batch", flows([T0 + step * 20_000], ids=[step])))])
+        flushed(svc)
+        files_at.append(len(rows_of(svc, "flows_raw")[1]))
+        now[0] += 20
+    # the first file once its rows waited 60 s (t=60), the next 60 s after its own first rows (t=80 -> t=140)
+    assert files_at == [0, 0, 0, 1, 1, 1, 1, 2]
+    flushed(svc, force=True)
+    tables, files = rows_of(svc, "flows_raw")
+    ranges = sorted((k.first_offset, k.last_offset) for k in map(layout.parse_key, files))
+    assert ranges == [(0, 3), (4, 7)]  # contiguous offset ranges: each key names its own rows, none twice
+    assert sorted(x for tb in tables for x in tb["in_if"].to_pylist()) == list(range(8))
