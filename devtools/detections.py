@@ -69,7 +69,7 @@ class MatrixView:
 class DetectionFeed:
     """Consumes the output topics; ``poll()`` returns new detections and updates ``matrix``."""
 
-    def __init__(self, settings, group: str | None = None):
+    def __init__(self, settings, group: str | None = None, consumer=None):
         t = settings.kafka.topics
         self.topics = {
             t.matrix: "matrix",
@@ -79,7 +79,7 @@ class DetectionFeed:
             t.alerts: "alert",
             t.patterns: "pattern",
         }
-        self.consumer = Consumer(
+        self.consumer = consumer if consumer is not None else Consumer(
             {
                 **settings.kafka.client_config(),
                 "group.id": group or f"fabricflow-view-{uuid.uuid4().hex[:8]}",
@@ -91,6 +91,7 @@ class DetectionFeed:
         self.consumer.subscribe(list(self.topics))
         self.matrix = MatrixView()
         self._stragglers: set[tuple[str, str]] = set()
+        self._port_names: dict[str, str] = {}  # "exporter|ifIndex" (a straggler's explained_by) -> "switch/ifN"
         self.counts: dict[str, int] = defaultdict(int)
         self.messages = 0
 
@@ -137,12 +138,14 @@ class DetectionFeed:
                     "straggler", v["window_start_ms"], v["node"],
                     f"{v['node']} in job {v['job']} sends {v['ratio_sent']:.0%} of its peers' median per link "
                     f"(score {v['score']:.1f}, {v['evidence_windows']} windows)"
-                    + (f"; explained by the link event on {cause}" if cause else ""),
+                    + (f"; explained by the link event on {self._port_names.get(cause, cause)}" if cause else ""),
                     cause=cause,
                 )  # fmt: skip
             if not v["straggler"]:
                 self._stragglers.discard(key)
             return None
+        if kind == "link":
+            self._port_names[f"{v['exporter']}|{v['if_index']}"] = f"{v['switch']}/if{v['if_index']}"
         if kind == "link" and v["kind"] in LINK_KINDS:
             ent = f"{v['switch']}/if{v['if_index']}"
             who = f" ({v['node']}" + (f", job {v['job']}" if v.get("job") else "") + ")" if v.get("node") else ""
