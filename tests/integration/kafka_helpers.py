@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
+import pytest
 from confluent_kafka import Consumer
 
 from fabricflow.settings import load_settings
@@ -103,3 +107,26 @@ def decode_outputs(messages) -> list[tuple]:
             val = json.loads(v)
         out.append((m.topic(), m.key().decode(), json.dumps(val, sort_keys=True, default=str)))
     return out
+
+
+@contextmanager
+def s3_engine_broker(state_dir, kafka_port: int, s3_port: int, s3_base_port: int) -> Iterator:
+    """A broker of the test's own on Tansu's persistent s3 engine (its data survives a restart), stopped after.
+
+    Fails the test when it cannot start and FABRICFLOW_REQUIRE_BROKER=1 (the suite), skips it otherwise."""
+    from devtools.stack import EmbeddedStack, StackError
+
+    st = EmbeddedStack(load_settings(None, stack={"state_dir": str(state_dir), "kafka_port": kafka_port,
+                                                  "s3_port": s3_port, "s3_base_port": s3_base_port,
+                                                  "storage_engine": "s3"}))
+    try:
+        st.up()
+    except StackError as e:
+        st.down()
+        if os.environ.get("FABRICFLOW_REQUIRE_BROKER") == "1":
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+    try:
+        yield st
+    finally:
+        st.down()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 import socket
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from ingest.service import IngestWorker
 from schemas.columns import addr_str
 from tests.fixtures_path import SHARED_FIXTURES
 
-from .kafka_helpers import batch_rows, consume, count_records, create_topics, settings_for
+from .kafka_helpers import batch_rows, consume, count_records, create_topics, s3_engine_broker, settings_for
 
 pytestmark = pytest.mark.integration
 REPLAY = SHARED_FIXTURES / "replay_udp.py"
@@ -178,23 +177,8 @@ def test_malformed_flood_does_not_stall_ingest(kafka_bootstrap, unique_topic):
 @pytest.fixture
 def s3_broker(tmp_path):
     """A separate broker on the persistent s3 storage engine, which tests may stop and restart."""
-    from fabricflow.settings import load_settings
-    from devtools.stack import EmbeddedStack, StackError
-
-    s = load_settings(
-        None,
-        stack={"state_dir": str(tmp_path / "st"), "kafka_port": 29192, "s3_port": 28533, "s3_base_port": 28600, "storage_engine": "s3"},
-    )
-    st = EmbeddedStack(s)
-    try:
-        st.up()
-    except StackError as e:
-        st.down()
-        if os.environ.get("FABRICFLOW_REQUIRE_BROKER") == "1":
-            pytest.fail(str(e))
-        pytest.skip(str(e))
-    yield st
-    st.down()
+    with s3_engine_broker(tmp_path / "st", 29192, 28533, 28600) as st:
+        yield st
 
 
 def test_broker_outage_nothing_lost_silently(s3_broker, unique_topic):

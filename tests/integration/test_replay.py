@@ -26,7 +26,7 @@ from replay import (
 from schemas import codec
 from tests.unit.replay import helpers as h
 
-from .kafka_helpers import consume, create_topics, settings_for
+from .kafka_helpers import consume, create_topics, s3_engine_broker, settings_for
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 2
@@ -189,23 +189,10 @@ def test_cli_kafka_source(loaded, tmp_path):
 @pytest.fixture
 def restarted_s3_broker(tmp_path):
     """A broker on Tansu's persistent s3 engine, restarted while a producer writes flows.raw.v1 to it."""
-    import os
     import threading
     import time
 
-    from devtools.stack import EmbeddedStack, StackError
-
-    st_settings = load_settings(None, stack={"state_dir": str(tmp_path / "st"), "kafka_port": 29392, "s3_port": 28733,
-                                             "s3_base_port": 28800, "storage_engine": "s3"})
-    st = EmbeddedStack(st_settings)
-    try:
-        st.up()
-    except StackError as e:
-        st.down()
-        if os.environ.get("FABRICFLOW_REQUIRE_BROKER") == "1":
-            pytest.fail(str(e))
-        pytest.skip(str(e))
-    try:
+    with s3_engine_broker(tmp_path / "st", 29392, 28733, 28800) as st:
         s = settings_for(st.bootstrap, f"t{uuid.uuid4().hex[:10]}.")
         create_topics(s)
         batch = h.messages(h.traffic(seconds=2), partitions=1, per_message=50)[0][0]
@@ -242,8 +229,6 @@ def restarted_s3_broker(tmp_path):
         stop.set()
         th.join(150)
         yield s, acked, len(batch)
-    finally:
-        st.down()
 
 
 def test_kafka_source_reads_a_restarted_s3_engine(restarted_s3_broker):
