@@ -1,6 +1,6 @@
 """Detection quality: every shipped scenario through the whole pipeline, scored against ground truth.
 
-How it works: bench/README.md, "bench/detection.py"; results: docs/performance.md.
+How it works: bench/README.md, "bench/detection.py"; results: docs/detection-quality.md.
 
     .venv/bin/python bench/detection.py                        # all six scenarios, speed 10 (~7 min)
     .venv/bin/python bench/detection.py --scenario incast --speed 20

@@ -82,7 +82,8 @@ def run_replay(
             task = bar.add_task("read Kafka (messages)", total=total) if bar is not None else None
             src = rp.kafka_source(settings.kafka, offsets=off, frm=frm, to=to,
                                   grace_ms=int(settings.processors.allowed_lateness_s * 1000),
-                                  on_message=(lambda: bar.advance(task)) if bar is not None else None)
+                                  on_message=(lambda: bar.advance(task)) if bar is not None else None,
+                                  on_retry=(lambda: bar.reset(task, total=total)) if bar is not None else None)
             flow_b, counter_b = src.flow_batches(), src.counter_batches()
             if bar is not None:
                 bar.update(task, visible=False)

@@ -95,7 +95,8 @@ def partition_end(consumer, tp, *, timeout_s: float = 5.0) -> tuple[int, int]:
 def _poll_from(consumer, tp, start: int, idle_s: float, *, need_answer: bool = False):
     """Messages of one partition from ``start`` until the end (EOF) or ``idle_s`` without a message.
 
-    ``need_answer``: raise :class:`SilentPartition` when nothing at all (no message, no EOF) came.
+    ``need_answer``: the read must end at end-of-partition (or where the caller stops): ``idle_s`` without a
+    message raises :class:`SilentPartition` (a broker answering with nothing, docs/replay.md).
     """
     import time
 
@@ -103,14 +104,14 @@ def _poll_from(consumer, tp, start: int, idle_s: float, *, need_answer: bool = F
 
     consumer.assign([TopicPartition(tp.topic, tp.partition, start)])
     idle_until = time.monotonic() + idle_s
-    answered = False
+    last = -1
     while True:
         m = consumer.poll(0.2)
         if m is None:
             if time.monotonic() >= idle_until:
-                if need_answer and not answered:
-                    raise SilentPartition(f"{tp.topic}[{tp.partition}] @ {start}: no record and no end of "
-                                          f"partition in {idle_s} s")
+                if need_answer:
+                    raise SilentPartition(f"{tp.topic}[{tp.partition}] @ {last + 1 if last >= 0 else start}: no "
+                                          f"record and no end of partition in {idle_s} s")
                 return
             continue
         if m.error():
@@ -118,7 +119,7 @@ def _poll_from(consumer, tp, start: int, idle_s: float, *, need_answer: bool = F
                 return
             raise ReplayError(f"{tp.topic}[{tp.partition}]: {m.error().str()}")
         idle_until = time.monotonic() + idle_s
-        answered = True
+        last = m.offset()
         yield m
 
 
@@ -193,6 +194,7 @@ def kafka_source(
     timeout_s: float = 5.0,
     grace_ms: int = 30_000,
     on_message: Callable[[], None] | None = None,
+    on_retry: Callable[[], None] | None = None,
     consumer=None,
 ) -> KafkaSource:
     """Read ``flows.raw`` / ``counters.raw`` by explicit offsets or by a time range.
@@ -203,6 +205,8 @@ def kafka_source(
     flows that ended before it; use the allowed lateness), then rows are kept only
     when their event time is in [frm, to) (as the archive does).
     Without ``frm``/``to`` every row of the offset ranges is replayed.
+    ``on_message`` is called per message read; ``on_retry`` when the read starts again with the long
+    fetch wait (the messages already counted are read again).
     """
     from confluent_kafka import Consumer
 
@@ -235,6 +239,8 @@ def kafka_source(
                     raise ReplayError(f"{e} (also with a {wait_ms} ms fetch wait): is the broker serving reads?") \
                         from None
                 log.info("replay: %s with a %d ms fetch wait; reading again with %d ms", e, wait_ms, SLOW_FETCH_WAIT_MS)
+                if on_retry is not None:
+                    on_retry()
             finally:
                 consumer.close()
     if not read:

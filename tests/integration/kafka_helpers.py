@@ -110,15 +110,19 @@ def decode_outputs(messages) -> list[tuple]:
 
 
 @contextmanager
-def s3_engine_broker(state_dir, kafka_port: int, s3_port: int, s3_base_port: int) -> Iterator:
+def s3_engine_broker(state_dir, slot: int) -> Iterator:
     """A broker of the test's own on Tansu's persistent s3 engine (its data survives a restart), stopped after.
 
-    Fails the test when it cannot start and FABRICFLOW_REQUIRE_BROKER=1 (the suite), skips it otherwise."""
+    ``slot`` (1, 2, ...) places its ports beside the suite's stack (FABRICFLOW_TEST_KAFKA_PORT + 100 * slot,
+    the S3 ports + 200 * slot), so runs with other port blocks do not collide. Fails the test when it cannot
+    start and FABRICFLOW_REQUIRE_BROKER=1 (the suite), skips it otherwise."""
     from devtools.stack import EmbeddedStack, StackError
 
-    st = EmbeddedStack(load_settings(None, stack={"state_dir": str(state_dir), "kafka_port": kafka_port,
-                                                  "s3_port": s3_port, "s3_base_port": s3_base_port,
-                                                  "storage_engine": "s3"}))
+    kafka = int(os.environ.get("FABRICFLOW_TEST_KAFKA_PORT", "29092")) + 100 * slot
+    s3 = int(os.environ.get("FABRICFLOW_TEST_S3_PORT", "28333")) + 200 * slot
+    s3_base = int(os.environ.get("FABRICFLOW_TEST_S3_BASE_PORT", "28400")) + 200 * slot
+    st = EmbeddedStack(load_settings(None, stack={"state_dir": str(state_dir), "kafka_port": kafka, "s3_port": s3,
+                                                  "s3_base_port": s3_base, "storage_engine": "s3"}))
     try:
         st.up()
     except StackError as e:

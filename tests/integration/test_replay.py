@@ -192,7 +192,7 @@ def restarted_s3_broker(tmp_path):
     import threading
     import time
 
-    with s3_engine_broker(tmp_path / "st", 29392, 28733, 28800) as st:
+    with s3_engine_broker(tmp_path / "st", 2) as st:
         s = settings_for(st.bootstrap, f"t{uuid.uuid4().hex[:10]}.")
         create_topics(s)
         batch = h.messages(h.traffic(seconds=2), partitions=1, per_message=50)[0][0]
@@ -204,6 +204,7 @@ def restarted_s3_broker(tmp_path):
                 acked[msg.partition()] = acked.get(msg.partition(), 0) + 1
 
         stop = threading.Event()
+        unflushed: list[int] = []
 
         def produce():  # ~2,000 messages/s for the whole test, bounded in time
             p = Producer({"bootstrap.servers": st.bootstrap, "linger.ms": 20, "enable.idempotence": True,
@@ -218,7 +219,7 @@ def restarted_s3_broker(tmp_path):
                         continue
                     i += 1
                 p.poll(0.01)
-            assert p.flush(120) == 0
+            unflushed.append(p.flush(120))
 
         th = threading.Thread(target=produce, daemon=True)
         th.start()
@@ -228,6 +229,7 @@ def restarted_s3_broker(tmp_path):
         time.sleep(12)
         stop.set()
         th.join(150)
+        assert not th.is_alive() and unflushed == [0], "the producer did not deliver everything it was given"
         yield s, acked, len(batch)
 
 

@@ -80,7 +80,7 @@ def test_the_console_runs_on_the_shared_service_lifecycle():
         pass
 
 
-def test_the_live_reader_beats_and_stops_before_metrics(monkeypatch):
+def test_the_live_reader_beats_and_stops_in_reverse_order(monkeypatch):
     s = load_settings(console={"listen": "127.0.0.1:0", "metrics_port": 0})
     svc = ConsoleServer(s, live=True, archive=False)
     order = []
