@@ -199,9 +199,9 @@ def restarted_s3_broker(tmp_path):
         value = codec.encode_batch("flow_batch", batch)
         acked = {}
 
-        def on_delivery(err, msg):
-            if err is None:
-                acked[msg.partition()] = acked.get(msg.partition(), 0) + 1
+        def on_delivery(err, msg):  # the highest acknowledged offset per partition
+            if err is None and msg.offset() is not None and msg.offset() >= 0:
+                acked[msg.partition()] = max(acked.get(msg.partition(), -1), msg.offset())
 
         stop = threading.Event()
         unflushed: list[int] = []
@@ -235,9 +235,11 @@ def restarted_s3_broker(tmp_path):
 
 def test_kafka_source_reads_a_restarted_s3_engine(restarted_s3_broker):
     """After a restart under load, Tansu's s3 engine answers 10 ms fetches with nothing (no records, no end of
-    partition) while 50+ ms fetches read everything: the replay must still read every acknowledged message."""
-    s, acked, per_message = restarted_s3_broker
-    assert sum(acked.values()) > 20_000
+    partition) while 50+ ms fetches read everything: the replay must still read every offset up to the highest
+    acknowledged one. (Counts of acknowledgements are not compared: the engine can acknowledge a few messages
+    under offsets it gives again after the restart, docs/embedded-stack.md.)"""
+    s, last_acked, per_message = restarted_s3_broker
+    assert sum(last_acked.values()) > 20_000
     src = kafka_source(s.kafka, offsets={("flows", p): (0, None) for p in range(PARTITIONS)})
-    assert {p: n for (_s, p), (_a, _b, n) in src.read.items()} == acked
-    assert len(src.flows) == sum(acked.values()) * per_message
+    assert {p: r for (_s, p), r in src.read.items()} == {p: (0, o, o + 1) for p, o in last_acked.items()}
+    assert len(src.flows) == sum(o + 1 for o in last_acked.values()) * per_message
