@@ -5,37 +5,14 @@ from __future__ import annotations
 
 import confluent_kafka
 import pytest
-from confluent_kafka import KafkaError
 
 from fabricflow.settings import load_settings
 from replay import ReplayError, kafka_source
 from replay.kafka_source import FAST_FETCH_WAIT_MS, SLOW_FETCH_WAIT_MS
 from schemas import codec
+from tests.fake_kafka import FakeMessage
 
 from . import helpers as h
-
-
-class _Msg:
-    def __init__(self, topic, partition, offset, value=None, eof=False):
-        self._t, self._p, self._o, self._v, self._eof = topic, partition, offset, value, eof
-
-    def error(self):
-        return KafkaError(KafkaError._PARTITION_EOF) if self._eof else None
-
-    def topic(self):
-        return self._t
-
-    def partition(self):
-        return self._p
-
-    def offset(self):
-        return self._o
-
-    def value(self):
-        return self._v
-
-    def timestamp(self):
-        return (1, 0)
 
 
 class _Broker:
@@ -80,9 +57,9 @@ class _Consumer:
         if self.broker.silent_after is not None and o >= self.broker.silent_after:
             return None  # answered part of the partition, then nothing
         if o >= len(msgs):
-            return _Msg(t, p, o, eof=True)
+            return FakeMessage(t, p, o, eof=True)
         self.at[2] = o + 1
-        return _Msg(t, p, o, msgs[o])
+        return FakeMessage(t, p, o, msgs[o])
 
     def close(self):
         self.closed = True

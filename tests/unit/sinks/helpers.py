@@ -9,6 +9,7 @@ from schemas import codec
 from schemas.columns import FLOW_DTYPE, addr16, dtype_for, empty_flows
 from sinks.arrow_schema import table_from_columns
 from sinks.layout import HOUR_MS
+from tests.fake_kafka import FakeMessage
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -79,24 +80,7 @@ def hour_ms(h: int) -> int:
 # ----------------------------------------------------------------------------- fake Kafka clients for ArchiveService
 
 
-class Msg:
-    def __init__(self, topic, partition, offset, value):
-        self._t, self._p, self._o, self._v = topic, partition, offset, value
-
-    def error(self):
-        return None
-
-    def topic(self):
-        return self._t
-
-    def partition(self):
-        return self._p
-
-    def offset(self):
-        return self._o
-
-    def value(self):
-        return self._v
+Msg = FakeMessage  # the name the sink tests use
 
 
 class FakeConsumer:

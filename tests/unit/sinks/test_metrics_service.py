@@ -9,34 +9,10 @@ from fabricflow.settings import load_settings
 from processors.logic.inventory import Inventory
 from schemas import codec
 from sinks.metrics.service import MetricsService
+from tests.fake_kafka import FakeMessage
 
 NOW_S = 1_800_000_000.0
-
-
-class Msg:
-    def __init__(self, topic, partition, offset, value, ts_ms=None, key=None):
-        self._t, self._p, self._o, self._v, self._ts, self._k = topic, partition, offset, value, ts_ms, key
-
-    def topic(self):
-        return self._t
-
-    def partition(self):
-        return self._p
-
-    def offset(self):
-        return self._o
-
-    def value(self):
-        return self._v
-
-    def key(self):
-        return self._k
-
-    def error(self):
-        return None
-
-    def timestamp(self):
-        return (1, self._ts) if self._ts is not None else (0, -1)
+Msg = FakeMessage
 
 
 def cell(b: int) -> bytes:
