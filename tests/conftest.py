@@ -9,6 +9,7 @@ unavailable the tests are skipped, unless ``FABRICFLOW_REQUIRE_BROKER=1``
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 
@@ -138,3 +139,14 @@ def unique_topic():
 
 # A real Prometheus on loopback for the monitoring tests (tests/prom.py).
 from tests.prom import prometheus_factory  # noqa: E402,F401
+
+
+@pytest.fixture(autouse=True)
+def _drop_closed_log_handlers():
+    """A CLI test run through typer's CliRunner leaves the root logger writing to the runner's stderr, closed
+    after the run; later tests' log lines would end in "--- Logging error ---" tracebacks instead."""
+    yield
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
+            root.removeHandler(handler)
