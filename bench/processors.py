@@ -184,50 +184,86 @@ def make_input(nodes=256, job_size=32, rack_size=16, messages=240, records=4096,
 
 
 def pure_core(settings, inventory_path: str, flows, counters) -> dict:
-    """Enrich + shard + detectors per shard, no codec, no Kafka (replay's path). Matrix outputs before the final flush."""
-    from processors.logic.core import ProcessorCore, engine_config, shard_of
+    """Replay's core path (``replay.core.replay_batches``): enrich, ``shard_of``, one ``ProcessorCore`` per shard,
+    counter batches to their shard and to every other shard's port state. No codec, no Kafka. Timed up to the last
+    batch (the final flush is not: a live worker keeps its windows open); outputs before the flush are kept."""
+    from processors.logic.core import ProcessorCore, engine_config
     from processors.logic.inventory import Inventory
-    from replay.core import counter_shard_of
+    from replay.core import replay_batches
 
     inv = Inventory.load(inventory_path)
     cfg = engine_config(settings.processors)
     parts = settings.kafka.partitions
-    prep = ProcessorCore(inv, cfg)
     cores = [ProcessorCore(inv, cfg) for _ in range(parts)]
-    merged = sorted([(int(a["time_received_ms"].min()), 0, i) for i, (_e, a) in enumerate(flows)]
-                    + [(int(a["time_received_ms"].min()), 1, i) for i, (_e, a) in enumerate(counters)])
-    outs = []
-    enrich = getattr(prep, "enrich_labels", prep.enrich)  # FF_BENCH_CODE may be older code
+    flushed = [0]
+
+    def counted_flush(flush):
+        def wrapped():
+            out = flush()
+            flushed[0] += len(out)
+            return out
+        return wrapped
+
+    for c in cores:
+        c.flush = counted_flush(c.flush)
+    end = [0.0, 0.0]
+
+    def on_batch(_kind, _rows):
+        end[0], end[1] = time.process_time(), time.perf_counter()
+
     c0, w0 = time.process_time(), time.perf_counter()
-    for _t, kind, i in merged:
-        if kind == 0:
-            e = enrich(flows[i][1])
-            shards = shard_of(e, parts)
-            for p in np.unique(shards):
-                outs += cores[int(p)].process_enriched(e[shards == p])
-        else:
-            c = counters[i][1]
-            shards = counter_shard_of(c, parts)
-            for p in np.unique(shards):
-                outs += cores[int(p)].process_counters(c[shards == p])
-    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    outs = replay_batches([a for _e, a in flows], [a for _e, a in counters], lambda: ProcessorCore(inv, cfg), parts,
+                          on_batch=on_batch, cores=cores)
+    before = outs[: len(outs) - flushed[0]]
     kinds: dict[str, int] = {}
-    for o in outs:
+    for o in before:
         kinds[o.kind] = kinds.get(o.kind, 0) + 1
-    final = [o for c in cores for o in c.flush()]
-    return {"cpu": cpu, "wall": wall, "kinds": kinds, "final": len(final),
+    return {"cpu": end[0] - c0, "wall": end[1] - w0, "kinds": kinds, "final": flushed[0], "outputs": before,
             "too_late": {k: sum(c.engine.stats.get(k, 0) for c in cores) for k in ("too_late_main", "too_late_incast")}}
+
+
+def output_sets(outputs, topic_of) -> dict[str, str]:
+    """Per output topic, a digest of its (key, value) messages as a set (order aside): the pure core orders its
+    outputs by shard per batch, a worker by message."""
+    from schemas.outputs import encode_outputs
+
+    by_kind: dict[str, list] = {}
+    for o in outputs:
+        by_kind.setdefault(o.kind, []).append(o)
+    return {topic_of[k]: _set_digest(zip((o.key.encode() for o in os_), encode_outputs(k, [o.value for o in os_])),
+                                     keys_only=k == "alert") for k, os_ in by_kind.items()}
+
+
+def output_topics(settings) -> dict[str, str]:
+    """Output kind -> topic (``{}`` for FF_BENCH_CODE older than the stream catalog: no set comparison)."""
+    try:
+        from fabricflow import streams
+    except ImportError:
+        return {}
+    return streams.output_topics(settings.kafka)
+
+
+def _set_digest(pairs, keys_only: bool = False) -> str:
+    """``keys_only`` (alerts): an alert carries the evidence of the batch that raised it, and the worker's
+    ``prepare`` takes several raw messages per batch where the pure core takes one: same alerts, more flows."""
+    h = hashlib.sha256()
+    for key, value in sorted(pairs):
+        value = b"" if keys_only else value
+        h.update(len(key).to_bytes(4, "little") + key + len(value).to_bytes(4, "little") + value)
+    return h.hexdigest()[:16]
 
 
 class _Capture:
     """Stands in for the worker's confluent-kafka producer: keeps shuffle messages, counts the rest."""
 
-    def __init__(self, shuffle_topic: str):
+    def __init__(self, shuffle_topic: str, keep: frozenset = frozenset()):
         self.shuffle_topic = shuffle_topic
+        self.keep = keep
         self.shuffle: list[tuple[int, bytes, list | None]] = []
         self.messages: dict[str, int] = {}
         self.bytes: dict[str, int] = {}
         self.digests: dict[str, object] = {}  # topic -> SHA-256 of its (key, value) sequence (not the shuffle)
+        self.kept: dict[str, list] = {}  # detector output topic -> its (key, value) messages
 
     def __call__(self, topic, key, value, partition=None, headers=None):
         self.messages[topic] = self.messages.get(topic, 0) + 1
@@ -239,6 +275,8 @@ class _Capture:
             if h is None:
                 h = self.digests[topic] = hashlib.sha256()
             h.update(len(key).to_bytes(4, "little") + key + len(value).to_bytes(4, "little") + value)
+            if topic in self.keep:
+                self.kept.setdefault(topic, []).append((key, value))
 
 
 class _Timers:
@@ -286,7 +324,7 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     from schemas import codec
 
     proc = app_mod.Processors(settings)
-    cap = _Capture(settings.kafka.topics.shuffle)
+    cap = _Capture(settings.kafka.topics.shuffle, frozenset(output_topics(settings).values()))
     proc.publisher.produce = cap
     proc.publisher.poll = lambda: None
     timers = _Timers()
@@ -391,7 +429,8 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
         prof.dump_stats(profile)
     return {"cpu": cpu, "wall": wall, "raw_s": t_raw, "shuffle_s": wall - t_raw, "shuffle_messages": len(cap.shuffle),
             "snapshots": snaps, "snapshot_bytes": snap_bytes, "legacy": legacy, "messages": dict(cap.messages), "bytes": dict(cap.bytes),
-            "stages": timers.seconds, "digests": {t: h.hexdigest()[:16] for t, h in cap.digests.items()}, "reused": proc.metrics.registry.get_sample_value("fabricflow_processors_reused_batches_total") or 0}
+            "stages": timers.seconds, "digests": {t: h.hexdigest()[:16] for t, h in cap.digests.items()},
+            "sets": {t: _set_digest(kept, keys_only=t == settings.kafka.topics.alerts) for t, kept in cap.kept.items()}, "kept": cap.kept, "reused": proc.metrics.registry.get_sample_value("fabricflow_processors_reused_batches_total") or 0}
 
 
 # --------------------------------------------------------------------------- Faust worker on the embedded broker
@@ -630,7 +669,8 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     if args.cpu >= 0:
         pin(0, args.cpu)
     pc = pure_core(settings, str(inv_path), flows, counters)
-    print(f"\n[1] pure core (enrich + shard + detectors, no codec): {n_records / pc['cpu']:,.0f} records/CPU-s, "
+    print(f"\n[1] pure core (replay's path: enrich + shard + detectors + every shard's port state, no codec): "
+          f"{n_records / pc['cpu']:,.0f} records/CPU-s, "
           f"{n_records / pc['wall']:,.0f} records/s wall ({pc['wall']:.2f} s)")
     print(f"    outputs before final flush: {pc['kinds']}  (+{pc['final']} at flush); too late: {pc['too_late']}")
 
@@ -643,6 +683,11 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     print("    SHA-256 of each output topic's (key, value) sequence (same input and settings -> same digests):")
     for k, v in sorted(wp["digests"].items()):
         print(f"      {k.removeprefix(prefix):24s} {v}")
+    pure_sets = output_sets(pc["outputs"], output_topics(settings)) if output_topics(settings) else {}
+    if pure_sets:
+        same = pure_sets == wp["sets"]
+        print(f"    detector outputs as sets (order aside; alerts by key) equal the pure core's before its flush: {'yes' if same else 'NO'}"
+              + ("" if same else f" (differ: {sorted(t.removeprefix(prefix) for t in set(pure_sets) | set(wp['sets']) if pure_sets.get(t) != wp['sets'].get(t))})"))
     if wp["stages"]:
         total = wp["wall"]
         print("    where time goes (stage timers; us per input flow record):")
@@ -690,6 +735,8 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
         t_all = max(res["detect_done"] - res["ready"], (res["last_ms"][en] - ready_ms) / 1000)
         print(f"    all detectors done {t_all:.2f} s after 'Worker ready' -> {n_records / t_all:,.0f} records/s per worker "
               f"(target 300,000); worker CPU {res['cpu']:.2f} s -> {n_records / res['cpu']:,.0f} records/CPU-s")
+        print(f"    worker / pure core, records/CPU-s: {pc['cpu'] / res['cpu']:.2f}x (issue #20 target: 0.75x); "
+              f"in process / pure core: {pc['cpu'] / wp['cpu']:.2f}x")
         if res["committed"]:
             print(f"    shuffle messages committed by the worker's group (acked after their snapshot): "
                   f"{res['committed'][0]} / {res['committed'][1]}")
