@@ -222,16 +222,15 @@ def pure_core(settings, inventory_path: str, flows, counters) -> dict:
             "too_late": {k: sum(c.engine.stats.get(k, 0) for c in cores) for k in ("too_late_main", "too_late_incast")}}
 
 
-def output_sets(outputs, topic_of) -> dict[str, str]:
-    """Per output topic, a digest of its (key, value) messages as a set (order aside): the pure core orders its
-    outputs by shard per batch, a worker by message."""
+def output_pairs(outputs, topic_of: dict[str, str]) -> dict[str, list[tuple[bytes, bytes]]]:
+    """Output topic -> the (key, value) messages a worker would produce for ``outputs``."""
     from schemas.outputs import encode_outputs
 
     by_kind: dict[str, list] = {}
     for o in outputs:
         by_kind.setdefault(o.kind, []).append(o)
-    return {topic_of[k]: _set_digest(zip((o.key.encode() for o in os_), encode_outputs(k, [o.value for o in os_])),
-                                     keys_only=k == "alert") for k, os_ in by_kind.items()}
+    return {topic_of[k]: list(zip((o.key.encode() for o in os_), encode_outputs(k, [o.value for o in os_])))
+            for k, os_ in by_kind.items()}
 
 
 def output_topics(settings) -> dict[str, str]:
@@ -243,14 +242,19 @@ def output_topics(settings) -> dict[str, str]:
     return streams.output_topics(settings.kafka)
 
 
-def _set_digest(pairs, keys_only: bool = False) -> str:
-    """``keys_only`` (alerts): an alert carries the evidence of the batch that raised it, and the worker's
-    ``prepare`` takes several raw messages per batch where the pure core takes one: same alerts, more flows."""
-    h = hashlib.sha256()
-    for key, value in sorted(pairs):
-        value = b"" if keys_only else value
-        h.update(len(key).to_bytes(4, "little") + key + len(value).to_bytes(4, "little") + value)
-    return h.hexdigest()[:16]
+def set_digests(pairs_by_topic: dict[str, list], alerts_topic: str) -> dict[str, str]:
+    """Per output topic, a digest of its (key, value) messages as a set (order aside): the pure core orders its
+    outputs by shard per batch, a worker by message. Alerts by key only: an alert carries the evidence of the
+    batch that raised it, and the worker's ``prepare`` takes several raw messages per batch where the pure core
+    takes one (same alerts, more flows)."""
+    out = {}
+    for topic, pairs in pairs_by_topic.items():
+        h = hashlib.sha256()
+        for key, value in sorted(pairs):
+            value = b"" if topic == alerts_topic else value
+            h.update(len(key).to_bytes(4, "little") + key + len(value).to_bytes(4, "little") + value)
+        out[topic] = h.hexdigest()[:16]
+    return out
 
 
 class _Capture:
@@ -430,7 +434,7 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     return {"cpu": cpu, "wall": wall, "raw_s": t_raw, "shuffle_s": wall - t_raw, "shuffle_messages": len(cap.shuffle),
             "snapshots": snaps, "snapshot_bytes": snap_bytes, "legacy": legacy, "messages": dict(cap.messages), "bytes": dict(cap.bytes),
             "stages": timers.seconds, "digests": {t: h.hexdigest()[:16] for t, h in cap.digests.items()},
-            "sets": {t: _set_digest(kept, keys_only=t == settings.kafka.topics.alerts) for t, kept in cap.kept.items()}, "kept": cap.kept, "reused": proc.metrics.registry.get_sample_value("fabricflow_processors_reused_batches_total") or 0}
+            "kept": cap.kept, "reused": proc.metrics.registry.get_sample_value("fabricflow_processors_reused_batches_total") or 0}
 
 
 # --------------------------------------------------------------------------- Faust worker on the embedded broker
@@ -683,11 +687,13 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     print("    SHA-256 of each output topic's (key, value) sequence (same input and settings -> same digests):")
     for k, v in sorted(wp["digests"].items()):
         print(f"      {k.removeprefix(prefix):24s} {v}")
-    pure_sets = output_sets(pc["outputs"], output_topics(settings)) if output_topics(settings) else {}
-    if pure_sets:
-        same = pure_sets == wp["sets"]
-        print(f"    detector outputs as sets (order aside; alerts by key) equal the pure core's before its flush: {'yes' if same else 'NO'}"
-              + ("" if same else f" (differ: {sorted(t.removeprefix(prefix) for t in set(pure_sets) | set(wp['sets']) if pure_sets.get(t) != wp['sets'].get(t))})"))
+    topic_of = output_topics(settings)
+    if topic_of:
+        alerts = settings.kafka.topics.alerts
+        pure, worker = set_digests(output_pairs(pc["outputs"], topic_of), alerts), set_digests(wp["kept"], alerts)
+        differ = sorted(t.removeprefix(prefix) for t in set(pure) | set(worker) if pure.get(t) != worker.get(t))
+        print("    detector outputs as sets (order aside; alerts by key) equal the pure core's before its flush: "
+              + (f"NO (differ: {differ})" if differ else "yes"))
     if wp["stages"]:
         total = wp["wall"]
         print("    where time goes (stage timers; us per input flow record):")

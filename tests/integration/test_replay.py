@@ -236,7 +236,7 @@ def restarted_s3_broker(tmp_path):
 def _offsets_held(bootstrap: str, topic: str, last: dict[int, int], timeout_s: float = 90.0) -> dict[int, list]:
     """Every offset the broker gives a plain consumer (librdkafka's default 500 ms fetch wait) up to ``last``."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "itest-" + uuid.uuid4().hex[:8],
-                  "enable.auto.commit": False, "enable.partition.eof": True})
+                  "enable.auto.commit": False})
     c.assign([TopicPartition(topic, p, 0) for p in last])
     held: dict[int, list] = {p: [] for p in last}
     deadline = time.monotonic() + timeout_s
