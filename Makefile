@@ -10,8 +10,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	# compile the numba sFlow walk into its cache now, not when ingest first starts (20-40 s once)
+	# compile the numba sFlow walk and batch walk into their caches now, not when a service first starts (20-40 s once)
 	$(BIN)/python -c "from ingest.decode.sflow_batch import warm_up; warm_up()"
+	$(BIN)/python -c "from schemas.codec import warm_up; warm_up()"
 	touch $(STAMP)
 
 ## venv: create .venv and install fabricflow with its test tools

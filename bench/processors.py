@@ -327,6 +327,8 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     from processors.logic.core import ProcessorCore
     from schemas import codec
 
+    codec.warm_up()  # as the worker does before its first message
+
     proc = app_mod.Processors(settings)
     cap = _Capture(settings.kafka.topics.shuffle, frozenset(output_topics(settings).values()))
     proc.publisher.produce = cap

@@ -19,7 +19,7 @@ from functools import cache
 
 import numpy as np
 
-from .columns import dtype_for, load_avsc
+from .columns import dtype_for, empty_flows, load_avsc
 from .registry import (
     BATCHES,
     HEADER_LEN,
@@ -179,12 +179,16 @@ def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None, verbat
     return b"".join(parts)
 
 
-def decode_batch(message: bytes, expect: str | None = None, spans: dict | None = None) -> np.ndarray:
+def decode_batch(message: bytes, expect: str | None = None, spans: dict | None = None,
+                 jit: bool | None = None) -> np.ndarray:
     """Decode a batch message into a structured array of the record dtype.
 
     Accepts any valid Avro encoding of the batch schema (several blocks per
     array, negative block counts with sizes), not only what we write.
     ``spans``: a dict to receive field -> (start, end) of its whole encoding in ``message``.
+    ``jit``: batches without strings in the current schema version go through the numba walk
+    (:mod:`schemas._batch_jit`) when numba is installed (default); False: the numpy walk, the reference.
+    Both give the same rows; anything the numba walk does not accept is the numpy walk's to decode or reject.
     """
     name = schema_of(message)
     if name not in BATCHES:
@@ -192,6 +196,10 @@ def decode_batch(message: bytes, expect: str | None = None, spans: dict | None =
     if expect is not None and name != expect:
         raise CodecError(f"expected {expect}, got {name}")
     old = writer_schema(message)  # an earlier compatible version of the batch's record schema
+    if old is None and jit is not False:
+        out = _decode_jit(name, message, spans)
+        if out is not None:
+            return out
     plan = _plan(name) if old is None else _old_plan(name, bytes(message[2:HEADER_LEN]), old)
     m = Message(message)
     mv = memoryview(message)
@@ -263,6 +271,43 @@ def decode_batch(message: bytes, expect: str | None = None, spans: dict | None =
                         default = np.frombuffer(default.encode("latin-1"), dtype=np.uint8)
                     out[fname] = default
     return out
+
+
+@cache
+def _jit_layout(name: str):
+    """(the numba walk's module, kinds, offsets, widths, dtype) for batch ``name``; None: numpy walk only."""
+    try:
+        from . import _batch_jit
+    except ImportError:  # pragma: no cover - numba is a declared dependency
+        return None
+    dtype = dtype_for(BATCHES[name])
+    lay = _batch_jit.layout(_plan(name), dtype)
+    return None if lay is None or not len(lay[0]) else (_batch_jit, *lay, dtype)
+
+
+def _decode_jit(name: str, message: bytes, spans: dict | None) -> np.ndarray | None:
+    """The rows of ``message`` by the numba walk, or None when the numpy walk must decode (or reject) it."""
+    lay = _jit_layout(name)
+    if lay is None:
+        return None
+    jit, kinds, offs, widths, dtype = lay
+    buf = np.frombuffer(message, dtype=np.uint8)
+    n = jit.rows(buf, HEADER_LEN, kinds[0])
+    if n < 0:
+        return None
+    out = np.zeros(n, dtype=dtype)
+    where = np.zeros((len(kinds), 2), dtype=np.int64)
+    if jit.walk(buf, HEADER_LEN, kinds, offs, widths, out.view(np.uint8), dtype.itemsize, n, where) < 0:
+        return None
+    if spans is not None:
+        for (fname, _k), (a, b) in zip(_plan(name), where.tolist()):
+            spans[fname] = (a, b)
+    return out
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the numba walk now, not on the first batch a service decodes."""
+    decode_batch(encode_batch("flow_batch", empty_flows(2)))
 
 
 _OLD_PLANS: dict[bytes, tuple] = {}
