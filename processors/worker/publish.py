@@ -34,8 +34,9 @@ class OutputPublisher:
                 "linger.ms": settings.processors.output_linger_ms,
                 "partitioner": "murmur2_random",
                 "message.max.bytes": 8_000_000,
-                # delivery reports only for failures: no Python callback per delivered output message
+                # delivery reports only for failures, to one callback set here: no callable kept per message
                 "delivery.report.only.error": True,
+                "on_delivery": self._cb,
             }
         )
         self.failed = 0
@@ -46,12 +47,14 @@ class OutputPublisher:
             log.warning("output delivery failed: %s", err)
 
     def produce(self, topic, key: bytes, value: bytes, partition: int | None = None, headers=None):
-        kw = {"partition": partition} if partition is not None else {}
+        kw = {}
+        if partition is not None:
+            kw["partition"] = partition
         if headers:
             kw["headers"] = headers
         while True:
             try:
-                self.producer.produce(topic, key=key, value=value, on_delivery=self._cb, **kw)
+                self.producer.produce(topic, value, key, **kw)
                 return
             except BufferError:  # outputs must not be dropped: wait for the buffer to drain
                 self.producer.poll(0.1)
@@ -77,8 +80,9 @@ class OutputPublisher:
         for o in outputs:
             by_kind.setdefault(o[0], []).append(o[2])
         encoded = {kind: iter(encode_outputs(kind, values)) for kind, values in by_kind.items()}
+        produce, topics = self.produce, self.output_topics
         for kind, key, _value in outputs:
-            self.produce(self.output_topics[kind], key.encode(), next(encoded[kind]))
+            produce(topics[kind], key.encode(), next(encoded[kind]))
 
     def poll(self):
         self.producer.poll(0)
