@@ -4,7 +4,7 @@ One pass over the message writes every field straight into the rows of the outpu
 dozen numpy calls per column and a copy of each column into the rows. The numpy walk in ``codec`` stays the
 reference: this walk only answers "these rows" or "not mine" (-1), and anything it does not accept (a
 truncated or corrupt message, an unusual but valid encoding) is decoded, or rejected with its message, by
-the numpy walk. ``tests/unit/schemas/test_batch_jit.py`` proves both give identical rows and spans on every
+the numpy walk. ``tests/unit/foundation/test_batch_jit.py`` proves both give identical rows and spans on every
 golden capture's batches and on fuzzed messages. Pure: bytes in, rows out.
 """
 
@@ -67,7 +67,8 @@ def _count(buf, pos, size):
 @njit(cache=True, nogil=True, inline="always")
 def _store(out, at, v, width):
     """The low ``width`` bytes of ``v`` at ``out[at:]``, little-endian (numpy's unsafe cast to a narrower int).
-    Unsigned indexes and one statement per byte let the compiler merge the byte stores into one."""
+    Spelled out for 8 and 4 bytes with unsigned indexes: decoding 264 k flow records took 0.067 s with the
+    plain loop for every width, 0.038 s with this (2026-12-04)."""
     i = np.uint64(at)
     if width == 8:
         out[i] = np.uint8(v & np.uint64(0xFF))
@@ -86,6 +87,12 @@ def _store(out, at, v, width):
     else:
         for w in range(width):
             out[i + np.uint64(w)] = np.uint8((v >> np.uint64(8 * w)) & np.uint64(0xFF))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _item_bytes(kind):
+    """Bytes per item of a fixed-size kind (bool, fixed16, double)."""
+    return 1 if kind == BOOL else 16 if kind == FIXED16 else 8
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -121,12 +128,8 @@ def rows(buf, pos, kind):
                     pos += 1
                     if buf[pos - 1] < 0x80:
                         break
-        elif kind == BOOL:
-            pos += cnt
-        elif kind == FIXED16:
-            pos += 16 * cnt
         else:
-            pos += 8 * cnt
+            pos += _item_bytes(kind) * cnt
         if pos > size:
             return -1
 
@@ -168,7 +171,7 @@ def walk(buf, pos, kinds, offs, widths, out, itemsize, n, spans):
                         _store(out, at, (u >> np.uint64(1)) ^ (np.uint64(0) - (u & np.uint64(1))), width)  # zig-zag
                     at += itemsize
             else:
-                step = 1 if kind == BOOL else 16 if kind == FIXED16 else 8
+                step = _item_bytes(kind)
                 if pos + step * cnt > size:
                     return -1
                 if off >= 0:
