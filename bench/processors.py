@@ -327,7 +327,7 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     from processors.logic.core import ProcessorCore
     from schemas import codec
 
-    codec.warm_up()  # as the worker does before its first message
+    getattr(codec, "warm_up", lambda: None)()  # as the worker does before its first message (FF_BENCH_CODE may be older)
 
     proc = app_mod.Processors(settings)
     cap = _Capture(settings.kafka.topics.shuffle, frozenset(output_topics(settings).values()))
