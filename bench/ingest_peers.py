@@ -328,14 +328,15 @@ def goflow2_argv(binary: str, protocol: str, port: int, metrics_port: int, boots
 
 
 def goflow2_metrics(port: int) -> dict[str, float]:
-    """Datagrams goflow2 decoded (``goflow2_flow_traffic_packets_total``) and dropped because its queue was
-    full (``goflow2_flow_dropped_packets_total``), from its /metrics."""
+    """Datagrams goflow2 has decoded (``goflow2_flow_decoding_time_seconds_count``, observed after each
+    decode; ``..._traffic_packets_total`` counts before it) and dropped because its queue was full
+    (``goflow2_flow_dropped_packets_total``), from its /metrics."""
     import urllib.request
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
     out = {"decoded": 0.0, "dropped": 0.0}
-    names = {"goflow2_flow_traffic_packets_total": "decoded", "goflow2_flow_dropped_packets_total": "dropped"}
+    names = {"goflow2_flow_decoding_time_seconds_count": "decoded", "goflow2_flow_dropped_packets_total": "dropped"}
     for line in text.splitlines():
         key = names.get(line.split("{", 1)[0].split(" ", 1)[0])
         if key:
