@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO))
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
-from processors.logic.inventory import Inventory  # noqa: E402
+from processors.logic.enrich.inventory import Inventory  # noqa: E402
 from schemas import codec  # noqa: E402
 from schemas.columns import COUNTER_DTYPE, addr16  # noqa: E402
 from schemas.records import encode_records  # noqa: E402

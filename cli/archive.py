@@ -324,12 +324,12 @@ def query_segmentation(
     if policy is not None:
         if not policy.is_file():
             fail(f"policy file not found: {policy}")
-        from processors.logic.policy import load_policy_config
+        from processors.config_files import ConfigFileError, load_policy_file
 
         try:
-            cfg = load_policy_config(policy)
-        except Exception as e:  # pydantic / YAML errors: one line
-            fail(f"policy file {policy}: {str(e).splitlines()[0]}")
+            cfg = load_policy_file(policy)
+        except ConfigFileError as e:  # YAML or model errors: one line with the file's line number
+            fail(f"policy file {e}")
     if cfg is None:
         _run(ctx, lambda q, lo, hi: q.segmentation(lo, hi, exporter=exporter), opts, "segmentation")
     else:

@@ -25,7 +25,7 @@ def config_check(ctx: typer.Context, file: Path = typer.Argument(..., help="YAML
     """Validate a settings file (with the current environment), its detector parameters and the files it names
     (inventory, policy, category rules, TLS files); exit 2 with one line per problem if invalid."""
     from fabricflow.kafka_security import SecurityFileError, check_files
-    from processors.logic.config_files import check_config_files
+    from processors.config_files import check_config_files
     from processors.logic.core import CoreConfigError, engine_config
 
     try:

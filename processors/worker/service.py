@@ -14,7 +14,7 @@ from fabricflow.service import Service
 from fabricflow.settings import Settings
 from schemas import codec
 
-from ..logic.config_files import (
+from ..config_files import (
     ConfigFiles,
     ConfigFileWatcher,
     load_categories_file,
@@ -23,7 +23,7 @@ from ..logic.config_files import (
     load_policy_file,
 )
 from ..logic.core import ProcessorCore, engine_config
-from ..logic.inventory import Inventory
+from ..logic.enrich.inventory import Inventory
 from .checkpoint import Checkpoint
 from .detect import Detect
 from .faust_app import make_app

@@ -1,14 +1,15 @@
 """The layering of the code, checked from the source: no import circles, no import of a higher layer.
 
 Layers, bottom to top (docs/architecture.md, "Layers"): the shared foundation ``fabricflow``
-(settings, stream catalog, logging, service lifecycle) <- ``schemas`` <- ``processors.logic`` (the pure
-domain library: inventory, categories, windows, detectors, policy) <- the services ``ingest``,
-``processors`` (Faust wiring) and ``sinks`` <- ``replay`` and ``console`` <- ``devtools`` (embedded
-stack, demo, runner, simulator, scoring) <- ``cli`` <- ``bench`` (benchmarks) <- ``scripts``. Packages of
-one layer do not import each other. ``deploy/`` (dashboard builder) and ``docs/`` (examples) stand alone:
-they import none of our packages and none imports them. Every ``.py`` file outside ``tests/`` must belong
-to one of these. Every import counts, also one inside a function; only ``if TYPE_CHECKING:`` blocks are
-left out.
+(settings, stream catalog, Kafka clients, logging, service lifecycle) <- ``schemas`` <- ``processors.logic``
+(the pure domain library: enrichment, windows, detectors, policy rules) <- ``processors.config_files`` (the
+files that library is built from, read and watched) <- the services ``ingest``, ``processors`` (Faust
+wiring) and ``sinks`` <- ``replay`` and ``console`` <- ``devtools`` (embedded stack, demo, runner,
+simulator, scoring) <- ``cli`` <- ``bench`` (benchmarks) <- ``scripts``. Packages of one layer do not
+import each other. ``deploy/`` (dashboard builder) and ``docs/`` (examples) stand alone: they import none
+of our packages and none imports them. Every ``.py`` file outside ``tests/`` must belong to one of these.
+Every import counts, also one inside a function; only ``if TYPE_CHECKING:`` blocks are left out. The pure layer reads no file, no clock and logs
+nothing (:func:`test_the_pure_layer_does_no_io`).
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ LAYERS = {
     "fabricflow": 0,
     "schemas": 1,
     "processors.logic": 2,
-    "ingest": 3,
-    "processors": 3,
-    "sinks": 3,
-    "replay": 4,
-    "console": 4,
-    "devtools": 5,
-    "cli": 6,
-    "bench": 7,
-    "scripts": 8,
+    "processors.config_files": 3,
+    "ingest": 4,
+    "processors": 4,
+    "sinks": 4,
+    "replay": 5,
+    "console": 5,
+    "devtools": 6,
+    "cli": 7,
+    "bench": 8,
+    "scripts": 9,
 }
 STANDALONE = {"deploy", "docs"}
 PACKAGES = sorted({name.split(".")[0] for name in LAYERS} | STANDALONE)
@@ -200,3 +202,55 @@ def test_the_checker_finds_a_circle_and_an_upward_import():
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     assert package_of("processors.logic.core") == "processors.logic"
     assert LAYERS[package_of("cli.main")] > LAYERS[package_of("sinks.query")]
+
+
+# the pure layer: no file, socket or clock access, no logging (docs/architecture.md, "Layers")
+PURE = "processors.logic"
+IO_MODULES = {"os", "time", "logging", "socket", "shutil", "subprocess", "tempfile", "glob", "faust",
+              "confluent_kafka", "s3fs", "fsspec", "urllib", "http", "requests"}
+IO_NAMES = {("pathlib", "Path"), ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("datetime", "now")}
+IO_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "now", "utcnow", "today", "stat", "exists",
+            "is_file", "listdir", "scandir"}
+
+
+def io_uses(path: Path) -> list[str]:
+    """What in ``path`` reads or writes files, reads a clock or logs (imports and calls by name)."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [f"line {node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in IO_MODULES]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            root = node.module.split(".")[0]
+            out += [f"line {node.lineno}: from {node.module} import {a.name}" for a in node.names
+                    if root in IO_MODULES or (root, a.name) in IO_NAMES]
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in IO_CALLS:
+                out.append(f"line {node.lineno}: {name}()")
+    return out
+
+
+def test_the_pure_layer_does_no_io():
+    mods = {m: p for m, p in source_modules().items() if package_of(m) == PURE}
+    assert "processors.logic.enrich.inventory.reader" in mods and "processors.logic.rules.config" in mods
+    bad = [f"{m}: {use}" for m, p in sorted(mods.items()) for use in io_uses(p)]
+    assert bad == []
+
+
+@pytest.mark.parametrize("source", [
+    "from pathlib import Path\n",
+    "def f(p):\n    return open(p).read()\n",
+    "def f(p):\n    return p.read_bytes()\n",
+    "import time\n",
+    "from datetime import datetime\ndef f():\n    return datetime.now()\n",
+    "import logging\n",
+    "def f():\n    import os\n",
+])
+def test_the_io_check_sees_file_reads_clocks_and_logging(tmp_path, source):
+    p = tmp_path / "m.py"
+    p.write_text(source)
+    assert io_uses(p)
+    p.write_text("from pathlib import PurePath\nimport yaml\n\ndef f(text):\n    return yaml.safe_load(text)\n")
+    assert io_uses(p) == []

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from schemas.columns import addr_str
 
-from .params import detector_params
+from ..params import detector_params
 
 __all__ = ["LinkHealthConfig", "LinkHealthDetector"]
 

@@ -1,4 +1,4 @@
-"""Reading an inventory file: YAML or CSV text -> the dict of the YAML shape -> a validated spec.
+"""Reading an inventory file's text: YAML or CSV -> the dict of the YAML shape -> a validated spec.
 
 CSV rows are folded into the YAML shape, remembering the line of every value,
 so that every problem is reported as ``<file>: <where>: <what>`` with a YAML
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any
 
 import yaml
@@ -20,7 +19,8 @@ from pydantic import ValidationError
 
 from .models import InventoryError, InventorySpec
 
-__all__ = ["CSV_COLUMNS", "CSV_KINDS", "Locator", "by_line", "read_csv", "read_file", "read_spec", "read_yaml"]
+__all__ = ["CSV_COLUMNS", "CSV_KINDS", "Locator", "by_line", "inventory_format", "parse_text", "read_csv", "read_spec",
+           "read_yaml"]
 
 _NAMED_SECTIONS = {"nodes": "name", "jobs": "name", "switches": "name", "networks": "prefix"}
 _CSV_COLUMN_OF = {
@@ -118,7 +118,7 @@ def _pydantic_problems(err: ValidationError, locate: Locator, is_csv: bool) -> l
     return out
 
 
-# ---------------------------------------------------------------- file readers
+# ---------------------------------------------------------------- YAML and CSV text
 
 CSV_COLUMNS = (
     "kind", "address", "node", "group", "rack", "switch", "capacity", "job", "from", "until", "if_index", "speed",
@@ -306,23 +306,21 @@ def read_csv(text: str, source: str) -> tuple[dict, dict[tuple, int]]:
     return data, at
 
 
-def read_file(path: str | os.PathLike) -> tuple[Any, dict[tuple, int] | None]:
-    """(data of the YAML shape, CSV line of each location or None) of a ``.yaml``/``.yml``/``.csv`` file;
-    raises :class:`InventoryError`."""
-    source = str(path)
-    suffix = Path(path).suffix.lower()
+def inventory_format(source: str) -> str:
+    """``"yaml"`` or ``"csv"`` from the file name's suffix; raises :class:`InventoryError` for any other."""
+    suffix = PurePath(source).suffix.lower()
     if suffix not in (".yaml", ".yml", ".csv"):
         problem = f"unsupported inventory format {suffix or '(none)'!r} (use .yaml, .yml or .csv)"
         raise InventoryError(source, [problem])
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InventoryError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InventoryError(source, [f"not UTF-8 text (byte offset {exc.start})"]) from None
-    if suffix == ".csv":
+    return "csv" if suffix == ".csv" else "yaml"
+
+
+def parse_text(text: str, source: str, fmt: str) -> tuple[Any, dict[tuple, int] | None]:
+    """(data of the YAML shape, CSV line of each location or None) of a file's text in format ``fmt``
+    (:func:`inventory_format`); raises :class:`InventoryError`."""
+    if fmt not in ("yaml", "csv"):
+        raise ValueError(f"inventory format {fmt!r}: expected 'yaml' or 'csv'")
+    if fmt == "csv":
         return read_csv(text, source)
     return read_yaml(text, source), None
 

@@ -11,7 +11,6 @@ ifIndex) -> port.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -22,7 +21,7 @@ from schemas.columns import addr16, addr_str
 
 from ..lpm import PrefixTable, parse_prefix, prefix_str
 from .models import EXTERNAL_AUTHORIZED_GROUP, UNKNOWN_GROUP, InventoryError, InventorySpec
-from .reader import Locator, by_line, read_file, read_spec
+from .reader import Locator, by_line, parse_text, read_spec
 
 __all__ = ["Inventory"]
 
@@ -222,10 +221,12 @@ class Inventory:
         return cls(spec, source, locate)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Inventory:
-        """Load a ``.yaml``/``.yml`` or ``.csv`` inventory file; raises :class:`InventoryError`."""
-        data, lines = read_file(path)
-        return cls.from_dict(data, str(path), lines)
+    def parse(cls, text: str, source: str, fmt: str = "yaml") -> Inventory:
+        """The inventory a file's text describes (``fmt``: ``"yaml"`` or ``"csv"``, see
+        :func:`~.reader.inventory_format`; ``source`` names the file in problems); raises :class:`InventoryError`.
+        :func:`processors.config_files.read_inventory` reads the file."""
+        data, lines = parse_text(text, source, fmt)
+        return cls.from_dict(data, source, lines)
 
     @classmethod
     def empty(cls) -> Inventory:
