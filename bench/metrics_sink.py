@@ -227,7 +227,7 @@ def run_kafka(bootstrap: str, per_window) -> dict:
     from confluent_kafka import Producer
 
     from fabricflow.settings import load_settings
-    from fabricflow.streams import ensure_topics
+    from fabricflow.kafka import ensure_topics
     from sinks.metrics.service import MetricsService
 
     prefix = f"bench{uuid.uuid4().hex[:6]}."

@@ -684,7 +684,10 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     import yaml
     from confluent_kafka import Producer
 
-    from fabricflow.streams import ensure_topics
+    try:
+        from fabricflow.kafka import ensure_topics
+    except ImportError:  # FF_BENCH_CODE before fabricflow/kafka.py created the topics
+        from fabricflow.streams import ensure_topics
 
     if args.cpu >= 0:
         pin(0, args.cpu)

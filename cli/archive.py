@@ -131,7 +131,9 @@ def _committed_offsets(kafka, group: str, topics: dict[str, str]) -> dict[tuple[
     """(dataset, partition) -> committed offset of ``group`` (partitions without a commit are left out)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    conf = kafka.client_config()
+    from fabricflow.kafka import client_config
+
+    conf = client_config(kafka)
     conf.update({"group.id": group, "enable.auto.commit": False})
     c = Consumer(conf)
     try:

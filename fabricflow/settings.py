@@ -44,7 +44,7 @@ class KafkaSettings(_Section):
     """Where the brokers are and how to reach them (SASL and TLS: docs/operations.md, "Secured Kafka").
 
     The security settings reach every client through :mod:`fabricflow.kafka_security`: confluent-kafka
-    (:meth:`client_config`) and Faust/aiokafka (the processors). File paths are checked at start.
+    (:func:`fabricflow.kafka.client_config`) and Faust/aiokafka (the processors). File paths are checked at start.
     """
 
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma separated")
@@ -80,12 +80,6 @@ class KafkaSettings(_Section):
         if bool(self.ssl_cert_file) != bool(self.ssl_key_file):
             raise ValueError("ssl_cert_file and ssl_key_file go together (TLS client authentication)")
         return self
-
-    def client_config(self) -> dict[str, Any]:
-        """librdkafka configuration shared by producers, consumers and admin clients."""
-        from .kafka_security import librdkafka_config
-
-        return librdkafka_config(self)
 
 
 class ProducerSettings(_Section):

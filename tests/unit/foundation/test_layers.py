@@ -8,7 +8,8 @@ wiring) and ``sinks`` <- ``replay`` and ``console`` <- ``devtools`` (embedded st
 simulator, scoring) <- ``cli`` <- ``bench`` (benchmarks) <- ``scripts``. Packages of one layer do not
 import each other. ``deploy/`` (dashboard builder) and ``docs/`` (examples) stand alone: they import none
 of our packages and none imports them. Every ``.py`` file outside ``tests/`` must belong to one of these.
-Every import counts, also one inside a function; only ``if TYPE_CHECKING:`` blocks are left out. The pure layer reads no file, no clock and logs
+Every import counts: one inside a function, and one under ``if TYPE_CHECKING:`` too (a module that names
+another's types only to annotate is still tied to it). The pure layer reads no file, no clock and logs
 nothing (:func:`test_the_pure_layer_does_no_io`).
 """
 
@@ -58,24 +59,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return skip
-
-
 def imports_of(path: Path, module: str, known: set[str] | None = None) -> set[str]:
     """Modules (of our packages) that ``module`` imports. ``from pkg import name`` counts as an import of
     ``pkg.name`` when that is a module in ``known``, else of ``pkg``."""
     tree = ast.parse(path.read_text(), str(path))
-    skip = _type_checking_nodes(tree)
     is_pkg = path.name == "__init__.py"
     found: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -190,9 +180,9 @@ def test_no_upward_or_sideways_imports():
     ("from sinks import query\n", {"sinks.query"}),
     ("from sinks.query import ArchiveQuery\n", {"sinks.query"}),
     ("def f():\n    import cli.main\n", {"cli.main"}),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import cli.main\n", set()),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import cli.main\n", {"cli.main"}),
 ])
-def test_the_checker_sees_lazy_imports_and_skips_type_checking(tmp_path, source, expect):
+def test_the_checker_sees_lazy_and_type_checking_imports(tmp_path, source, expect):
     path = tmp_path / "m.py"
     path.write_text(source)
     assert imports_of(path, "fabricflow.m", {"sinks.query", "cli.main"}) == expect
@@ -202,6 +192,17 @@ def test_the_checker_finds_a_circle_and_an_upward_import():
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     assert package_of("processors.logic.core") == "processors.logic"
     assert LAYERS[package_of("cli.main")] > LAYERS[package_of("sinks.query")]
+
+
+def test_a_lazy_circle_inside_one_package_fails(tmp_path):
+    """settings <-> kafka_security was such a circle: one side imported the other inside a method, the other
+    imported it back for its type hints only. Both count, so the checker sees the circle."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("def client_config():\n    from .b import librdkafka_config\n")
+    b.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import KafkaSettings\n")
+    known = {"fabricflow.a", "fabricflow.b"}
+    g = {m: imports_of(p, m, known) - {m} for m, p in (("fabricflow.a", a), ("fabricflow.b", b))}
+    assert cycles(g) == [["fabricflow.a", "fabricflow.b"]]
 
 
 # the pure layer: no file, socket or clock access, no logging (docs/architecture.md, "Layers")
