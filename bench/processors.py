@@ -713,6 +713,9 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
         differ = sorted(t.removeprefix(prefix) for t in set(pure) | set(worker) if pure.get(t) != worker.get(t))
         print("    detector outputs as sets (order aside; alerts by key) equal the pure core's before its flush: "
               + (f"NO (differ: {differ})" if differ else "yes"))
+        print("    SHA-256 of the pure core's outputs before its flush, as sets (order aside; alerts by key):")
+        for k, v in sorted(pure.items()):
+            print(f"      {k.removeprefix(prefix):24s} {v}")
     if wp["stages"]:
         total = wp["wall"]
         print("    where time goes (stage timers; us per input flow record):")
