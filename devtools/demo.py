@@ -200,5 +200,5 @@ def closing_lines(detections: list[Detection], first: float | None, archive_dir:
         f"  {ff} query sql \"{EXAMPLE_SQL}\"",
         f"  {ff} replay --from {_iso(sim_from - 60)} --to {_iso(sim_to + 60)} --set incast.min_sources=3 "
         "--report replay.json",
-        "  (query sql: flows = each packet once, flow_observations = every exporter's record; docs/archive.md)",
+        "  (flows: each packet once; flow_observations: every exporter's record)",
     ]

@@ -143,9 +143,11 @@ class MatrixPanel:
         title = _fit_title([f"traffic matrix, {g.level} level, {what}, window {_ts(ws)} +{secs:g}s",
                             f"traffic matrix, {g.level} level, window {_ts(ws)}", f"{g.level} level matrix",
                             f"{g.level} level", g.level], width)
-        parts = ["rows send to columns", "column n = row n" if g.numbered else "", f"peak {_fmt_bps(peak * 8 / secs)}"]
-        legend = "; ".join(x for x in parts if x)
-        if len(legend) > width - 4 or g.height + 1 > height - 2:
+        parts = ["rows send to columns", "column n = row n" if g.numbered else "", f"peak {_fmt_bps(peak * 8 / secs)}",
+                 "unknown = not in the inventory" if "unknown" in g.labels else ""]
+        parts = [x for x in parts if x]
+        legend = next((x for x in ("; ".join(parts[:k]) for k in range(len(parts), 0, -1)) if len(x) <= width - 4), None)
+        if legend is None or g.height + 1 > height - 2:
             return t, title
         return Group(t, Text(legend, style="dim")), title
 
