@@ -155,7 +155,8 @@ def run_demo(
     finally:
         stop.set()
         pipe.stop()
-    for line in closing_lines(detections, first, archive_dir, pipe.config_path, sim_start, sim_start + duration_s * speed):
+    sim_end = sim_start + duration_s * speed
+    for line in closing_lines(detections, first, archive_dir, pipe.config_path, sim_start, sim_end):
         print(line, flush=True)
     return 0
 

@@ -146,7 +146,8 @@ class MatrixPanel:
         parts = ["rows send to columns", "column n = row n" if g.numbered else "", f"peak {_fmt_bps(peak * 8 / secs)}",
                  "unknown = not in the inventory" if "unknown" in g.labels else ""]
         parts = [x for x in parts if x]
-        legend = next((x for x in ("; ".join(parts[:k]) for k in range(len(parts), 0, -1)) if len(x) <= width - 4), None)
+        legends = ("; ".join(parts[:k]) for k in range(len(parts), 0, -1))
+        legend = next((x for x in legends if len(x) <= width - 4), None)
         if legend is None or g.height + 1 > height - 2:
             return t, title
         return Group(t, Text(legend, style="dim")), title

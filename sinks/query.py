@@ -104,7 +104,6 @@ EVERY_OBSERVATION = {"flows_raw": "flows", "flows_enriched": "flows", "traffic_1
                      "traffic_1h": "flows_1h"}
 
 
-
 def observation_note(query: str) -> str | None:
     """A one-line note when ``query`` sums a dataset of :data:`EVERY_OBSERVATION` without saying which records
     count (it names neither ``duplicate`` nor ``exporter``), else None: ``fabricflow query sql`` prints it."""
@@ -391,24 +390,37 @@ class ArchiveQuery:
     def sql(self, query: str, frm=None, to=None, params=None) -> pa.Table:
         """Run SQL over the dataset views and :data:`VIEWS`; with a range, the views only cover [frm, to).
 
-        Every dataset the query names (itself or through a view of :data:`VIEWS`) gets a view over that range
-        first; a view whose dataset is not in the archive is left undefined.
+        Every dataset the query names gets a view over that range first, and so does the dataset of every view
+        of :data:`VIEWS` it names; a view whose dataset is not in the archive is left undefined, one whose
+        dataset has nothing in range raises :class:`EmptyRange` only if the query reads it (``flows`` is also a
+        column of ``alerts``).
         """
+        named = [n for n in self._present if re.search(rf"\b{n}\b", query)]
         views = [v for v, (d, _) in VIEWS.items() if d in self._present and re.search(rf"\b{v}\b", query)]
-        for n in self._present:
-            if re.search(rf"\b{n}\b", query) or any(VIEWS[v][0] == n for v in views):
-                self.register(n, frm, to)
+        for n in named:
+            self.register(n, frm, to)
+        empty: dict[str, EmptyRange] = {}
         for v in views:
             d, rows = VIEWS[v]
-            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {v} AS SELECT * FROM {d}" + (f" WHERE {rows}" if rows else ""))
+            try:
+                self.register(d, frm, to)
+            except EmptyRange as e:
+                empty[v] = e
+                self.con.execute(f"DROP VIEW IF EXISTS {v}")
+                continue
+            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {v} AS SELECT * FROM {d}{f' WHERE {rows}' if rows else ''}")
         try:
             return self.con.sql(query, params=params).to_arrow_table()
         except duckdb.CatalogException as e:
+            missing = next((v for v in empty if re.search(rf"\b{v}\b", str(e))), None)
+            if missing is not None:
+                raise empty[missing] from None
             raise ArchiveError(f"{e} ({self._names_present()})") from None
 
     def _names_present(self) -> str:
         views = [v for v, (d, _) in VIEWS.items() if d in self._present]
-        return f"datasets present: {', '.join(self._present) or 'none'}" + (f"; views: {', '.join(views)}" if views else "")
+        present = f"datasets present: {', '.join(self._present) or 'none'}"
+        return present + (f"; views: {', '.join(views)}" if views else "")
 
     def _sql(self, query: str, params) -> pa.Table:
         """Run a report over views already registered (:meth:`_flows`)."""

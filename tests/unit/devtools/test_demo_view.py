@@ -30,8 +30,8 @@ def demo_like_view(nodes=NODES, group=GROUP, rack=RACK) -> MatrixView:
     """A ring all-reduce over the GPU nodes, storage reads, frontend and outside traffic, at every level."""
     v = MatrixView()
     pairs = [(nodes[i], nodes[(i + 1) % 16], 10**9) for i in range(16)]
-    pairs += [(nodes[17], n, 10**8) for n in nodes[:16]] + [(nodes[18], nodes[20], 5 * 10**9),
-                                                             (nodes[19], nodes[0], 10**6), (nodes[15], nodes[16], 10**8)]
+    pairs += [(nodes[17], n, 10**8) for n in nodes[:16]]
+    pairs += [(nodes[18], nodes[20], 5 * 10**9), (nodes[19], nodes[0], 10**6), (nodes[15], nodes[16], 10**8)]
     for ws in (T, T + 10_000):
         for level, of in (("node", lambda x: x), ("group", group.get), ("rack", rack.get)):
             for s, d, b in pairs:

@@ -5,6 +5,7 @@ document counts each packet once (it gives the same answer on an archive without
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 
 from devtools.demo import closing_lines
 from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.arrow_schema import table_from_columns
+from sinks.arrow_schema import table_from_columns, table_from_dicts
 from sinks.layout import HOUR_MS
 from sinks.query import EXAMPLE_SQL, VIEWS, ArchiveError, ArchiveQuery, observation_note, render
 from tests.unit.sinks.helpers import T0
@@ -104,27 +105,46 @@ def test_hourly_and_minute_views_count_each_packet_once(archives):
 def test_flows_keeps_the_columns_so_old_queries_give_the_same_answer(archives):
     both, _, _ = archives
     q = ArchiveQuery(None, both)
-    assert q.sql("SELECT * FROM flows LIMIT 0").column_names == q.sql("SELECT * FROM flows_enriched LIMIT 0").column_names
+    columns = q.sql("SELECT * FROM flows_enriched LIMIT 0").column_names
+    assert q.sql("SELECT * FROM flows LIMIT 0").column_names == columns
     a = q.sql("SELECT sum(bytes_est) AS b FROM flows_enriched WHERE NOT duplicate")
     assert a.equals(q.sql("SELECT sum(bytes_est) AS b FROM flows WHERE NOT duplicate"))
     assert a.equals(q.sql("SELECT sum(bytes_est) AS b FROM flows"))
 
 
+def _write_alert(root: str, t: int, flows: int) -> None:
+    b = HourlyBuffer("alerts", 0)
+    b.add(table_from_dicts([{"dedup_key": "k", "rule": "incast", "severity": "critical", "state": "firing",
+                             "summary": "s", "entities": {}, "window_start_ms": t, "window_end_ms": t + 1,
+                             "first_seen_ms": t, "last_seen_ms": t, "bytes_est": 1, "flows": flows,
+                             "sample_flows": []}], "alert"), 0)
+    ParquetWriter(None, root).write_plan(b.flush_plan(force=True))
+
+
 def test_a_view_over_a_missing_dataset_is_not_defined(tmp_path):
     """An archive without flows_enriched: a query that only says 'flows' as a word still runs; reading the view
     is the usual one-line error, naming the datasets and views there are."""
-    from sinks.arrow_schema import table_from_dicts
-
-    b = HourlyBuffer("alerts", 0)
-    b.add(table_from_dicts([{"dedup_key": "k", "rule": "incast", "severity": "critical", "state": "firing",
-                             "summary": "s", "entities": {}, "window_start_ms": T0, "window_end_ms": T0 + 1,
-                             "first_seen_ms": T0, "last_seen_ms": T0, "bytes_est": 1, "flows": 1,
-                             "sample_flows": []}], "alert"), 0)
-    ParquetWriter(None, str(tmp_path)).write_plan(b.flush_plan(force=True))
+    _write_alert(str(tmp_path), T0, flows=1)
     q = ArchiveQuery(None, str(tmp_path))
     assert q.sql("SELECT sum(flows) AS flows FROM alerts").column("flows")[0].as_py() == 1
     with pytest.raises(ArchiveError, match=r"datasets present: alerts\)"):
         q.sql("SELECT * FROM flows")
+
+
+def test_flows_with_nothing_in_range_fails_only_a_query_that_reads_it(archives, tmp_path):
+    """``flows`` is a word of other queries too (a column of ``alerts``): an empty range of flows_enriched fails
+    a query that reads the view, with the usual message, and leaves the others alone; no view outlives its range."""
+    both, _, _ = archives
+    late = T0 + 30 * 86_400_000  # a day with alerts and no flows
+    root = str(tmp_path / "a")
+    shutil.copytree(both, root)
+    _write_alert(root, late, flows=7)
+    q = ArchiveQuery(None, root)
+    assert q.sql("SELECT count(*) AS n FROM flows").column("n")[0].as_py() > 0  # the whole archive
+    day = (late, late + 86_400_000)
+    assert q.sql("SELECT sum(flows) AS flows FROM alerts", *day).column("flows")[0].as_py() == 7
+    with pytest.raises(ArchiveError, match="no flows_enriched data between"):
+        q.sql("SELECT count(*) FROM flows", *day)
 
 
 def _documented_sql() -> list[str]:
