@@ -10,7 +10,9 @@ with ``--no-ui``, one plain line per detection naming its kind.
 
 from __future__ import annotations
 
+import re
 import shutil
+import textwrap
 import threading
 import time
 from datetime import datetime, timezone
@@ -156,7 +158,8 @@ def run_demo(
         stop.set()
         pipe.stop()
     sim_end = sim_start + duration_s * speed
-    for line in closing_lines(detections, first, archive_dir, pipe.config_path, sim_start, sim_end):
+    width = None if no_ui else console.width
+    for line in closing_lines(detections, first, archive_dir, pipe.config_path, sim_start, sim_end, width):
         print(line, flush=True)
     return 0
 
@@ -182,24 +185,40 @@ def _command() -> str:
 
 
 def closing_lines(detections: list[Detection], first: float | None, archive_dir: Path, config: Path,
-                  sim_from: float, sim_to: float) -> list[str]:
-    """What the demo prints when it ends: the detections by kind, the archive, and commands to try on it."""
+                  sim_from: float, sim_to: float, width: int | None = None) -> list[str]:
+    """What the demo prints when it ends: the detections by kind, the archive, and commands to try on it. A
+    command wider than ``width`` continues on a second line (``\\``), so a terminal does not break it mid-word."""
     from sinks.query import EXAMPLE_SQL
 
     kinds: dict[str, int] = {}
     for d in detections:
         kinds[d.kind] = kinds.get(d.kind, 0) + 1
     ff = f"{_command()} --config {_shown(config)}"
+
+    def cmd(args: str) -> str:
+        line = f"  {ff} {args}"
+        if width is None or len(line) <= width:
+            return line
+        lines = [f"  {ff}"]
+        for word in re.findall(r'"[^"]*"|\S+', args):  # a quoted SQL stays one word
+            if len(lines) > 1 and len(f"{lines[-1]} {word} \\") <= width:
+                lines[-1] += f" {word}"
+            else:
+                lines.append(f"      {word}")
+        return " \\\n".join(lines)
+
+    summary = f"summary: {len(detections)} detections: " + (
+        ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "none")
     return [
         "",
-        f"summary: {len(detections)} detections: " + (", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "none"),
+        "\n".join(textwrap.wrap(summary, width, subsequent_indent="  ")) if width else summary,
         f"first detection {first:.0f}s after start" if first is not None else "no detection (try a longer --duration)",
         f"archive (hourly Parquet): {_shown(archive_dir)}",
         "try (each packet counted once, however many exporters saw it):",
-        f"  {ff} query top-talkers",
-        f"  {ff} query matrix --level group",
-        f"  {ff} query sql \"{EXAMPLE_SQL}\"",
-        f"  {ff} replay --from {_iso(sim_from - 60)} --to {_iso(sim_to + 60)} --set incast.min_sources=3 "
-        "--report replay.json",
+        cmd("query top-talkers"),
+        cmd("query matrix --level group"),
+        cmd(f"query sql \"{EXAMPLE_SQL}\""),
+        cmd(f"replay --from {_iso(sim_from - 60)} --to {_iso(sim_to + 60)} --set incast.min_sources=3 "
+            "--report replay.json"),
         "  (flows: each packet once; flow_observations: every exporter's record)",
     ]

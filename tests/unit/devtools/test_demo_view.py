@@ -187,3 +187,21 @@ def test_closing_lines_name_a_command_that_runs_from_here(monkeypatch, tmp_path)
         monkeypatch.setenv("PATH", f"{mine.parent}{os.pathsep}/usr/bin")
         tries = [x.strip() for x in closing_lines([], None, state / "a", state / "p.yaml", 0, 1) if "--config" in x]
         assert all(x.startswith("fabricflow --config ") for x in tries)
+
+
+def test_closing_lines_fit_the_terminal_and_stay_one_shell_command_each(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    from devtools.demo import closing_lines
+
+    monkeypatch.chdir(tmp_path)
+    state = Path(".fabricflow/demo")
+    kinds = ["discard_burst", "error_burst", "exfiltration", "incast", "lb_skew", "link_downgrade", "storage_bound",
+             "straggler", "unregistered_host"]
+    args = ([Detection(k, T, "x", "y") for k in kinds], 12.0, state / "archive", state / "pipeline.yaml", 0, 600)
+    wide, narrow = closing_lines(*args), closing_lines(*args, width=80)
+    for line in "\n".join(narrow).splitlines():
+        assert len(line) <= 80 or line.strip().startswith('"SELECT'), line  # only the quoted SQL may not fit
+    joined = [re.sub(r" \\\n +", " ", x) for x in narrow]  # the shell's view of a continued command
+    assert [x for x in joined if "--config" in x] == [x for x in wide if "--config" in x]
+    assert re.sub(r"\n +", " ", narrow[1]) == wide[1] and "\n" in narrow[1]  # the summary, wrapped
