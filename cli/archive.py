@@ -242,12 +242,22 @@ def _source(source: str) -> str:
 @with_query_options
 def query_sql(
     ctx: typer.Context,
-    sql: str = typer.Argument(..., help="SQL over the dataset views, e.g. \"SELECT category, sum(bytes_est) FROM flows_enriched GROUP BY 1\"."),
+    sql: str = typer.Argument(..., help="SQL over the views, e.g. \"SELECT category, sum(bytes_est) AS bytes_est "
+                              "FROM flows GROUP BY 1 ORDER BY 2 DESC\"."),
     opts: QueryOptions = QueryOptions(),
 ):
-    """Run SQL; every dataset named (flows_raw, flows_enriched, counters_raw, matrix_windows, incast_events,
-    straggler_scores, link_health, alerts, summaries_hourly, and the rollups traffic_1m, traffic_1h, ports_1m,
-    ports_1h) is a view over the range."""
+    """Run SQL over views of the range. flows: the enriched flow records that count, each packet once (sum
+    these); flow_observations: every exporter's record of a packet (one row per exporter that saw it);
+    flows_1m, flows_1h: per-minute / per-hour sums, each packet once. Every dataset is a view of its own
+    name too (flows_raw, flows_enriched, counters_raw, matrix_windows, incast_events, straggler_scores,
+    link_health, alerts, patterns, summaries_hourly, ingest_quality, traffic_1m, traffic_1h, ports_1m,
+    ports_1h); flows_raw, flows_enriched and traffic_* hold every exporter's record (docs/archive.md,
+    "Which name to query")."""
+    from sinks.query import observation_note
+
+    note = observation_note(sql)
+    if note:
+        typer.echo(f"fabricflow: {note}", err=True)
     _run(ctx, lambda q, lo, hi: q.sql(sql, lo, hi), opts, "query")
 
 
