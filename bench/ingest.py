@@ -250,7 +250,7 @@ def run_step(coll, stream: Stream, packets_per_dg: float, rate: float, seconds: 
     try:
         if coll.per_step:
             coll.start()
-            coll.prime(stream.templates)
+            coll.prime(stream.templates, sender.sock)
             c0 = None
         else:
             c0 = coll.counts()

@@ -147,14 +147,15 @@ class PeerCollector:
             time.sleep(0.05)
         time.sleep(0.3)  # plugins attach after the socket is bound
 
-    def prime(self, templates: list[bytes]) -> None:
+    def prime(self, templates: list[bytes], sock) -> None:
         """goflow2 only: give its socket the others' receive buffer, and teach it the templates before the step.
 
         goflow2 has no receive-buffer setting (its socket gets net.core.rmem_default, 208 KiB here); the
         bench sets the same 4 MiB on its socket from outside, as raising rmem_default would. Its decoding
         workers run in parallel, so a data datagram right behind the template datagram can be decoded
         first and is then dropped ("template error"); a long-running goflow2 has learned the templates
-        long before, so they are sent once here and the step starts when goflow2 has decoded them.
+        long before, so they go once from the sender's socket here (goflow2 keys templates by source address
+        and port) and the step starts when goflow2 has decoded them.
         """
         if self.name != "goflow2":
             return
@@ -163,11 +164,8 @@ class PeerCollector:
             print(f"  goflow2: receive buffer {granted} bytes < {RCVBUF} (not root: net.core.rmem_max caps it)")
         if not templates:
             return
-        import socket
-
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            for t in templates:
-                s.sendto(t, ("127.0.0.1", self.port))
+        for t in templates:  # from the sender's own socket: goflow2 keys templates by source address and port
+            sock.sendto(t, ("127.0.0.1", self.port))
         deadline = time.monotonic() + 10
         while goflow2_metrics(self.metrics_port)["decoded"] < len(templates):
             if time.monotonic() > deadline:
