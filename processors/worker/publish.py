@@ -22,10 +22,16 @@ log = logging.getLogger("fabricflow.processors")
 class OutputPublisher:
     """confluent-kafka producer for the shuffle, enriched flows and detector outputs (never drops a message)."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, producer=None):
+        """``producer``: a stand-in with confluent-kafka's ``produce``/``poll``/``flush`` (``fabricflow backfill``
+        writes into memory); default a confluent-kafka producer of the settings."""
         k = settings.kafka
         self.topics = k.topics
         self.output_topics = streams.output_topics(k)
+        self.failed = 0
+        if producer is not None:
+            self.producer = producer
+            return
         self.producer = Producer(
             {
                 **k.client_config(),
@@ -39,7 +45,6 @@ class OutputPublisher:
                 "on_delivery": self._cb,
             }
         )
-        self.failed = 0
 
     def _cb(self, err, _msg):
         if err is not None:
