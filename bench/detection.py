@@ -237,7 +237,7 @@ def ports_block(base: int) -> PipelinePorts:
     the bench beside other pipelines on one machine (``--port-block``)."""
     return PipelinePorts(kafka=base, s3=base + 1, s3_base=base + 10, sflow=base + 20, netflow=base + 21,
                          ipfix=base + 22, ingest_metrics=base + 23, processors_web=base + 24,
-                         archive_metrics=base + 25, processors_metrics=base + 26)
+                         archive_metrics=base + 25, processors_metrics=base + 26, marks=base + 27)
 
 
 def next_epoch_ms(window_ms: int = 10_000, lead_s: float = 3.0) -> int:

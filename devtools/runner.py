@@ -36,6 +36,7 @@ class PipelinePorts:
     sflow: int = 6343
     netflow: int = 2055
     ipfix: int = 4739
+    marks: int = 6344
     ingest_metrics: int = 9180
     processors_web: int = 6066
     archive_metrics: int = 9182
@@ -74,7 +75,8 @@ class LocalPipeline:
         d = {
             "kafka": {"bootstrap_servers": f"127.0.0.1:{p.kafka}", "partitions": 4},
             "ingest": {
-                "listen": [f"sflow://127.0.0.1:{p.sflow}", f"netflow://127.0.0.1:{p.netflow}", f"ipfix://127.0.0.1:{p.ipfix}"],
+                "listen": [f"sflow://127.0.0.1:{p.sflow}", f"netflow://127.0.0.1:{p.netflow}", f"ipfix://127.0.0.1:{p.ipfix}",
+                           f"marks://127.0.0.1:{p.marks}"],
                 "metrics_port": p.ingest_metrics,
                 "allowlist": ["127.0.0.0/8", "::1/128"],
                 "batch_max_delay_ms": 200,
@@ -129,7 +131,8 @@ class LocalPipeline:
         data = self.settings_dict()
         self.config_path.write_text(yaml.safe_dump(data, sort_keys=False))
         s = self.settings()
-        for name, port in (("sflow", self.ports.sflow), ("netflow", self.ports.netflow), ("ipfix", self.ports.ipfix)):
+        for name, port in (("sflow", self.ports.sflow), ("netflow", self.ports.netflow), ("ipfix", self.ports.ipfix),
+                           ("marks", self.ports.marks)):
             if not _udp_free(port):
                 raise PipelineError(f"ingest: UDP port 127.0.0.1:{port} ({name}) is in use; stop whatever listens there")
         self.stack = EmbeddedStack(s, with_s3=True)
@@ -252,7 +255,8 @@ class LocalPipeline:
 
     def targets(self) -> dict[str, str]:
         p = self.ports
-        return {"sflow": f"127.0.0.1:{p.sflow}", "netflow9": f"127.0.0.1:{p.netflow}", "ipfix": f"127.0.0.1:{p.ipfix}"}
+        return {"sflow": f"127.0.0.1:{p.sflow}", "netflow9": f"127.0.0.1:{p.netflow}", "ipfix": f"127.0.0.1:{p.ipfix}",
+                "marks": f"127.0.0.1:{p.marks}"}
 
 
 def _udp_free(port: int) -> bool:

@@ -353,6 +353,8 @@ class ConsoleSettings(_Section):
     lookback_s: float = Field(3600.0, ge=0, description="On start, the live reader skips records older than this "
                               "(where the broker supports offsets by time)")
     query_max_range_s: float = Field(7 * 86400.0, gt=0, description="Longest time range one archive query may span")
+    accept_marks: bool = Field(True, description="Accept change markers and step marks over HTTP (POST /api/marks/"
+                               "change and /api/marks/step; with a token set they need it, like every request)")
     metrics_bind: str = Field("127.0.0.1", description="Address for the console's /metrics and /healthz")
     metrics_port: int = Field(9184, ge=0, le=65535, description="Port for the console's /metrics and /healthz "
                               "(0 = disabled)")
