@@ -192,7 +192,8 @@ class SimRun:
     wall_start: float | None = None
 
     def start(self) -> "SimRun":
-        self.sim = Simulation(self.scenario, start_ms=self.start_ms, duration_s=self.duration_s)
+        self.sim = Simulation(self.scenario, start_ms=self.start_ms, duration_s=self.duration_s,
+                              kinds={"sflow", "netflow9", "ipfix", "marks"})
         threading.Thread(target=self._run, name="simulator", daemon=True).start()
         return self
 

@@ -1,26 +1,16 @@
 """Send training-step marks to fabricflow from a training loop: standard library only, never in the way.
 
-Two lines in a PyTorch or JAX loop::
-
     from fabricflow.stepmarks import StepMarks             # or copy this one file next to train.py
     marks = StepMarks("train-a", "udp://collector:6344")   # FABRICFLOW_MARKS=udp://... works as well
-
     for step, batch in enumerate(loader):
         with marks.step(step):                             # step_start ... step_end
-            loss = model(batch).sum(); loss.backward(); opt.step()
-        if step % 1000 == 0:
-            with marks.checkpoint(step):                   # checkpoint_start ... checkpoint_end
-                torch.save(model.state_dict(), path)
+            train_step(batch)
 
-Each mark is one JSON line (``{"job", "event", "step", "time", "node", "rank"}``) sent as one UDP datagram to the
-ingest ``marks://`` listener, or POSTed to the console (``http://console:8090/api/marks/step``, with
-``token=...`` when the console has one). Sending never raises and never blocks the loop for long: UDP is
-fire-and-forget; HTTP goes through a background thread with a bounded queue (marks beyond it are dropped and
-counted in :attr:`StepMarks.dropped`). In a job of several processes only rank 0 sends (the ``RANK`` environment
-variable, as torchrun sets it), unless ``all_ranks=True``. No target (no argument, no ``FABRICFLOW_MARKS``) makes
-every call a no-op, so the lines can stay in the code. The protocol: docs/closed-loop.md, "The mark protocol".
-
-This module imports nothing from fabricflow; it works as a single file copied anywhere (Python 3.8+).
+Each mark is one JSON line, sent as one UDP datagram to the ingest ``marks://`` listener or POSTed to the console
+(``http://console:8090``). Sending never raises and never blocks the loop for long (HTTP goes through a background
+thread with a bounded queue; what cannot be sent is counted in ``dropped``). Only rank 0 sends (``$RANK``) unless
+``all_ranks=True``; without a target every call is a no-op. Imports nothing from fabricflow: it works as a single
+copied file (Python 3.8+). docs/closed-loop.md, "Step marks", has the PyTorch example and the protocol.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ import time
 from typing import Callable
 
 from .engine import Simulation
+
+ALL_KINDS = {"sflow", "netflow9", "ipfix", "marks"}  # marks go to a marks= target and into a capture
 from .exporters.pcap import DistinctSources, write_pcap
 from .model import ScenarioError, parse_time_ms
 from .sender import TargetError, UdpSender, pace_and_send, parse_targets
@@ -40,9 +42,12 @@ def run_simulate(
     try:
         if start_ms is None and start_now:
             start_ms = int(time.time()) * 1000
-        sim = Simulation(scenario, seed=seed, start_ms=start_ms, duration_s=duration_s)
+        tgt = None if targets == [] else parse_targets(targets, allow_remote=allow_remote)
+        # marks (step marks, changes) into a capture, or to a marks= target; never generated for nobody
+        kinds = ALL_KINDS if pcap_out or (tgt is not None and "marks" in tgt) else ALL_KINDS - {"marks"}
+        sim = Simulation(scenario, seed=seed, start_ms=start_ms, duration_s=duration_s, kinds=kinds)
         stream = sim.run(max_datagrams)
-        if targets == []:  # --no-send: only the capture and/or the truth
+        if tgt is None:  # --no-send: only the capture and/or the truth
             if not pcap_out and not truth_out:
                 raise ValueError("--no-send writes nothing without --pcap or --truth")
             if pcap_out:
@@ -53,7 +58,6 @@ def run_simulate(
                     pass
             stats_errors = 0
         else:
-            tgt = parse_targets(targets, allow_remote=allow_remote)
             sender = UdpSender(tgt, distinct_sources=distinct_sources)
             if pcap_out:
                 captured: list = []

@@ -71,7 +71,9 @@ class Simulation:
         self.seed = scen.seed if seed is None else int(seed)
         self.start_ms = (scen.start_ms if start_ms is None else int(start_ms)) // 1000 * 1000
         self.duration_ms = int((scen.duration_s if duration_s is None else duration_s) * 1000)
-        self.kinds = {"sflow", "netflow9", "ipfix", "marks"} if kinds is None else set(kinds)
+        # "marks" (the training jobs' step marks and the scenario's changes) only when asked for: the export kinds
+        # are what the decoders take
+        self.kinds = {"sflow", "netflow9", "ipfix"} if kinds is None else set(kinds)
         window_ms = int(scen.window_s * 1000)
         if window_ms <= 0 or window_ms % CHUNK_MS:
             raise ValueError("window_s must be a positive whole number of seconds")
@@ -242,7 +244,8 @@ def generate(
     """Pure generator of ``(send_time_ms, target_kind, datagram_bytes)`` for a scenario.
 
     ``send_time_ms`` is the event time in unix ms (scenario start + offset).
-    ``target_kind`` is ``sflow``, ``netflow9`` or ``ipfix``. Pass a list as ``truth``
+    ``target_kind`` is ``sflow``, ``netflow9`` or ``ipfix`` (and ``marks`` when ``kinds`` names it: JSON mark
+    lines, devtools/simulator/marks.py). Pass a list as ``truth``
     to receive the run's :class:`TruthRecorder` (appended before the first datagram).
     """
     sim = Simulation(scenario, seed=seed, start_ms=start_ms, duration_s=duration_s, kinds=kinds)

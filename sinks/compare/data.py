@@ -17,7 +17,7 @@ import numpy as np
 
 from sinks.query import ArchiveError
 
-__all__ = ["COMM", "Period", "Series", "Topology", "read_topology", "series_for"]
+__all__ = ["COMM", "Period", "Series", "Topology", "read_topology"]
 
 COMM = ("collective", "rocev2")
 
@@ -246,19 +246,3 @@ def _ports(q, p: Period, names: list[str], switch: str = "", if_index: int = -1)
 
 def _steps(q, p: Period, job: str) -> list[dict]:
     return _sql(q, _STEPS, p.lo, p.end, {"t0": p.lo, "t1": p.end, "job": job})
-
-
-def series_for(q, p: Period, scope: str, name: str, topo: Topology) -> dict[tuple[str, str], dict[str, Series]]:
-    """(entity kind, entity) -> metric id -> :class:`Series` for one period of one comparison ``scope``:
-    ``job`` (the job and each of its nodes), ``node``, ``link`` (``switch/ifIndex``) or ``pair`` (``A>B`` groups)."""
-    from .series import job_series, link_series, node_series, pair_series
-
-    if scope == "job":
-        return job_series(q, p, name, topo)
-    if scope == "node":
-        return node_series(q, p, name, topo)
-    if scope == "link":
-        return link_series(q, p, name, topo)
-    if scope == "pair":
-        return pair_series(q, p, name)
-    raise ValueError(f"unknown scope {scope!r}")

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from sinks.query import ArchiveError, parse_time
 
 from . import stats
-from .data import Period, _sql, read_topology, series_for
+from .data import Period, _sql, read_topology
+from .series import series_for
 from .metrics import BY_ID, metrics_for
 from .steps import step_table
 

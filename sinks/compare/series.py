@@ -7,7 +7,7 @@ import numpy as np
 from .data import COMM, Period, Series, Topology, _Cells, _incasts, _per_s, _ports, _ratio, _scores, _timeline
 from .steps import step_series
 
-__all__ = ["job_series", "link_series", "node_series", "pair_series"]
+__all__ = ["job_series", "link_series", "node_series", "pair_series", "series_for"]
 
 Result = dict[tuple[str, str], dict[str, Series]]
 
@@ -143,3 +143,17 @@ def pair_series(q, p: Period, pair: str) -> Result:
         "ecn_ce_share": _ratio(s["ce"], s["packets"], s["samples"]),
         "cnp_share": _ratio(s["cnp"], s["packets"], s["samples"]),
     }}
+
+
+def series_for(q, p: Period, scope: str, name: str, topo: Topology) -> Result:
+    """(entity kind, entity) -> metric id -> :class:`Series` for one period of one comparison ``scope``:
+    ``job`` (the job and each of its nodes), ``node``, ``link`` (``switch/ifIndex``) or ``pair`` (``A>B`` groups)."""
+    if scope == "job":
+        return job_series(q, p, name, topo)
+    if scope == "node":
+        return node_series(q, p, name, topo)
+    if scope == "link":
+        return link_series(q, p, name, topo)
+    if scope == "pair":
+        return pair_series(q, p, name)
+    raise ValueError(f"unknown scope {scope!r}")

@@ -6,10 +6,11 @@ The rule (docs/closed-loop.md, "When is a change significant"):
    variance of that value (sFlow / NetFlow 1-in-N: a count's relative error is about 1/sqrt(samples)).
 2. A period's per-window variance is the larger of the windows' spread (sample variance: the job's own
    fluctuation plus sampling noise) and their mean sampling variance (a floor where few windows look calm).
-3. Neighbouring windows are not independent (a checkpoint or a slow drift spans several): the number of windows
-   is discounted by their lag-1 autocorrelation, n_eff = n (1 - r) / (1 + r).
-4. The change is the difference of the means (after - before); its standard error and degrees of freedom are
-   Welch's (Welch-Satterthwaite) with those variances and n_eff.
+3. Neighbouring windows are not independent (a checkpoint or a slow drift spans several, a smoothed score is
+   smoothed): a mean's variance is divided by n_eff = n (1 - r) / (1 + r) windows, r their pooled lag-1
+   autocorrelation (clipped to [0, 0.8]), instead of n.
+4. The change is the difference of the means (after - before); its standard error is Welch's with those
+   variances, its degrees of freedom Welch-Satterthwaite's over the n windows that estimated them.
 5. All comparisons of one report that can get a verdict form one family: each interval is a (1 - 0.05/m)
    two-sided Student-t interval, m the family size (Bonferroni), so the chance of any false verdict in a report
    about a job that did not change is at most 5 %.
@@ -174,14 +175,13 @@ def compare(before: np.ndarray, after: np.ndarray, var_before: np.ndarray | None
     mb, var_b, nb = _period(b, vb)
     ma, var_a, na = _period(a, va)
     r = _autocorr(b, a)
-    k = (1.0 - r) / (1.0 + r)
-    eb, ea = max(2.0, nb * k), max(2.0, na * k)
-    qb, qa = var_b / eb, var_a / ea
+    k = (1.0 - r) / (1.0 + r)  # design effect of lag-1 autocorrelation: the variance of a mean grows by 1/k
+    qb, qa = var_b / max(1.0, nb * k), var_a / max(1.0, na * k)
     se = math.sqrt(qb + qa)
-    if se > 0:
-        df = (qb + qa) ** 2 / ((qb * qb / (eb - 1.0) if qb else 0.0) + (qa * qa / (ea - 1.0) if qa else 0.0))
+    if se > 0:  # Welch-Satterthwaite over the windows themselves (the estimates of the variances use all of them)
+        df = (qb + qa) ** 2 / ((qb * qb / (nb - 1.0) if qb else 0.0) + (qa * qa / (na - 1.0) if qa else 0.0))
     else:
-        df = eb + ea - 2.0
+        df = nb + na - 2.0
     d = ma - mb
     rel = d / abs(mb) if mb else None
     return Comparison(mb, ma, d, None, None, nb, na, se, df, r, rel, SAME)
