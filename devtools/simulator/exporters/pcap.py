@@ -46,7 +46,7 @@ def write_pcap(
     ``sources`` maps an exporter name (``.exporter`` of a SimDatagram) to a source address.
     """
     ports = {**DEFAULT_PORTS, **(ports or {})}
-    sources = sources or {}
+    sources = {} if sources is None else sources
     n = 0
     with open(path, "wb") as fh:
         fh.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
