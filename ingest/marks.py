@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import time
 from collections.abc import Callable, Iterable
 
 from prometheus_client import Counter
@@ -131,15 +130,18 @@ class MarkReceiver:
 
 
 def publish_marks(kafka_settings, marks: list[tuple[str, dict]], *, producer_factory: Callable | None = None,
-                  timeout_s: float = 10.0) -> int:
+                  timeout_s: float = 10.0, producer_settings=None) -> int:
     """Produce marks (``(kind, record)``) to ``steps.v1`` / ``changes.v1`` and wait for delivery; returns how many
-    were delivered. Raises :class:`RuntimeError` (one line) when the broker did not take them in ``timeout_s``."""
+    were delivered. Raises :class:`RuntimeError` (one line) when the broker did not take them in ``timeout_s``.
+    ``producer_settings``: ``ingest.producer`` (default its defaults)."""
     from fabricflow import streams
+    from fabricflow.kafka import producer_config
+    from fabricflow.settings import ProducerSettings
 
     if producer_factory is None:
         from confluent_kafka import Producer as producer_factory
-    conf = {**kafka_settings.client_config(), "enable.idempotence": True, "acks": "all",
-            "partitioner": "murmur2_random", "message.timeout.ms": int(timeout_s * 1000)}
+    conf = producer_config(kafka_settings, producer_settings or ProducerSettings(),
+                           **{"linger.ms": 5, "message.timeout.ms": int(timeout_s * 1000)})
     producer = producer_factory(conf)
     errors: list[str] = []
     delivered = [0]
@@ -158,7 +160,3 @@ def publish_marks(kafka_settings, marks: list[tuple[str, dict]], *, producer_fac
         raise RuntimeError(f"marks not delivered to Kafka ({left} pending after {timeout_s:.0f} s"
                            + (f"; {errors[0]}" if errors else "") + ")")
     return delivered[0]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
