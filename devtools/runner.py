@@ -63,6 +63,7 @@ class PipelinePorts:
         return cls(
             kafka=s.stack.kafka_port, s3=s.stack.s3_port, s3_base=s.stack.s3_base_port,
             sflow=udp.get("sflow", d.sflow), netflow=udp.get("netflow", d.netflow), ipfix=udp.get("ipfix", d.ipfix),
+            marks=udp.get("marks", d.marks),
             ingest_metrics=s.ingest.metrics_port or d.ingest_metrics, processors_web=s.processors.web_port,
             archive_metrics=s.archive.metrics_port or d.archive_metrics,
             processors_metrics=s.processors.metrics_port or d.processors_metrics,

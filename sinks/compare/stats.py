@@ -1,23 +1,16 @@
 """The statistics of ``fabricflow compare``: per-window values -> change, interval, verdict. Pure (numpy and math).
 
-The rule (docs/closed-loop.md, "When is a change significant"):
-
-1. Each period (before, after) is cut into windows; a metric gives one value per window, with the sampling
-   variance of that value (sFlow / NetFlow 1-in-N: a count's relative error is about 1/sqrt(samples)).
-2. A period's per-window variance is the larger of the windows' spread (sample variance: the job's own
-   fluctuation plus sampling noise) and their mean sampling variance (a floor where few windows look calm).
-3. Neighbouring windows are not independent (a checkpoint or a slow drift spans several, a smoothed score is
-   smoothed): a mean's variance is divided by n_eff = n (1 - r) / (1 + r) windows, r their pooled lag-1
-   autocorrelation (clipped to [0, 0.8]), instead of n.
-4. The change is the difference of the means (after - before); its standard error is Welch's with those
-   variances, its degrees of freedom Welch-Satterthwaite's over the n windows that estimated them.
-5. All comparisons of one report that can get a verdict form one family: each interval is a (1 - 0.05/m)
-   two-sided Student-t interval, m the family size (Bonferroni), so the chance of any false verdict in a report
-   about a job that did not change is at most 5 %.
-6. Verdict: ``improved`` or ``worse`` (by the metric's good direction) when the interval excludes zero AND the
-   change is at least the metric's minimum practical effect; else ``no significant change``. A metric whose good
-   direction is ambiguous (a volume) gets no verdict, only its interval. Fewer than :data:`MIN_WINDOWS` windows
-   with a value in either period: ``insufficient data``.
+The rule (docs/closed-loop.md, "When is a change significant"): each period is cut into windows, one value per
+window with its sampling variance (1-in-N sampling: a count's relative error is about 1/sqrt(samples)). A period's
+per-window variance is the larger of the windows' spread (the job's own fluctuation plus sampling noise) and their
+mean sampling variance. A mean's variance is divided by n_eff = n (1 - r) / (1 + r) windows, r the pooled lag-1
+autocorrelation (clipped to [0, 0.8]): neighbouring windows are not independent. The change is the difference of
+the means with Welch's standard error and Welch-Satterthwaite's degrees of freedom over the n windows. All
+comparisons of a report that can get a verdict are one family: each interval is a (1 - 0.05/m) Student-t interval
+(Bonferroni), so a report about a job that did not change has at most a 5 % chance of any false verdict. The
+verdict is ``improved`` or ``worse`` (by the metric's good direction) when the interval excludes zero AND the
+change reaches the metric's minimum practical effect, else ``no significant change``; a metric without a good
+direction gets none (``no verdict``); fewer than :data:`MIN_WINDOWS` windows with a value: ``insufficient data``.
 """
 
 from __future__ import annotations
