@@ -143,7 +143,7 @@
   // change markers as vertical lines on a time chart (ECharts markLine data), newest last
   function changeLines(changes) {
     return changes.map((c) => ({ xAxis: c.time_ms, name: c.text,
-      label: { show: true, formatter: () => "⚑ " + (c.text.length > 40 ? c.text.slice(0, 39) + "…" : c.text), color: "#f0b429", fontSize: 10, position: "insideEndTop" },
+      label: { show: true, formatter: () => "⚑ " + (c.text.length > 40 ? c.text.slice(0, 39) + "…" : c.text), color: "#f0b429", fontSize: 10, position: "end", rotate: 0, backgroundColor: "rgba(15,20,25,0.85)", padding: [1, 3] },
       lineStyle: { color: "#f0b429", type: "solid", width: 1.5 } }));
   }
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 __all__ = ["fmt_value", "render_text"]
 
 _MARK = {"improved": "improved", "worse": "WORSE", "no significant change": "no significant change",
-         "no verdict": "-", "insufficient data": "insufficient data"}
+         "no verdict": "(no verdict)", "insufficient data": "insufficient data"}
 
 
 def _iso(ms) -> str:

@@ -32,13 +32,12 @@ _CHANGES = """
     SELECT * EXCLUDE (dt, hour) FROM changes
     WHERE time_ms >= $t0 AND time_ms < $t1 ORDER BY time_ms, mark_id"""
 _SPAN = """SELECT min(window_start_ms) AS lo, max(window_end_ms) AS hi FROM matrix_windows"""
+# whole records (SELECT *): a column the detectors add later (a ``diagnosis``) comes along without a change here
 _EVENTS = {
-    "incast": """SELECT event_id AS id, 'incast' AS type, destination AS entity, min(window_start_ms) AS start_ms,
-                 max(window_end_ms) AS end_ms FROM incast_events WHERE list_contains($nodes, destination)
-                 AND window_start_ms >= $t0 AND window_start_ms < $t1 GROUP BY ALL ORDER BY start_ms""",
-    "straggler": """SELECT 'straggler' AS type, node AS entity, min(window_start_ms) AS start_ms,
-                    max(window_end_ms) AS end_ms FROM straggler_scores WHERE straggler AND list_contains($nodes, node)
-                    AND window_start_ms >= $t0 AND window_start_ms < $t1 GROUP BY ALL ORDER BY start_ms""",
+    "incast": """SELECT * EXCLUDE (dt, hour) FROM incast_events WHERE list_contains($nodes, destination)
+                 AND window_start_ms >= $t0 AND window_start_ms < $t1 ORDER BY window_start_ms""",
+    "straggler": """SELECT * EXCLUDE (dt, hour) FROM straggler_scores WHERE straggler AND list_contains($nodes, node)
+                    AND window_start_ms >= $t0 AND window_start_ms < $t1 ORDER BY window_start_ms""",
     "link": """SELECT * EXCLUDE (dt, hour) FROM link_health WHERE kind <> 'sample' AND list_contains($nodes, node)
                AND time_ms >= $t0 AND time_ms < $t1 ORDER BY time_ms""",
 }
@@ -166,18 +165,27 @@ def _num(x):
 
 
 def _events(q, p: Period, nodes: list[str]) -> list[dict]:
-    """Detections of the period on the entity's nodes, with their ``diagnosis`` where the record has one."""
-    out = []
+    """Detections of the period on the entity's nodes (an incast per event, a straggler episode per node), with
+    the ``diagnosis`` their records carry, if any (the latest one)."""
     if not nodes:
-        return out
+        return []
+    merged: dict[tuple, dict] = {}
     for kind, sql in _EVENTS.items():
         for r in _sql(q, sql, p.lo, p.end, {"nodes": nodes, "t0": p.lo, "t1": p.end}):
+            if kind == "incast":
+                key, entity, t0, t1 = (kind, r["event_id"]), r["destination"], r["window_start_ms"], r["window_end_ms"]
+            elif kind == "straggler":
+                key, entity, t0, t1 = (kind, r["node"]), r["node"], r["window_start_ms"], r["window_end_ms"]
+            else:
+                entity = f"{r.get('switch')}/{r.get('if_index')}"
+                key, t0, t1 = (kind, entity, r.get("kind"), r["time_ms"]), r["time_ms"], r["time_ms"]
+            e = merged.setdefault(key, {"type": kind, "entity": entity, "start_ms": t0, "end_ms": t1})
+            e["start_ms"], e["end_ms"] = min(e["start_ms"], t0), max(e["end_ms"], t1)
             if kind == "link":
-                r = {"type": "link", "entity": f"{r.get('switch')}/{r.get('if_index')}", "subtype": r.get("kind"),
-                     "start_ms": r.get("time_ms"), "end_ms": r.get("time_ms"), "node": r.get("node"),
-                     "diagnosis": r.get("diagnosis")}
-            out.append({k: v for k, v in r.items() if v is not None})
-    return sorted(out, key=lambda e: (e.get("start_ms", 0), e.get("type", "")))
+                e["subtype"], e["node"] = r.get("kind"), r.get("node")
+            if r.get("diagnosis"):
+                e["diagnosis"] = r["diagnosis"]
+    return sorted(merged.values(), key=lambda e: (e["start_ms"], e["type"], e["entity"]))
 
 
 def _step_summary(rows: list[dict]) -> dict | None:
