@@ -148,7 +148,8 @@
     es.addEventListener("update", (m) => {
       const d = JSON.parse(m.data);
       refreshStatus();
-      if (state.mode === "live" && !state.window) scheduleRefresh(400);
+      // the Compare view reads the archive for its periods: it does not follow the live window
+      if (state.mode === "live" && !state.window && state.view !== "compare") scheduleRefresh(400);
       else if (state.view === "matrix") loadWindows();
       void d;
     });
