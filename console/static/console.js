@@ -420,6 +420,9 @@
       (jobs.find((j) => j.live_scores > 0) || jobs[0]).name;
     sel.value = name;
     const d = await api("job", Object.assign({ name }, timeParams()));
+    // change markers, and for an archive range the job's steps: fetched before anything is drawn
+    const mk = await marksFor({ job: name });
+    const st = state.mode === "range" ? await api("steps", Object.assign({ job: name }, timeParams())).catch(() => null) : null;
     // the small multiples: each node's send/receive rate over all its traffic (d.traffic, every job with nodes);
     // the rates its straggler scores carry (traffic to the job's peers) are thinner lines where it was scored
     const tr = d.traffic;
@@ -443,15 +446,11 @@
     const c = chart("j-chart"); c.resize();
     const grids = [], xs = [], ys = [], series = [];
     const bands = d.bands.map((b) => [{ xAxis: b.start_ms, itemStyle: { color: PHASE_COLOR[b.phase] } }, { xAxis: b.end_ms }]);
-    const mk = await marksFor({ job: name });
     const changeLines = window.fabricflowMarks.changeLines(mk.changes.filter((c) => c.time_ms >= d.start_ms && c.time_ms <= d.end_ms));
     let stepInfo = "";
-    if (state.mode === "range") {  // steps aligned with the flows (only from the archive): stretched ones in red
-      const st = await api("steps", Object.assign({ job: name }, timeParams())).catch(() => null);
-      if (st && st.total) {
-        for (const r of st.steps) if (r.stretched) bands.push([{ xAxis: r.start_ms, itemStyle: { color: "rgba(255,90,95,0.35)" } }, { xAxis: r.end_ms }]);
-        stepInfo = " · " + st.total + " steps from step marks, " + st.stretched + " with a stretched communication phase (red)";
-      }
+    if (st && st.total) {  // steps aligned with the flows (only from the archive): stretched ones in red
+      for (const r of st.steps) if (r.stretched) bands.push([{ xAxis: r.start_ms, itemStyle: { color: "rgba(255,90,95,0.35)" } }, { xAxis: r.end_ms }]);
+      stepInfo = " · " + st.total + " steps from step marks, " + st.stretched + " with a stretched communication phase (red)";
     }
     if (mk.changes.length) stepInfo += " · " + mk.changes.length + " change" + (mk.changes.length > 1 ? "s" : "") + " (amber lines)";
     $("j-info").textContent += stepInfo;

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 
 import fsspec
 import pytest
-import uvicorn
 
-from devtools.browser import available, browser, console_errors, wait_rendered
+from devtools.browser import browser, console_errors, wait_rendered
+from tests.browser.serve import need_browser, serve
 from bench.console_run import wait_for
 from console.app import ConsoleState, create_app
 from console.closedloop import mark_storer
@@ -28,17 +27,13 @@ from fabricflow.settings import load_settings
 from tests import scenario_archives as sa
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
-PORT = int(os.environ.get("FABRICFLOW_TEST_CONSOLE_PORT", "31333")) + 1
+PORT = int(os.environ.get("FABRICFLOW_TEST_CONSOLE_PORT", "31333")) + 2  # +1: test_console_page's second server
 HOSTILE = '<img src=x onerror="window.__xss=1">'
 
 
 @pytest.fixture(scope="module")
 def page(scenario_archive, tmp_path_factory):
-    why = available()
-    if why:
-        if os.environ.get("FABRICFLOW_REQUIRE_BROWSER") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+    need_browser()
     archive, inv = scenario_archive(sa.scenario_doc("tuning"))
     root = tmp_path_factory.mktemp("compare-page") / "archive"
     shutil.copytree(archive, root)  # the form writes a marker: not into the session's shared archive
@@ -46,18 +41,8 @@ def page(scenario_archive, tmp_path_factory):
     settings = load_settings(None, archive={"url": f"file://{root}"})
     app = create_app(ConsoleState(L, LiveStore(L), History(fsspec.filesystem("file"), str(root)), None,
                                   store_marks=mark_storer(settings, live=False, archive=True)))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=PORT, log_level="warning", lifespan="off"))
-    server.install_signal_handlers = lambda: None
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    with browser(1500, 1000) as d:
-        yield d, f"http://127.0.0.1:{PORT}/", sa.start_ms(sa.scenario_doc("tuning"))
-    server.should_exit = True
-    t.join(10)
+    with serve(app, PORT) as url, browser(1500, 1000) as d:
+        yield d, url, sa.start_ms(sa.scenario_doc("tuning"))
 
 
 def _cells(d, css):
