@@ -63,9 +63,9 @@ class MarkStore:
 
 def concerns(change: dict, job: str = "", node: str = "", switch: str = "", if_index: int = -1) -> bool:
     """Whether a change belongs on the timeline of a job / node / port: its scope names it, or it has no scope
-    (a cluster-wide change)."""
+    (a cluster-wide change). Asked for nothing in particular (the events timeline): every change."""
     scoped = any(change.get(k) for k in ("job", "node", "switch", "src_group"))
-    if not scoped:
+    if not scoped or not (job or node or switch):
         return True
     if job and change.get("job") == job:
         return True

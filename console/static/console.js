@@ -511,10 +511,12 @@
       });
       laneCount[t] = Math.max(1, ends.length);
     }
+    const mk = await marksFor({});  // every change marker of the range (cluster-wide ones and all scoped ones)
     chart("e-chart").setOption({ backgroundColor: "transparent", animation: false, textStyle: { color: "#d8dee6" },
-      grid: { left: 80, right: 20, top: 10, bottom: 30 },
+      grid: { left: 80, right: 20, top: 18, bottom: 30 },
       tooltip: { trigger: "item", formatter: (p) => { const e = EVENTS[p.dataIndex]; return e ? tipBox(e.type + " · " + e.entity, [["start", fmtTime(e.start_ms)], ["end", fmtTime(e.end_ms)], ["", e.summary]]) : ""; } },
-      xAxis: { type: "time" }, yAxis: { type: "category", data: ys },
+      xAxis: Object.assign({ type: "time" }, state.mode === "range" && state.from ? { min: +state.from, max: +state.to } : {}),
+      yAxis: { type: "category", data: ys },
       series: [{ type: "custom", renderItem: (params, api2) => {
         const s = api2.coord([api2.value(0), api2.value(2)]); const e = api2.coord([api2.value(1), api2.value(2)]);
         const band = api2.size([0, 1])[1] * 0.7; const n = api2.value(4); const h = band / n;
@@ -523,7 +525,8 @@
           style: { fill: api2.visual("color") } };
       }, encode: { x: [0, 1], y: 2 },
       data: EVENTS.map((e, k) => ({ value: [e.start_ms, e.end_ms, ys.indexOf(e.type), lanes[k], laneCount[e.type]],
-        itemStyle: { color: TYPE_COLOR[e.type] } })) }],
+        itemStyle: { color: TYPE_COLOR[e.type] } })),
+        markLine: { silent: true, symbol: "none", data: window.fabricflowMarks.changeLines(mk.changes) } }],
     }, true);
     if (state.event) await renderEventDetail(); else $("e-detail").hidden = true;
   }
