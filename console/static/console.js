@@ -1,4 +1,4 @@
-/* fabricflow console: one page, five views; the URL hash keeps the whole view state.
+/* fabricflow console: one page, six views (the Compare view in compare.js); the URL hash keeps the whole view state.
  * Every name from inventories, policies and flows goes into the page as text (textContent, canvas
  * fillText, ECharts' canvas renderer); nothing from the data is ever parsed as HTML. */
 (function () {
