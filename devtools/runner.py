@@ -24,6 +24,9 @@ from fabricflow.settings import Settings, load_settings
 from .stack import EmbeddedStack, StackError, port_free, tail
 
 
+DRAIN_AFTER_INGEST_S = 2.0  # stop(): time the consumers get to read what ingest published as it stopped
+
+
 class PipelineError(Exception):
     """A pipeline service failed to start; the message names it and shows its log tail."""
 
@@ -192,22 +195,37 @@ class LocalPipeline:
         return f"http://127.0.0.1:{self.ports.console}/"
 
     def stop(self) -> None:
-        for name in ("ingest", "processors", "archive", "metrics", "console"):
+        """Ingest first: at exit it publishes its last batches and quality windows; then, after
+        ``DRAIN_AFTER_INGEST_S`` for the consumers to read them, every other service at once."""
+        ingest = self.procs.get("ingest")
+        if ingest is not None and ingest.poll() is None:
+            self._term(ingest)
+            self._reap(ingest)
+            time.sleep(DRAIN_AFTER_INGEST_S)
+        for name in ("processors", "archive", "metrics", "console"):
             proc = self.procs.get(name)
             if proc is not None and proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for name, proc in self.procs.items():
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+                self._term(proc)
+        for proc in self.procs.values():
+            self._reap(proc)
         self.procs.clear()
         if self.stack is not None:
             self.stack.down()
+
+    @staticmethod
+    def _term(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    @staticmethod
+    def _reap(proc: subprocess.Popen) -> None:
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
     def __enter__(self) -> "LocalPipeline":
         try:

@@ -13,6 +13,8 @@ another archive must give the same rows, dataset by dataset:
 - alerts: the same alerts by identity (dedup key, rule, severity, state, entities); the running figures in a
   firing message count the records up to the batch it fired in, and live batches are Kafka messages taken
   together by consumer timing (docs/replay.md, "Determinism").
+- ingest_quality: ingest publishes its last (partial) quality windows as it stops; the local pipeline stops
+  ingest first and gives the archive sink time to read them (devtools/runner.py, ``LocalPipeline.stop``).
 - summaries_hourly: not compared. Live produces an hour's summary once event time has passed the hour's end by
   archive.grace_s, which this short run never reaches; backfill closes every hour at the end of its capture.
 
