@@ -17,7 +17,8 @@ import numpy as np
 
 from sinks.query import ArchiveError
 
-__all__ = ["COMM", "Period", "Series", "Topology", "read_topology"]
+__all__ = ["COMM", "Cells", "Period", "Series", "Topology", "incast_counts", "per_second", "port_values", "query_rows",
+           "ratio", "read_topology", "straggler_values", "timeline_values"]
 
 COMM = ("collective", "rocev2")
 
@@ -51,9 +52,6 @@ _PORTS = """
     WHERE kind = 'sample' AND time_ms >= $t0 AND time_ms < $t1
       AND (list_contains($names, node) OR (switch = $switch AND if_index = $if_index))
     GROUP BY ALL"""
-_STEPS = """
-    SELECT time_ms, event, step FROM step_marks
-    WHERE job = $job AND time_ms >= $t0 AND time_ms < $t1 ORDER BY time_ms, step"""
 _TOPO = """
     SELECT node, job, rack, grp, sum(b) AS b FROM (
       SELECT src_node AS node, src_job AS job, src_rack AS rack, src_group AS grp, bytes_est AS b FROM {dataset}
@@ -103,7 +101,7 @@ class Topology:
         return sorted(n for n, j in self.job.items() if j == job)
 
 
-def _sql(q, query: str, lo: int, hi: int, params: dict):
+def query_rows(q, query: str, lo: int, hi: int, params: dict):
     """Rows (a list of dicts) or [] when the dataset is missing or has nothing in range."""
     try:
         return q.sql(query, lo, hi, params).to_pylist()
@@ -115,7 +113,7 @@ def read_topology(q, lo: int, hi: int) -> Topology:
     """Each node's job, rack and group over [lo, hi), from the traffic rollups (else the enriched flows)."""
     dataset = "traffic_1m" if "traffic_1m" in q.datasets else "flows_enriched"
     best: dict[str, tuple[float, str, str, str]] = {}
-    for r in _sql(q, _TOPO.format(dataset=dataset), lo, hi, {}):
+    for r in query_rows(q, _TOPO.format(dataset=dataset), lo, hi, {}):
         cur = best.get(r["node"])
         if cur is None or r["b"] > cur[0]:
             best[r["node"]] = (r["b"] or 0.0, r["job"] or "", r["rack"] or "", r["grp"] or "")
@@ -123,7 +121,7 @@ def read_topology(q, lo: int, hi: int) -> Topology:
                     {n: v[3] for n, v in best.items()})
 
 
-def _ratio(num: np.ndarray, den: np.ndarray, samples: np.ndarray) -> Series:
+def ratio(num: np.ndarray, den: np.ndarray, samples: np.ndarray) -> Series:
     """num/den per window (NaN where den is 0) with the binomial sampling variance p(1-p)/samples."""
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(den > 0, num / den, np.nan)
@@ -131,22 +129,22 @@ def _ratio(num: np.ndarray, den: np.ndarray, samples: np.ndarray) -> Series:
     return Series(p, np.nan_to_num(var))
 
 
-def _per_s(x: np.ndarray, samples: np.ndarray, seconds: float, have: np.ndarray) -> Series:
+def per_second(x: np.ndarray, samples: np.ndarray, seconds: float, have: np.ndarray) -> Series:
     """x per second with the relative sampling error 1/sqrt(samples); NaN in windows without data."""
     v = np.where(have, x / seconds, np.nan)
     var = np.where(samples > 0, v * v / np.maximum(samples, 1), 0.0)
     return Series(v, np.nan_to_num(var))
 
 
-class _Cells:
+class Cells:
     """Node-level (or group-level) matrix cells of one period summed per window and (src, dst, category)."""
 
     def __init__(self, q, p: Period, names: list[str], level: str = "node"):
         self.p = p
-        self.rows = _sql(q, _CELLS, p.lo, p.end, {"t0": p.lo, "t1": p.end, "w": p.w, "level": level,
+        self.rows = query_rows(q, _CELLS, p.lo, p.end, {"t0": p.lo, "t1": p.end, "w": p.w, "level": level,
                                                   "names": names}) if names else []
         self.have = np.zeros(p.n, dtype=bool)
-        for r in _sql(q, _WINDOWS, p.lo, p.end, {"t0": p.lo, "t1": p.end, "w": p.w}):
+        for r in query_rows(q, _WINDOWS, p.lo, p.end, {"t0": p.lo, "t1": p.end, "w": p.w}):
             if 0 <= r["k"] < p.n:
                 self.have[int(r["k"])] = True
 
@@ -162,7 +160,7 @@ class _Cells:
         return out
 
 
-def _timeline(q, p: Period, job: str) -> dict[str, Series]:
+def timeline_values(q, p: Period, job: str) -> dict[str, Series]:
     """iteration period, phase shares and communication time per window from the job's timeline records."""
     n = p.n
     periods: list[list[float]] = [[] for _ in range(n)]
@@ -170,7 +168,7 @@ def _timeline(q, p: Period, job: str) -> dict[str, Series]:
     covered = np.zeros(n)
     slot = np.zeros(n)
     comm_bytes = np.zeros(n)
-    for r in _sql(q, _TIMELINE, p.lo, p.end, {"t0": p.lo, "t1": p.end, "job": job}):
+    for r in query_rows(q, _TIMELINE, p.lo, p.end, {"t0": p.lo, "t1": p.end, "job": job}):
         k = (int(r["window_start_ms"]) - p.lo) // p.w
         if not 0 <= k < n:
             continue
@@ -198,12 +196,12 @@ def _timeline(q, p: Period, job: str) -> dict[str, Series]:
     return out
 
 
-def _scores(q, p: Period, job: str) -> dict[str, Series]:
+def straggler_values(q, p: Period, job: str) -> dict[str, Series]:
     """Straggler score per node (mean over the window's detector windows) and the job's lowest node."""
     n = p.n
     per_node: dict[str, list[list[float]]] = defaultdict(lambda: [[] for _ in range(n)])
     lowest: dict[int, dict[int, float]] = defaultdict(dict)  # k -> detector window -> lowest score
-    for r in _sql(q, _SCORES, p.lo, p.end, {"t0": p.lo, "t1": p.end, "job": job}):
+    for r in query_rows(q, _SCORES, p.lo, p.end, {"t0": p.lo, "t1": p.end, "job": job}):
         k = (int(r["window_start_ms"]) - p.lo) // p.w
         s = r["score"]
         if not 0 <= k < n or s is None or not np.isfinite(s):
@@ -218,20 +216,20 @@ def _scores(q, p: Period, job: str) -> dict[str, Series]:
     return out
 
 
-def _incasts(q, p: Period, names: list[str]) -> dict[str, np.ndarray]:
+def incast_counts(q, p: Period, names: list[str]) -> dict[str, np.ndarray]:
     """Incast events opened per window, by destination."""
     out: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(p.n))
-    for r in _sql(q, _INCASTS, p.lo, p.end, {"t0": p.lo, "t1": p.end, "names": names}) if names else []:
+    for r in query_rows(q, _INCASTS, p.lo, p.end, {"t0": p.lo, "t1": p.end, "names": names}) if names else []:
         k = (int(r["t"]) - p.lo) // p.w
         if 0 <= k < p.n:
             out[r["destination"]][k] += 1
     return out
 
 
-def _ports(q, p: Period, names: list[str], switch: str = "", if_index: int = -1) -> dict[tuple, dict[str, np.ndarray]]:
+def port_values(q, p: Period, names: list[str], switch: str = "", if_index: int = -1) -> dict[tuple, dict[str, np.ndarray]]:
     """Per port (switch, if_index, node): discards/s, errors/s and utilisation per window (NaN without samples)."""
     out: dict[tuple, dict[str, np.ndarray]] = {}
-    rows = _sql(q, _PORTS, p.lo, p.end, {"t0": p.lo, "t1": p.end, "w": p.w, "names": names, "switch": switch,
+    rows = query_rows(q, _PORTS, p.lo, p.end, {"t0": p.lo, "t1": p.end, "w": p.w, "names": names, "switch": switch,
                                            "if_index": int(if_index)})
     for r in rows:
         k = int(r["k"])
@@ -242,7 +240,3 @@ def _ports(q, p: Period, names: list[str], switch: str = "", if_index: int = -1)
         for c in d:
             d[c][k] = r[c] if r[c] is not None else np.nan
     return out
-
-
-def _steps(q, p: Period, job: str) -> list[dict]:
-    return _sql(q, _STEPS, p.lo, p.end, {"t0": p.lo, "t1": p.end, "job": job})

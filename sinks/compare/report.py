@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sinks.query import ArchiveError, parse_time
 
 from . import stats
-from .data import Period, _sql, read_topology
+from .data import Period, query_rows, read_topology
 from .series import series_for
 from .metrics import BY_ID, metrics_for
 from .steps import step_table
@@ -95,7 +95,7 @@ def _matches(mark: dict, scope: str, name: str, q) -> bool:
 
 def changes_in(q, lo: int, hi: int) -> list[dict]:
     """Every change marker in [lo, hi)."""
-    return _sql(q, _CHANGES, lo, hi, {"t0": lo, "t1": hi})
+    return query_rows(q, _CHANGES, lo, hi, {"t0": lo, "t1": hi})
 
 
 def latest_marker(q, scope: str, name: str, at_ms: int | None = None) -> dict | None:
@@ -115,7 +115,7 @@ def latest_marker(q, scope: str, name: str, at_ms: int | None = None) -> dict | 
 
 
 def _data_span(q, lo: int, hi: int) -> tuple[int, int] | None:
-    rows = _sql(q, _SPAN, lo, hi, {})
+    rows = query_rows(q, _SPAN, lo, hi, {})
     if not rows or rows[0]["lo"] is None:
         return None
     return int(rows[0]["lo"]), int(rows[0]["hi"])
@@ -171,7 +171,7 @@ def _events(q, p: Period, nodes: list[str]) -> list[dict]:
         return []
     merged: dict[tuple, dict] = {}
     for kind, sql in _EVENTS.items():
-        for r in _sql(q, sql, p.lo, p.end, {"nodes": nodes, "t0": p.lo, "t1": p.end}):
+        for r in query_rows(q, sql, p.lo, p.end, {"nodes": nodes, "t0": p.lo, "t1": p.end}):
             if kind == "incast":
                 key, entity, t0, t1 = (kind, r["event_id"]), r["destination"], r["window_start_ms"], r["window_end_ms"]
             elif kind == "straggler":

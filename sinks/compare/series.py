@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .data import COMM, Period, Series, Topology, _Cells, _incasts, _per_s, _ports, _ratio, _scores, _timeline
+from .data import (COMM, Cells, Period, Series, Topology, incast_counts, per_second, port_values, ratio,
+                   straggler_values, timeline_values)
 from .steps import step_series
 
 __all__ = ["job_series", "link_series", "node_series", "pair_series", "series_for"]
@@ -35,7 +36,7 @@ def _rate_while(bytes_: np.ndarray, samples: np.ndarray, comm_ms: np.ndarray) ->
     return Series(rate, np.nan_to_num(var))
 
 
-def _traffic_metrics(cells: _Cells, p: Period, sent, received, cnp_cells, rack_of: dict, comm_ms) -> dict[str, Series]:
+def _traffic_metrics(cells: Cells, p: Period, sent, received, cnp_cells, rack_of: dict, comm_ms) -> dict[str, Series]:
     """Volume, rate, ECN-CE, CNP and cross-rack share of one entity from its cell filters."""
     seconds = p.w / 1000.0
     s = cells.sums(sent)
@@ -43,10 +44,10 @@ def _traffic_metrics(cells: _Cells, p: Period, sent, received, cnp_cells, rack_o
     c = cells.sums(cnp_cells)
     cross = cells.sums(lambda a, b, cat: sent(a, b, cat) and rack_of.get(a, "") != rack_of.get(b, ""))
     out = {
-        "comm_bytes_per_s": _per_s(s["bytes"], s["samples"], seconds, cells.have),
-        "ecn_ce_share": _ratio(r["ce"], r["packets"], r["samples"]),
-        "cnp_share": _ratio(c["cnp"], r["packets"], r["samples"]),
-        "cross_rack_share": _ratio(cross["bytes"], s["bytes"], s["samples"]),
+        "comm_bytes_per_s": per_second(s["bytes"], s["samples"], seconds, cells.have),
+        "ecn_ce_share": ratio(r["ce"], r["packets"], r["samples"]),
+        "cnp_share": ratio(c["cnp"], r["packets"], r["samples"]),
+        "cross_rack_share": ratio(cross["bytes"], s["bytes"], s["samples"]),
     }
     if comm_ms is not None:
         out["comm_rate_bps"] = _rate_while(s["bytes"], s["samples"], comm_ms)
@@ -68,12 +69,12 @@ def job_series(q, p: Period, job: str, topo: Topology) -> Result:
     if not nodes:
         return {}
     members = set(nodes)
-    cells = _Cells(q, p, nodes)
-    tl = _timeline(q, p, job)
+    cells = Cells(q, p, nodes)
+    tl = timeline_values(q, p, job)
     comm_ms = tl["_comm_ms"].values
-    ports = _ports(q, p, nodes)
-    incasts = _incasts(q, p, nodes)
-    scores = _scores(q, p, job)
+    ports = port_values(q, p, nodes)
+    incasts = incast_counts(q, p, nodes)
+    scores = straggler_values(q, p, job)
 
     def inside(a, b, cat):
         return cat in COMM and a in members and b in members
@@ -89,7 +90,7 @@ def job_series(q, p: Period, job: str, topo: Topology) -> Result:
     return out
 
 
-def _node_metrics(cells: _Cells, p: Period, n: str, peers: set | None, topo: Topology, comm_ms, ports, incasts,
+def _node_metrics(cells: Cells, p: Period, n: str, peers: set | None, topo: Topology, comm_ms, ports, incasts,
                   scores) -> dict[str, Series]:
     def peer(x):
         return peers is None or x in peers
@@ -109,11 +110,11 @@ def node_series(q, p: Period, node: str, topo: Topology) -> Result:
     """One node: its traffic with its job's peers (any peer when it has no job)."""
     job = topo.job.get(node, "")
     peers = set(topo.nodes_of(job)) if job else None
-    cells = _Cells(q, p, sorted(peers | {node}) if peers else [node])
-    tl = _timeline(q, p, job) if job else None
-    scores = _scores(q, p, job) if job else {}
-    ports = _ports(q, p, [node])
-    incasts = _incasts(q, p, [node])
+    cells = Cells(q, p, sorted(peers | {node}) if peers else [node])
+    tl = timeline_values(q, p, job) if job else None
+    scores = straggler_values(q, p, job) if job else {}
+    ports = port_values(q, p, [node])
+    incasts = incast_counts(q, p, [node])
     return {("node", node): _node_metrics(cells, p, node, peers, topo, None if tl is None else tl["_comm_ms"].values,
                                           ports, incasts, scores)}
 
@@ -121,27 +122,27 @@ def node_series(q, p: Period, node: str, topo: Topology) -> Result:
 def link_series(q, p: Period, link: str, topo: Topology) -> Result:
     """One switch port (``switch/ifIndex``): its counters and the node behind it."""
     switch, _, idx = link.rpartition("/")
-    ports = _ports(q, p, [], switch, int(idx))
+    ports = port_values(q, p, [], switch, int(idx))
     nodes = sorted({nd for (_s, _i, nd) in ports if nd})
     node = nodes[0] if nodes else ""
-    m = _port_metrics(ports, None, p, _incasts(q, p, [node]).get(node, np.zeros(p.n)) if node else None)
+    m = _port_metrics(ports, None, p, incast_counts(q, p, [node]).get(node, np.zeros(p.n)) if node else None)
     m["util"] = Series(_sum_ports(ports, None, "util", p.n), np.zeros(p.n))
     if node:
-        cells = _Cells(q, p, [node])
+        cells = Cells(q, p, [node])
         r = cells.sums(lambda a, b, cat: b == node)
-        m["ecn_ce_share"] = _ratio(r["ce"], r["packets"], r["samples"])
+        m["ecn_ce_share"] = ratio(r["ce"], r["packets"], r["samples"])
     return {("link", link): m}
 
 
 def pair_series(q, p: Period, pair: str) -> Result:
     """A group pair (``A>B``): its group-level matrix cells."""
     a, _, b = pair.partition(">")
-    cells = _Cells(q, p, [a, b], level="group")
+    cells = Cells(q, p, [a, b], level="group")
     s = cells.sums(lambda x, y, cat: x == a and y == b)
     return {("pair", pair): {
-        "comm_bytes_per_s": _per_s(s["bytes"], s["samples"], p.w / 1000.0, cells.have),
-        "ecn_ce_share": _ratio(s["ce"], s["packets"], s["samples"]),
-        "cnp_share": _ratio(s["cnp"], s["packets"], s["samples"]),
+        "comm_bytes_per_s": per_second(s["bytes"], s["samples"], p.w / 1000.0, cells.have),
+        "ecn_ce_share": ratio(s["ce"], s["packets"], s["samples"]),
+        "cnp_share": ratio(s["cnp"], s["packets"], s["samples"]),
     }}
 
 

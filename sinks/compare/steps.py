@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .data import Period, Series, _sql
+from .data import Period, Series, query_rows
 
 __all__ = ["STRETCH_REL", "STRETCH_Z", "align", "flag_stretched", "phase_segments", "step_intervals", "step_series",
            "step_table"]
@@ -57,7 +57,7 @@ def phase_segments(q, job: str, lo: int, hi: int) -> tuple[list[tuple[str, int, 
     """((phase, start, end, bytes) of the job's timeline segments in [lo, hi), the timeline's slot ms)."""
     out = []
     slot = 0
-    for r in _sql(q, _SEGMENTS, lo, hi, {"t0": lo, "t1": hi, "job": job}):
+    for r in query_rows(q, _SEGMENTS, lo, hi, {"t0": lo, "t1": hi, "job": job}):
         slot = max(slot, int(r["slot_ms"] or 0))
         for s in r["phases"] or []:
             if s["phase"] != "idle":
@@ -126,14 +126,14 @@ def flag_stretched(rows: list[dict], resolution_ms: int = 0) -> list[dict]:
 
 def step_table(q, job: str, lo: int, hi: int) -> list[dict]:
     """The job's steps in [lo, hi), aligned and flagged (empty without step marks)."""
-    steps = step_intervals(_sql(q, _MARKS, lo, hi, {"t0": lo, "t1": hi, "job": job}))
+    steps = step_intervals(query_rows(q, _MARKS, lo, hi, {"t0": lo, "t1": hi, "job": job}))
     if not steps:
         return []
     segs, slot = phase_segments(q, job, lo, hi)
     return flag_stretched(align(steps, segs), slot)
 
 
-def step_series(q, p: Period, job: str, _timeline: dict | None = None) -> dict[str, Series]:
+def step_series(q, p: Period, job: str, timeline_values: dict | None = None) -> dict[str, Series]:
     """``step_time_ms`` and ``step_comm_ms`` per window (mean over the steps starting in it); nothing without marks."""
     rows = step_table(q, job, p.lo, p.end)
     if not rows:
