@@ -115,7 +115,7 @@
     out.appendChild(el("div", { class: "caption cmp-head" },
       m ? "change at " + h.fmtTime(m.time_ms) + ": " + m.text + (m.author ? " (" + m.author + ")" : "") : "given periods",
       el("br", {}), "before " + h.fmtTime(rep.before.from_ms) + " – " + h.fmtTime(rep.before.to_ms) + " (" + rep.before.windows + " windows of " + rep.window_ms / 1000 + " s) · after " +
-      h.fmtTime(rep.after.from_ms) + " – " + h.fmtTime(rep.after.to_ms) + " (" + rep.after.windows + " windows; " + rep.settle_ms / 1000 + " s after the change left out)"));
+      h.fmtTime(rep.after.from_ms) + " – " + h.fmtTime(rep.after.to_ms) + " (" + rep.after.windows + " windows" + (m ? "; " + rep.settle_ms / 1000 + " s after the change left out" : "") + ")"));
     const main = rep.metrics.filter((r) => r.entity_kind !== "node" || rep.scope === "node");
     const nodes = rep.metrics.filter((r) => r.entity_kind === "node" && rep.scope !== "node");
     out.appendChild(el("h3", {}, rep.scope + " " + rep.entity));

@@ -74,8 +74,8 @@ def render_text(rep: dict, all_nodes: bool = False) -> str:
     out.append(head)
     out.append(f"  before {_iso(b['from_ms'])} .. {_iso(b['to_ms'])} ({b['windows']} windows of "
                f"{rep['window_ms'] // 1000} s)")
-    out.append(f"  after  {_iso(a['from_ms'])} .. {_iso(a['to_ms'])} ({a['windows']} windows; the first "
-               f"{rep['settle_ms'] // 1000} s after the change left out)")
+    settle = f"; the first {rep['settle_ms'] // 1000} s after the change left out" if m else ""
+    out.append(f"  after  {_iso(a['from_ms'])} .. {_iso(a['to_ms'])} ({a['windows']} windows{settle})")
     out.append(f"  intervals: {100 * (1 - rep['alpha']):.0f} % for the whole report ({rep['family']} comparisons, "
                "Bonferroni); docs/closed-loop.md")
     main = [r for r in rep["metrics"] if r["entity_kind"] != "node" or rep["scope"] == "node"]
