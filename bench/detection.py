@@ -192,7 +192,8 @@ class SimRun:
     wall_start: float | None = None
 
     def start(self) -> "SimRun":
-        self.sim = Simulation(self.scenario, start_ms=self.start_ms, duration_s=self.duration_s)
+        self.sim = Simulation(self.scenario, start_ms=self.start_ms, duration_s=self.duration_s,
+                              kinds={"sflow", "netflow9", "ipfix", "marks"})
         threading.Thread(target=self._run, name="simulator", daemon=True).start()
         return self
 
@@ -237,7 +238,7 @@ def ports_block(base: int) -> PipelinePorts:
     the bench beside other pipelines on one machine (``--port-block``)."""
     return PipelinePorts(kafka=base, s3=base + 1, s3_base=base + 10, sflow=base + 20, netflow=base + 21,
                          ipfix=base + 22, ingest_metrics=base + 23, processors_web=base + 24,
-                         archive_metrics=base + 25, processors_metrics=base + 26)
+                         archive_metrics=base + 25, processors_metrics=base + 26, marks=base + 27)
 
 
 def next_epoch_ms(window_ms: int = 10_000, lead_s: float = 3.0) -> int:

@@ -14,7 +14,7 @@ import typer
 from fabricflow import __version__
 from fabricflow.settings import ConfigError
 
-from . import archive, config, console, metrics, pipeline, replay, stack
+from . import archive, backfill, closedloop, config, console, metrics, pipeline, replay, stack
 from .context import State
 
 app = typer.Typer(
@@ -49,7 +49,7 @@ def main_callback(
     ctx.obj = State(config)
 
 
-for _group in (config, stack, pipeline, archive, metrics, replay, console):
+for _group in (config, stack, pipeline, archive, metrics, replay, backfill, closedloop, console):
     _group.register(app)
 
 

@@ -30,8 +30,9 @@ def register(app: typer.Typer) -> None:
     def simulate_cmd(
         scenario: str = typer.Argument("mixed", help="Scenario file or shipped name: healthy, straggler, link_downgrade, incast, segmentation, mixed."),
         target: Optional[list[str]] = typer.Option(
-            None, "--target", "-t", help="Where to send: KIND=HOST:PORT (kinds sflow, netflow9, ipfix) or HOST:PORT for all; loopback only. "
-            "Default 127.0.0.1:6343/2055/4739."
+            None, "--target", "-t", help="Where to send: KIND=HOST:PORT (kinds sflow, netflow9, ipfix, marks) or HOST:PORT for all "
+            "export kinds; loopback only. Default 127.0.0.1:6343/2055/4739; the training jobs' step marks and the scenario's "
+            "changes go only to a marks=HOST:PORT target (the ingest marks listener, 6344 by default)."
         ),
         speed: float = typer.Option(1.0, help="Scenario seconds per wall second (10 = ten times faster)."),
         duration: Optional[float] = typer.Option(None, help="Scenario seconds to run (default: the scenario's duration)."),
@@ -39,8 +40,10 @@ def register(app: typer.Typer) -> None:
         truth: Optional[str] = typer.Option(None, help="Write the ground truth (faults, per-window node-to-node bytes) to this JSONL file."),
         start: Optional[str] = typer.Option(None, help="Scenario epoch: ISO time, unix seconds, or 'now' (default: the scenario's start)."),
         max_pps: float = typer.Option(5000.0, help="Cap on datagrams per wall second."),
-        pcap: Optional[str] = typer.Option(None, help="Also write the datagrams to this pcap."),
-        no_send: bool = typer.Option(False, "--no-send", help="Do not send (with --pcap: just write the capture)."),
+        pcap: Optional[str] = typer.Option(None, help="Also write the datagrams to this pcap (step marks and changes to port 6344); "
+                                           "read it back with `fabricflow backfill`."),
+        no_send: bool = typer.Option(False, "--no-send", help="Send nothing: write --pcap (stamped with scenario time, each "
+                                     "exporter from its own 127.0.0.x address) and/or --truth as fast as they are generated."),
     ):
         """Generate AI-cluster traffic as real sFlow v5 / NetFlow v9 / IPFIX datagrams (with injected faults) to UDP targets."""
         from devtools.simulator.cli import run_simulate

@@ -32,9 +32,11 @@ from sinks.query import describe, parse_time
 
 from . import events as ev
 from . import views
+from .closedloop import closedloop_routes
 from .history import ArchiveUnavailable, History
 from .layout import Layout
 from .live import CELL_SCHEMA, LiveStore
+from .marks import MarkStore, mark_routes
 
 STATIC = Path(__file__).parent / "static"
 DEFAULT_RANGE_MS = 15 * 60_000
@@ -58,6 +60,17 @@ class ConsoleState:
     token: str | None = None
     max_range_ms: int = 7 * 86_400_000
     extra_status: dict = field(default_factory=dict)
+    marks: MarkStore = field(default_factory=MarkStore)  # change markers and step marks held live (console/marks.py)
+    store_marks: object | None = None  # [(kind, record)] -> where stored (console.closedloop.mark_storer); None: read-only
+    accept_marks: bool = True
+    marks_per_s: float = 1000.0
+    marks_per_source_per_s: float = 100.0
+    window_ms: int = 10_000  # processors.window_s: the compare windows are multiples of it
+
+    def store_mark(self, kind: str, rec: dict) -> str:
+        if self.store_marks is None:
+            raise ArchiveUnavailable("this console cannot store marks (no broker and no archive)")
+        return self.store_marks([(kind, rec)])
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -551,6 +564,8 @@ def create_app(state: ConsoleState) -> Starlette:
         Route("/api/events", api(events_list)),
         Route("/api/event", api(event_detail)),
         Route("/api/inventory", api(inventory)),
+        *(Route(path, fn, methods=methods) for path, fn, methods in (
+            mark_routes(state, api, error, BadRequest) + closedloop_routes(state, api, BadRequest))),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found})

@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-SCHEMES = {"sflow": 6343, "netflow": 2055, "ipfix": 4739}
+SCHEMES = {"sflow": 6343, "netflow": 2055, "ipfix": 4739, "marks": 6344}
 
 
 class ListenError(ValueError):
@@ -22,7 +22,7 @@ class ListenError(ValueError):
 @dataclass(frozen=True)
 class ListenSpec:
     url: str
-    scheme: str  # sflow | netflow | ipfix (what the port is for; datagrams are still told apart by version)
+    scheme: str  # sflow | netflow | ipfix (what the port is for; datagrams are still told apart by version) | marks
     host: str
     port: int
 
@@ -32,7 +32,8 @@ class ListenSpec:
 
 
 def parse_listen(url: str) -> ListenSpec:
-    """``sflow://0.0.0.0:6343``, ``netflow://[::]:2055``, ``ipfix://127.0.0.1:4739`` (port optional)."""
+    """``sflow://0.0.0.0:6343``, ``netflow://[::]:2055``, ``ipfix://127.0.0.1:4739``, ``marks://0.0.0.0:6344``
+    (port optional)."""
     parts = urlsplit(url)
     if parts.scheme not in SCHEMES:
         raise ListenError(f"listen URL {url!r}: scheme must be one of {', '.join(SCHEMES)}")

@@ -129,8 +129,13 @@ class _ExporterMetrics:
 
 
 class IngestPipeline:
-    def __init__(self, ingest_settings, sink, metrics: IngestMetrics, listener: str = "udp"):
+    """``clock``: seconds now, for when batches are due and quality windows end; default the wall clock
+    (``time.monotonic`` / ``time.time``). An offline run (``fabricflow backfill``) passes the capture's time."""
+
+    def __init__(self, ingest_settings, sink, metrics: IngestMetrics, listener: str = "udp", clock=None):
         cfg = ingest_settings
+        self._mono = clock or time.monotonic
+        self._wall = clock or time.time
         self.sink = sink
         self.metrics = metrics
         self.listener = listener
@@ -155,7 +160,7 @@ class IngestPipeline:
         self.sflow_uptime_clock = SflowUptimeClock() if cfg.sflow_event_time == "uptime" else None
         self._flows: dict[str, FlowBatch] = {}
         self._counters: dict[str, list] = {}
-        self._oldest = time.monotonic()
+        self._oldest = self._mono()
         self._badlog = RateLimitedLog(log)
         self._templates_seen = (0, 0)
         # Bound metric children: labels() costs a lock and a dict lookup per call.
@@ -513,7 +518,7 @@ class IngestPipeline:
         self._counters.clear()
         for exp in list(self._samples):
             self._sampler_loss(exp)
-        self._oldest = time.monotonic()
+        self._oldest = self._mono()
         self._publish_quality()
         self._sync_template_metrics()
         self.sync_metrics()
@@ -523,7 +528,7 @@ class IngestPipeline:
         if self.quality is None:
             return
         publish = getattr(self.sink, "publish_quality", None)
-        reports = self.quality.due(int(time.time() * 1000), force=force)
+        reports = self.quality.due(int(self._wall() * 1000), force=force)
         if publish is None or not reports:
             return
         for rec, value in zip(reports, records.encode_records("ingest_quality", reports)):
@@ -542,7 +547,7 @@ class IngestPipeline:
 
     def maybe_flush(self) -> None:
         """Once per pass of the receive loop: publish batches older than the max delay, sync metrics."""
-        if time.monotonic() - self._oldest >= self.batch_delay_s:
+        if self._mono() - self._oldest >= self.batch_delay_s:
             self.flush()
         elif self._dirty or self._bytes_pending:
             self.sync_metrics()

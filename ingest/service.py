@@ -83,6 +83,18 @@ class IngestWorker:
         self.sockets = []
         self._ready = ready
         self._drops: dict[str, int] = {}
+        self.marks = None  # MarkReceiver of the marks:// listeners (ingest/marks.py)
+        if any(s.scheme == "marks" for s in specs):
+            from .marks import MarkReceiver
+
+            self.marks = MarkReceiver(self.sink, self.metrics.registry, allowlist=cfg.marks_allowlist,
+                                      max_per_s=cfg.marks_max_per_s, max_per_source_per_s=cfg.marks_max_per_source_per_s)
+        self.capture = None  # PcapWriter of ingest.capture_path (ingest/pcapwrite.py)
+        if cfg.capture_path:
+            from .pcapwrite import PcapWriter
+
+            path = cfg.capture_path if cfg.workers <= 1 else _worker_file(cfg.capture_path, index, ".pcap")
+            self.capture = PcapWriter(path, cfg.capture_max_bytes)
 
     def open(self) -> None:
         cfg = self.settings.ingest
@@ -163,6 +175,10 @@ class IngestWorker:
                 was_held = len(held)
                 for key, _ in events:
                     sock = key.fileobj
+                    if key.data.scheme == "marks":
+                        self._drain_marks(sock, buf, mv, now_ms)
+                        continue
+                    capture = self.capture
                     for _ in range(DRAIN_MAX):
                         try:
                             n, addr = sock.recvfrom_into(buf)
@@ -173,6 +189,8 @@ class IngestWorker:
                             break
                         held.append(bytes(mv[:n]))
                         held_src.append(addr[0])
+                        if capture is not None:
+                            capture.write(now_ms, addr[0], key.data.port, held[-1], addr[1])
                 if len(held) > was_held:
                     held_ms.extend([now_ms] * (len(held) - was_held))
                     if not was_held:
@@ -187,6 +205,8 @@ class IngestWorker:
                 if mono - last_housekeeping > 1.0:
                     self._update_socket_drops()
                     self.save_templates_if_due(mono)
+                    if self.capture is not None:
+                        self.capture.flush()
                     last_housekeeping = mono
                 if deadline and mono > deadline:
                     break
@@ -196,14 +216,37 @@ class IngestWorker:
                 handle_many(held, held_src, held_ms)
         return self.close()
 
+    def _drain_marks(self, sock, buf, mv, now_ms: int) -> None:
+        """Mark lines of a marks:// socket: parsed, bounded and published at once (a few per second)."""
+        for _ in range(DRAIN_MAX):
+            try:
+                n, addr = sock.recvfrom_into(buf)
+            except BlockingIOError:
+                return
+            except OSError as e:
+                log.debug("recv error: %s", e)
+                return
+            data = bytes(mv[:n])
+            self.marks.handle(data, addr[0], now_ms)
+            if self.capture is not None:
+                self.capture.write(now_ms, addr[0], sock.getsockname()[1], data, addr[1])
+
     def close(self) -> dict:
         self.pipeline.close()
+        if self.capture is not None:
+            self.capture.close()
         report = self.sink.close()
         for sock, _ in self.sockets:
             sock.close()
         self.sockets = []
         self.service.stop()
         return report
+
+
+def _worker_file(path: str, index: int, suffix: str) -> str:
+    """``NAME.wi.SUFFIX`` beside ``path`` for worker ``i`` of several."""
+    base = path[: -len(suffix)] if path.endswith(suffix) else path
+    return f"{base}.w{index}{suffix}"
 
 
 def _report(report: dict, index: int) -> None:

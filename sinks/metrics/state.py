@@ -181,6 +181,12 @@ class MetricsState:
         self.alerts_total = F("flow_alerts_total", "Flow alerts fired", ("rule", "severity"), COUNTER)
         self.alerts_firing = F("flow_alerts_firing", "Flow alerts currently firing", ("rule", "severity"), GAUGE)
         self.period = F("job_iteration_period_seconds", "Detected training iteration (compute/communication cycle) period", ("job",), GAUGE, t)
+        # change markers (changes.v1): for Grafana annotations (deploy/grafana) and alert silences
+        scope = ("job", "scope")
+        self.changes = F("change_markers_total", "Change markers recorded (fabricflow mark, console), by job and scope "
+                         "(job, node, link, pair, cluster)", scope, COUNTER)
+        self.change_time = F("change_marker_timestamp_seconds", "Unix time the latest change marker of the job and "
+                             "scope took effect (a Grafana annotation: the series value as the time)", scope, GAUGE)
         # own health
         self.series_gauge = F("fabricflow_metrics_series", "Series exported per family", ("family",), GAUGE)
         self.folded = F("fabricflow_metrics_series_folded_total", "Window cells folded into src_node=dst_node=\"other\" by the series budget", ("family",), COUNTER)
@@ -197,6 +203,7 @@ class MetricsState:
         self._incast_seen = _Seen()
         self._link_seen = _Seen()
         self._alert_seen = _Seen()
+        self._change_seen = _Seen()
         self._cell_seen = _CellKeys(int(duplicate_horizon_s * 1000))
         self._firing: dict[str, tuple[tuple[str, str], float]] = {}  # dedup key -> ((rule, severity), last update)
         self._window_ms: dict[str, int] = {}
@@ -266,7 +273,7 @@ class MetricsState:
     @property
     def _adders(self):
         return {"link": self.add_link_health, "incast": self.add_incast, "straggler": self.add_straggler,
-                "alerts": self.add_alerts, "patterns": self.add_patterns}
+                "alerts": self.add_alerts, "patterns": self.add_patterns, "changes": self.add_changes}
 
     # ------------------------------------------------------------------ matrix.windows.v1
 
@@ -490,6 +497,21 @@ class MetricsState:
             self._window("patterns", end)
 
         return self._each("patterns", recs, apply)
+
+    def add_changes(self, recs: Iterable[Mapping], now: float) -> int:
+        def apply(r):
+            mark, t = _str(r, "mark_id"), _int(r, "time_ms")
+            job = node_label(_str(r, "job")) if r.get("job") else ""
+            scope = ("job" if r.get("job") else "node" if r.get("node") else "link" if r.get("switch")
+                     else "pair" if r.get("src_group") else "cluster")
+            if not self._change_seen.add(mark):
+                self.count_skipped("changes", "duplicate")
+                return False
+            self.changes.inc((job, scope), 1)
+            if t / 1000.0 > self.change_time.values.get((job, scope), -1):
+                self.change_time.set((job, scope), t / 1000.0)
+
+        return self._each("changes", recs, apply)
 
     # ------------------------------------------------------------------ exposition
 
