@@ -62,8 +62,10 @@ def offline_settings(extra: dict | None = None):
 
 
 def run_offline(scenario: str | Path, seed: int | None = None, *, duration_s: float | None = None,
-                start_ms: int | None = None, settings=None, partitions: int = 1, slice_ms: int = 1000) -> OfflineRun:
-    """Outputs of the processors for one simulated run, and its truth lines."""
+                start_ms: int | None = None, settings=None, partitions: int = 1, slice_ms: int = 1000,
+                policy=None) -> OfflineRun:
+    """Outputs of the processors for one simulated run, and its truth lines (``policy``: a policy dict or file
+    for the policy rules, else the settings')."""
     path = find_scenario(str(scenario))
     scen = load_scenario(path)
     sim = Simulation(scen, seed=seed, start_ms=start_ms, duration_s=duration_s)
@@ -93,6 +95,6 @@ def run_offline(scenario: str | Path, seed: int | None = None, *, duration_s: fl
         pipe.handle(dg.data, addr.get(dg.exporter, "127.0.0.1"), dg.send_time_ms)
         n += 1
     drain()
-    factory = core_factory_from(settings.processors, inventory=str(path))
+    factory = core_factory_from(settings.processors, inventory=str(path), policy=policy)
     outputs = replay_batches(flows, counters, factory, partitions)
     return OfflineRun(scen.name, sim.seed, outputs, list(sim.truth.lines()), n)
