@@ -164,8 +164,9 @@ class DetectionFeed:
         if diag is None or diag["verdict"] == "undetermined" or self._said.get(ref) == diag["verdict"]:
             return None
         self._said[ref] = diag["verdict"]
-        return Detection("diagnosis", int(time_ms), entity, f"{entity}: {diag['title']}: {diag['summary']}. "
-                         f"Next: {diag['next_step']}", "info", ref=ref, diagnosis=diag["verdict"])
+        step = re.split(r" \(|: ", diag["next_step"], maxsplit=1)[0].rstrip(".")  # its first clause; the console has all
+        return Detection("diagnosis", int(time_ms), entity, f"{diag['title']}: {diag['summary']}. Next: {step}.",
+                         "info", ref=ref, diagnosis=diag["verdict"])
 
     def interpret(self, kind: str, v: dict) -> Detection | None:
         if kind == "matrix":
