@@ -119,6 +119,7 @@ def limits(verdict: str, interval_ms: float, sampling_rate: int = 0) -> str:
                 "(cable, optic, NIC or switch port) is at fault.")
     if verdict == HOST:
         return (f"Flow data sees bytes on the wire, not the GPU, CPU, NIC or NCCL inside the host: it cannot tell "
-                f"which of them is slow; {poll}, so a fault shorter than an interval can hide; PFC pauses the "
-                "host's NIC sends are invisible.")
+                f"which of them is slow; {poll}, so a fault shorter than an interval can hide; PFC pause frames "
+                "are invisible both ways: on a lossless fabric without ECN marking, a switch pausing this node "
+                "looks the same (no drop, no mark), so read the NIC's pause counters before the GPU.")
     return common + "."

@@ -265,7 +265,7 @@ def diagnose_link(record: dict, port: PortFacts | None, cfg: DiagnosisConfig) ->
     items = [evidence("port_errors_per_s", "counters", name, errs, note=poll),
              evidence("port_out_discards_per_s", "counters", name, float(record["out_discards_per_s"]), note=poll),
              evidence("port_speed_bps", "counters", name, float(record["if_speed"]),
-                      note=f"previous or configured {int(record['previous_if_speed'])}")]
+                      note=f"previous or configured {int(record['previous_if_speed']) / 1e9:g}G")]
     flaps = port.flaps if port else 0
     if flaps:
         items.append(evidence("oper_down_transitions", "counters", name, float(flaps),

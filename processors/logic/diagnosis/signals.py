@@ -179,6 +179,8 @@ class PortFacts:
             return f"{self.name} went down" + (f" ({self.flaps} times within the flap window)" if self.flaps > 1 else "")
         if self.event == "error_burst":
             return f"{self.name} counts {self.errors_per_s:.0f} errors/s"
+        if self.event == "discard_burst":
+            return f"{self.name} drops {self.out_discards_per_s:.0f} packets/s (a discard burst, no link errors)"
         return f"{self.name}: {self.event}"
 
     def items(self, role: str) -> list[dict]:
@@ -189,7 +191,7 @@ class PortFacts:
                evidence("port_errors_per_s", "counters", subject, self.errors_per_s, note=poll),
                evidence("port_utilisation", "counters", subject, self.util, note=poll),
                evidence("port_speed_bps", "counters", subject, float(self.if_speed),
-                        note="ifSpeed" + (f"; configured {self.configured_bps:.0f}"
+                        note="ifSpeed" + (f"; configured {self.configured_bps / 1e9:g}G"
                                           if self.configured_bps == self.configured_bps else ""))]
         if self.event:
             out.append(evidence(f"link_event:{self.event}", "counters", subject, 1.0, note=self.fault_text()))

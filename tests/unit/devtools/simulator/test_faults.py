@@ -120,3 +120,14 @@ def test_bad_fault_parameters_are_refused(bad, msg):
     doc["simulation"]["faults"] = [bad]
     with pytest.raises(ScenarioError, match=msg):
         scenario_from_dict(doc)
+
+
+@pytest.mark.parametrize("name, want", [("weak_cnp", "congestion_handled_by_dcqcn"),
+                                        ("few_marks", "congestion_control_not_reacting"),
+                                        ("short_incast", "switch_buffer_microburst"),
+                                        ("mild_straggler", "host_not_network")])
+def test_the_bench_variants_load_and_label_their_class(name, want):
+    from pathlib import Path
+
+    scen = load_scenario(Path(__file__).resolve().parents[4] / "scenarios" / "variants" / f"{name}.yaml")
+    assert scen.name == name and [expected_diagnosis(scen, f) for f in scen.faults] == [want]
