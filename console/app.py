@@ -460,7 +460,8 @@ def create_app(state: ConsoleState) -> Starlette:
                 port_info = state.layout.port_by_key.get((r.get("switch"), r.get("if_index")))
                 if (e := ev.link_event(r, port_info.node if port_info else "")) is not None:
                     arch.append(e)
-            arch += [ev.alert_event(r) for r in recs.get("alert", [])]
+            latest = {r["dedup_key"]: r for r in recs.get("alert", [])}  # by last_seen: the latest message
+            arch += [ev.alert_event(r) for r in latest.values()]
             for e in arch:
                 out.setdefault(e["id"], e)
         evs = list(out.values())
@@ -479,10 +480,11 @@ def create_app(state: ConsoleState) -> Starlette:
         if sev:
             evs = [e for e in evs if e["severity"] in sev]
         if q:
-            evs = [e for e in evs if q in e["summary"].lower() or q in str(e["entity"]).lower()]
+            evs = [e for e in evs if q in e["summary"].lower() or q in str(e["entity"]).lower()
+                   or q in _verdict_text(e)]
         total = len(evs)
         evs = evs[-limit:]
-        return {"events": [{k: v for k, v in e.items() if k != "evidence"} for e in evs], "total": total,
+        return {"events": [{k: _brief(k, v) for k, v in e.items() if k != "evidence"} for e in evs], "total": total,
                 "truncated": total > len(evs), "source": "live+archive" if rng else "live"}
 
     async def event_detail(request: Request, p: Params):
@@ -571,6 +573,20 @@ def create_app(state: ConsoleState) -> Starlette:
     app = Starlette(routes=routes, exception_handlers={404: not_found})
     app.state.console = state
     return TokenAuth(app, state.token)
+
+
+def _verdict_text(event: dict) -> str:
+    """The event's diagnosis verdict and title, lower case, for the events search ("" without one)."""
+    d = event.get("diagnosis") or {}
+    return f"{d.get('verdict', '')} {d.get('title', '')}".lower()
+
+
+def _brief(key: str, value):
+    """A field of an event as the events list sends it: the diagnosis as its verdict and title only (the detail
+    view has the rest)."""
+    if key == "diagnosis" and value:
+        return {"verdict": value["verdict"], "title": value["title"]}
+    return value
 
 
 def answered_fields(answered: list[dict]) -> dict:

@@ -191,8 +191,10 @@ def closing_lines(detections: list[Detection], first: float | None, archive_dir:
     from sinks.query import EXAMPLE_SQL
 
     kinds: dict[str, int] = {}
-    for d in detections:
+    found = [d for d in detections if d.kind != "diagnosis"]  # diagnosis lines name a verdict, they detect nothing
+    for d in found:
         kinds[d.kind] = kinds.get(d.kind, 0) + 1
+    said = len(detections) - len(found)
     ff = f"{_command()} --config {_shown(config)}"
 
     def cmd(args: str) -> str:
@@ -207,8 +209,10 @@ def closing_lines(detections: list[Detection], first: float | None, archive_dir:
                 lines.append(f"      {word}")
         return " \\\n".join(lines)
 
-    summary = f"summary: {len(detections)} detections: " + (
-        ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "none")
+    summary = f"summary: {len(found)} detections: " + (
+        ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "none") + (
+        f"; {said} diagnosis {'line' if said == 1 else 'lines'} (the console's events view has every diagnosis)"
+        if said else "")
     return [
         "",
         "\n".join(textwrap.wrap(summary, width, subsequent_indent="  ")) if width else summary,

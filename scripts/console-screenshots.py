@@ -10,6 +10,8 @@ downgrade are in the console, then photographs each view in headless Chromium:
     docs/images/console-jobs.png       train-a: node rates (all traffic, to peers), phase bands, stragglers
     docs/images/console-events.png     every detection on one axis, the incast opened with its flows
     docs/images/console-topn.png       group -> category -> group Sankey and top talkers
+    docs/images/console-diagnosis.png  the straggler gpu03 opened at its diagnosis (verdict, next step, limits,
+                                       evidence)
 
 With ``--closed-loop``, instead: the ``tuning`` scenario is simulated into a capture, backfilled into a scratch
 archive (no broker) and served by a console without Kafka:
@@ -60,7 +62,10 @@ def main() -> int:
             def have(t, sub=None):
                 return [e for e in run.console.store.events() if e["type"] == t and (sub is None or e["subtype"] == sub)]
 
-            wait_for(lambda: have("incast") and have("straggler") and have("link", "link_downgrade"), 120,
+            def gpu03():  # the injected straggler, once its diagnosis is in
+                return [e for e in have("straggler") if e["entity"] == "gpu03" and e.get("diagnosis")]
+
+            wait_for(lambda: have("incast") and gpu03() and have("link", "link_downgrade"), 120,
                      "incast, straggler and link downgrade in the console", check=run.pipe.check)
             time.sleep(15)  # the archive sink flushes idle partitions after archive.idle_flush_s (10 s)
             incast = have("incast")[0]
@@ -83,6 +88,14 @@ def main() -> int:
                     path = out / f"console-{view}.png"
                     d.save_screenshot(str(path))
                     print(f"wrote {path}")
+                d.get(run.url + f"#view=events&event={gpu03()[0]['id']}{rng}")
+                wait_rendered(d, "events")
+                time.sleep(1.5)
+                d.execute_script("document.getElementById('e-diagnosis').scrollIntoView({block: 'start'})")
+                time.sleep(0.5)
+                path = out / "console-diagnosis.png"
+                d.save_screenshot(str(path))
+                print(f"wrote {path}")
                 errs = console_errors(d)
                 if errs:
                     print("browser console errors:\n  " + "\n  ".join(errs), file=sys.stderr)

@@ -494,7 +494,8 @@
     for (const e of EVENTS.slice().reverse()) {
       const tr = el("tr", { "data-id": e.id, class: state.event === e.id ? "selected" : "" },
         el("td", {}, fmtTime(e.start_ms)), el("td", { class: "sev-" + e.severity }, e.type + (e.subtype && e.subtype !== e.type ? " / " + e.subtype : "")),
-        el("td", {}, e.entity), el("td", {}, e.summary));
+        el("td", {}, e.entity), el("td", { class: e.diagnosis ? "dg-" + e.diagnosis.verdict : "muted" }, e.diagnosis ? e.diagnosis.title : ""),
+        el("td", {}, e.summary));
       tr.addEventListener("click", () => setState({ event: e.id }));
       tb.appendChild(tr);
     }
@@ -545,6 +546,31 @@
     }
     return t;
   }
+  function fmtEvidence(x) {
+    const f = (v) => (/bps$/.test(x.signal) ? fmtRate(v) : /(share|utilisation)$/.test(x.signal) ? fmtPct(v) :
+      Math.abs(v) >= 100 ? String(Math.round(v)) : String(+v.toFixed(3)));
+    return f(x.value) + (x.low !== x.high ? " (" + f(x.low) + " – " + f(x.high) + ")" : "");
+  }
+  function diagnosisBox(dg) {
+    // the bottleneck diagnosis: verdict, why, next step, what the data cannot tell, what is missing, evidence
+    const box = el("div", { class: "diagnosis dg-" + dg.verdict, id: "e-diagnosis" });
+    box.appendChild(el("h4", {}, "Diagnosis: " + dg.title));
+    box.appendChild(el("div", {}, dg.summary));
+    if (dg.missing && dg.missing.length) {
+      box.appendChild(el("div", { class: "dg-label" }, "Missing or contradictory"));
+      const ul = el("ul", {}); for (const m of dg.missing) ul.appendChild(el("li", {}, m)); box.appendChild(ul);
+    }
+    box.appendChild(el("div", { class: "dg-label" }, "Next step")); box.appendChild(el("div", {}, dg.next_step));
+    box.appendChild(el("div", { class: "dg-label" }, "What flow data cannot tell")); box.appendChild(el("div", { class: "muted" }, dg.cannot_tell));
+    const t = el("table", { class: "dg-evidence" });
+    t.appendChild(el("tr", {}, ...["signal", "of", "value (bounds)", "source", "measured"].map((h) => el("th", {}, h))));
+    for (const x of dg.evidence || []) {
+      t.appendChild(el("tr", {}, el("td", {}, x.signal), el("td", {}, x.subject), el("td", { class: "num" }, fmtEvidence(x)),
+        el("td", {}, x.source), el("td", { class: "muted" }, x.note)));
+    }
+    box.appendChild(t);
+    return box;
+  }
   async function renderEventDetail() {
     const box = $("e-detail");
     let d;
@@ -555,6 +581,7 @@
     box.appendChild(el("h3", { class: "sev-" + e.severity }, e.type + " · " + e.entity));
     box.appendChild(el("div", {}, e.summary));
     box.appendChild(el("div", { class: "muted" }, fmtTime(e.start_ms) + " – " + fmtTime(e.end_ms) + " · " + e.state));
+    if (e.diagnosis) box.appendChild(diagnosisBox(e.diagnosis));
     box.appendChild(el("h4", {}, "Evidence")); box.appendChild(kvTable(e.evidence));
     box.appendChild(el("h4", {}, "Uncertainty")); box.appendChild(kvTable(e.uncertainty));
     box.appendChild(el("h4", {}, "Related events (" + d.related.length + ")"));

@@ -38,6 +38,7 @@ FAULT_KINDS = frozenset(
         "clock_skew",
         "congestion",
         "syn_storm",
+        "link_flap",
     }
 )
 
@@ -480,6 +481,15 @@ def _check_faults(scen: Scenario) -> None:
             raise ScenarioError("congestion: needs job")
         if f.kind == "syn_storm" and (not p.get("targets") or "node" not in p):
             raise ScenarioError("syn_storm: needs node and targets")
+        if f.kind in ("link_flap", "link_downgrade", "straggler") and "node" not in p:
+            raise ScenarioError(f"{f.kind}: needs node")
+        if f.kind == "link_flap" and not 0 < float(p.get("down_s", 12)) < float(p.get("period_s", 40)):
+            raise ScenarioError("link_flap: needs 0 < down_s < period_s")
+        if f.kind == "incast":
+            if p.get("transport", "tcp") not in ("tcp", "roce") or p.get("ecn", "none") not in ("none", "ect"):
+                raise ScenarioError("incast: transport is tcp or roce, ecn is none or ect")
+            if not 0 <= float(p.get("ce_fraction", 0)) <= 1 or float(p.get("cnp_ratio", 0)) < 0:
+                raise ScenarioError("incast: ce_fraction in [0, 1], cnp_ratio >= 0")
         if "job" in p and p["job"] not in scen.cluster.jobs:
             raise ScenarioError(f"fault {f.kind}: unknown job {p['job']!r}")
         if f.kind in ("exporter_loss", "clock_skew"):
