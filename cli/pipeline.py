@@ -97,6 +97,7 @@ def register(app: typer.Typer) -> None:
         from cli.context import fail, settings_of
         from fabricflow.logs import setup_logging
         from fabricflow.kafka_security import SecurityFileError
+        from fabricflow.statedir import StateDirError
         from processors.logic.core import CoreConfigError
         from processors.logic.inventory import InventoryError
 
@@ -109,7 +110,7 @@ def register(app: typer.Typer) -> None:
             from processors.worker import run_processors
 
             raise typer.Exit(run_processors(s))
-        except (CoreConfigError, InventoryError, SecurityFileError) as e:  # also a bad policy/categories file
+        except (CoreConfigError, InventoryError, SecurityFileError, StateDirError) as e:  # also a bad policy/categories file
             fail(str(e))
 
     @app.command("ingest")
@@ -126,7 +127,7 @@ def register(app: typer.Typer) -> None:
         from cli.context import fail, settings_of
         from fabricflow.logs import setup_logging
         from ingest.listener import ListenError
-        from ingest.service import run_ingest
+        from ingest.start import run_ingest
 
         s = settings_of(ctx)
         if workers:
