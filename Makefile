@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	# compile the numba sFlow walk and batch walk into their caches now, not when a service first starts (20-40 s once)
 	$(BIN)/python -c "from ingest.decode.sflow_batch import warm_up; warm_up()"
 	$(BIN)/python -c "from schemas.codec import warm_up; warm_up()"
+	# wheels of every dependency and build requirement, so tests/e2e/test_installed.py installs the built wheel offline
+	$(BIN)/python scripts/wheelhouse.py --dest $(VENV)/wheelhouse
 	touch $(STAMP)
 
 ## venv: create .venv and install fabricflow with its test tools
@@ -26,9 +28,9 @@ system-deps:
 test: venv system-deps
 	bash scripts/run-tests.sh
 
-## demo: install everything and run the main job on the embedded default
+## demo: install everything and run the main job on the embedded default (DEMO_ARGS="--ports-from 41000" moves its ports)
 demo: venv
-	$(BIN)/fabricflow demo
+	$(BIN)/fabricflow demo $(DEMO_ARGS)
 
 ## bench: run the benchmarks (prints records/s and ratios; not part of the tests)
 bench: venv

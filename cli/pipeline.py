@@ -72,16 +72,22 @@ def register(app: typer.Typer) -> None:
         speed: float = typer.Option(5.0, help="Scenario seconds per wall second."),
         no_ui: bool = typer.Option(False, "--no-ui", help="Plain log lines, one per detection naming its kind (for CI and scripts)."),
         state_dir: str = typer.Option(".fabricflow/demo", help="Where logs, config and the archive of the demo go (wiped at start)."),
+        ports_from: Optional[int] = typer.Option(
+            None, "--ports-from", min=1024, max=65535 - 21,
+            help="Use the 22 ports N to N+21 on 127.0.0.1 instead of the defaults (broker 9092, S3 8333 and 19330-19338, "
+            "UDP 6343/2055/4739, metrics 9180-9184, 6066, console 8090), e.g. when some are taken."),
     ):
         """Run everything on the embedded stack with simulated cluster traffic and show detections live."""
+        from cli.context import fail
         from devtools.demo import run_demo
         from devtools.runner import PipelineError
+        from fabricflow.statedir import StateDirError
 
         try:
-            raise typer.Exit(run_demo(scenario, duration, speed, no_ui, state_dir))
+            raise typer.Exit(run_demo(scenario, duration, speed, no_ui, state_dir, ports_from=ports_from))
+        except StateDirError as e:
+            fail(str(e))
         except PipelineError as e:
-            from cli.context import fail
-
             fail(str(e), 1)
 
     @app.command("process")

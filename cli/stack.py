@@ -29,6 +29,7 @@ def stack_up(
 ):
     """Start the embedded broker and object store in the background and create the topics."""
     from devtools.stack import EmbeddedStack, StackError
+    from fabricflow.statedir import StateDirError
     from fabricflow.streams import ensure_topics
 
     s = settings_of(ctx)
@@ -37,6 +38,8 @@ def stack_up(
     st = EmbeddedStack(s, with_s3=not no_s3)
     try:
         rows = st.up()
+    except StateDirError as e:
+        fail(str(e))
     except StackError as e:
         fail(str(e), 1)
     _print_status(rows)

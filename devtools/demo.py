@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .detections import Detection, DetectionFeed, MatrixView, _fmt_bps
-from .runner import LocalPipeline, PipelineError
+from .runner import PORTS_BLOCK, LocalPipeline, PipelineError, PipelinePorts
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 SHADES = ["grey23", "blue", "cyan", "green", "yellow", "dark_orange", "red"]
@@ -111,19 +111,27 @@ def run_demo(
     no_ui: bool = False,
     state_dir: str = ".fabricflow/demo",
     console: Console | None = None,
+    ports_from: int | None = None,
 ) -> int:
+    """Run the demo; raises :class:`PipelineError` (a service failed, a port is taken) and
+    :class:`~fabricflow.statedir.StateDirError` (``state_dir`` not writable)."""
+    from fabricflow.logs import process_age_s
+    from fabricflow.statedir import writable_dir
+
     from .simulator.cli import run_simulate
 
     console = console or Console()
     say = (lambda msg: print(msg, flush=True)) if no_ui else console.print
     scen = scenario_path(scenario)
     state = Path(state_dir).resolve()
-    if state.exists():
-        shutil.rmtree(state)
+    writable_dir(state, "--state-dir", "choose another with fabricflow demo --state-dir DIR")
+    shutil.rmtree(state)
     archive_dir = state / "archive"
     pipe = LocalPipeline(
         state,
         inventory=str(scen),
+        ports=PipelinePorts() if ports_from is None else PipelinePorts.block(ports_from),
+        move_ports=f"; or move the demo's {PORTS_BLOCK} ports with --ports-from N",
         console=True,
         extra={
             # files every minute (not every 15): the console's drill-down into an event reads the archive
@@ -135,7 +143,7 @@ def run_demo(
             "processors": {"detector_protocols": ["sflow5"]},
         },
     )
-    t0 = time.monotonic()
+    t0 = time.monotonic() - process_age_s()  # the figures below count from the command's start
     say(f"fabricflow demo: scenario {scen.stem}, {duration_s:.0f}s at {speed:g}x; starting broker, object store, ingest, "
         "processors, archive sink, flow-metrics sink, console ...")
     sim_rc: list[int] = []
@@ -203,7 +211,7 @@ def run_demo(
     lines = [
         "",
         f"summary: {len(detections)} detections: " + (", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "none"),
-        f"first detection {first:.0f}s after start" if first is not None else "no detection (try a longer --duration)",
+        f"first detection {first:.0f}s after the start of fabricflow demo" if first is not None else "no detection (try a longer --duration)",
         f"archive (hourly Parquet): {archive_dir}",
         "try:",
         f"  fabricflow --config {cfg} query top-talkers",

@@ -49,6 +49,26 @@ class PipelinePorts:
         d = cls()
         return cls(**{k: v + delta for k, v in d.__dict__.items()})
 
+    @classmethod
+    def block(cls, first: int) -> "PipelinePorts":
+        """Every port from ``first`` on, one after the other (``s3_base`` takes nine): ``first`` to
+        ``first + BLOCK - 1``."""
+        ports, nxt = {}, first
+        for name in cls().__dict__:
+            ports[name] = nxt
+            nxt += 9 if name == "s3_base" else 1
+        if nxt - 1 > 65535:
+            raise ValueError(f"ports {first}-{nxt - 1}: past 65535")
+        return cls(**ports)
+
+    def tcp(self) -> dict[str, int]:
+        """The TCP ports the services listen on (the stack checks its own: kafka, s3, s3_base)."""
+        return {name: port for name, port in self.__dict__.items()
+                if name not in ("kafka", "s3", "s3_base", "sflow", "netflow", "ipfix")}
+
+
+PORTS_BLOCK = 22  # ports PipelinePorts.block takes
+
 
 @dataclass
 class LocalPipeline:
@@ -61,6 +81,7 @@ class LocalPipeline:
     console: bool = False  # the web console (fabricflow console)
     extra: dict = field(default_factory=dict)  # settings overrides, by section
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    move_ports: str = ""  # appended to a port-in-use error: how the caller moves the ports
 
     def __post_init__(self):
         self.state_dir = Path(self.state_dir).resolve()
@@ -131,7 +152,12 @@ class LocalPipeline:
         s = self.settings()
         for name, port in (("sflow", self.ports.sflow), ("netflow", self.ports.netflow), ("ipfix", self.ports.ipfix)):
             if not _udp_free(port):
-                raise PipelineError(f"ingest: UDP port 127.0.0.1:{port} ({name}) is in use; stop whatever listens there")
+                raise PipelineError(f"ingest: UDP port 127.0.0.1:{port} ({name}) is in use; stop whatever listens there"
+                                    f"{self.move_ports}")
+        for name, port in self.ports.tcp().items():
+            if not port_free(port):
+                raise PipelineError(f"port 127.0.0.1:{port} ({name.replace('_', ' ')}) is in use; stop whatever listens "
+                                    f"there{self.move_ports}")
         self.stack = EmbeddedStack(s, with_s3=True)
         try:
             self.stack.up()

@@ -20,12 +20,14 @@ def _env_name(setting: str) -> str:
     return "FABRICFLOW_" + setting.upper().replace(".", "__")
 
 
-def writable_dir(path: str | os.PathLike, setting: str) -> Path:
+def writable_dir(path: str | os.PathLike, setting: str, change: str | None = None) -> Path:
     """``path`` created (with its parents) if missing and writable by this process; :class:`StateDirError`
-    naming ``setting`` (e.g. ``processors.datadir``) and the reason otherwise."""
+    naming ``setting`` (e.g. ``processors.datadir``) and the reason otherwise. ``change``: how to choose
+    another directory (default: the setting and its environment variable)."""
     p = Path(path)
     shown = p if p.is_absolute() else f"{p} (= {Path.cwd() / p})"
-    hint = f"set {setting} ({_env_name(setting)}) to a directory that user id {os.getuid()} can write"
+    change = change or f"set {setting} ({_env_name(setting)})"
+    hint = f"{change} to a directory that user id {os.getuid()} can write"
     try:
         p.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
