@@ -15,7 +15,9 @@ arrives before that) and waits for this process to have found Kafka and the topi
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import threading
 
 from fabricflow.logs import log_ready
 from fabricflow.settings import Settings
@@ -58,35 +60,60 @@ def run_ingest(settings: Settings, listen: list[str] | None = None, stdout: bool
     bound = open_sockets(specs, cfg.rcvbuf_bytes, n)  # ListenError: exit 2
     for i, mine in enumerate(bound):
         log_bound(mine, cfg.rcvbuf_bytes, i)
+    stop = _StopRequest()  # SIGTERM/SIGINT from now on: the start ends early, what was received is still handled
     if n > 1:
-        return _run_workers(settings, bound, specs)
+        return _run_workers(settings, bound, specs, stop)
     startup = StartupReceiver([sock for sock, _, _ in bound[0]], cfg.startup_buffer_mb << 20).start()
     log_ready("ingest", _listening(bound[0]) + "; datagrams are kept from now on")
-    if not stdout and not _kafka_ready(settings):
+    if not stdout and not _kafka_ready(settings, stop):
         _lost(startup)
-        return 1
+        return 0 if stop.is_set() else 1
     from .service import IngestWorker  # numpy, the decoders, the Kafka client: after the sockets are bound
 
     w = IngestWorker(settings, specs, stdout=stdout, bound=bound[0], startup=startup)
     with w.service.signals():
+        if stop.is_set():
+            w.service.request_stop()  # run() hands what was kept to Kafka, flushes and returns
         w.open()
         _report(w.run(), 0)
     return 0
 
 
-def _kafka_ready(settings: Settings) -> bool:
+class _StopRequest(threading.Event):
+    """Set by SIGTERM/SIGINT while ingest starts (the worker's own handlers take over once it runs)."""
+
+    def __init__(self):
+        super().__init__()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.set())
+
+    def sleep(self, seconds: float) -> None:
+        """A pause between attempts to reach Kafka that a stop request ends."""
+        if self.wait(seconds):
+            raise _Stopped
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _kafka_ready(settings: Settings, stop: _StopRequest) -> bool:
     """Wait for the brokers and create the catalog's topics (every worker publishes at once); False (logged)
-    when the brokers do not answer in time."""
+    when the brokers do not answer in time or a stop was requested."""
     from fabricflow.readiness import Unreachable, wait_for_kafka
     from fabricflow.streams import ensure_topics
 
     try:
-        wait_for_kafka(settings.kafka, log=log)
+        wait_for_kafka(settings.kafka, log=log, sleep=stop.sleep)
     except Unreachable as e:
         log.error("%s", e)
         return False
+    except _Stopped:
+        log.info("stopped while waiting for Kafka")
+        return False
     ensure_topics(settings.kafka)
-    return True
+    return not stop.is_set()
 
 
 def _lost(startup: StartupReceiver) -> None:
@@ -103,8 +130,10 @@ def _report(report: dict, index: int) -> None:
         log.warning("worker %d: %d records were NOT delivered to Kafka before the flush deadline", index, undelivered)
 
 
-def _worker_main(settings: Settings, bound: list[Bound], specs: list[ListenSpec], index: int, go) -> None:
+def _worker_main(settings: Settings, bound: list[Bound], specs: list[ListenSpec], index: int, go, parent: int) -> None:
     """A worker process: read its sockets at once, load the pipeline, wait for ``go`` (Kafka found), run."""
+    for sock, _, _ in bound:
+        sock.setblocking(False)
     startup = StartupReceiver([sock for sock, _, _ in bound], settings.ingest.startup_buffer_mb << 20).start()
     from fabricflow.logs import setup_logging
 
@@ -114,38 +143,40 @@ def _worker_main(settings: Settings, bound: list[Bound], specs: list[ListenSpec]
     w = IngestWorker(settings, specs, index=index, bound=bound, startup=startup)
     with w.service.signals():
         while not go.wait(0.2):
-            if w.stopping:
+            if w.stopping or os.getppid() != parent:  # stopped, or the parent is gone: it will never say go
                 return
         w.open()
         _report(w.run(), index)
 
 
-def _run_workers(settings: Settings, bound: list[list[Bound]], specs: list[ListenSpec]) -> int:
+def _run_workers(settings: Settings, bound: list[list[Bound]], specs: list[ListenSpec], stop: _StopRequest) -> int:
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     go = ctx.Event()
-    procs = [ctx.Process(target=_worker_main, args=(settings, mine, specs, i, go), name=f"ingest-{i}")
+    procs = [ctx.Process(target=_worker_main, args=(settings, mine, specs, i, go, os.getpid()), name=f"ingest-{i}")
              for i, mine in enumerate(bound)]
+
+    def forward(signum=None, _frame=None):
+        stop.set()
+        for p in procs:
+            if p.pid is not None and p.is_alive():
+                p.terminate()
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
     for p in procs:
         p.start()  # the worker's sockets go with it (their descriptors are passed at spawn)
     for mine in bound:
         for sock, _, _ in mine:
             sock.close()  # the workers hold them now
     log_ready("ingest", f"{len(procs)} workers " + _listening(bound[0]) + "; datagrams are kept from now on")
-
-    def forward(signum, _frame):
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    if not _kafka_ready(settings):
-        forward(signal.SIGTERM, None)
+    if stop.is_set() or not _kafka_ready(settings, stop):
+        stopped = stop.is_set()
+        forward()
         for p in procs:
             p.join()
-        return 1
+        return 0 if stopped else 1
     go.set()
     rc = 0
     for p in procs:

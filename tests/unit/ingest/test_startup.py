@@ -109,3 +109,23 @@ def test_a_capture_sent_one_second_after_start_arrives_whole(tmp_path):
     assert "ingest ready in" in err and f"{len(datas)} datagrams kept while starting" in err, err
     assert len(records) == 233, err  # 230 flow samples and 3 counter samples (tests/captures/pmacct_sfprobe_fabric)
     assert list(tmp_path.iterdir()) == []  # nothing written in the working directory
+
+
+def test_a_stop_while_waiting_for_kafka_ends_at_once(tmp_path):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
+        env.update({"FABRICFLOW_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{port}", "FABRICFLOW_KAFKA__WAIT_TIMEOUT_S": "120",
+                    "FABRICFLOW_INGEST__METRICS_PORT": "0"})
+        proc = subprocess.Popen([FABRICFLOW, "ingest", "--listen", f"sflow://127.0.0.1:{_free_udp_port()}"], env=env,
+                                cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+        err = []
+        for line in proc.stderr:  # ready once bound; then it waits for Kafka
+            err.append(line)
+            if "waiting for Kafka" in line:
+                break
+        proc.terminate()
+        rc = proc.wait(timeout=30)  # not after kafka.wait_timeout_s (120 s)
+        err = "".join(err) + proc.stderr.read()
+    assert rc == 0 and "stopped while waiting for Kafka" in err and "Traceback" not in err, err
