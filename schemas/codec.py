@@ -19,6 +19,8 @@ from functools import cache
 
 import numpy as np
 
+from fabricflow.compiled import load
+
 from .columns import dtype_for, empty_flows, load_avsc
 from .registry import (
     BATCHES,
@@ -275,14 +277,11 @@ def decode_batch(message: bytes, expect: str | None = None, spans: dict | None =
 
 @cache
 def _jit_layout(name: str):
-    """(the numba walk's module, kinds, offsets, widths, dtype) for batch ``name``; None: numpy walk only."""
-    try:
-        from . import _batch_jit
-    except ImportError:  # pragma: no cover - numba is a declared dependency
-        return None
+    """(the compiled walk's module, kinds, offsets, widths, dtype) for batch ``name``; None: numpy walk only."""
+    compiled = load("schemas._batch_compiled")
     dtype = dtype_for(BATCHES[name])
-    lay = _batch_jit.layout(_plan(name), dtype)
-    return None if lay is None or not len(lay[0]) else (_batch_jit, *lay, dtype)
+    lay = compiled.layout(_plan(name), dtype)
+    return None if lay is None or not len(lay[0]) else (compiled, *lay, dtype)
 
 
 def _decode_jit(name: str, message: bytes, spans: dict | None) -> np.ndarray | None:

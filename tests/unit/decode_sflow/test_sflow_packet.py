@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.decode.packet import parse_ethernet, parse_header
+from ingest.decode.reference.packet import parse_ethernet, parse_header
 from schemas.columns import addr16, addr_str
 from tests.unit.decode_sflow import sflow_build as b
 
