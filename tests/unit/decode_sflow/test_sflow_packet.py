@@ -1,4 +1,5 @@
-"""Sampled packet header parsing (ingest/decode/packet.py) on hand-built frames."""
+"""Sampled packet header parsing on hand-built frames: the readable reference (ingest/decode/reference/packet.py),
+which tests/unit/ingest/test_sflow_differential.py holds the compiled parser to."""
 
 from __future__ import annotations
 
