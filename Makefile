@@ -6,13 +6,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv system-deps test demo bench docs clean stack-up stack-down
 
-$(STAMP): pyproject.toml
+# the compiled decoders (Cython sources; built into extension modules beside them by the install below)
+COMPILED := ingest/decode/_sflow_compiled.pyx schemas/_batch_compiled.pyx
+
+$(STAMP): pyproject.toml setup.py $(COMPILED)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	# also compiles the decoders (Cython -> C -> .so): needs a C compiler and the Python headers
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	# compile the numba sFlow walk and batch walk into their caches now, not when a service first starts (20-40 s once)
-	$(BIN)/python -c "from ingest.decode.sflow_batch import warm_up; warm_up()"
-	$(BIN)/python -c "from schemas.codec import warm_up; warm_up()"
 	# wheels of every dependency and build requirement, so tests/e2e/test_installed.py installs the built wheel offline
 	$(BIN)/python scripts/wheelhouse.py --dest $(VENV)/wheelhouse
 	touch $(STAMP)
@@ -47,4 +48,5 @@ stack-down: venv
 	$(BIN)/fabricflow stack down
 
 clean:
-	rm -rf $(VENV) .fabricflow var .pytest_cache
+	rm -rf $(VENV) .fabricflow var .pytest_cache build
+	rm -f $(COMPILED:.pyx=.c) $(COMPILED:.pyx=.*.so)

@@ -12,7 +12,6 @@ import faust
 
 from fabricflow.service import Service
 from fabricflow.settings import Settings
-from schemas import codec
 
 from ..logic.config_files import (
     ConfigFiles,
@@ -187,7 +186,6 @@ def run_processors(settings: Settings) -> int:
     except Unreachable as e:
         log.error("%s", e)
         return 1
-    codec.warm_up()  # the compiled batch walk, before the first raw message
     proc = Processors(settings, files=files)
     p = settings.processors
     svc = proc.service

@@ -246,6 +246,8 @@ def test_dockerfile_copies_every_package():
     include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     for pkg in {p.rstrip("*") for p in include}:
         assert f"COPY {pkg} ./{pkg}" in text, f"{pkg} is packaged but not copied into the build stage"
+    build_files = [f for f in ("pyproject.toml", "setup.py", "README.md") if (REPO / f).exists()]
+    assert f"COPY {' '.join(build_files)} ./" in text, "the files the build reads are copied"
 
 
 def test_prometheus_scrapes_the_compose_services_on_their_metrics_ports():

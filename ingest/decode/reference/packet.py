@@ -1,6 +1,7 @@
-"""Parse the first bytes of a sampled packet (sFlow raw packet header record).
+"""Parse the first bytes of a sampled packet (sFlow raw packet header record): the readable reference.
 
-Pure functions over ``bytes``: Ethernet (802.1Q / QinQ), IPv4, IPv6 with extension headers,
+Used by tests only (the compiled decoder, :mod:`ingest.decode.sflow`, parses the same way). Pure functions
+over ``bytes``: Ethernet (802.1Q / QinQ), IPv4, IPv6 with extension headers,
 TCP/UDP/ICMP/ICMPv6, VXLAN (UDP 4789, inner frame parsed) and RoCEv2 (UDP 4791, BTH). Headers cut
 short by the sampler stop the parse where the bytes end; nothing raises on malformed input. Every
 parser returns a :data:`Parsed` tuple ``(ip_version, src16, dst16, src_port, dst_port, ip_protocol,
