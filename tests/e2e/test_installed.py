@@ -171,6 +171,7 @@ def test_services_start_as_a_user_without_home_and_a_capture_sent_one_second_aft
            "FABRICFLOW_METRICS__PORT": metrics_port, "FABRICFLOW_CONSOLE__LISTEN": f"127.0.0.1:{console_port}",
            "FABRICFLOW_CONSOLE__METRICS_PORT": _free_port()}
     started: list[Started] = []
+    since = time.time() - 1
     try:
         ingest = installed.start("ingest", ["ingest"], env)
         started.append(ingest)
@@ -200,18 +201,20 @@ def test_services_start_as_a_user_without_home_and_a_capture_sent_one_second_aft
     outputs = "\n".join(svc.output() for svc in started)
     assert "Traceback" not in outputs, outputs
     assert all(rc == 0 for rc in codes.values()), (codes, outputs)
-    mine = [p for root in (installed.base, Path(tempfile.gettempdir())) for p in _owned_by(root, installed.uid)]
+    mine = [p for root in (installed.base, Path(tempfile.gettempdir())) for p in _owned_by(root, installed.uid, since)]
     written = [p for p in mine if not any(p.is_relative_to(d) for d in state.values())]
     assert written == [], f"written outside the state directories: {sorted(map(str, written))}"
 
 
-def _owned_by(root: Path, uid: int) -> list[Path]:
+def _owned_by(root: Path, uid: int, since: float) -> list[Path]:
+    """What ``uid`` created (or changed) under ``root`` since ``since``."""
     out = []
     for d, dirs, files in os.walk(root):
         for n in (*dirs, *files):
             p = Path(d) / n
             try:
-                if p.lstat().st_uid == uid:
+                st = p.lstat()
+                if st.st_uid == uid and st.st_ctime >= since:
                     out.append(p)
             except OSError:
                 pass
