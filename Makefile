@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv system-deps test demo bench docs clean stack-up stack-down
+.PHONY: venv wheelhouse system-deps test demo bench docs clean stack-up stack-down
 
 # the compiled decoders (Cython sources; built into extension modules beside them by the install below)
 COMPILED := ingest/decode/_sflow_compiled.pyx schemas/_batch_compiled.pyx
@@ -14,9 +14,17 @@ $(STAMP): pyproject.toml setup.py $(COMPILED)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# also compiles the decoders (Cython -> C -> .so): needs a C compiler and the Python headers
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	# wheels of every dependency and build requirement, so tests/e2e/test_installed.py installs the built wheel offline
-	$(BIN)/python scripts/wheelhouse.py --dest $(VENV)/wheelhouse
 	touch $(STAMP)
+
+# wheels of every dependency and build requirement, downloaded while installing (never at run time), so
+# tests/e2e/test_installed.py installs the built wheel into a fresh prefix offline
+WHEELHOUSE := $(VENV)/wheelhouse/.complete
+$(WHEELHOUSE): $(STAMP)
+	$(BIN)/python scripts/wheelhouse.py --dest $(VENV)/wheelhouse
+	touch $(WHEELHOUSE)
+
+## wheelhouse: the wheels tests/e2e/test_installed.py installs from (make test fetches them)
+wheelhouse: $(WHEELHOUSE)
 
 ## venv: create .venv and install fabricflow with its test tools
 venv: $(STAMP)
@@ -26,7 +34,7 @@ system-deps:
 	bash scripts/install-system-deps.sh
 
 ## test: install everything, start the embedded broker + object store, run the whole suite, stop them
-test: venv system-deps
+test: venv wheelhouse system-deps
 	bash scripts/run-tests.sh
 
 ## demo: install everything and run the main job on the embedded default (DEMO_ARGS="--ports-from 41000" moves its ports)

@@ -133,6 +133,10 @@ def _archive_for_queries(inst: Installed, env: dict, stack) -> None:
         sink.stop()
 
 
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+
+
 def _row(name: str, cold: tuple[float, float], warm: list[tuple[float, float]]) -> str:
     ww = statistics.median(w for w, _ in warm) if warm else float("nan")
     wc = statistics.median(c for _, c in warm) if warm else float("nan")
@@ -144,7 +148,7 @@ def main() -> int:
     ap.add_argument("--user", default="nobody" if os.geteuid() == 0 else None, help="run the commands as this user")
     ap.add_argument("--runs", type=int, default=3, help="warm starts per command (median printed)")
     ap.add_argument("--ports-from", type=int, default=41300, help="first of ~40 ports on 127.0.0.1 (broker, S3, services)")
-    ap.add_argument("--wheelhouse", default=str(REPO / ".venv" / "wheelhouse"), help="wheels to install from (make venv)")
+    ap.add_argument("--wheelhouse", default=str(REPO / ".venv" / "wheelhouse"), help="wheels to install from (make wheelhouse)")
     ap.add_argument("--session-ms", type=int, default=6000, help="kafka.session_timeout_ms of the group members")
     ap.add_argument("--demo", action="store_true", help="also time `fabricflow demo` to its 'pipeline up' line")
     args = ap.parse_args()
@@ -176,12 +180,17 @@ def main() -> int:
             ("decode (capture)", ["decode", base / "capture.pcap"]),
             ("simulate (10 s, pcap)", ["simulate", "healthy", "--duration", "10", "--no-send", "--pcap", out / "s.pcap"]),
             ("query sql", ["query", "sql", "SELECT count(*) FROM flows_raw"]),
-            ("replay", ["replay", "--quiet", "--report", out / "replay.json"]),
+            ("replay (last hour)", ["replay", "--quiet", "--from", _iso(time.time() - 3600), "--to", _iso(time.time() + 60),
+                                    "--report", out / "replay.json"]),
             ("--version", ["--version"]),
         ]
         for name, argv in commands:
-            cold = _command_once(inst, name, argv, env)
-            warm = [_command_once(inst, name, argv, env) for _ in range(args.runs)]
+            try:
+                cold = _command_once(inst, name, argv, env)
+                warm = [_command_once(inst, name, argv, env) for _ in range(args.runs)]
+            except RuntimeError as e:
+                print(f"{name:<22} failed: {e}", flush=True)
+                continue
             print(_row(name, cold, warm), flush=True)
         if args.demo:
             stack.down()

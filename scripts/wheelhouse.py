@@ -1,7 +1,7 @@
 """Download the wheels that install fabricflow without the network: its dependencies and its build requirements.
 
-``make venv`` runs it once (the network is there at install time, never at run time); the wheels land in
-``.venv/wheelhouse`` (``--dest`` to change). ``tests/e2e/test_installed.py`` builds fabricflow's wheel from the
+``make test`` (``make wheelhouse``) runs it once: the network is there at install time, never at run time.
+The wheels land in ``.venv/wheelhouse`` (``--dest`` to change). ``tests/e2e/test_installed.py`` builds fabricflow's wheel from the
 source and installs it into a fresh, read-only prefix from these wheels alone (``pip --no-index``), as a
 packager or an air-gapped host would. Re-running adds only what is missing (pip's cache serves the rest).
 """

@@ -1,7 +1,7 @@
 """fabricflow as a packager installs it and a container runs it (issue 26).
 
 The wheel is built from this source, installed non-editable with Debian's Python into a fresh prefix from
-the wheels ``make venv`` downloaded (``scripts/wheelhouse.py``; no network here), and the prefix is made
+the wheels ``make test`` downloaded (``scripts/wheelhouse.py``; no network here), and the prefix is made
 read-only. Every command then runs as ``nobody`` (no home directory, no writable cache), with a minimal
 environment (no HOME) in ``/`` (not writable for it), against the suite's broker and object store:
 
@@ -68,7 +68,7 @@ def installed() -> Installed:
     if not Path(SYSTEM_PYTHON).exists():
         _unavailable(f"{SYSTEM_PYTHON} (Debian's python3) not installed")
     if not WHEELHOUSE.is_dir():
-        _unavailable(f"no wheelhouse at {WHEELHOUSE}: run `make venv` (scripts/wheelhouse.py)")
+        _unavailable(f"no wheelhouse at {WHEELHOUSE}: run `make wheelhouse` (scripts/wheelhouse.py)")
     try:
         home = pwd.getpwnam(USER).pw_dir
     except KeyError:
