@@ -61,10 +61,10 @@ class PipelinePorts:
             raise ValueError(f"ports {first}-{nxt - 1}: past 65535")
         return cls(**ports)
 
-    def tcp(self) -> dict[str, int]:
-        """The TCP ports the services listen on (the stack checks its own: kafka, s3, s3_base)."""
-        return {name: port for name, port in self.__dict__.items()
-                if name not in ("kafka", "s3", "s3_base", "sflow", "netflow", "ipfix")}
+    def required_tcp(self) -> dict[str, int]:
+        """The TCP ports without which the pipeline does not start: the ones it waits on and the Faust web server
+        (the stack checks its own; a service whose own /metrics port is taken runs without it, with a warning)."""
+        return {name: getattr(self, name) for name in ("ingest_metrics", "processors_web", "flow_metrics", "console")}
 
 
 PORTS_BLOCK = 22  # ports PipelinePorts.block takes
@@ -154,7 +154,7 @@ class LocalPipeline:
             if not _udp_free(port):
                 raise PipelineError(f"ingest: UDP port 127.0.0.1:{port} ({name}) is in use; stop whatever listens there"
                                     f"{self.move_ports}")
-        for name, port in self.ports.tcp().items():
+        for name, port in self.ports.required_tcp().items():
             if not port_free(port):
                 raise PipelineError(f"port 127.0.0.1:{port} ({name.replace('_', ' ')}) is in use; stop whatever listens "
                                     f"there{self.move_ports}")
