@@ -125,6 +125,9 @@ def make_app(proc: Processors) -> App:
         topic_partitions=partitions,
         topic_replication_factor=s.kafka.replication_factor,
         broker_session_timeout=s.kafka.session_timeout_ms / 1000.0,
+        # a third of the session, as the confluent-kafka clients (fabricflow/kafka.py); Faust's fixed 3 s would
+        # let a session shorter than 3 s expire between two heartbeats
+        broker_heartbeat_interval=s.kafka.session_timeout_ms / 3000.0,
         producer_max_batch_size=1,  # one changelog record per batch: Tansu's high watermark fault
         producer_max_request_size=8_000_000,
         consumer_max_fetch_size=8_000_000,

@@ -676,3 +676,12 @@ def test_counter_batches_taken_together_travel_as_one_message_per_shard_with_the
     assert {shuffle.header(h, "role").count(",") for _p, _v, h in together} == {len(items) - 1}  # a role per piece
     assert sorted(links2) == [0, 1] and links1 == links2 and n1 == n2 == 2 * len(items)
     assert state1 == state2 and all(len(s["keys"]) == 2 * len(exporters) for s in state2.values())
+
+
+def test_the_faust_app_heartbeats_three_times_per_session_and_starts_without_a_pause(tmp_path):
+    from processors.worker.faust_app import TableManager
+
+    p, _ = _proc(tmp_path)
+    conf = p.app.conf
+    assert conf.broker_session_timeout == 6.0 and conf.broker_heartbeat_interval == 2.0  # Faust's own default: 3 s
+    assert conf.TableManager is TableManager  # Faust's table manager waits 1 s before it subscribes; ours does not
