@@ -253,6 +253,8 @@ def rows(const uint8_t[::1] message, Py_ssize_t pos, int8_t kind, int64_t[::1] e
     f.off = -1
     f.n = 0
     f.text_len = &zero
+    if pos < 0:
+        raise ValueError("negative position")
     with nogil:
         code = _field(&message[0] if size else NULL, &pos, size, &f, &total, &e)
     if code:
@@ -271,8 +273,8 @@ def walk(const uint8_t[::1] message, Py_ssize_t pos, const int8_t[::1] kinds, co
     cdef Py_ssize_t size = message.shape[0], nf = kinds.shape[0], i, text_len = 0
     cdef Py_ssize_t n = len(out), itemsize = out.dtype.itemsize
     cdef size_t address = out.ctypes.data  # a structured array with object fields exports no byte buffer
-    if not out.flags.c_contiguous or out.ndim != 1:
-        raise ValueError("out must be one contiguous row array")
+    if not out.flags.c_contiguous or out.ndim != 1 or out.dtype.names is None or pos < 0:
+        raise ValueError("out must be one contiguous array of structured rows, pos not negative")
     cdef int64_t code = 0, total = 0
     cdef Field f
     cdef Err e

@@ -463,6 +463,8 @@ def capacity(list datas):
     cdef int64_t cap = 0
     cdef bytes d
     for d in datas:
+        if d is None:
+            raise TypeError("datagrams must be bytes")
         cap += _sample_count(<const uint8_t*>PyBytes_AS_STRING(d), PyBytes_GET_SIZE(d))
     return cap
 
@@ -815,6 +817,8 @@ def walk(list datas, const int64_t[::1] ts, int32_t proto_code, fallback, uint8_
     cbounds[0] = 0
     for i in range(k):
         d = datas[i]
+        if d is None:
+            raise TypeError("datagrams must be bytes")
         memset(o.prob, 0, sizeof(o.prob))
         memset(o.rank, 0, sizeof(o.rank))
         o.nrank = 0
