@@ -53,7 +53,7 @@ def _join_s(bootstrap: str, session_ms: int) -> float:
     """Seconds a plain consumer takes from subscribe to its first assignment (the broker's part of a join)."""
     from confluent_kafka import Consumer
 
-    from fabricflow.streams import ensure_topics
+    from fabricflow.kafka import ensure_topics
     from fabricflow.settings import load_settings
 
     ensure_topics(load_settings(None, kafka={"bootstrap_servers": bootstrap}).kafka)

@@ -67,24 +67,25 @@ def register(app: typer.Typer) -> None:
 
     @app.command("demo")
     def demo_cmd(
+        ctx: typer.Context,
         scenario: str = typer.Option("mixed", "--scenario", "-s", help="Scenario to play (file or shipped name)."),
         duration: float = typer.Option(90.0, "--duration", "-d", help="Wall-clock seconds to run the scenario."),
         speed: float = typer.Option(5.0, help="Scenario seconds per wall second."),
         no_ui: bool = typer.Option(False, "--no-ui", help="Plain log lines, one per detection naming its kind (for CI and scripts)."),
         state_dir: str = typer.Option(".fabricflow/demo", help="Where logs, config and the archive of the demo go (wiped at start)."),
-        ports_from: Optional[int] = typer.Option(
-            None, "--ports-from", min=1024, max=65535 - 21,
-            help="Use the 22 ports N to N+21 on 127.0.0.1 instead of the defaults (broker 9092, S3 8333 and 19330-19338, "
-            "UDP 6343/2055/4739, metrics 9180-9184, 6066, console 8090), e.g. when some are taken."),
     ):
-        """Run everything on the embedded stack with simulated cluster traffic and show detections live."""
-        from cli.context import fail
+        """Run everything on the embedded stack with simulated cluster traffic and show detections live.
+
+        Ports: those of the settings (--config / FABRICFLOW_...): stack.kafka_port, stack.s3_port,
+        stack.s3_base_port, ingest.listen, the metrics ports, processors.web_port, console.listen."""
+        from cli.context import fail, settings_of
         from devtools.demo import run_demo
-        from devtools.runner import PipelineError
+        from devtools.runner import PipelineError, PipelinePorts
         from fabricflow.statedir import StateDirError
 
+        ports = PipelinePorts.from_settings(settings_of(ctx))
         try:
-            raise typer.Exit(run_demo(scenario, duration, speed, no_ui, state_dir, ports_from=ports_from))
+            raise typer.Exit(run_demo(scenario, duration, speed, no_ui, state_dir, ports=ports))
         except StateDirError as e:
             fail(str(e))
         except PipelineError as e:
@@ -105,7 +106,7 @@ def register(app: typer.Typer) -> None:
         from fabricflow.kafka_security import SecurityFileError
         from fabricflow.statedir import StateDirError
         from processors.logic.core import CoreConfigError
-        from processors.logic.inventory import InventoryError
+        from processors.logic.enrich.inventory import InventoryError
 
         s = settings_of(ctx)
         upd = {k: v for k, v in {"inventory": inventory, "policy": policy}.items() if v}

@@ -51,24 +51,30 @@ class PipelinePorts:
         return cls(**{k: v + delta for k, v in d.__dict__.items()})
 
     @classmethod
-    def block(cls, first: int) -> "PipelinePorts":
-        """Every port from ``first`` on, one after the other (``s3_base`` takes nine): ``first`` to
-        ``first + BLOCK - 1``."""
-        ports, nxt = {}, first
-        for name in cls().__dict__:
-            ports[name] = nxt
-            nxt += 9 if name == "s3_base" else 1
-        if nxt - 1 > 65535:
-            raise ValueError(f"ports {first}-{nxt - 1}: past 65535")
-        return cls(**ports)
+    def from_settings(cls, s: Settings) -> "PipelinePorts":
+        """The ports of ``s`` (``fabricflow demo --config FILE`` / ``FABRICFLOW_...``): the embedded stack's
+        ``stack.*_port``, the ``ingest.listen`` ports by scheme, every service's metrics port and the console's
+        ``console.listen`` port; the defaults give the defaults above. A metrics port of 0 (off) keeps the
+        default: the demo waits on the services' /healthz."""
+        from ingest.listener import parse_listen
+
+        d = cls()
+        udp = {spec.scheme: spec.port for spec in map(parse_listen, s.ingest.listen)}
+        return cls(
+            kafka=s.stack.kafka_port, s3=s.stack.s3_port, s3_base=s.stack.s3_base_port,
+            sflow=udp.get("sflow", d.sflow), netflow=udp.get("netflow", d.netflow), ipfix=udp.get("ipfix", d.ipfix),
+            ingest_metrics=s.ingest.metrics_port or d.ingest_metrics, processors_web=s.processors.web_port,
+            archive_metrics=s.archive.metrics_port or d.archive_metrics,
+            processors_metrics=s.processors.metrics_port or d.processors_metrics,
+            flow_metrics=s.metrics.port or d.flow_metrics,
+            console=int(s.console.listen.rpartition(":")[2]),
+            console_metrics=s.console.metrics_port or d.console_metrics,
+        )
 
     def required_tcp(self) -> dict[str, int]:
         """The TCP ports without which the pipeline does not start: the ones it waits on and the Faust web server
         (the stack checks its own; a service whose own /metrics port is taken runs without it, with a warning)."""
         return {name: getattr(self, name) for name in ("ingest_metrics", "processors_web", "flow_metrics", "console")}
-
-
-PORTS_BLOCK = 22  # ports PipelinePorts.block takes
 
 
 @dataclass
@@ -166,7 +172,7 @@ class LocalPipeline:
         except StackError as e:
             self.stack.down()
             raise PipelineError(str(e)) from None
-        from fabricflow.streams import ensure_topics
+        from fabricflow.kafka import ensure_topics
 
         ensure_topics(s.kafka)
         # All at once: each waits for what it needs itself (Kafka, the group join), so their starts overlap.

@@ -102,7 +102,7 @@ def _kafka_ready(settings: Settings, stop: _StopRequest) -> bool:
     """Wait for the brokers and create the catalog's topics (every worker publishes at once); False (logged)
     when the brokers do not answer in time or a stop was requested."""
     from fabricflow.readiness import Unreachable, wait_for_kafka
-    from fabricflow.streams import ensure_topics
+    from fabricflow.kafka import ensure_topics
 
     try:
         wait_for_kafka(settings.kafka, log=log, sleep=stop.sleep)
