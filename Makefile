@@ -37,7 +37,7 @@ system-deps:
 test: venv wheelhouse system-deps
 	bash scripts/run-tests.sh
 
-## demo: install everything and run the main job on the embedded default (DEMO_ARGS="--ports-from 41000" moves its ports)
+## demo: install everything and run the main job on the embedded default (DEMO_ARGS="--no-ui": plain lines)
 demo: venv
 	$(BIN)/fabricflow demo $(DEMO_ARGS)
 

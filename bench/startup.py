@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from devtools.installed import Installed, install, set_writable  # noqa: E402
+from devtools.installed import Installed, install, port_settings, set_writable  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURE = REPO / "tests/captures/pmacct_sfprobe_fabric/pmacct_sfprobe_fabric.pcap"
@@ -197,7 +197,7 @@ def main() -> int:
             stack = None
             for run in ("cold", "warm"):
                 demo = inst.start("demo", ["demo", "--no-ui", "--scenario", "incast", "--duration", "15", "--state-dir",
-                                           out / f"demo-{run}", "--ports-from", args.ports_from])
+                                           out / f"demo-{run}"], port_settings(args.ports_from))
                 at, line = demo.wait_line(r"pipeline up in [0-9.]+s", timeout=300)
                 first = demo.wait_line(r"first detection \d+s", timeout=300)[1] if demo.proc.wait(300) == 0 else "failed"
                 print(f"demo {run}: '{line.strip()}' (seen after {at:.1f} s); {first}")

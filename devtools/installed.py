@@ -28,6 +28,19 @@ SYSTEM_PYTHON = "/usr/bin/python3"  # root's own Python may live where other use
 SKIP_PARTS = {".git", ".venv", "build", "dist", "var", ".fabricflow", "__pycache__", "tests"}
 
 
+def port_settings(first: int) -> dict[str, str]:
+    """Settings that move every port of ``fabricflow demo`` (and the services it runs) to ``first`` to
+    ``first + 20`` on 127.0.0.1 (the object store's internal ports take nine)."""
+    p = iter(range(first + 11, first + 22))
+    udp = [f"{scheme}://127.0.0.1:{next(p)}" for scheme in ("sflow", "netflow", "ipfix")]
+    return {"FABRICFLOW_STACK__KAFKA_PORT": str(first), "FABRICFLOW_STACK__S3_PORT": str(first + 1),
+            "FABRICFLOW_STACK__S3_BASE_PORT": str(first + 2), "FABRICFLOW_INGEST__LISTEN": "[" + ",".join(f'"{u}"' for u in udp) + "]",
+            **{f"FABRICFLOW_{name}": str(next(p)) for name in (
+                "INGEST__METRICS_PORT", "PROCESSORS__WEB_PORT", "PROCESSORS__METRICS_PORT", "ARCHIVE__METRICS_PORT",
+                "METRICS__PORT", "CONSOLE__METRICS_PORT")},
+            "FABRICFLOW_CONSOLE__LISTEN": f"127.0.0.1:{next(p)}"}
+
+
 class InstallError(RuntimeError):
     """A build or install step failed (the message holds its command and output)."""
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.installed import SYSTEM_PYTHON, Installed, Started, install, set_writable
+from devtools.installed import SYSTEM_PYTHON, Installed, Started, install, port_settings, set_writable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -236,14 +236,13 @@ def test_commands_run_as_a_user_without_home(installed, kafka_env):
 
 
 def test_the_demo_runs_from_the_installed_wheel(installed):
-    from devtools.runner import PORTS_BLOCK
     from devtools.stack import port_free
 
-    if not all(port_free(DEMO_PORTS + i) for i in range(PORTS_BLOCK)):
-        pytest.skip(f"demo ports {DEMO_PORTS}-{DEMO_PORTS + PORTS_BLOCK - 1} in use")
+    if not all(port_free(DEMO_PORTS + i) for i in range(22)):
+        pytest.skip(f"demo ports {DEMO_PORTS}-{DEMO_PORTS + 21} in use")
     state = installed.state("demo")
     demo = installed.start("demo", ["demo", "--no-ui", "--scenario", "incast", "--duration", "20", "--state-dir",
-                                    state / "run", "--ports-from", DEMO_PORTS])
+                                    state / "run"], port_settings(DEMO_PORTS))
     try:
         at, line = demo.wait_line(r"pipeline up in [0-9.]+s", timeout=180)
         TIMINGS.append(("demo pipeline", at, demo.cpu_s(), float(re.search(r"up in ([0-9.]+)s", line).group(1))))
