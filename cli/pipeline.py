@@ -67,18 +67,24 @@ def register(app: typer.Typer) -> None:
 
     @app.command("demo")
     def demo_cmd(
+        ctx: typer.Context,
         scenario: str = typer.Option("mixed", "--scenario", "-s", help="Scenario to play (file or shipped name)."),
         duration: float = typer.Option(90.0, "--duration", "-d", help="Wall-clock seconds to run the scenario."),
         speed: float = typer.Option(5.0, help="Scenario seconds per wall second."),
         no_ui: bool = typer.Option(False, "--no-ui", help="Plain log lines, one per detection naming its kind (for CI and scripts)."),
         state_dir: str = typer.Option(".fabricflow/demo", help="Where logs, config and the archive of the demo go (wiped at start)."),
     ):
-        """Run everything on the embedded stack with simulated cluster traffic and show detections live."""
-        from devtools.demo import run_demo
-        from devtools.runner import PipelineError
+        """Run everything on the embedded stack with simulated cluster traffic and show detections live.
 
+        Ports: those of the settings (--config / FABRICFLOW_...): stack.kafka_port, stack.s3_port,
+        stack.s3_base_port, ingest.listen, the metrics ports, processors.web_port, console.listen."""
+        from cli.context import settings_of
+        from devtools.demo import run_demo
+        from devtools.runner import PipelineError, PipelinePorts
+
+        ports = PipelinePorts.from_settings(settings_of(ctx))
         try:
-            raise typer.Exit(run_demo(scenario, duration, speed, no_ui, state_dir))
+            raise typer.Exit(run_demo(scenario, duration, speed, no_ui, state_dir, ports=ports))
         except PipelineError as e:
             from cli.context import fail
 
@@ -98,7 +104,7 @@ def register(app: typer.Typer) -> None:
         from fabricflow.logs import setup_logging
         from fabricflow.kafka_security import SecurityFileError
         from processors.logic.core import CoreConfigError
-        from processors.logic.inventory import InventoryError
+        from processors.logic.enrich.inventory import InventoryError
 
         s = settings_of(ctx)
         upd = {k: v for k, v in {"inventory": inventory, "policy": policy}.items() if v}

@@ -9,12 +9,14 @@ a job's pattern deviating. Updates of ongoing conditions are not repeated.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer
 
+from fabricflow.kafka import client_config
 from schemas import codec
 
 LINK_KINDS = {"link_downgrade", "error_burst", "oper_down", "sustained_utilisation", "discard_burst"}
@@ -37,33 +39,50 @@ def _fmt_bps(v: float) -> str:
     return f"{v:.0f} b/s"
 
 
+def readable_speeds(detail: str) -> str:
+    """A link event's detail with its bit rates in Gb/s: ``if_speed 25000000000 -> 1000000000 bps`` reads
+    ``link speed 25.0 Gb/s -> 1.0 Gb/s``."""
+    if not detail.startswith("if_speed "):
+        return detail
+    return "link speed " + re.sub(r"\b(\d{4,})(?: bps)?", lambda m: _fmt_bps(int(m.group(1))), detail[9:])
+
+
 @dataclass
 class MatrixView:
-    """Latest complete window of the node-level traffic matrix, and top talkers."""
+    """The last :attr:`KEEP` windows of the traffic matrix at each level (node, rack, group), and top talkers."""
 
-    windows: dict[int, dict[tuple[str, str], int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    KEEP = 12
+    #: level -> window start -> (src, dst) -> estimated bytes
+    levels: dict[str, dict[int, dict[tuple[str, str], int]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(int))))
     window_ms: int = 10_000
 
+    @property
+    def windows(self) -> dict[int, dict[tuple[str, str], int]]:
+        """The node level's windows."""
+        return self.levels["node"]
+
     def add(self, cell: dict) -> None:
-        if cell["level"] != "node":
-            return
+        windows = self.levels[cell["level"]]
         self.window_ms = cell["window_end_ms"] - cell["window_start_ms"]
-        self.windows[cell["window_start_ms"]][(cell["src"] or "unknown", cell["dst"] or "unknown")] += cell["bytes_est"]
-        while len(self.windows) > 12:
-            del self.windows[min(self.windows)]
+        windows[cell["window_start_ms"]][(cell["src"] or "unknown", cell["dst"] or "unknown")] += cell["bytes_est"]
+        while len(windows) > self.KEEP:
+            del windows[min(windows)]
 
-    def latest(self) -> tuple[int | None, dict[tuple[str, str], int]]:
-        if not self.windows:
+    def latest(self, level: str = "node") -> tuple[int | None, dict[tuple[str, str], int]]:
+        windows = self.levels.get(level)
+        if not windows:
             return None, {}
-        ws = max(self.windows)
-        return ws, dict(self.windows[ws])
+        ws = max(windows)
+        return ws, dict(windows[ws])
 
-    def top_talkers(self, n: int = 8) -> list[tuple[str, str, int]]:
+    def top_talkers(self, n: int = 8, level: str = "node") -> list[tuple[str, str, int]]:
+        """The ``n`` largest (src, dst, bytes) over the windows kept."""
         tot: dict[tuple[str, str], int] = defaultdict(int)
-        for cells in self.windows.values():
+        for cells in self.levels.get(level, {}).values():
             for k, v in cells.items():
                 tot[k] += v
-        return sorted(((s, d, b) for (s, d), b in tot.items()), key=lambda x: -x[2])[:n]
+        return sorted(((s, d, b) for (s, d), b in tot.items()), key=lambda x: (-x[2], x[0], x[1]))[:n]
 
 
 class DetectionFeed:
@@ -81,7 +100,7 @@ class DetectionFeed:
         }
         self.consumer = consumer if consumer is not None else Consumer(
             {
-                **settings.kafka.client_config(),
+                **client_config(settings.kafka),
                 "group.id": group or f"fabricflow-view-{uuid.uuid4().hex[:8]}",
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
@@ -149,7 +168,7 @@ class DetectionFeed:
         if kind == "link" and v["kind"] in LINK_KINDS:
             ent = f"{v['switch']}/if{v['if_index']}"
             who = f" ({v['node']}" + (f", job {v['job']}" if v.get("job") else "") + ")" if v.get("node") else ""
-            return Detection(v["kind"], v["time_ms"], ent, f"{ent}{who}: {v['detail']}",
+            return Detection(v["kind"], v["time_ms"], ent, f"{ent}{who}: {readable_speeds(v['detail'])}",
                              "critical" if v["kind"] not in ("sustained_utilisation", "discard_burst") else "warning")
         if kind == "alert" and v["state"] == "firing":
             return Detection(v["rule"], v["window_start_ms"], v["dedup_key"], v["summary"], v["severity"])

@@ -49,6 +49,27 @@ class PipelinePorts:
         d = cls()
         return cls(**{k: v + delta for k, v in d.__dict__.items()})
 
+    @classmethod
+    def from_settings(cls, s: Settings) -> "PipelinePorts":
+        """The ports of ``s`` (``fabricflow demo --config FILE`` / ``FABRICFLOW_...``): the embedded stack's
+        ``stack.*_port``, the ``ingest.listen`` ports by scheme, every service's metrics port and the console's
+        ``console.listen`` port; the defaults give the defaults above. A metrics port of 0 (off) keeps the
+        default: the demo waits on the services' /healthz."""
+        from ingest.listener import parse_listen
+
+        d = cls()
+        udp = {spec.scheme: spec.port for spec in map(parse_listen, s.ingest.listen)}
+        return cls(
+            kafka=s.stack.kafka_port, s3=s.stack.s3_port, s3_base=s.stack.s3_base_port,
+            sflow=udp.get("sflow", d.sflow), netflow=udp.get("netflow", d.netflow), ipfix=udp.get("ipfix", d.ipfix),
+            ingest_metrics=s.ingest.metrics_port or d.ingest_metrics, processors_web=s.processors.web_port,
+            archive_metrics=s.archive.metrics_port or d.archive_metrics,
+            processors_metrics=s.processors.metrics_port or d.processors_metrics,
+            flow_metrics=s.metrics.port or d.flow_metrics,
+            console=int(s.console.listen.rpartition(":")[2]),
+            console_metrics=s.console.metrics_port or d.console_metrics,
+        )
+
 
 @dataclass
 class LocalPipeline:
@@ -138,7 +159,7 @@ class LocalPipeline:
         except StackError as e:
             self.stack.down()
             raise PipelineError(str(e)) from None
-        from fabricflow.streams import ensure_topics
+        from fabricflow.kafka import ensure_topics
 
         ensure_topics(s.kafka)
         self._spawn("ingest", ["ingest"])
