@@ -211,6 +211,11 @@ cdef inline int64_t _i64(const uint8_t* b, Py_ssize_t p) noexcept nogil:
     return <int64_t>((<uint64_t>_u32(b, p) << 32) | <uint64_t>_u32(b, p + 4))
 
 
+cdef inline int64_t _expanded_source(const uint8_t* b, Py_ssize_t p) noexcept nogil:
+    """An expanded sample's data source: type (8 bits) << 24 | index (24 bits), from two words at ``p``."""
+    return ((_u32(b, p) & 0xFF) << 24) | (_u32(b, p + 4) & 0xFFFFFF)
+
+
 cdef inline void _v4(uint8_t* a, const uint8_t* b) noexcept nogil:
     """IPv4-mapped IPv6 address of the 4 bytes at ``b``."""
     memset(a, 0, 10)
@@ -540,7 +545,7 @@ cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code
                 if slen < 44:
                     return _fail(o, E_XFLOW_SAMPLE, off, 0, 0)
                 sseq = _u32(d, off)
-                source = ((_u32(d, off + 4) & 0xFF) << 24) | (_u32(d, off + 8) & 0xFFFFFF)
+                source = _expanded_source(d, off + 4)
                 rate = _u32(d, off + 12)
                 pool = _u32(d, off + 16)
                 drops = _u32(d, off + 20)
@@ -698,7 +703,7 @@ cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code
                 if slen < 16:
                     return _fail(o, E_XCOUNTER_SAMPLE, off, 0, 0)
                 cseq = _u32(d, off)
-                source = ((_u32(d, off + 4) & 0xFF) << 24) | (_u32(d, off + 8) & 0xFFFFFF)
+                source = _expanded_source(d, off + 4)
                 nrec = _u32(d, off + 12)
                 p = off + 16
             if nrec * 8 > end - p:

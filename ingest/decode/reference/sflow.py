@@ -22,7 +22,7 @@ from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5, addr_str
 from ..errors import DecodeError
 from ..result import EMPTY_COUNTERS, EMPTY_FLOWS, EMPTY_SAMPLES, SAMPLE_DTYPE, DecodeResult, ExportHeader
 from ..templates import TemplateCache
-from .packet import NON_IP, parse_ethernet, parse_ipv4, parse_ipv6
+from .packet import NON_IP, V4_PREFIX, ZERO16, parse_ethernet, parse_ipv4, parse_ipv6
 
 __all__ = ["decode_sflow", "SAMPLE_FLOW", "SAMPLE_COUNTER", "SAMPLE_FLOW_EXPANDED", "SAMPLE_COUNTER_EXPANDED"]
 
@@ -32,8 +32,6 @@ SAMPLE_COUNTER = 2
 SAMPLE_FLOW_EXPANDED = 3
 SAMPLE_COUNTER_EXPANDED = 4
 
-_V4_PREFIX = b"\x00" * 10 + b"\xff\xff"
-_ZERO16 = b"\x00" * 16
 
 _II = Struct(">II").unpack_from
 _HDR = Struct(">IIII").unpack_from  # sub-agent, sequence, uptime, samples
@@ -118,7 +116,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             t = received_at_ms
             rows.append(_ROW(PROTO_SFLOW5, agent16, sub_agent, source, rate, nbytes, 1,
                              min(nbytes * rate, _I64_MAX), rate, ipv, sa, da, sp, dp, pr, fl, tos, vlan, in_if,
-                             out_if, 0, t, t, t, t, vni, rop, rqp, vlan_out, prio_in, prio_out, nh, _ZERO16))
+                             out_if, 0, t, t, t, t, vni, rop, rqp, vlan_out, prio_in, prio_out, nh, ZERO16))
             facts.append(_FACT(sseq, pool, drops, sub_agent, source, rate, t))
         elif sfmt == SAMPLE_COUNTER or sfmt == SAMPLE_COUNTER_EXPANDED:
             c = _counter_sample(data, off, end, sfmt, slen, problems)
@@ -146,11 +144,11 @@ def _agent(data: bytes) -> tuple[bytes, int]:
     if version != 5:
         raise DecodeError(P, "bad_version", 0, f"version {version}")
     if atype == 1:
-        return _V4_PREFIX + data[8:12], 12
+        return V4_PREFIX + data[8:12], 12
     if atype == 2:
         return data[8:24], 24
     if atype == 0:
-        return _ZERO16, 8
+        return ZERO16, 8
     raise DecodeError(P, "unsupported", 4, f"agent address type {atype}")
 
 
@@ -166,6 +164,17 @@ class _Fallback:
             rate = (self.templates.sampling_override(self.exporter) if self.templates is not None else None) or 1
             self.rate = max(rate, 1)
         return self.rate
+
+
+def _record_header(data: bytes, p: int, end: int, kind: str) -> tuple[int, int, int]:
+    """(format, length, offset of the body) of the flow or counter record at ``p`` of a sample ending at ``end``."""
+    if p + 8 > end:
+        raise DecodeError(P, "bad_length", p, f"{kind} record header")
+    rfmt, rlen = _II(data, p)
+    p += 8
+    if p + rlen > end:
+        raise DecodeError(P, "bad_length", p, f"{kind} record runs past its sample")
+    return rfmt, rlen, p
 
 
 def _flow_sample(data: bytes, off: int, end: int, expanded: bool, problems: Counter, fallback: _Fallback):
@@ -198,15 +207,10 @@ def _flow_records(data: bytes, p: int, end: int, nrec: int, problems: Counter) -
     parsed = None  # the last raw packet header record's parse
     sampled = None  # the last sampled IPv4/IPv6 record's values
     sw_vlan, prio_in, vlan_out, prio_out = 0, 0, 0, 0
-    next_hop = _ZERO16
+    next_hop = ZERO16
     frame_bytes = 0
     for _r in range(nrec):
-        if p + 8 > end:
-            raise DecodeError(P, "bad_length", p, "flow record header")
-        rfmt, rlen = _II(data, p)
-        p += 8
-        if p + rlen > end:
-            raise DecodeError(P, "bad_length", p, "flow record runs past its sample")
+        rfmt, rlen, p = _record_header(data, p, end, "flow")
         if rfmt == 1:
             if rlen < 16:
                 raise DecodeError(P, "bad_length", p, "raw packet header record")
@@ -234,7 +238,7 @@ def _flow_records(data: bytes, p: int, end: int, nrec: int, problems: Counter) -
             if rlen >= 8:
                 atype = _I(data, p)[0]
                 if atype == 1:
-                    next_hop = _V4_PREFIX + data[p + 4 : p + 8]
+                    next_hop = V4_PREFIX + data[p + 4 : p + 8]
                 elif atype == 2 and rlen >= 20:
                     next_hop = data[p + 4 : p + 20]
         elif rfmt == 3:
@@ -243,7 +247,7 @@ def _flow_records(data: bytes, p: int, end: int, nrec: int, problems: Counter) -
             ln, pr, s4, d4, sp, dp, fl, tos = _SIP4(data, p)
             if pr == 1:  # ICMP: type and code
                 sp, dp = 0, ((sp & 0xFF) << 8) | (dp & 0xFF)
-            sampled = (4, _V4_PREFIX + s4, _V4_PREFIX + d4, sp & 0xFFFF, dp & 0xFFFF, pr & 0xFF,
+            sampled = (4, V4_PREFIX + s4, V4_PREFIX + d4, sp & 0xFFFF, dp & 0xFFFF, pr & 0xFF,
                        fl & 0xFF, tos & 0xFF, 0, ln, -1, -1, -1)
         elif rfmt == 4:
             if rlen < 56:
@@ -282,12 +286,7 @@ def _counter_sample(data: bytes, off: int, end: int, sfmt: int, slen: int, probl
     gen = None
     eth = None
     for _r in range(nrec):
-        if p + 8 > end:
-            raise DecodeError(P, "bad_length", p, "counter record header")
-        rfmt, rlen = _II(data, p)
-        p += 8
-        if p + rlen > end:
-            raise DecodeError(P, "bad_length", p, "counter record runs past its sample")
+        rfmt, rlen, p = _record_header(data, p, end, "counter")
         if rfmt == 1:
             if rlen < _GEN_LEN:
                 raise DecodeError(P, "bad_length", p, "generic interface counters")
