@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from fabricflow import __version__
+from fabricflow.compiled import NotBuilt
 from fabricflow.settings import ConfigError
 
 from . import archive, backfill, closedloop, config, console, metrics, pipeline, replay, stack
@@ -56,6 +57,6 @@ for _group in (config, stack, pipeline, archive, metrics, replay, backfill, clos
 def main() -> None:
     try:
         app()
-    except ConfigError as e:
+    except (ConfigError, NotBuilt) as e:
         typer.echo(f"fabricflow: {e}", err=True)
         sys.exit(2)

@@ -81,16 +81,17 @@ def register(app: typer.Typer) -> None:
 
         Ports: those of the settings (--config / FABRICFLOW_...): stack.kafka_port, stack.s3_port,
         stack.s3_base_port, ingest.listen, the metrics ports, processors.web_port, console.listen."""
-        from cli.context import settings_of
+        from cli.context import fail, settings_of
         from devtools.demo import run_demo
         from devtools.runner import PipelineError, PipelinePorts
+        from fabricflow.statedir import StateDirError
 
         ports = PipelinePorts.from_settings(settings_of(ctx))
         try:
             raise typer.Exit(run_demo(scenario, duration, speed, no_ui, state_dir, ports=ports))
+        except StateDirError as e:
+            fail(str(e))
         except PipelineError as e:
-            from cli.context import fail
-
             fail(str(e), 1)
 
     @app.command("process")
@@ -106,6 +107,7 @@ def register(app: typer.Typer) -> None:
         from cli.context import fail, settings_of
         from fabricflow.logs import setup_logging
         from fabricflow.kafka_security import SecurityFileError
+        from fabricflow.statedir import StateDirError
         from processors.logic.core import CoreConfigError
         from processors.logic.enrich.inventory import InventoryError
 
@@ -118,7 +120,7 @@ def register(app: typer.Typer) -> None:
             from processors.worker import run_processors
 
             raise typer.Exit(run_processors(s))
-        except (CoreConfigError, InventoryError, SecurityFileError) as e:  # also a bad policy/categories file
+        except (CoreConfigError, InventoryError, SecurityFileError, StateDirError) as e:  # also a bad policy/categories file
             fail(str(e))
 
     @app.command("ingest")
@@ -135,7 +137,7 @@ def register(app: typer.Typer) -> None:
         from cli.context import fail, settings_of
         from fabricflow.logs import setup_logging
         from ingest.listener import ListenError
-        from ingest.service import run_ingest
+        from ingest.start import run_ingest
 
         s = settings_of(ctx)
         if workers:

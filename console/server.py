@@ -121,6 +121,9 @@ class ConsoleServer:
             time.sleep(0.05)
         if self.port == 0:  # an ephemeral port: read back the bound one
             self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        sources = [what for what, on in (("live from Kafka", self.feed is not None),
+                                         ("history from the archive", self.history is not None)) if on]
+        svc.mark_ready(f"serving {self.url} ({', '.join(sources) or 'no data sources'})")
         return self
 
     def _watch_archive(self) -> None:

@@ -107,6 +107,10 @@ class IngestSettings(_Section):
     )
     rcvbuf_bytes: int = Field(33_554_432, ge=65536, description="SO_RCVBUF per socket (warned when the kernel caps it)")
     workers: int = Field(1, ge=1, le=64, description="Worker processes per listener port (SO_REUSEPORT; one exporter stays on one worker)")
+    startup_buffer_mb: int = Field(
+        64, ge=0, le=65536, description="While ingest starts (Kafka, topics, decoders) its sockets are already bound and "
+        "read into memory, up to this many MiB; beyond it the kernel socket buffer holds datagrams, then drops them (counted)",
+    )
     allowlist: list[str] = Field(
         default_factory=list, description="Exporter CIDRs allowed to send; empty = accept all (a warning is logged)"
     )

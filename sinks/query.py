@@ -192,6 +192,16 @@ def _is_address(name: str) -> bool:
     return True
 
 
+def connect_duckdb() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB that spills large sorts and joins to ``$TMPDIR/fabricflow-duckdb-<pid>`` (created only
+    when it spills, removed when the connection closes) instead of DuckDB's default ``.tmp`` in the current
+    directory, which a read-only working directory refuses and which would leave files where the user stands."""
+    import os
+    import tempfile
+
+    return duckdb.connect(config={"temp_directory": os.path.join(tempfile.gettempdir(), f"fabricflow-duckdb-{os.getpid()}")})
+
+
 class ArchiveQuery:
     """Read-only query access to the archive at ``root`` on fsspec filesystem ``fs``."""
 
@@ -200,7 +210,7 @@ class ArchiveQuery:
 
         self.fs = _fs(fs)
         self.root = _root(self.fs, root)
-        self.con = con or duckdb.connect()
+        self.con = con or connect_duckdb()
         self.listed: list[str] = []  # directories listed (for pruning checks)
         self.files_used: dict[str, list[str]] = {}  # dataset -> files behind its current view
         self._present = self._discover()
