@@ -556,10 +556,8 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(run)
             if a.offline:
                 compares.extend(compare_scenario(scenario_file(name), seed, state / Path(name).stem))
-    if a.offline and not a.scenario:
-        for name in COMPARE_SCENARIOS:
-            for seed in seeds:
-                compares.extend(compare_scenario(scenario_file(name), seed, state / Path(name).stem))
+    for name in COMPARE_SCENARIOS if a.offline and not a.scenario else ():
+        compares += [c for seed in seeds for c in compare_scenario(scenario_file(name), seed, state / Path(name).stem)]
     totals = merge_scores(r.score for r in runs)
     how = "offline" + (f", seeds {a.seeds}" if a.seeds else "") + (f", {a.partitions} shards" if a.partitions > 1 else "") \
         if a.offline else f"at {a.speed:g}x"
