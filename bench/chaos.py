@@ -207,8 +207,8 @@ def archive_counts(settings) -> tuple[int, int]:
     one Kafka message may hold rows of two hours, so files of different hours may share offsets)."""
     import pyarrow.parquet as pq
 
-    from sinks.fs import archive_filesystem
-    from sinks.layout import parse_key
+    from sinks.archive.fs import archive_filesystem
+    from sinks.archive.layout import parse_key
 
     fs, root = archive_filesystem(settings.archive)
     fs.invalidate_cache()

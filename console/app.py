@@ -28,7 +28,7 @@ from starlette.staticfiles import StaticFiles
 
 from processors.logic.categories import CATEGORIES
 from schemas.columns import addr_str
-from sinks.query import describe, parse_time
+from query.reports import describe, parse_time
 
 from . import events as ev
 from . import views

@@ -216,9 +216,14 @@ def test_compose_ports_match_settings():
 
 
 def test_dockerfile_copies_every_package():
+    """Every top-level package the wheel ships (pyproject's ``packages.find`` include) is copied into the image."""
+    import tomllib
+
     text = (REPO / "Dockerfile").read_text()
-    for pkg in ("fabricflow", "ingest", "processors", "schemas", "sinks"):
-        assert f"COPY {pkg} ./{pkg}" in text
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = [p.rstrip("*") for p in include]
+    assert {"fabricflow", "ingest", "processors", "schemas", "sinks", "query"} <= set(packages)
+    assert [p for p in packages if f"COPY {p} ./{p}" not in text] == []
 
 
 def test_prometheus_scrapes_the_compose_services_on_their_metrics_ports():

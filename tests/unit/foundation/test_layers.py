@@ -3,12 +3,12 @@
 Layers, bottom to top (docs/architecture.md, "Layers"): the shared foundation ``fabricflow``
 (settings, stream catalog, logging, service lifecycle) <- ``schemas`` <- ``processors.logic`` (the pure
 domain library: inventory, categories, windows, detectors, policy) <- the services ``ingest``,
-``processors`` (Faust wiring) and ``sinks`` <- ``replay`` and ``console`` <- ``devtools`` (embedded
-stack, demo, runner, simulator, scoring) <- ``cli`` <- ``bench`` (benchmarks) <- ``scripts``. Packages of
-one layer do not import each other. ``deploy/`` (dashboard builder) and ``docs/`` (examples) stand alone:
-they import none of our packages and none imports them. Every ``.py`` file outside ``tests/`` must belong
-to one of these. Every import counts, also one inside a function; only ``if TYPE_CHECKING:`` blocks are
-left out.
+``processors`` (Faust wiring) and ``sinks`` <- ``query`` (reads the archive the sinks write) <- ``replay``
+and ``console`` <- ``devtools`` (embedded stack, demo, runner, simulator, scoring) <- ``cli`` <- ``bench``
+(benchmarks) <- ``scripts``. Packages of one layer do not import each other. ``deploy/`` (dashboard
+builder) and ``docs/`` (examples) stand alone: they import none of our packages and none imports them.
+Every ``.py`` file outside ``tests/`` must belong to one of these. Every import counts, also one inside a
+function; only ``if TYPE_CHECKING:`` blocks are left out.
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ LAYERS = {
     "ingest": 3,
     "processors": 3,
     "sinks": 3,
-    "replay": 4,
-    "console": 4,
-    "devtools": 5,
-    "cli": 6,
-    "bench": 7,
-    "scripts": 8,
+    "query": 4,
+    "replay": 5,
+    "console": 5,
+    "devtools": 6,
+    "cli": 7,
+    "bench": 8,
+    "scripts": 9,
 }
 STANDALONE = {"deploy", "docs"}
 PACKAGES = sorted({name.split(".")[0] for name in LAYERS} | STANDALONE)
@@ -185,18 +186,18 @@ def test_no_upward_or_sideways_imports():
 
 
 @pytest.mark.parametrize("source, expect", [
-    ("from sinks import query\n", {"sinks.query"}),
-    ("from sinks.query import ArchiveQuery\n", {"sinks.query"}),
+    ("from query import reports\n", {"query.reports"}),
+    ("from query.reports import ArchiveQuery\n", {"query.reports"}),
     ("def f():\n    import cli.main\n", {"cli.main"}),
     ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import cli.main\n", set()),
 ])
 def test_the_checker_sees_lazy_imports_and_skips_type_checking(tmp_path, source, expect):
     path = tmp_path / "m.py"
     path.write_text(source)
-    assert imports_of(path, "fabricflow.m", {"sinks.query", "cli.main"}) == expect
+    assert imports_of(path, "fabricflow.m", {"query.reports", "cli.main"}) == expect
 
 
 def test_the_checker_finds_a_circle_and_an_upward_import():
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     assert package_of("processors.logic.core") == "processors.logic"
-    assert LAYERS[package_of("cli.main")] > LAYERS[package_of("sinks.query")]
+    assert LAYERS[package_of("cli.main")] > LAYERS[package_of("query.reports")]

@@ -8,7 +8,7 @@
 * ``memory://NAME``: fsspec's in-process memory filesystem (tests).
 
 The root is returned without protocol and without a trailing slash, as
-:class:`sinks.archive.ParquetWriter` and :class:`sinks.query.ArchiveQuery` take it.
+:class:`sinks.archive.buffer.ParquetWriter` and :class:`query.reports.ArchiveQuery` take it.
 """
 
 from __future__ import annotations

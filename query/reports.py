@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from schemas.columns import addr_str
-from sinks import layout
+from sinks.archive import layout
 
 PARTITION_SCHEMA = pa.schema([("dt", pa.string()), ("hour", pa.int32())])
 FORMATS = ("table", "csv", "json", "parquet")
@@ -196,7 +196,7 @@ class ArchiveQuery:
     """Read-only query access to the archive at ``root`` on fsspec filesystem ``fs``."""
 
     def __init__(self, fs, root: str, con: duckdb.DuckDBPyConnection | None = None) -> None:
-        from sinks.archive import _fs, _root
+        from sinks.archive.buffer import _fs, _root
 
         self.fs = _fs(fs)
         self.root = _root(self.fs, root)
@@ -312,7 +312,7 @@ class ArchiveQuery:
     def dataset(self, dataset: str, frm=None, to=None) -> ds.Dataset:
         """``pyarrow.dataset`` over the files of ``dataset`` in range (raises :class:`EmptyRange` when none)."""
         files = self.files_in_range(dataset, frm, to)
-        from sinks.archive import dataset_schema
+        from sinks.archive.buffer import dataset_schema
 
         schema = dataset_schema(dataset)
         for f in PARTITION_SCHEMA:
@@ -350,7 +350,7 @@ class ArchiveQuery:
         columns ``dt``/``hour``, columns matched by name across files; a column of the dataset's schema that no
         file has (written before it existed) reads as NULL. Files on a non-local filesystem are read through it
         (``register_filesystem``: fsspec, no DuckDB extension)."""
-        from sinks.archive import _is_local, dataset_schema
+        from sinks.archive.buffer import _is_local, dataset_schema
 
         if _is_local(self.fs):
             paths = files

@@ -1,8 +1,8 @@
 """The archive sink service: Kafka topics -> hourly Parquet archive (and hourly summaries -> Kafka).
 
 One consumer (manual commits) reads every archived topic of the stream catalog, decodes each message and
-feeds :class:`sinks.archive.ArchiveSink`; :class:`sinks.commit_ledger.CommitLedger` writes the files and
-commits; :class:`sinks.summary_emitter.SummaryEmitter` produces the hourly summaries. This module is the
+feeds :class:`sinks.archive.buffer.ArchiveSink`; :class:`sinks.archive.commit_ledger.CommitLedger` writes the files and
+commits; :class:`sinks.archive.summary_emitter.SummaryEmitter` produces the hourly summaries. This module is the
 loop, the rebalance callbacks and the decoding. Design and guarantees: docs/archive.md.
 """
 
@@ -21,15 +21,15 @@ from fabricflow.kafka import consumer_config
 from fabricflow.logs import RateLimitedLog
 from fabricflow.service import Service
 from schemas import codec
-from sinks import layout
-from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenIndex, ParquetWriter, batch_dtype
-from sinks.archive_metrics import SinkMetrics
-from sinks.arrow_schema import table_from_columns, table_from_dicts
-from sinks.commit_ledger import CommitLedger
-from sinks.compaction import CompactionSchedule
-from sinks.fs import archive_filesystem
-from sinks.retention import RetentionSchedule, retention_policy
-from sinks.summary_emitter import SummaryEmitter
+from sinks.archive import layout
+from sinks.archive.buffer import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenIndex, ParquetWriter, batch_dtype
+from sinks.archive.metrics import SinkMetrics
+from sinks.archive.arrow_schema import table_from_columns, table_from_dicts
+from sinks.archive.commit_ledger import CommitLedger
+from sinks.archive.compaction import CompactionSchedule
+from sinks.archive.fs import archive_filesystem
+from sinks.archive.retention import RetentionSchedule, retention_policy
+from sinks.archive.summary_emitter import SummaryEmitter
 
 __all__ = ["ArchiveService", "ArchiveUnavailable", "Route", "routes_for"]
 
@@ -80,7 +80,7 @@ def routes_for(kafka) -> dict[str, Route]:
 class ArchiveService:
     """Consume the archived topics and write the hourly Parquet archive (docs/archive.md).
 
-    ``fs``/``root`` default to :func:`sinks.fs.archive_filesystem` of the settings;
+    ``fs``/``root`` default to :func:`sinks.archive.fs.archive_filesystem` of the settings;
     ``metrics_port`` defaults to ``archive.metrics_port`` if the settings have one,
     else 9182 (0 disables). ``clock`` returns unix seconds (processing time).
     """

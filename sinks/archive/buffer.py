@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sinks import layout
-from sinks.arrow_schema import ADDR_TYPE, TEXT_ADDR_TYPE, arrow_schema, conform, table_from_columns, table_from_parts
+from sinks.archive import layout
+from sinks.archive.arrow_schema import ADDR_TYPE, TEXT_ADDR_TYPE, arrow_schema, conform, table_from_columns, table_from_parts
 
 DEFAULT_GRACE_MS = 5 * 60_000
 DEFAULT_IDLE_MS = 2 * 60_000
@@ -41,7 +41,7 @@ def build_table(parts: list, avsc: str) -> pa.Table:
 
     Parts are Arrow tables of the dataset's base columns or numpy structured arrays of
     ``schemas.columns.dtype_for(avsc)``, in offset order. All-numpy parts are scattered once into
-    contiguous columns (:func:`sinks.arrow_schema.table_from_parts`) and wrapped without further
+    contiguous columns (:func:`sinks.archive.arrow_schema.table_from_parts`) and wrapped without further
     copies; the text columns are built once per file, from its distinct addresses.
     """
     if parts and all(isinstance(p, np.ndarray) for p in parts):
@@ -199,7 +199,7 @@ class FsWrittenIndex(WrittenIndex):
         if names and self.derived:
             # A file written without all of its rollups (crash between the two): rebuild them now, before
             # the re-read rows it holds are dropped and committed past (nothing would re-read them later).
-            # A file whose rollups were merged (sinks.compaction) has them.
+            # A file whose rollups were merged (sinks.archive.compaction) has them.
             have = []
             for d in self.derived:
                 rn = self._names(d, hour)
@@ -553,14 +553,14 @@ class ParquetWriter:
         return key
 
     def write_rollups(self, dataset: str, hour: int, name: str, table: pa.Table, meta: dict | None = None) -> list[str]:
-        """Write the rollups of one file of ``dataset`` (``sinks.rollups``) under the same file name.
+        """Write the rollups of one file of ``dataset`` (``sinks.archive.rollups``) under the same file name.
 
         Called after the file itself is durable and before :meth:`write` returns, so a file counts as
         written (committed past, confirmed) only with its rollups. A crash in between leaves a file without
         some rollup: :class:`FsWrittenIndex` finds it when the re-read rows of its hour arrive and calls
         :meth:`repair_rollups` before anything is committed past them.
         """
-        from sinks import rollups
+        from sinks.archive import rollups
 
         keys = []
         t0 = time.perf_counter()
@@ -611,10 +611,10 @@ class ParquetWriter:
 
 
 def dataset_schema(dataset: str) -> pa.Schema:
-    """Arrow schema of a dataset's files (rollups: :mod:`sinks.rollups`)."""
+    """Arrow schema of a dataset's files (rollups: :mod:`sinks.archive.rollups`)."""
     s = layout.spec(dataset)
     if s.derived_from is not None:
-        from sinks import rollups
+        from sinks.archive import rollups
 
         return rollups.schema(dataset)
     return arrow_schema(s.avsc)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from fabricflow import streams
-from sinks import layout
+from sinks.archive import layout
 
 #: Default lifecycle in days per dataset: the stream catalog's ``archive_days`` (see docs/archive.md, "Retention").
 DEFAULT_POLICY: dict[str, int | None] = {
@@ -70,7 +70,7 @@ def apply_retention(fs, root: str, now, policy: dict[str, int | None] | None = N
 
     Returns what was (or, with ``dry_run``, would be) deleted, oldest first per dataset.
     """
-    from sinks.archive import _fs, _root
+    from sinks.archive.buffer import _fs, _root
 
     fs = _fs(fs)
     root = _root(fs, root)
