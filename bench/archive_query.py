@@ -29,7 +29,8 @@ if not os.environ.get("PYTHONPATH"):  # PYTHONPATH=<other tree> runs that tree's
 
 from schemas.columns import v4_column_to_addr16  # noqa: E402
 from sinks.archive import layout  # noqa: E402
-from sinks.archive.buffer import HourlyBuffer, ParquetWriter  # noqa: E402
+from sinks.archive.buffer import HourlyBuffer  # noqa: E402
+from sinks.archive.parquet import ParquetWriter  # noqa: E402
 from sinks.archive.arrow_schema import arrow_schema, table_from_columns  # noqa: E402
 from query.reports import ArchiveQuery  # noqa: E402
 
@@ -306,7 +307,7 @@ def time_reports(root: str, hour: int, runs: int) -> list[dict]:
                 q = ArchiveQuery(None, root)
                 res = fn(q, frm, to)
                 secs.append(time.perf_counter() - t0)
-            # a report may be answered from the rollups (query/reports.py picks the coarsest dataset)
+            # a report may be answered from the rollups (query/plan.py picks the coarsest dataset)
             used = [f for files in q.files_used.values() for f in files]
             datasets = sorted(d for d, files in q.files_used.items() if files)
             if name == "sql count(*)":

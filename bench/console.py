@@ -27,7 +27,8 @@ from console.app import ConsoleState, create_app
 from console.history import History
 from console.layout import Layout
 from console.live import LiveStore
-from sinks.archive.buffer import HourlyBuffer, ParquetWriter
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
 from sinks.archive.arrow_schema import arrow_schema, table_from_dicts
 
 N_SW, PER_SW, JOB = 32, 16, 64

@@ -49,8 +49,8 @@ def sink_archive(
     from fabricflow.kafka_security import check_files
     from fabricflow.logs import setup_logging
     from fabricflow.readiness import Unreachable
-    from sinks.archive.service import ArchiveService, ArchiveUnavailable
-    from sinks.archive.fs import ArchiveUrlError
+    from sinks.archive.fs import ArchiveUnavailable, ArchiveUrlError
+    from sinks.archive.service import ArchiveService
 
     s = settings_of(ctx)
     setup_logging(s.log_level)
@@ -154,7 +154,8 @@ def _committed_offsets(kafka, group: str, topics: dict[str, str]) -> dict[tuple[
 
 def _open(ctx):
     from sinks.archive.fs import ArchiveUrlError, archive_filesystem
-    from query.reports import ArchiveError, ArchiveQuery
+    from query.errors import ArchiveError
+    from query.reports import ArchiveQuery
 
     s = settings_of(ctx)
     if s.archive.url.startswith("file://"):
@@ -171,7 +172,7 @@ def _open(ctx):
 
 
 def _range(opts: QueryOptions) -> tuple[int | None, int | None]:
-    from query.reports import parse_time
+    from query.timerange import parse_time
 
     if opts.last is not None:
         if opts.frm is not None or opts.to is not None:
@@ -198,7 +199,9 @@ def _run(ctx, fn, opts: QueryOptions, title: str) -> None:
     """Open the archive, run ``fn(query, lo, hi)`` over the options' range and write the table as asked."""
     import duckdb
 
-    from query.reports import FORMATS, ArchiveError, render
+    from query.errors import ArchiveError
+
+    from query.render import FORMATS, render
 
     fmt, output = opts.fmt, opts.output
     if fmt not in FORMATS:
@@ -229,7 +232,7 @@ def _run(ctx, fn, opts: QueryOptions, title: str) -> None:
 
 
 def _source(source: str) -> str:
-    from query.reports import SOURCE_CHOICES
+    from query.plan import SOURCE_CHOICES
 
     if source not in SOURCE_CHOICES:
         fail(f"--source must be one of {', '.join(SOURCE_CHOICES)}, got {source!r}")
@@ -251,7 +254,7 @@ def query_sql(
     link_health, alerts, patterns, summaries_hourly, ingest_quality, traffic_1m, traffic_1h, ports_1m,
     ports_1h); flows_raw, flows_enriched and traffic_* hold every exporter's record (docs/archive.md,
     "Which name to query")."""
-    from query.reports import observation_note
+    from query.views import observation_note
 
     note = observation_note(sql)
     if note:

@@ -27,12 +27,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from processors.logic.categories import CATEGORIES
+from query.render import describe
+from query.timerange import parse_time
 from schemas.columns import addr_str
-from query.reports import describe, parse_time
+from sinks.archive.fs import ArchiveUnavailable
 
 from . import events as ev
 from . import views
-from .history import ArchiveUnavailable, History
+from .history import History
 from .layout import Layout
 from .live import CELL_SCHEMA, LiveStore
 

@@ -6,7 +6,7 @@ parameter: the SQL texts below are constants. Calls are serialised (one DuckDB
 connection) and run off the event loop by the web layer.
 
 A missing dataset or an empty range is an empty answer, not an error; an
-archive that cannot be reached raises :class:`ArchiveUnavailable` and flips
+archive that cannot be reached raises :class:`sinks.archive.fs.ArchiveUnavailable` and flips
 ``ok`` for the page's banner.
 """
 
@@ -23,11 +23,9 @@ import pyarrow.dataset as ds
 
 from schemas.columns import addr_str
 from sinks.archive import layout
-from query.reports import ArchiveError, ArchiveQuery, DatasetMissing, EmptyRange
-
-
-class ArchiveUnavailable(Exception):
-    pass
+from sinks.archive.fs import ArchiveUnavailable
+from query.errors import ArchiveError, DatasetMissing, EmptyRange
+from query.reports import ArchiveQuery
 
 
 _CELL_READ = ["window_start_ms", "level", "src", "dst", "category", "bytes_est", "packets_est", "flow_records",

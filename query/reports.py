@@ -1,190 +1,23 @@
-"""Analyst queries over the Parquet archive: DuckDB on pyarrow datasets.
-
-:class:`ArchiveQuery` turns each dataset directory under the archive root
-into a DuckDB view (``flows_enriched``, ``matrix_windows``, ...) backed by a
-``pyarrow.dataset`` with Hive partitioning (``dt`` string, ``hour`` int32).
-No DuckDB extension is loaded: files are read through the fsspec filesystem
-(local, s3fs, ...) by Arrow. Beside them, the views of :data:`VIEWS`: ``flows``
-(each packet once), ``flow_observations`` (every exporter's record), ``flows_1m`` /
-``flows_1h`` (the rollups, each packet once).
-
-Time pruning: given ``frm``/``to``, only the ``dt=`` directories of the days in
-range are listed and only the files of the hours in range are read; the views
-then also filter rows on the dataset's event-time column to [frm, to).
+"""The named reports over the archive (``fabricflow query top-talkers|matrix|node|job|segmentation``, the
+console's matrix and series): each reads the smallest datasets that answer its range exactly
+(:func:`query.plan.plan_sources`) and counts each packet once.
 """
 
 from __future__ import annotations
 
-import io
-import json
-import posixpath
-import re
-from datetime import UTC, datetime
-from decimal import Decimal
+import ipaddress
 
 import duckdb
 import pyarrow as pa
-import pyarrow.dataset as ds
 
-from schemas.columns import addr_str
+from query.errors import ArchiveError, DatasetMissing, EmptyRange
+from query.plan import SOURCE_CHOICES, SOURCES, plan_sources
+from query.reader import ArchiveReader
+from query.timerange import check_range, parse_time
 from sinks.archive import layout
-
-PARTITION_SCHEMA = pa.schema([("dt", pa.string()), ("hour", pa.int32())])
-FORMATS = ("table", "csv", "json", "parquet")
-
-
-#: DuckDB type of a column absent from every file read (Arrow type as text).
-_DUCK = {"int64": "BIGINT", "int32": "INTEGER", "bool": "BOOLEAN", "string": "VARCHAR", "double": "DOUBLE",
-         "float": "FLOAT", "dictionary<values=string, indices=int32, ordered=0>": "VARCHAR",
-         "fixed_size_binary[16]": "BLOB", "binary": "BLOB"}
-
-
-class ArchiveError(Exception):
-    """A query cannot be answered (message says why)."""
-
-
-class DatasetMissing(ArchiveError):
-    pass
-
-
-class EmptyRange(ArchiveError):
-    pass
-
-
-def parse_time(value) -> int:
-    """Unix ms from an int/float (ms), an aware or naive (= UTC) datetime, or an ISO-8601 string."""
-    if isinstance(value, bool):
-        raise TypeError("a time cannot be a bool")
-    if isinstance(value, (int, float)):
-        return int(value)
-    if isinstance(value, str):
-        s = value.strip()
-        if re.fullmatch(r"-?\d+", s):
-            return int(s)
-        try:
-            value = datetime.fromisoformat(s)
-        except ValueError:
-            raise ValueError(f"cannot read {value!r} as a time (ISO-8601 or unix ms)") from None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return int(value.timestamp() * 1000)
-    raise TypeError(f"cannot read {value!r} as a time")
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-#: What a dataset that answers a report is called on a page ("from 1-hour rollups").
-DESCRIPTIONS = {"traffic_1h": "1-hour rollups", "traffic_1m": "1-minute rollups", "flows_enriched": "raw flows",
-                "matrix_windows": "matrix windows", "ports_1h": "1-hour port rollups",
-                "ports_1m": "1-minute port rollups", "link_health": "link health samples"}
-
-
-def describe(answered: list[tuple]) -> str:
-    """``1-hour rollups + 1-minute rollups + matrix windows`` from :attr:`ArchiveQuery.answered`."""
-    return " + ".join(DESCRIPTIONS.get(d, d) for d in dict.fromkeys(a[0] for a in answered))
-
-
-#: Views of :meth:`ArchiveQuery.sql` beside the datasets: name -> (dataset, rows kept). A packet seen by several
-#: exporters is a row per exporter in ``flows_enriched`` and the traffic rollups, all but one marked ``duplicate``
-#: (docs/detectors.md, "Counting each packet once"): ``flows`` is the name to sum, ``flow_observations`` says
-#: what it holds. docs/archive.md, "Which name to query".
-VIEWS = {
-    "flows": ("flows_enriched", "NOT coalesce(duplicate, false)"),
-    "flow_observations": ("flows_enriched", None),
-    "flows_1m": ("traffic_1m", "NOT duplicate"),
-    "flows_1h": ("traffic_1h", "NOT duplicate"),
-}
-#: The first query to show an analyst (the demo's closing lines, ``fabricflow query sql --help``).
-EXAMPLE_SQL = "SELECT category, sum(bytes_est) AS bytes_est FROM flows GROUP BY 1 ORDER BY 2 DESC"
-#: Datasets whose sums count a packet once per exporter that saw it (-> the view that counts it once).
-EVERY_OBSERVATION = {"flows_raw": "flows", "flows_enriched": "flows", "traffic_1m": "flows_1m",
-                     "traffic_1h": "flows_1h"}
-
-
-def observation_note(query: str) -> str | None:
-    """A one-line note when ``query`` sums a dataset of :data:`EVERY_OBSERVATION` without saying which records
-    count (it names neither ``duplicate`` nor ``exporter``), else None: ``fabricflow query sql`` prints it."""
-    if re.search(r"\b(duplicate|exporter)\b", query, re.I):
-        return None
-    named = [d for d in EVERY_OBSERVATION if re.search(rf"\b{d}\b", query)]
-    if not named:
-        return None
-    d = named[0]
-    fix = "" if d == "flows_raw" else " or add WHERE NOT duplicate"
-    return (f"note: {d} has a row for every exporter that saw a packet (seen by ToR sFlow and core NetFlow: "
-            f"twice); to count each packet once, query {EVERY_OBSERVATION[d]}{fix} (docs/archive.md, "
-            "\"Which name to query\")")
-
-
-#: ``--source`` of the flow reports -> the dataset it reads (``auto``: :func:`plan_sources`).
-SOURCES = {"raw": "flows_enriched", "1m": "traffic_1m", "1h": "traffic_1h"}
-SOURCE_CHOICES = ("auto", *SOURCES)
-
-
-def _aligned(ms: int | None, bucket_ms: int) -> bool:
-    return ms is None or ms % bucket_ms == 0
-
-
-def _ceil(ms: int, b: int) -> int:
-    return -(-ms // b) * b
-
-
-def plan_sources(frm_ms: int | None, to_ms: int | None, present, source: str = "auto",
-                 needs_raw: str | None = None) -> list[tuple[str, int | None, int | None]]:
-    """The datasets a flow report over [frm_ms, to_ms) reads, as (dataset, from, to) pieces that tile the range.
-
-    ``auto``: the whole hours inside the range from ``traffic_1h``, the whole minutes left at its edges from
-    ``traffic_1m``, the rest (under a minute at each end) from ``flows_enriched``; a rollup only if it is
-    ``present``, so an archive without rollups reads the raw flows as before. A rollup row is counted in a
-    piece when its bucket starts in it, which is exact because pieces are whole buckets. An open end (None) is
-    the start or end of the dataset. ``needs_raw`` names what only the raw flows can answer (one exporter's
-    view, a node given by address): then ``flows_enriched`` alone. ``raw``/``1m``/``1h`` force one dataset;
-    a forced rollup that cannot answer the range exactly raises :class:`ArchiveError` saying why.
-    """
-    if source not in SOURCE_CHOICES:
-        raise ValueError(f"source must be one of {', '.join(SOURCE_CHOICES)}, got {source!r}")
-    raw = SOURCES["raw"]
-    if source != "auto":
-        name = SOURCES[source]
-        if name != raw:
-            if needs_raw:
-                raise ArchiveError(f"{needs_raw} needs the raw flows: use --source raw or auto")
-            b = layout.spec(name).bucket_ms
-            if not (_aligned(frm_ms, b) and _aligned(to_ms, b)):
-                unit = "hours" if b >= layout.HOUR_MS else "minutes"
-                raise ArchiveError(
-                    f"the {source} rollup answers only ranges of whole {unit} (from "
-                    f"{_iso(frm_ms) if frm_ms is not None else 'start'} to {_iso(to_ms) if to_ms is not None else 'end'})"
-                    ": use --source raw or auto")
-        return [(name, frm_ms, to_ms)]
-    if needs_raw is not None:
-        return [(raw, frm_ms, to_ms)]
-    levels = sorted(((n, layout.spec(n).bucket_ms) for n in SOURCES.values() if n != raw and n in present),
-                    key=lambda x: -x[1])
-
-    def split(lo, hi, levels):
-        if lo is not None and hi is not None and hi <= lo:
-            return []
-        if not levels:
-            return [(raw, lo, hi)]
-        name, b = levels[0]
-        a = None if lo is None else _ceil(lo, b)
-        z = None if hi is None else hi // b * b
-        if a is not None and z is not None and a >= z:
-            return split(lo, hi, levels[1:])
-        left = [] if lo is None or a == lo else split(lo, a, levels[1:])
-        right = [] if hi is None or z == hi else split(z, hi, levels[1:])
-        return left + [(name, a, z)] + right
-
-    return split(frm_ms, to_ms, levels)
 
 
 def _is_address(name: str) -> bool:
-    import ipaddress
-
     try:
         ipaddress.ip_address(name)
     except ValueError:
@@ -192,250 +25,19 @@ def _is_address(name: str) -> bool:
     return True
 
 
-class ArchiveQuery:
-    """Read-only query access to the archive at ``root`` on fsspec filesystem ``fs``."""
+class ArchiveQuery(ArchiveReader):
+    """The archive's reader with the named reports; :attr:`answered` says which datasets the last one read."""
 
     def __init__(self, fs, root: str, con: duckdb.DuckDBPyConnection | None = None) -> None:
-        from sinks.archive.buffer import _fs, _root
-
-        self.fs = _fs(fs)
-        self.root = _root(self.fs, root)
-        self.con = con or duckdb.connect()
-        self.listed: list[str] = []  # directories listed (for pruning checks)
-        self.files_used: dict[str, list[str]] = {}  # dataset -> files behind its current view
-        self._present = self._discover()
-        self._views: dict[str, tuple] = {}  # dataset -> (frm, to) of its current view
-        self._fs_registered = False
+        super().__init__(fs, root, con)
         self.answered_by: str | None = None  # datasets the last flow report read, e.g. "traffic_1h + flows_enriched"
         self.answered: list[tuple] = []  # (dataset, from, to, files) per piece the last flow report read
-
-    # -- discovery
-
-    def _discover(self) -> list[str]:
-        try:
-            self.fs.invalidate_cache(self.root)
-            entries = self.fs.ls(self.root, detail=True)
-        except FileNotFoundError:
-            raise ArchiveError(f"no archive at {self.root!r}") from None
-        names = {posixpath.basename(e["name"].rstrip("/")) for e in entries if e.get("type") == "directory"}
-        return sorted(n for n in names if n in layout.DATASETS)
-
-    @property
-    def datasets(self) -> list[str]:
-        """Datasets present in the archive."""
-        return list(self._present)
-
-    def _need(self, dataset: str) -> layout.DatasetSpec:
-        spec = layout.spec(dataset)
-        if dataset not in self._present:
-            raise DatasetMissing(
-                f"dataset {dataset!r} is not in the archive at {self.root!r} "
-                f"(present: {', '.join(self._present) or 'none'})"
-            )
-        return spec
-
-    def _days(self, dataset: str) -> list[int]:
-        d = f"{self.root}/{dataset}"
-        self.listed.append(d)
-        try:
-            entries = self.fs.ls(d, detail=False)
-        except FileNotFoundError:
-            return []
-        return sorted(x for x in (layout.parse_day_dir(e.rstrip("/")) for e in entries) if x is not None)
-
-    def _find(self, path: str) -> list[str]:
-        self.listed.append(path)
-        try:
-            self.fs.invalidate_cache(path)
-            found = self.fs.find(path)
-        except FileNotFoundError:
-            return []
-        return [f for f in found if not posixpath.basename(f).startswith((".", "_"))]
-
-    def files(self, dataset: str, frm=None, to=None) -> list[str]:
-        """Data files of ``dataset`` whose hour overlaps [frm, to) (all files without a range).
-
-        With a range, only the ``dt=`` directories of the days in range are listed.
-        """
-        self._need(dataset)
-        if frm is None and to is None:
-            found = [f for f in self._find(f"{self.root}/{dataset}") if layout.parse_key(f) is not None]
-            if layout.spec(dataset).derived_from is not None:
-                found = layout.live_files(found)
-            return sorted(found)
-        lo, hi = self._range(dataset, frm, to)
-        hours = layout.hours_in_range(lo, hi)
-        if not hours:
-            return []
-        out = []
-        for day in range(hours[0] // 24, hours[-1] // 24 + 1):
-            for f in self._find(f"{self.root}/{dataset}/{layout.day_dir(day)}"):
-                k = layout.parse_key(f)
-                if k is not None and k.hour in hours:
-                    out.append(f)
-        if layout.spec(dataset).derived_from is not None:
-            out = layout.live_files(out)  # files merged by a compaction are not counted twice
-        return sorted(out)
-
-    def _range(self, dataset: str, frm, to) -> tuple[int, int]:
-        if frm is None or to is None:
-            days = self._days(dataset)
-            if not days:
-                raise EmptyRange(f"dataset {dataset!r} has no data")
-            lo = parse_time(frm) if frm is not None else days[0] * layout.DAY_MS
-            hi = parse_time(to) if to is not None else (days[-1] + 1) * layout.DAY_MS
-        else:
-            lo, hi = parse_time(frm), parse_time(to)
-        if hi <= lo:
-            raise ArchiveError(f"empty time range: from {_iso(lo)} is not before to {_iso(hi)}")
-        return lo, hi
-
-    def available(self, dataset: str) -> tuple[str, str] | None:
-        """First and last day (``YYYY-MM-DD``) present for ``dataset``, or None."""
-        days = self._days(dataset)
-        if not days:
-            return None
-        return layout.day_dir(days[0])[3:], layout.day_dir(days[-1])[3:]
-
-    def files_in_range(self, dataset: str, frm=None, to=None) -> list[str]:
-        """:meth:`files`, raising :class:`EmptyRange` (saying which days the archive has) when there are none."""
-        files = self.files(dataset, frm, to)
-        if not files:
-            have = self.available(dataset)
-            span = f"{have[0]} .. {have[1]}" if have else "nothing"
-            rng = "" if frm is None and to is None else (
-                f" between {_iso(parse_time(frm)) if frm is not None else 'start'} and "
-                f"{_iso(parse_time(to)) if to is not None else 'end'}")
-            raise EmptyRange(f"no {dataset} data{rng} (the archive has {span})")
-        return files
-
-    def dataset(self, dataset: str, frm=None, to=None) -> ds.Dataset:
-        """``pyarrow.dataset`` over the files of ``dataset`` in range (raises :class:`EmptyRange` when none)."""
-        files = self.files_in_range(dataset, frm, to)
-        from sinks.archive.buffer import dataset_schema
-
-        schema = dataset_schema(dataset)
-        for f in PARTITION_SCHEMA:
-            schema = schema.append(f)
-        self.files_used[dataset] = files
-        return ds.dataset(
-            files, schema=schema, format="parquet", filesystem=self.fs,
-            partitioning=ds.partitioning(PARTITION_SCHEMA, flavor="hive"),
-            partition_base_dir=f"{self.root}/{dataset}",
-        )
-
-    # -- views
-
-    def register(self, dataset: str, frm=None, to=None, alias: str | None = None) -> None:
-        """(Re)define view ``alias`` (default: the dataset's name) over ``dataset`` in [frm, to) (everything
-        when both are None)."""
-        spec = self._need(dataset)
-        view = alias or dataset
-        if self._views.get(view, ()) == (dataset, frm, to):
-            return
-        files = self.files_in_range(dataset, frm, to)
-        self.files_used[dataset] = files
-        if alias:
-            self.files_used[alias] = files
-        src = self._parquet_sql(dataset, files)
-        where = ""
-        if frm is not None or to is not None:
-            lo, hi = self._range(dataset, frm, to)
-            where = f" WHERE {spec.time_column} >= {lo} AND {spec.time_column} < {hi}"
-        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {src}{where}")
-        self._views[view] = (dataset, frm, to)
-
-    def _parquet_sql(self, dataset: str, files: list[str]) -> str:
-        """DuckDB's own Parquet reader over ``files`` (4-5x less CPU than scanning a pyarrow dataset), Hive
-        columns ``dt``/``hour``, columns matched by name across files; a column of the dataset's schema that no
-        file has (written before it existed) reads as NULL. Files on a non-local filesystem are read through it
-        (``register_filesystem``: fsspec, no DuckDB extension)."""
-        from sinks.archive.buffer import _is_local, dataset_schema
-
-        if _is_local(self.fs):
-            paths = files
-        else:
-            protos = [self.fs.protocol] if isinstance(self.fs.protocol, str) else list(self.fs.protocol)
-            if not self._fs_registered:
-                if not set(protos) & set(self.con.list_filesystems()):  # a shared connection may have it
-                    self.con.register_filesystem(self.fs)
-                self._fs_registered = True
-            proto = protos[0]
-            paths = [f"{proto}://{f.lstrip('/')}" if proto != "memory" else f"memory://{f}" for f in files]
-        lst = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
-        src = (f"read_parquet({lst}, union_by_name = true, hive_partitioning = true, "
-               "hive_types = {'dt': VARCHAR, 'hour': INTEGER})")
-        have = {r[0] for r in self.con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
-        missing = [f for f in dataset_schema(dataset) if f.name not in have and _DUCK.get(str(f.type))]
-        if not missing:
-            return src
-        nulls = ", ".join(f"NULL::{_DUCK[str(f.type)]} AS {f.name}" for f in missing)
-        return f"(SELECT *, {nulls} FROM {src})"
-
-    def register_all(self, frm=None, to=None) -> list[str]:
-        """Register every dataset present that has data in range; returns their names.
-
-        Views are otherwise registered on demand by :meth:`sql` (only the datasets a query names).
-        """
-        done = []
-        for name in self._present:
-            try:
-                self.register(name, frm, to)
-                done.append(name)
-            except EmptyRange:
-                self._views.pop(name, None)
-                self.con.execute(f"DROP VIEW IF EXISTS {name}")
-        return done
-
-    def sql(self, query: str, frm=None, to=None, params=None) -> pa.Table:
-        """Run SQL over the dataset views and :data:`VIEWS`; with a range, the views only cover [frm, to).
-
-        Every dataset the query names gets a view over that range first, and so does the dataset of every view
-        of :data:`VIEWS` it names; a view whose dataset is not in the archive is left undefined, one whose
-        dataset has nothing in range raises :class:`EmptyRange` only if the query reads it (``flows`` is also a
-        column of ``alerts``).
-        """
-        named = [n for n in self._present if re.search(rf"\b{n}\b", query)]
-        views = [v for v, (d, _) in VIEWS.items() if d in self._present and re.search(rf"\b{v}\b", query)]
-        for n in named:
-            self.register(n, frm, to)
-        empty: dict[str, EmptyRange] = {}
-        for v in views:
-            d, rows = VIEWS[v]
-            try:
-                self.register(d, frm, to)
-            except EmptyRange as e:
-                empty[v] = e
-                self.con.execute(f"DROP VIEW IF EXISTS {v}")
-                continue
-            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {v} AS SELECT * FROM {d}{f' WHERE {rows}' if rows else ''}")
-        try:
-            return self.con.sql(query, params=params).to_arrow_table()
-        except duckdb.CatalogException as e:
-            missing = next((v for v in empty if re.search(rf"\b{v}\b", str(e))), None)
-            if missing is not None:
-                raise empty[missing] from None
-            raise ArchiveError(f"{e} ({self._names_present()})") from None
-
-    def _names_present(self) -> str:
-        views = [v for v, (d, _) in VIEWS.items() if d in self._present]
-        present = f"datasets present: {', '.join(self._present) or 'none'}"
-        return present + (f"; views: {', '.join(views)}" if views else "")
-
-    def _sql(self, query: str, params) -> pa.Table:
-        """Run a report over views already registered (:meth:`_flows`)."""
-        try:
-            return self.con.sql(query, params=params).to_arrow_table()
-        except duckdb.CatalogException as e:
-            raise ArchiveError(f"{e} (datasets present: {', '.join(self._present) or 'none'})") from None
-
-    # -- named reports
 
     def flows_view(self, exporter: str | None = None, dataset: str = "flows_enriched") -> tuple[str, dict]:
         """The flow records a report reads, as SQL, and its parameters: counted records only (each packet
         once: docs/detectors.md, "Counting each packet once"), or every record of one ``exporter``'s view.
         ``dataset``: flows_enriched or a traffic rollup (rows with a ``flow_records`` count)."""
-        self._need(dataset)
+        self.need(dataset)
         if exporter is None:
             return f"(SELECT * FROM {dataset} WHERE NOT coalesce(duplicate, false))", {}
         if dataset != "flows_enriched":
@@ -446,9 +48,9 @@ class ArchiveQuery:
         """The (dataset, from, to) pieces a flow report over [frm, to) reads (:func:`plan_sources`)."""
         lo = parse_time(frm) if frm is not None else None
         hi = parse_time(to) if to is not None else None
-        if lo is not None and hi is not None and hi <= lo:
-            raise ArchiveError(f"empty time range: from {_iso(lo)} is not before to {_iso(hi)}")
-        return plan_sources(lo, hi, self._present, source, needs_raw)
+        if lo is not None and hi is not None:
+            check_range(lo, hi)
+        return plan_sources(lo, hi, self.datasets, source, needs_raw)
 
     def _has_files(self, dataset: str, frm, to) -> bool:
         try:
@@ -507,20 +109,19 @@ class ArchiveQuery:
         ``family``: ``traffic`` (raw: ``flows_enriched``; the console's job timeline) or ``ports`` (raw:
         ``link_health``; a port's series). docs/console.md."""
         lo, hi = parse_time(frm), parse_time(to)
-        if hi <= lo:
-            raise ArchiveError(f"empty time range: from {_iso(lo)} is not before to {_iso(hi)}")
+        check_range(lo, hi)
         names = {"traffic": (SOURCES["1h"], SOURCES["1m"], SOURCES["raw"]),
                  "ports": ("ports_1h", "ports_1m", "link_health")}[family]
         target = max(1000, (hi - lo) // max_bins)
         for name in names[:2]:
             b = layout.spec(name).bucket_ms
-            if name in self._present and (hi - lo) // b >= min_bins and self._has_files(name, lo, hi):
+            if name in self.datasets and (hi - lo) // b >= min_bins and self._has_files(name, lo, hi):
                 return name, max(b, target // b * b)
         return names[2], target // 1000 * 1000
 
     def matrix_pieces(self, frm, to) -> list[tuple[str, int | None, int | None]]:
         """The (dataset, from, to) pieces :meth:`matrix_cells` reads over [frm, to)."""
-        finest = "matrix_windows" if "matrix_windows" in self._present else SOURCES["raw"]
+        finest = "matrix_windows" if "matrix_windows" in self.datasets else SOURCES["raw"]
         pieces = [(finest if d == SOURCES["raw"] else d, lo, hi) for d, lo, hi in self.sources(frm, to, "auto")]
         if any(d != finest for d, *_ in pieces) and not any(self._has_files(d, lo, hi) for d, lo, hi in pieces
                                                              if d != finest):
@@ -569,7 +170,7 @@ class ArchiveQuery:
         self.answered_by = " + ".join(dict.fromkeys(d for d, *_ in used)) or None
         if not parts:
             raise EmptyRange("no matrix data in range (neither rollups nor matrix windows)")
-        return self._sql(f"""
+        return self.run(f"""
             SELECT $level AS level, src, dst, category, sum(bytes_est)::BIGINT AS bytes_est,
                    sum(packets_est)::BIGINT AS packets_est, sum(flow_records)::BIGINT AS flow_records,
                    sum(samples)::BIGINT AS samples
@@ -578,7 +179,7 @@ class ArchiveQuery:
     def top_talkers(self, frm, to, n: int = 10, exporter: str | None = None, source: str = "auto") -> pa.Table:
         """Largest src -> dst pairs by estimated bytes (node name, else IP)."""
         f, params = self._flows(frm, to, source, exporter)
-        return self._sql(f"""
+        return self.run(f"""
             SELECT CASE WHEN src_node <> '' THEN src_node ELSE src_ip END AS src,
                    CASE WHEN dst_node <> '' THEN dst_node ELSE dst_ip END AS dst,
                    sum(bytes_est)::BIGINT AS bytes_est, sum(packets_est)::BIGINT AS packets_est,
@@ -600,10 +201,10 @@ class ArchiveQuery:
         if exporter is not None and source == "matrix":
             raise ValueError("one exporter's view comes from the flow records: use source flows or auto")
         if source == "matrix":
-            self._need("matrix_windows")
+            self.need("matrix_windows")
         if source == "auto" and exporter is None:
             raw_only = all(d == "flows_enriched" for d, *_ in self.sources(frm, to, "auto"))
-            if raw_only and "matrix_windows" in self._present and self.files("matrix_windows", frm, to):
+            if raw_only and "matrix_windows" in self.datasets and self.files("matrix_windows", frm, to):
                 source = "matrix"
         if source == "matrix":
             self.answered_by = "matrix_windows"
@@ -615,7 +216,7 @@ class ArchiveQuery:
                 ORDER BY bytes_est DESC, src, dst, category""", frm, to, params=[level])
         f, params = self._flows(frm, to, "raw" if source == "flows" else source, exporter)
         col = level
-        return self._sql(f"""
+        return self.run(f"""
             SELECT CASE WHEN src_{col} <> '' THEN src_{col} ELSE 'unknown' END AS src,
                    CASE WHEN dst_{col} <> '' THEN dst_{col} ELSE 'unknown' END AS dst,
                    category, sum(bytes_est)::BIGINT AS bytes_est, sum(packets_est)::BIGINT AS packets_est,
@@ -629,7 +230,7 @@ class ArchiveQuery:
         """
         needs_raw = f"a node given by its address ({name})" if _is_address(name) else None
         f, params = self._flows(frm, to, source, exporter, needs_raw)
-        return self._sql(f"""
+        return self.run(f"""
             SELECT direction, peer, category, sum(bytes_est)::BIGINT AS bytes_est,
                    sum(packets_est)::BIGINT AS packets_est, sum(n)::BIGINT AS flow_records FROM (
               SELECT 'sent' AS direction, CASE WHEN dst_node <> '' THEN dst_node ELSE dst_ip END AS peer,
@@ -643,7 +244,7 @@ class ArchiveQuery:
     def job(self, name: str, frm, to, exporter: str | None = None, source: str = "auto") -> pa.Table:
         """A job's nodes: bytes sent and received per node and category."""
         f, params = self._flows(frm, to, source, exporter)
-        return self._sql(f"""
+        return self.run(f"""
             WITH tx AS (SELECT src_node AS node, category, sum(bytes_est) AS b, sum(n) AS n
                         FROM {f} WHERE src_job = $job GROUP BY 1, 2),
                  rx AS (SELECT dst_node AS node, category, sum(bytes_est) AS b, sum(n) AS n
@@ -660,67 +261,6 @@ class ArchiveQuery:
             SELECT src_group, dst_group, category, sum(bytes_est)::BIGINT AS bytes_est,
                    sum(packets_est)::BIGINT AS packets_est, count(*)::BIGINT AS flow_records
             FROM {f} GROUP BY 1, 2, 3 ORDER BY src_group, dst_group, category""", frm, to, params=params)
-
-
-# ----------------------------------------------------------------------------- rendering
-
-
-def _jsonable(v):
-    if isinstance(v, bytes):
-        if len(v) == 16:
-            return addr_str(v)
-        return v.hex()
-    return str(v)
-
-
-def _cell(v) -> str:
-    """A value as the ``table`` format shows it: integers (DuckDB's ``sum`` of BIGINT is a 38-digit decimal) with
-    thousands separators."""
-    if v is None:
-        return ""
-    if isinstance(v, bytes):
-        return _jsonable(v)
-    integral = isinstance(v, Decimal) and v.is_finite() and v == v.to_integral_value()
-    if integral or isinstance(v, int) and not isinstance(v, bool):
-        return f"{int(v):,}"
-    return str(v)
-
-
-def render(table: pa.Table, fmt: str = "table", path: str | None = None, title: str | None = None) -> str:
-    """Render a result: ``table`` (rich text), ``csv``, ``json`` (array of objects) as a string;
-    ``parquet`` writes ``path`` and returns it."""
-    if fmt == "parquet":
-        if not path:
-            raise ValueError("parquet output needs a path")
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, path, compression="zstd")
-        return path
-    if fmt == "csv":
-        import pyarrow.csv as pacsv
-
-        buf = io.BytesIO()
-        plain = table.select([i for i, f in enumerate(table.schema) if not pa.types.is_nested(f.type)])
-        pacsv.write_csv(plain, buf)
-        return buf.getvalue().decode()
-    if fmt == "json":
-        return json.dumps(table.to_pylist(), default=_jsonable, indent=1)
-    if fmt == "table":
-        from rich.console import Console
-        from rich.table import Table
-
-        rt = Table(title=title)
-        for f in table.schema:
-            numeric = pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
-            rt.add_column(f.name, justify="right" if numeric else "left")
-        for row in table.to_pylist():
-            rt.add_row(*[_cell(v) for v in row.values()])
-        out = io.StringIO()
-        Console(file=out, width=200, force_terminal=False, color_system=None).print(rt)
-        if table.num_rows == 0:
-            out.write("(no rows)\n")
-        return out.getvalue()
-    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
 def segmentation_review(q, cfg, frm=None, to=None, exporter: str | None = None):

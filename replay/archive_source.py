@@ -136,7 +136,9 @@ def archive_source(fs, root: str, frm, to, *, slice_ms: int = DEFAULT_SLICE_MS) 
     Raises :class:`ReplayError` for an empty or inverted range, a missing archive,
     no raw datasets, or no data in range.
     """
-    from query.reports import ArchiveError, ArchiveQuery, DatasetMissing, parse_time
+    from query.errors import ArchiveError, DatasetMissing
+    from query.reports import ArchiveQuery
+    from query.timerange import parse_time
 
     if frm is None or to is None:
         raise ReplayError("an archive replay needs --from and --to")

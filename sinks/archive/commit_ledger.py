@@ -15,7 +15,9 @@ from collections.abc import Callable
 from confluent_kafka import KafkaException, TopicPartition
 
 from fabricflow.logs import RateLimitedLog
-from sinks.archive.buffer import ArchiveSink, FlushPlan, ParquetWriter
+from sinks.archive.buffer import ArchiveSink
+from sinks.archive.flush import FlushPlan
+from sinks.archive.parquet import ParquetWriter
 from sinks.archive.metrics import SinkMetrics
 from sinks.archive.write_queue import FAILED, OK, WriteJob, WriteQueue
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import pyarrow.parquet as pq
 
 from sinks.archive import layout, rollups
+from sinks.archive.fs import filesystem, root_path
+from sinks.archive.parquet import ParquetWriter
 from sinks.archive.retention import Schedule
 
 
@@ -48,10 +50,8 @@ def compact_hour(fs, root: str, dataset: str, hour: int, partition: int, committ
     files qualify (a single merged file is already compact). ``listing``: the hour directory's files, when
     the caller has just listed it. Returns what it did.
     """
-    from sinks.archive.buffer import ParquetWriter, _fs, _root
-
-    fs = _fs(fs)
-    root = _root(fs, root)
+    fs = filesystem(fs)
+    root = root_path(fs, root)
     if layout.spec(dataset).derived_from is None:
         raise ValueError(f"{dataset} is not a rollup dataset")
     d = f"{root}/{dataset}/{layout.hour_dir(hour)}"
@@ -93,10 +93,8 @@ def compact(fs, root: str, committed: dict[tuple[str, int], int], *, before_hour
     is listed once per run). ``errors``: collect ``(dataset, hour, partition, exception)`` of a failed hour
     and go on with the rest (without it the first failure raises).
     """
-    from sinks.archive.buffer import _fs, _root
-
-    fs = _fs(fs)
-    root = _root(fs, root)
+    fs = filesystem(fs)
+    root = root_path(fs, root)
     names = datasets or [d.name for d in layout.DATASETS.values() if d.derived_from]
     first_day = None if since_hour is None else since_hour // 24
     out = []

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from cli.pipeline import register
-from sinks.archive.buffer import HourlyBuffer, ParquetWriter
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
 from sinks.archive.arrow_schema import table_from_columns
 from cli.options import parse_duration_ms
 from sinks.archive.retention import retention_policy

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from console.layout import Layout
 from console.live import LiveStore
-from sinks.archive.buffer import HourlyBuffer, ParquetWriter
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
 from sinks.archive.arrow_schema import table_from_columns, table_from_dicts
 from tests.unit.sinks.helpers import T0, enriched
 

@@ -49,7 +49,7 @@ def test_every_avro_field_maps(name):
 
 
 def test_every_dataset_has_a_schema_with_its_time_column():
-    from sinks.archive.buffer import dataset_schema
+    from sinks.archive.parquet import dataset_schema
 
     for d in layout.DATASETS.values():
         s = dataset_schema(d.name)  # rollups (derived datasets) have their own schema (sinks.archive.rollups)

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from sinks.archive import layout
-from sinks.archive.buffer import dataset_schema
+from sinks.archive.parquet import dataset_schema
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "archive.md"
 

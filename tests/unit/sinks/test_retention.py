@@ -9,7 +9,8 @@ import fsspec
 import pytest
 
 from sinks.archive import layout
-from sinks.archive.buffer import HourlyBuffer, ParquetWriter
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
 from sinks.archive.layout import DAY_MS, HOUR_MS
 from sinks.archive.retention import DEFAULT_POLICY, apply_retention
 from tests.unit.sinks.helpers import T0, flow_table

@@ -13,10 +13,14 @@ import pytest
 from fabricflow import streams
 from schemas.columns import addr16, dtype_for
 from sinks.archive import layout, rollups
-from sinks.archive.buffer import FsWrittenIndex, HourlyBuffer, ParquetWriter
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.index import FsWrittenIndex
+from sinks.archive.parquet import ParquetWriter
 from sinks.archive.arrow_schema import table_from_columns, table_from_dicts
 from sinks.archive.layout import HOUR_MS
-from query.reports import ArchiveError, ArchiveQuery, plan_sources
+from query.errors import ArchiveError
+from query.plan import plan_sources
+from query.reports import ArchiveQuery
 from sinks.archive.retention import DEFAULT_POLICY
 from tests.unit.sinks.helpers import T0, flows
 

@@ -212,7 +212,7 @@ def test_ingest_quality_is_archived_from_avro():
 def test_object_store_down_while_reading_the_index_ends_the_run_with_one_line(monkeypatch):
     """The written index is read while messages are added; a failure there cannot be retried in place (the
     consumer moved on), so run() ends with ArchiveUnavailable (exit 1) instead of a traceback."""
-    from sinks.archive.service import ArchiveUnavailable
+    from sinks.archive.fs import ArchiveUnavailable
 
     svc = service()
     t = svc.settings.kafka.topics
