@@ -33,6 +33,7 @@ sys.path.insert(0, str(_BENCH.parent))
 
 from bench.common import Sender, netflow_stream  # noqa: E402
 from devtools.runner import LocalPipeline, PipelinePorts  # noqa: E402
+from fabricflow.kafka import client_config  # noqa: E402
 
 SCENARIOS = ("ingest-kill", "processors-kill", "broker-restart", "s3-stop", "archive-kill")
 BASELINE = "none"  # the same run without a fault: the CPU budget and the uninterrupted outputs
@@ -188,7 +189,7 @@ def count_topic(settings, topic: str, idle_s: float = 5.0, deadline_s: float = 3
 
     from schemas import codec
 
-    c = Consumer({**settings.kafka.client_config(), "group.id": "chaos-count-" + uuid.uuid4().hex[:8],
+    c = Consumer({**client_config(settings.kafka), "group.id": "chaos-count-" + uuid.uuid4().hex[:8],
                   "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000})
     c.subscribe([topic])
     n, last, t0 = 0, time.monotonic(), time.monotonic()
@@ -282,7 +283,7 @@ def live_outputs(settings, idle_s: float = 5.0, deadline_s: float = 600.0) -> tu
     from schemas.outputs import decode_output
 
     topics = {topic_of(settings.kafka, st): kind for kind, st in OUTPUTS.items()}
-    c = Consumer({**settings.kafka.client_config(), "group.id": "chaos-outputs-" + uuid.uuid4().hex[:8],
+    c = Consumer({**client_config(settings.kafka), "group.id": "chaos-outputs-" + uuid.uuid4().hex[:8],
                   "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000})
     c.subscribe(list(topics))
     out: dict[str, dict[str, set]] = {k: {} for k in OUTPUTS}

@@ -705,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
         if ("fabricflow" in collectors and a.sink == "kafka") or "nfacctd-kafka" in collectors:
             from fabricflow.settings import load_settings
             from devtools.stack import EmbeddedStack
-            from fabricflow.streams import ensure_topics
+            from fabricflow.kafka import ensure_topics
 
             from devtools.stack import port_free
 

@@ -131,7 +131,9 @@ def _committed_offsets(kafka, group: str, topics: dict[str, str]) -> dict[tuple[
     """(dataset, partition) -> committed offset of ``group`` (partitions without a commit are left out)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    conf = kafka.client_config()
+    from fabricflow.kafka import client_config
+
+    conf = client_config(kafka)
     conf.update({"group.id": group, "enable.auto.commit": False})
     c = Consumer(conf)
     try:
@@ -337,12 +339,12 @@ def query_segmentation(
     if policy is not None:
         if not policy.is_file():
             fail(f"policy file not found: {policy}")
-        from processors.logic.policy import load_policy_config
+        from processors.config_files import ConfigFileError, load_policy_file
 
         try:
-            cfg = load_policy_config(policy)
-        except Exception as e:  # pydantic / YAML errors: one line
-            fail(f"policy file {policy}: {str(e).splitlines()[0]}")
+            cfg = load_policy_file(policy)
+        except ConfigFileError as e:  # YAML or model errors: one line with the file's line number
+            fail(f"policy file {e}")
     if cfg is None:
         _run(ctx, lambda q, lo, hi: q.segmentation(lo, hi, exporter=exporter), opts, "segmentation")
     else:

@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         from fabricflow.logs import setup_logging
         from fabricflow.kafka_security import SecurityFileError
         from processors.logic.core import CoreConfigError
-        from processors.logic.inventory import InventoryError
+        from processors.logic.enrich.inventory import InventoryError
 
         s = settings_of(ctx)
         upd = {k: v for k, v in {"inventory": inventory, "policy": policy}.items() if v}

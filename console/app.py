@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from processors.logic.categories import CATEGORIES
+from processors.logic.enrich.categories import CATEGORIES
 from query.render import describe
 from query.timerange import parse_time
 from schemas.columns import addr_str

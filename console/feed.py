@@ -21,6 +21,7 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from fabricflow import streams
+from fabricflow.kafka import client_config
 from schemas import codec
 
 from .live import LiveStore
@@ -95,7 +96,7 @@ class KafkaFeed:
 
     def _consumer(self) -> Consumer:
         k = self.settings.kafka
-        conf = k.client_config() | {
+        conf = client_config(k) | {
             "client.id": f"{k.client_id}-console",
             "group.id": self.settings.console.group_id,
             "enable.auto.commit": False,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer
 
+from fabricflow.kafka import client_config
 from schemas import codec
 
 LINK_KINDS = {"link_downgrade", "error_burst", "oper_down", "sustained_utilisation", "discard_burst"}
@@ -99,7 +100,7 @@ class DetectionFeed:
         }
         self.consumer = consumer if consumer is not None else Consumer(
             {
-                **settings.kafka.client_config(),
+                **client_config(settings.kafka),
                 "group.id": group or f"fabricflow-view-{uuid.uuid4().hex[:8]}",
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,

@@ -159,7 +159,7 @@ class LocalPipeline:
         except StackError as e:
             self.stack.down()
             raise PipelineError(str(e)) from None
-        from fabricflow.streams import ensure_topics
+        from fabricflow.kafka import ensure_topics
 
         ensure_topics(s.kafka)
         self._spawn("ingest", ["ingest"])

@@ -174,7 +174,7 @@ class Service:
 
     def ensure_topics(self, kafka, required: bool = True) -> None:
         """Create the catalog's topics; ``required=False``: log and go on when that fails (managed elsewhere)."""
-        from .streams import ensure_topics
+        from .kafka import ensure_topics
 
         try:
             ensure_topics(kafka)

@@ -44,7 +44,7 @@ class KafkaSettings(_Section):
     """Where the brokers are and how to reach them (SASL and TLS: docs/operations.md, "Secured Kafka").
 
     The security settings reach every client through :mod:`fabricflow.kafka_security`: confluent-kafka
-    (:meth:`client_config`) and Faust/aiokafka (the processors). File paths are checked at start.
+    (:func:`fabricflow.kafka.client_config`) and Faust/aiokafka (the processors). File paths are checked at start.
     """
 
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma separated")
@@ -81,19 +81,19 @@ class KafkaSettings(_Section):
             raise ValueError("ssl_cert_file and ssl_key_file go together (TLS client authentication)")
         return self
 
-    def client_config(self) -> dict[str, Any]:
-        """librdkafka configuration shared by producers, consumers and admin clients."""
-        from .kafka_security import librdkafka_config
-
-        return librdkafka_config(self)
-
 
 class ProducerSettings(_Section):
-    compression: Literal["lz4", "zstd", "snappy", "gzip", "none"] = Field("lz4", description="Message compression")
-    linger_ms: int = Field(20, ge=0, le=5000, description="Producer linger (batching delay)")
+    """``ingest.producer``: the one producer configuration (:func:`fabricflow.kafka.producer_config`) of ingest,
+    the processors' output producer and replay's publisher."""
+
+    compression: Literal["lz4", "zstd", "snappy", "gzip", "none"] = Field(
+        "lz4", description="Message compression (ingest, the processors' output producer and replay)")
+    linger_ms: int = Field(20, ge=0, le=5000, description="Producer linger (batching delay); the processors use "
+                           "processors.output_linger_ms")
     batch_bytes: int = Field(1_000_000, ge=1024, description="Max producer batch size in bytes")
-    queue_max_messages: int = Field(100_000, ge=100, description="librdkafka buffer bound in messages; beyond it records are dropped and counted")
-    queue_max_kbytes: int = Field(262_144, ge=1024, description="librdkafka buffer bound in KiB")
+    queue_max_messages: int = Field(100_000, ge=100, description="librdkafka buffer bound in messages; beyond it ingest "
+                                    "drops and counts records, the processors and replay wait")
+    queue_max_kbytes: int = Field(262_144, ge=1024, description="librdkafka buffer bound in KiB (as queue_max_messages)")
     message_timeout_ms: int = Field(300_000, ge=1000, description="Give up delivering a message after this long (counted as failed)")
     flush_timeout_s: float = Field(10.0, ge=0, description="On shutdown, flush with this deadline; undelivered records are reported")
 

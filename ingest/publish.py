@@ -1,6 +1,7 @@
 """Where decoded batches go: Kafka (confluent-kafka) or JSON lines on stdout.
 
-Kafka: idempotent producer, lz4/zstd, linger and batch tuned, bounded buffer.
+Kafka: the producer of :func:`fabricflow.kafka.producer_config` (idempotent, lz4/zstd, linger and batch
+tuned, bounded buffer).
 ``produce`` never blocks the receive loop: when librdkafka's buffer is full the
 batch is dropped and counted (``fabricflow_ingest_kafka_dropped_records_total``);
 delivery errors are counted per record. When the broker returns, librdkafka
@@ -18,6 +19,7 @@ from functools import partial
 import numpy as np
 from confluent_kafka import KafkaError, Producer
 
+from fabricflow.kafka import producer_config
 from schemas import codec
 from schemas.columns import PROTOCOL_NAMES, addr_str
 
@@ -30,19 +32,7 @@ class KafkaSink:
         t = kafka_settings.topics
         self.flows_topic, self.counters_topic, self.dlq_topic = t.flows_raw, t.counters_raw, t.dlq
         self.quality_topic = t.quality
-        conf = {
-            **kafka_settings.client_config(),
-            "enable.idempotence": True,
-            "acks": "all",
-            "compression.type": producer_settings.compression,
-            "linger.ms": producer_settings.linger_ms,
-            "batch.size": producer_settings.batch_bytes,
-            "queue.buffering.max.messages": producer_settings.queue_max_messages,
-            "queue.buffering.max.kbytes": producer_settings.queue_max_kbytes,
-            "message.timeout.ms": producer_settings.message_timeout_ms,
-            "partitioner": "murmur2_random",
-            "message.max.bytes": 8_000_000,
-        }
+        conf = producer_config(kafka_settings, producer_settings)  # idempotent, murmur2_random, bounded buffer
         self.flush_timeout_s = producer_settings.flush_timeout_s
         self.producer = producer_factory(conf)
         self.produced_records = 0

@@ -233,7 +233,7 @@ def run_ingest(settings: Settings, listen: list[str] | None = None, stdout: bool
     if not stdout:
         from fabricflow.kafka_security import check_files
         from fabricflow.readiness import Unreachable, wait_for_kafka
-        from fabricflow.streams import ensure_topics
+        from fabricflow.kafka import ensure_topics
 
         check_files(settings.kafka)  # SecurityFileError (a ValueError): exit 2 naming the setting and file
         try:

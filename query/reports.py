@@ -272,7 +272,7 @@ def segmentation_review(q, cfg, frm=None, to=None, exporter: str | None = None):
     taken into account (flows grouped by destination and source port) only when
     some allow rule restricts ports.
     """
-    from processors.logic.policy import segmentation_matrix  # the policy's own matcher: same verdicts as live
+    from processors.logic.rules.policy import segmentation_matrix  # the policy's own matcher: same verdicts as live
 
     seg = cfg.segmentation
     by_port = any(r.ports for r in seg.allow)

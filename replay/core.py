@@ -7,13 +7,14 @@ order both sources end in (docs/replay.md says why slices reproduce the live res
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 import numpy as np
 
+from fabricflow.streams import counter_shard
 from processors.logic.core import ProcessorCore, shard_of
+from schemas.columns import addr_str
 from processors.logic.engine import Output
 
 #: Event-time slice per replay batch (must divide an hour so slices stay inside one archive hour).
@@ -33,7 +34,8 @@ def iso_utc(ms: int) -> str:
 
 
 def counter_shard_of(counters: np.ndarray, partitions: int) -> np.ndarray:
-    """Shard per counter sample: CRC32 of the exporter address (all samples of an agent in one core).
+    """Shard per counter sample: :func:`fabricflow.streams.counter_shard` of the text of its exporter address,
+    the rule a live worker applies to the message key (all samples of an agent in one core).
 
     Link health keeps state per (agent, ifIndex); that core reports it, every other core applies the same
     samples to its port state only (what the flow detectors read), so which core runs it does not change
@@ -44,7 +46,7 @@ def counter_shard_of(counters: np.ndarray, partitions: int) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
     addrs = np.ascontiguousarray(counters["exporter_addr"], dtype=np.uint8)
     uniq, inv = np.unique(addrs.view(np.dtype((np.void, 16))).ravel(), return_inverse=True)
-    h = np.array([zlib.crc32(u.tobytes()) % partitions for u in uniq], dtype=np.int64)
+    h = np.array([counter_shard(addr_str(u.tobytes()), partitions) for u in uniq], dtype=np.int64)
     return h[inv.ravel()]
 
 

@@ -18,19 +18,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .incast import IncastAggregator, IncastConfig, IncastDetector, as_capacity, endpoint_codes
-from .congestion import CongestionConfig, CongestionDetector
-from .connstorm import ConnStormConfig, ConnStormDetector
-from .interning import Interner, RowInterner
-from .lbskew import LbSkewConfig, LbSkewDetector
-from .linkhealth import LinkHealthConfig, LinkHealthDetector
-from .matrix import KEY_COLUMNS, CellAggregator, MatrixConfig, matrix_cells, signal_columns
-from .pattern import PatternConfig, PatternDetector
-from .snapshots import from_bytes, to_bytes
-from .storagebound import StorageBoundConfig, StorageBoundDetector
-from .straggler import StragglerConfig, StragglerDetector
-from .timeline import PhaseAggregator, TimelineConfig, TimelineDetector
-from .windows import WindowConfig, WindowManager
+from .detectors.congestion import CongestionConfig, CongestionDetector
+from .detectors.connstorm import ConnStormConfig, ConnStormDetector
+from .detectors.incast import IncastAggregator, IncastConfig, IncastDetector, as_capacity, endpoint_codes
+from .detectors.lbskew import LbSkewConfig, LbSkewDetector
+from .detectors.linkhealth import LinkHealthConfig, LinkHealthDetector
+from .detectors.pattern import PatternConfig, PatternDetector
+from .detectors.storagebound import StorageBoundConfig, StorageBoundDetector
+from .detectors.straggler import StragglerConfig, StragglerDetector
+from .detectors.timeline import PhaseAggregator, TimelineConfig, TimelineDetector
+from .windows.interning import Interner, RowInterner
+from .windows.matrix import KEY_COLUMNS, CellAggregator, MatrixConfig, matrix_cells, signal_columns
+from .windows.snapshots import from_bytes, to_bytes
+from .windows.tumbling import WindowConfig, WindowManager
 
 __all__ = ["EngineConfig", "Engine", "Output", "KINDS", "DETECTORS"]
 

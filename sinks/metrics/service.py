@@ -24,7 +24,8 @@ from fabricflow import streams
 from fabricflow.kafka import consumer_config
 from fabricflow.logs import RateLimitedLog
 from fabricflow.service import Service
-from processors.logic.inventory import Inventory, InventoryWatcher
+from processors.config_files import InventoryWatcher
+from processors.logic.enrich.inventory import Inventory
 
 from .decode import STREAM_OF
 from .state import KINDS, MetricsState

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from processors.logic.inventory import Inventory
+from processors.logic.enrich.inventory import Inventory
 from schemas.columns import addr16
 
 from .budget import PairBudget

@@ -157,7 +157,7 @@ def test_jobs_view_opens_on_a_job_with_rates_and_draws_every_jobs_nodes(drv, arc
     straggler detector does not score still gets each node's send/receive small multiples (all the node's
     traffic), live and for an archive range, says that it has no scores, and says what the lines count."""
     from console.layout import Layout
-    from processors.logic.inventory import Inventory
+    from processors.logic.enrich.inventory import Inventory
     from tests.unit.console.fixtures import INVENTORY, WS, cell
 
     inv = dict(INVENTORY, jobs=[{"name": "a-idle", "nodes": ["stor01"]}, *INVENTORY["jobs"]])

@@ -34,7 +34,7 @@ INVENTORY = {
 
 
 def layout() -> Layout:
-    from processors.logic.inventory import Inventory
+    from processors.logic.enrich.inventory import Inventory
 
     return Layout.from_inventory(Inventory.from_dict(INVENTORY))
 

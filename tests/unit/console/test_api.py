@@ -354,7 +354,7 @@ def test_jobs_say_which_have_live_rates():
     """/api/jobs names the straggler scores held live per job: the page opens on a job that has some, not on
     the first name (an inference job sorting before the training jobs had an empty view)."""
     from console.layout import Layout
-    from processors.logic.inventory import Inventory
+    from processors.logic.enrich.inventory import Inventory
     from tests.unit.console.fixtures import INVENTORY
 
     inv = dict(INVENTORY, jobs=[{"name": "a-idle", "nodes": ["stor01"]}, *INVENTORY["jobs"]])

@@ -2,8 +2,8 @@
 straggler explained_by, incast discards and the live incast capacity."""
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.linkhealth import LinkHealthConfig, LinkHealthDetector
-from processors.logic.windows import WindowConfig
+from processors.logic.detectors.linkhealth import LinkHealthConfig, LinkHealthDetector
+from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import counters, flows
 
@@ -120,7 +120,7 @@ def test_incast_carries_the_destination_port_discards_and_uses_its_live_speed():
 
 
 def test_incast_discards_are_the_worst_sampled_since_the_event_opened():
-    from processors.logic.incast import IncastConfig
+    from processors.logic.detectors.incast import IncastConfig
 
     e = Engine(EngineConfig(incast=IncastConfig(lateness_ms=0), enabled=("incast", "link")),
                capacity_bps={"n0": 10e9}, port_info=port_info)

@@ -1,7 +1,7 @@
 """congestion: a job's ECN-CE / RoCEv2 CNP share far above its own baseline; marks at the usual level are quiet."""
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.windows import WindowConfig
+from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import flows
 
@@ -107,7 +107,7 @@ def test_snapshot_restore_continues_the_same():
 
 def test_the_inventory_names_the_port_when_no_counter_sample_did():
     from processors.logic.core import ProcessorCore
-    from processors.logic.inventory import Inventory
+    from processors.logic.enrich.inventory import Inventory
 
     inv = Inventory.from_dict({
         "nodes": [{"name": n, "ips": [f"10.0.0.{i + 1}"], "switch": "tor1", "group": "gpu"} for i, n in enumerate("abcd")],

@@ -3,7 +3,7 @@
 import math
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.incast import IncastConfig
+from processors.logic.detectors.incast import IncastConfig
 
 from .helpers import flows
 

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.logic.linkhealth import LinkHealthConfig, LinkHealthDetector
+from processors.logic.detectors.linkhealth import LinkHealthConfig, LinkHealthDetector
 
 from .helpers import counters
 

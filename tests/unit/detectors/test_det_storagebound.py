@@ -1,7 +1,7 @@
 """storage_bound: storage I/O far below its baseline while the links have room and no link event is open."""
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.windows import WindowConfig
+from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import counters, flows
 

@@ -1,8 +1,8 @@
 """Straggler scores: persistent low sender flagged; uniform slowdown and one spike are not."""
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.straggler import leave_one_out_median
-from processors.logic.windows import WindowConfig
+from processors.logic.detectors.straggler import leave_one_out_median
+from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import flows
 

@@ -195,6 +195,8 @@ def test_closing_lines_fit_the_terminal_and_stay_one_shell_command_each(monkeypa
     from devtools.demo import closing_lines
 
     monkeypatch.chdir(tmp_path)
+    # as `make demo` shows it from the checkout; the test must not depend on where the checkout lives
+    monkeypatch.setattr("devtools.demo._command", lambda: ".venv/bin/fabricflow")
     state = Path(".fabricflow/demo")
     kinds = ["discard_burst", "error_burst", "exfiltration", "incast", "lb_skew", "link_downgrade", "storage_bound",
              "straggler", "unregistered_host"]

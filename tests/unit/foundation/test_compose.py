@@ -131,7 +131,7 @@ def test_bind_mount_sources_exist():
 
 def test_files_services_read_exist_and_load():
     """Each file setting points into a read-only bind mount and the file behind it exists and loads."""
-    from processors.logic.config_files import load_categories_file, load_inventory_file, load_policy_file
+    from processors.config_files import load_categories_file, load_inventory_file, load_policy_file
 
     loaders = {"FABRICFLOW_PROCESSORS__INVENTORY": load_inventory_file, "FABRICFLOW_PROCESSORS__POLICY": load_policy_file,
                "FABRICFLOW_PROCESSORS__CATEGORIES": load_categories_file}

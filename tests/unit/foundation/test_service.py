@@ -111,12 +111,12 @@ def test_ensure_topics_not_required_logs_instead_of_raising(caplog, monkeypatch)
 
     s = load_settings(None, kafka={"bootstrap_servers": "127.0.0.1:1"})
     svc = Service("t")
-    import fabricflow.streams as streams
+    import fabricflow.kafka as kafka
 
     def boom(_kafka):
         raise RuntimeError("no broker")
 
-    monkeypatch.setattr(streams, "ensure_topics", boom)
+    monkeypatch.setattr(kafka, "ensure_topics", boom)
     svc.ensure_topics(s.kafka, required=False)
     assert "t: cannot ensure topics exist: no broker" in caplog.text
     with pytest.raises(RuntimeError):

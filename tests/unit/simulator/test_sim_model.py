@@ -55,10 +55,12 @@ def test_inventory_dict_shape():
 
 @pytest.mark.parametrize("name", ["healthy", "mixed"])
 def test_processors_inventory_loader_accepts_scenarios(name):
-    inventory = pytest.importorskip("processors.logic.inventory")
+    from processors.config_files import read_inventory
+    from processors.logic.enrich.inventory import Inventory
+
     scen = load_scenario(SCENARIOS / f"{name}.yaml")
-    a = inventory.Inventory.load(SCENARIOS / f"{name}.yaml")
-    b = inventory.Inventory.from_dict(scen.cluster.to_inventory_dict())
+    a = read_inventory(SCENARIOS / f"{name}.yaml")
+    b = Inventory.from_dict(scen.cluster.to_inventory_dict())
     assert a.n_entries == b.n_entries >= len(scen.cluster.nodes)
 
 

@@ -240,7 +240,7 @@ def test_object_store_down_while_reading_the_index_ends_the_run_with_one_line(mo
     monkeypatch.setattr(svc.fs, "ls", down)
     monkeypatch.setattr("sinks.archive.service.Consumer", lambda _conf: OneBatch())
     monkeypatch.setattr("fabricflow.readiness.wait_for_kafka", lambda *a, **kw: 1)
-    monkeypatch.setattr("fabricflow.streams.ensure_topics", lambda *a, **kw: {})
+    monkeypatch.setattr("fabricflow.kafka.ensure_topics", lambda *a, **kw: {})
     monkeypatch.setattr("sinks.archive.service.ArchiveService._consumer_config", lambda self: {})
     with pytest.raises(ArchiveUnavailable, match="did not answer while reading the archive index"):
         svc.run(max_seconds=5)

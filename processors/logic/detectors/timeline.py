@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from .groupby import group_reduce
-from .interning import Interner
-from .params import detector_params
+from ..params import detector_params
+from ..windows.groupby import group_reduce
+from ..windows.interning import Interner
+from ..windows.tumbling import ChunkedAggregator, concat_chunks
 from .pattern import PatternDetector, collective_structure, estimate_period
-from .windows import ChunkedAggregator, concat_chunks
 
 __all__ = ["TimelineConfig", "PhaseAggregator", "TimelineDetector", "PHASES"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .alerts import AlertManager, RuleAlertSettings
+from ..alerts import AlertManager, RuleAlertSettings
 
 __all__ = ["OneRuleDetector", "LinkState", "NodePort"]
 
@@ -29,7 +29,7 @@ class OneRuleDetector:
     """Config, window size, the port look-ups and a one-rule alert manager (rule ``RULE``).
 
     ``config`` has ``resolve_windows`` and ``severity``. ``link_state`` is the link-health detector's
-    :meth:`~processors.logic.linkhealth.LinkHealthDetector.node_state`; ``node_port`` the inventory's port
+    :meth:`~processors.logic.detectors.linkhealth.LinkHealthDetector.node_state`; ``node_port`` the inventory's port
     of a node. Either may be left out (no port is known).
     """
 

@@ -1,13 +1,15 @@
-"""The processors' configuration files: inventory, policy and app-category rules.
+"""The processors' configuration files: inventory, policy and app-category rules, read from disk.
 
-Loaded and checked before a worker connects anywhere (:func:`load_config_files`)
-and by ``fabricflow config check`` (:func:`check_config_files`); kept current
-while it runs (:class:`ConfigFileWatcher`). A problem is reported as one line
-naming the file, the line (and key) and what is wrong::
+The one place the files the pure logic (:mod:`processors.logic`) is built from are read: by the worker,
+replay, the console, the metrics sink, ``fabricflow config check`` and the benchmarks. Loaded and
+checked before a worker connects anywhere (:func:`load_config_files`, :func:`check_config_files`), kept
+current while a service runs (:class:`ConfigFileWatcher`, :class:`InventoryWatcher`). A problem is
+reported as one line naming the file, the line (and key) and what is wrong::
 
     /config/policy.yaml: line 12 (segmentation.allow.0.src): Input should be a valid string
 
-Each loader raises :class:`ConfigFileError`; no I/O besides reading the file.
+Each ``load_*_file`` raises :class:`ConfigFileError`; :func:`read_inventory` raises
+:class:`~processors.logic.enrich.inventory.InventoryError` with every problem of the file.
 """
 
 from __future__ import annotations
@@ -21,21 +23,23 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .categories import CategoryRules
-from .core import CoreConfigError
-from .filewatch import FileWatcher
-from .inventory import Inventory, InventoryError
-from .rules.config import PolicyConfig
+from fabricflow.filewatch import FileWatcher
+from processors.logic.core import CoreConfigError
+from processors.logic.enrich.categories import CategoryRules
+from processors.logic.enrich.inventory import Inventory, InventoryError, inventory_format
+from processors.logic.rules.config import PolicyConfig
 
 __all__ = [
     "ConfigFileError",
     "ConfigFileWatcher",
     "ConfigFiles",
+    "InventoryWatcher",
     "check_config_files",
     "load_categories_file",
     "load_config_files",
     "load_inventory_file",
     "load_policy_file",
+    "read_inventory",
 ]
 
 T = TypeVar("T")
@@ -51,18 +55,25 @@ class ConfigFileError(CoreConfigError):
         super().__init__(f"{self.path}: {self.problems[0]}{more}")
 
 
+def _file_text(path: str | os.PathLike, fail: Callable[[str], Exception]) -> str:
+    """The file's text (UTF-8, a byte-order mark dropped); ``fail(problem)`` is raised when it cannot be read."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise fail(f"cannot read file: {e.strerror or e}") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise fail(f"not UTF-8 text (byte offset {e.start})") from None
+
+
 def _read_text(path: str | os.PathLike, setting: str) -> str:
     p = Path(path)
     if not p.exists():
         raise ConfigFileError(str(path), [f"no such file (setting {setting})"])
     if not p.is_file():
         raise ConfigFileError(str(path), [f"not a file (setting {setting})"])
-    try:
-        return p.read_bytes().decode("utf-8-sig")
-    except OSError as e:
-        raise ConfigFileError(str(path), [f"cannot read: {e.strerror or e}"]) from None
-    except UnicodeDecodeError as e:
-        raise ConfigFileError(str(path), [f"not UTF-8 text (byte offset {e.start})"]) from None
+    return _file_text(p, lambda problem: ConfigFileError(str(path), [problem]))
 
 
 def _yaml_mapping(text: str, path: str) -> tuple[dict, Any]:
@@ -141,12 +152,19 @@ def load_categories_file(path: str | os.PathLike) -> CategoryRules:
     return _load_model(path, CategoryRules, "processors.categories")
 
 
+def read_inventory(path: str | os.PathLike) -> Inventory:
+    """The inventory of a ``.yaml``/``.yml`` or ``.csv`` file; :class:`InventoryError` with every problem."""
+    source = str(path)
+    fmt = inventory_format(source)
+    return Inventory.parse(_file_text(path, lambda problem: InventoryError(source, [problem])), source, fmt)
+
+
 def load_inventory_file(path: str | os.PathLike) -> Inventory:
     """The inventory (YAML or CSV); :class:`ConfigFileError` with the first problem (and how many more)."""
     if not Path(path).exists():
         raise ConfigFileError(str(path), ["no such file (setting processors.inventory)"])
     try:
-        return Inventory.load(path)
+        return read_inventory(path)
     except InventoryError as e:
         raise ConfigFileError(e.source, e.problems) from None
 
@@ -185,10 +203,28 @@ def check_config_files(processors) -> list[str]:
 
 
 class ConfigFileWatcher(FileWatcher[T]):
-    """Keeps what a configuration file says current (:class:`~processors.logic.filewatch.FileWatcher` with
-    one of this module's loaders): a version that does not load leaves the last good one in ``value``,
-    its problem in one line in ``last_error``."""
+    """Keeps what a configuration file says current (:class:`~fabricflow.filewatch.FileWatcher` with one of
+    this module's loaders): a version that does not load leaves the last good one in ``value``, its problem
+    in one line in ``last_error``."""
 
     def __init__(self, path: str | os.PathLike, loader: Callable[[str | os.PathLike], T], check_interval_s: float = 0.0,
                  initial: T | None = None):
         super().__init__(path, loader, check_interval_s, initial, errors=(ConfigFileError, InventoryError, ValueError))
+
+
+class InventoryWatcher(FileWatcher[Inventory]):
+    """Keeps an :class:`Inventory` current with its file (:class:`~fabricflow.filewatch.FileWatcher` with
+    :func:`read_inventory`).
+
+    ``maybe_reload(now_s)`` checks the file (at most every ``check_interval_s``) and reloads it when its
+    modification time, size or inode changed. A new file that fails validation leaves the previous
+    inventory in place; the problem (every line of it) is in ``last_error`` and counted in
+    ``errors_total``. The first load (in the constructor) raises :class:`InventoryError` instead.
+    """
+
+    def __init__(self, path: str | os.PathLike, check_interval_s: float = 0.0):
+        super().__init__(path, read_inventory, check_interval_s, errors=(InventoryError,), describe=str)
+
+    @property
+    def inventory(self) -> Inventory:
+        return self.value

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from schemas.columns import addr_str
 
-from .params import detector_params
+from ..params import detector_params
 
 __all__ = ["LinkHealthConfig", "LinkHealthDetector"]
 
@@ -276,19 +276,24 @@ class LinkHealthDetector:
             st[c][ls] = cur[c][live]
 
         # outputs (one dict per emitted record)
-        out: list[tuple[int, dict]] = []
         if not emit:
-            return out
+            return []
         emit_rows = np.flatnonzero((cmp_ & (reset | speed_chg | oper_chg | burst_start | disc_start | sustained
                                             | (ok & cfg.emit_samples))) | slow_start)
         if len(emit_rows) == 0:
-            return out
+            return []
         # Python values of the emitted rows, column by column (no numpy scalar per field)
         r = emit_rows
-        cols = [x[r].tolist() for x in (part, slots, t, interval, speed, p_speed, util_in, util_out, rate["in_errors"],
-                                         rate["out_errors"], rate["in_discards"], rate["out_discards"], oper, reset,
-                                         uptime_reset, speed_chg, oper_chg, burst_start, err_ps, sustained, since,
-                                         disc_start, disc_ps, slow_start, conf)]
+        return self._records([x[r].tolist() for x in (
+            part, slots, t, interval, speed, p_speed, util_in, util_out, rate["in_errors"], rate["out_errors"],
+            rate["in_discards"], rate["out_discards"], oper, reset, uptime_reset, speed_chg, oper_chg, burst_start,
+            err_ps, sustained, since, disc_start, disc_ps, slow_start, conf)])
+
+    def _records(self, cols: list[list]) -> list[tuple[int, dict]]:
+        """(message number, LinkHealth dict) pairs of the emitted rows, given as Python lists column by column
+        (the order :meth:`_step` builds)."""
+        cfg = self.config
+        out: list[tuple[int, dict]] = []
         switch: dict[str, str] = {}
         jobs = iter(self._jobs([self.port_node[s_] for s_ in cols[1]], cols[2]))
         for row in zip(*cols):

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from .groupby import group_reduce
-from .interning import Interner
-from .params import detector_params
+from ..params import detector_params
+from ..windows.groupby import group_reduce
+from ..windows.interning import Interner
 
 __all__ = ["StragglerConfig", "StragglerDetector", "leave_one_out_median"]
 

@@ -5,8 +5,8 @@ transfers, external dependencies, checkpoint cadence, storage on compute) over a
 conditions into ``alerts.v1`` dicts through :class:`processors.logic.alerts.AlertManager`;
 :func:`segmentation_matrix` and :func:`observed_pairs` make the ``fabricflow query segmentation``
 report. Configuration models live in :mod:`processors.logic.rules.config` (re-exported here); the
-rules: docs/alerts.md. Deterministic, state is plain data; pure: no I/O (except
-:func:`load_policy_config` reading the file it is given), no clock, time comes in as watermarks.
+rules: docs/alerts.md. Deterministic, state is plain data; pure: no I/O, no clock, time comes in as
+watermarks.
 """
 
 from __future__ import annotations
@@ -15,33 +15,28 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from processors.logic.alerts import AlertManager, Condition, RuleAlertSettings
-from processors.logic.groupby import GroupBy
-from processors.logic.rules import (
+from ..alerts import AlertManager, Condition, RuleAlertSettings
+from ..windows.groupby import GroupBy
+from .common import BatchContext, Networks
+from .config import (  # re-exported
     RULE_NAMES,
-    CheckpointRule,
-    CompiledPolicy,
-    ExfiltrationRule,
-    ExternalDependencyRule,
-    OffHoursRule,
-    SegmentationRule,
-    StorageOnComputeRule,
-    UnregisteredHostRule,
-)
-from processors.logic.rules.common import BatchContext, Networks
-from processors.logic.rules.config import (  # re-exported
     AlertSettings,
     AllowRule,
     PolicyConfig,
     Schedule,
     SegmentationConfig,
-    load_policy_config,
     ms,
+    policy_config,
 )
+from .egress import ExternalDependencyRule
+from .exfiltration import ExfiltrationRule, OffHoursRule
+from .segmentation import CompiledPolicy, SegmentationRule
+from .storage import CheckpointRule, StorageOnComputeRule
+from .unregistered import UnregisteredHostRule
 
 __all__ = [
     "PolicyEngine", "PolicyConfig", "SegmentationConfig", "AllowRule", "AlertSettings", "Schedule",
-    "load_policy_config", "segmentation_matrix", "observed_pairs",
+    "policy_config", "segmentation_matrix", "observed_pairs",
 ]
 
 SNAPSHOT_VERSION = 1

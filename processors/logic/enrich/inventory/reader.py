@@ -1,4 +1,4 @@
-"""Reading an inventory file: YAML or CSV text -> the dict of the YAML shape -> a validated spec.
+"""Reading an inventory file's text: YAML or CSV -> the dict of the YAML shape -> a validated spec.
 
 CSV rows are folded into the YAML shape, remembering the line of every value,
 so that every problem is reported as ``<file>: <where>: <what>`` with a YAML
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any
 
 import yaml
@@ -20,7 +19,8 @@ from pydantic import ValidationError
 
 from .models import InventoryError, InventorySpec
 
-__all__ = ["CSV_COLUMNS", "CSV_KINDS", "Locator", "by_line", "read_csv", "read_file", "read_spec", "read_yaml"]
+__all__ = ["CSV_COLUMNS", "CSV_KINDS", "Locator", "by_line", "inventory_format", "parse_text", "read_csv", "read_spec",
+           "read_yaml"]
 
 _NAMED_SECTIONS = {"nodes": "name", "jobs": "name", "switches": "name", "networks": "prefix"}
 _CSV_COLUMN_OF = {
@@ -118,7 +118,7 @@ def _pydantic_problems(err: ValidationError, locate: Locator, is_csv: bool) -> l
     return out
 
 
-# ---------------------------------------------------------------- file readers
+# ---------------------------------------------------------------- YAML and CSV text
 
 CSV_COLUMNS = (
     "kind", "address", "node", "group", "rack", "switch", "capacity", "job", "from", "until", "if_index", "speed",
@@ -171,20 +171,7 @@ def read_csv(text: str, source: str) -> tuple[dict, dict[tuple, int]]:
     if problems:
         raise InventoryError(source, problems)
 
-    data: dict[str, Any] = {}
-    at: dict[tuple, int] = {}
-    node_pos: dict[str, int] = {}
-    job_pos: dict[tuple, int] = {}
-    switch_pos: dict[str, int] = {}
-
-    def switch_entry(name: str, line: int) -> int:
-        if name not in switch_pos:
-            sw = data.setdefault("switches", [])
-            switch_pos[name] = len(sw)
-            sw.append({"name": name, "agents": [], "ports": {}})
-            at[("switches", switch_pos[name])] = line
-        return switch_pos[name]
-
+    fold = _CsvFold(problems)
     for row in reader:
         if not row or all(not c.strip() for c in row):
             continue
@@ -203,126 +190,163 @@ def read_csv(text: str, source: str) -> tuple[dict, dict[tuple, int]]:
         if extra:
             problems.append(f"line {line}: column {extra[0]!r} does not apply to kind {kind!r}")
             continue
-        c = {h: v for h, v in cells.items() if v}
-        if kind == "host":
-            if "node" in c:
-                name = c["node"]
-                if name not in node_pos:
-                    nodes = data.setdefault("nodes", [])
-                    node_pos[name] = len(nodes)
-                    nodes.append({"name": name, "addresses": []})
-                    at[("nodes", node_pos[name])] = line
-                i = node_pos[name]
-                node = data["nodes"][i]
-                bad = False
-                for col in ("group", "rack", "switch", "capacity"):
-                    if col in c:
-                        if col in node and node[col] != c[col]:
-                            problems.append(
-                                f"line {line}: column {col!r}: {c[col]!r} conflicts with {node[col]!r} "
-                                f"given for node {name!r} on line {at[('nodes', i, col)]}"
-                            )
-                            bad = True
-                        elif col not in node:
-                            node[col] = c[col]
-                            at[("nodes", i, col)] = line
-                if bad:
-                    continue
-                if "address" in c:
-                    at[("nodes", i, "addresses", len(node["addresses"]))] = line
-                    node["addresses"].append(c["address"])
-                else:
-                    problems.append(f"line {line}: column 'address': required value missing")
-            else:
-                nets = data.setdefault("networks", [])
-                at[("networks", len(nets))] = line
-                nets.append({("prefix" if k == "address" else k): v for k, v in c.items() if k != "kind"})
-        elif kind in ("cluster_range", "external_authorized"):
-            key = "cluster_ranges" if kind == "cluster_range" else "external_authorized"
-            lst = data.setdefault(key, [])
-            if "address" not in c:
-                problems.append(f"line {line}: column 'address': required value missing")
-                continue
-            at[(key, len(lst))] = line
-            lst.append(c["address"])
-        elif kind == "job":
-            jkey = (c.get("job", ""), c.get("from", ""), c.get("until", ""))
-            if jkey not in job_pos:
-                jobs = data.setdefault("jobs", [])
-                job_pos[jkey] = len(jobs)
-                job = {"nodes": []}
-                for col, field in (("job", "name"), ("from", "from"), ("until", "until")):
-                    if col in c:
-                        job[field] = c[col]
-                jobs.append(job)
-                at[("jobs", job_pos[jkey])] = line
-            j = job_pos[jkey]
-            if "node" not in c:
-                problems.append(f"line {line}: column 'node': required value missing")
-                continue
-            at[("jobs", j, "nodes", len(data["jobs"][j]["nodes"]))] = line
-            data["jobs"][j]["nodes"].append(c["node"])
-        else:
-            if "switch" not in c:
-                problems.append(f"line {line}: column 'switch': required value missing")
-                continue
-            s = switch_entry(c["switch"], line)
-            sw = data["switches"][s]
-            if kind == "switch_agent":
-                if "rack" in c:
-                    if sw.get("rack", c["rack"]) != c["rack"]:
-                        problems.append(
-                            f"line {line}: column 'rack': {c['rack']!r} conflicts with {sw['rack']!r} "
-                            f"given for switch {c['switch']!r} on line {at[('switches', s, 'rack')]}"
-                        )
-                        continue
-                    if "rack" not in sw:
-                        sw["rack"] = c["rack"]
-                        at[("switches", s, "rack")] = line
-                if "address" not in c:
-                    problems.append(f"line {line}: column 'address': required value missing")
-                    continue
-                at[("switches", s, "agents", len(sw["agents"]))] = line
-                sw["agents"].append(c["address"])
-            else:
-                if "if_index" not in c:
-                    problems.append(f"line {line}: column 'if_index': required value missing")
-                    continue
-                key = c["if_index"]
-                norm = str(int(key)) if key.isdigit() else key
-                if any((str(int(k)) if k.isdigit() else k) == norm for k in sw["ports"]):
-                    problems.append(
-                        f"line {line}: column 'if_index': port {key} of switch {c['switch']!r} "
-                        f"already given on line {at[('switches', s, 'ports', norm)]}"
-                    )
-                    continue
-                at[("switches", s, "ports", key)] = line
-                at[("switches", s, "ports", norm)] = line
-                if key.isdigit():
-                    at[("switches", s, "ports", int(key))] = line
-                sw["ports"][key] = {k: v for k, v in (("peer", c.get("node")), ("speed", c.get("speed"))) if v}
+        fold.row(kind, {h: v for h, v in cells.items() if v}, line)
     if problems:
         raise InventoryError(source, problems)
-    return data, at
+    return fold.data, fold.at
 
 
-def read_file(path: str | os.PathLike) -> tuple[Any, dict[tuple, int] | None]:
-    """(data of the YAML shape, CSV line of each location or None) of a ``.yaml``/``.yml``/``.csv`` file;
-    raises :class:`InventoryError`."""
-    source = str(path)
-    suffix = Path(path).suffix.lower()
+class _CsvFold:
+    """Folds CSV rows (non-empty cells by column) into the YAML shape, remembering the line of every value
+    (``at``); problems go to the list it is given."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        self.data: dict[str, Any] = {}
+        self.at: dict[tuple, int] = {}
+        self.node_pos: dict[str, int] = {}
+        self.job_pos: dict[tuple, int] = {}
+        self.switch_pos: dict[str, int] = {}
+
+    def row(self, kind: str, c: dict[str, str], line: int) -> None:
+        if kind == "host":
+            self.host(c, line)
+        elif kind in ("cluster_range", "external_authorized"):
+            key = "cluster_ranges" if kind == "cluster_range" else "external_authorized"
+            lst = self.data.setdefault(key, [])
+            if "address" not in c:
+                self.problems.append(f"line {line}: column 'address': required value missing")
+                return
+            self.at[(key, len(lst))] = line
+            lst.append(c["address"])
+        elif kind == "job":
+            self.job(c, line)
+        elif "switch" not in c:
+            self.problems.append(f"line {line}: column 'switch': required value missing")
+        elif kind == "switch_agent":
+            self.switch_agent(c, line)
+        else:
+            self.switch_port(c, line)
+
+    def host(self, c: dict[str, str], line: int) -> None:
+        data, at, problems = self.data, self.at, self.problems
+        if "node" not in c:
+            nets = data.setdefault("networks", [])
+            at[("networks", len(nets))] = line
+            nets.append({("prefix" if k == "address" else k): v for k, v in c.items() if k != "kind"})
+            return
+        name = c["node"]
+        if name not in self.node_pos:
+            nodes = data.setdefault("nodes", [])
+            self.node_pos[name] = len(nodes)
+            nodes.append({"name": name, "addresses": []})
+            at[("nodes", self.node_pos[name])] = line
+        i = self.node_pos[name]
+        node = data["nodes"][i]
+        bad = False
+        for col in ("group", "rack", "switch", "capacity"):
+            if col in c:
+                if col in node and node[col] != c[col]:
+                    problems.append(
+                        f"line {line}: column {col!r}: {c[col]!r} conflicts with {node[col]!r} "
+                        f"given for node {name!r} on line {at[('nodes', i, col)]}"
+                    )
+                    bad = True
+                elif col not in node:
+                    node[col] = c[col]
+                    at[("nodes", i, col)] = line
+        if bad:
+            return
+        if "address" in c:
+            at[("nodes", i, "addresses", len(node["addresses"]))] = line
+            node["addresses"].append(c["address"])
+        else:
+            problems.append(f"line {line}: column 'address': required value missing")
+
+    def job(self, c: dict[str, str], line: int) -> None:
+        data = self.data
+        jkey = (c.get("job", ""), c.get("from", ""), c.get("until", ""))
+        if jkey not in self.job_pos:
+            jobs = data.setdefault("jobs", [])
+            self.job_pos[jkey] = len(jobs)
+            job = {"nodes": []}
+            for col, field in (("job", "name"), ("from", "from"), ("until", "until")):
+                if col in c:
+                    job[field] = c[col]
+            jobs.append(job)
+            self.at[("jobs", self.job_pos[jkey])] = line
+        j = self.job_pos[jkey]
+        if "node" not in c:
+            self.problems.append(f"line {line}: column 'node': required value missing")
+            return
+        self.at[("jobs", j, "nodes", len(data["jobs"][j]["nodes"]))] = line
+        data["jobs"][j]["nodes"].append(c["node"])
+
+    def _switch(self, name: str, line: int) -> int:
+        if name not in self.switch_pos:
+            sw = self.data.setdefault("switches", [])
+            self.switch_pos[name] = len(sw)
+            sw.append({"name": name, "agents": [], "ports": {}})
+            self.at[("switches", self.switch_pos[name])] = line
+        return self.switch_pos[name]
+
+    def switch_agent(self, c: dict[str, str], line: int) -> None:
+        at, problems = self.at, self.problems
+        s = self._switch(c["switch"], line)
+        sw = self.data["switches"][s]
+        if "rack" in c:
+            if sw.get("rack", c["rack"]) != c["rack"]:
+                problems.append(
+                    f"line {line}: column 'rack': {c['rack']!r} conflicts with {sw['rack']!r} "
+                    f"given for switch {c['switch']!r} on line {at[('switches', s, 'rack')]}"
+                )
+                return
+            if "rack" not in sw:
+                sw["rack"] = c["rack"]
+                at[("switches", s, "rack")] = line
+        if "address" not in c:
+            problems.append(f"line {line}: column 'address': required value missing")
+            return
+        at[("switches", s, "agents", len(sw["agents"]))] = line
+        sw["agents"].append(c["address"])
+
+    def switch_port(self, c: dict[str, str], line: int) -> None:
+        at, problems = self.at, self.problems
+        s = self._switch(c["switch"], line)
+        sw = self.data["switches"][s]
+        if "if_index" not in c:
+            problems.append(f"line {line}: column 'if_index': required value missing")
+            return
+        key = c["if_index"]
+        norm = str(int(key)) if key.isdigit() else key
+        if any((str(int(k)) if k.isdigit() else k) == norm for k in sw["ports"]):
+            problems.append(
+                f"line {line}: column 'if_index': port {key} of switch {c['switch']!r} "
+                f"already given on line {at[('switches', s, 'ports', norm)]}"
+            )
+            return
+        at[("switches", s, "ports", key)] = line
+        at[("switches", s, "ports", norm)] = line
+        if key.isdigit():
+            at[("switches", s, "ports", int(key))] = line
+        sw["ports"][key] = {k: v for k, v in (("peer", c.get("node")), ("speed", c.get("speed"))) if v}
+
+
+def inventory_format(source: str) -> str:
+    """``"yaml"`` or ``"csv"`` from the file name's suffix; raises :class:`InventoryError` for any other."""
+    suffix = PurePath(source).suffix.lower()
     if suffix not in (".yaml", ".yml", ".csv"):
         problem = f"unsupported inventory format {suffix or '(none)'!r} (use .yaml, .yml or .csv)"
         raise InventoryError(source, [problem])
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InventoryError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InventoryError(source, [f"not UTF-8 text (byte offset {exc.start})"]) from None
-    if suffix == ".csv":
+    return "csv" if suffix == ".csv" else "yaml"
+
+
+def parse_text(text: str, source: str, fmt: str) -> tuple[Any, dict[tuple, int] | None]:
+    """(data of the YAML shape, CSV line of each location or None) of a file's text in format ``fmt``
+    (:func:`inventory_format`); raises :class:`InventoryError`."""
+    if fmt not in ("yaml", "csv"):
+        raise ValueError(f"inventory format {fmt!r}: expected 'yaml' or 'csv'")
+    if fmt == "csv":
         return read_csv(text, source)
     return read_yaml(text, source), None
 

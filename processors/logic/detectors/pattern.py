@@ -5,7 +5,7 @@ After ``baseline_windows`` windows the first estimate becomes the job's baseline
 later windows report a ``pattern_deviation`` (``open`` / ``close``) when the pair set or the period
 moves away from it. Method, limits and the output record: docs/detectors.md, "Pattern".
 The output dicts follow ``schemas/avro/pattern.avsc``, shared with the ``pattern_timeline`` records of
-processors/logic/timeline.py (their timeline fields stay empty here); ``structure`` comes from
+processors/logic/detectors/timeline.py (their timeline fields stay empty here); ``structure`` comes from
 :func:`collective_structure`.
 Pure logic: no clock, no Kafka.
 """
@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from .groupby import group_reduce
-from .interning import Interner
-from .params import detector_params
+from ..params import detector_params
+from ..windows.groupby import group_reduce
+from ..windows.interning import Interner
 
 __all__ = ["PatternConfig", "PatternDetector", "estimate_period", "collective_structure"]
 
@@ -227,7 +227,7 @@ class PatternDetector:
             "removed_pairs": [_split(p) for p in sorted(removed)],
             "peers": _peers(pairs),
             "structure": collective_structure(_peers(pairs)),
-            # timeline fields (kind pattern_timeline, processors/logic/timeline.py): empty here
+            # timeline fields (kind pattern_timeline, processors/logic/detectors/timeline.py): empty here
             "iteration_period_ms": -1, "slot_ms": 0, "phases": [],
             "communication_bytes": 0, "dataset_read_bytes": 0, "checkpoint_write_bytes": 0,
         }

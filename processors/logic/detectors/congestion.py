@@ -1,7 +1,7 @@
 """``congestion`` alert: a job's share of ECN-CE marked packets or of RoCEv2 CNPs rose well above its own baseline.
 
 Per closed main window and job, from the window's cells (the signal columns of
-:func:`processors.logic.matrix.signal_columns`) over the job's internal traffic: each share
+:func:`processors.logic.windows.matrix.signal_columns`) over the job's internal traffic: each share
 against the job's median of its last normal windows, with a sampling lower bound; the nodes
 named are the congested receivers with their switch ports. Persistent windows raise the rule
 ``congestion`` through an :class:`~processors.logic.alerts.AlertManager`. The rules, the
@@ -19,11 +19,11 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from .alerts import Condition
+from ..alerts import Condition
+from ..params import detector_params
+from ..windows.groupby import group_reduce
+from ..windows.interning import Interner
 from .baseline import LinkState, NodePort, OneRuleDetector
-from .groupby import group_reduce
-from .interning import Interner
-from .params import detector_params
 
 __all__ = ["CongestionConfig", "CongestionDetector", "SIGNALS"]
 

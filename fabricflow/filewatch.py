@@ -1,8 +1,8 @@
 """Keeping what a file says current: reload on change, keep the last good version on a bad one.
 
 One watcher for every file a service re-reads while it runs (inventory, policy, app-category rules):
-:class:`FileWatcher` takes the loader, :class:`~processors.logic.inventory.InventoryWatcher` and
-:class:`~processors.logic.config_files.ConfigFileWatcher` are it with their loaders. File metadata
+:class:`FileWatcher` takes the loader; :class:`~processors.config_files.InventoryWatcher` and
+:class:`~processors.config_files.ConfigFileWatcher` are it with their loaders. File metadata
 reads (``os.stat``) and the loader's read are the only I/O; time comes in as an argument.
 """
 

@@ -19,11 +19,11 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from .alerts import Condition
+from ..alerts import Condition
+from ..params import detector_params
+from ..windows.groupby import group_reduce
+from ..windows.interning import Interner
 from .baseline import OneRuleDetector
-from .groupby import group_reduce
-from .interning import Interner
-from .params import detector_params
 
 __all__ = ["LbSkewConfig", "LbSkewDetector"]
 

@@ -78,7 +78,7 @@ class LabeledFlows:
             raise ValueError("LabeledFlows needs flow_record rows and one code per row and code column")
         self.flows = flows  # flow_record rows
         self.codes = codes  # (5, n) intp: the rows of _CODE_ROWS
-        # another observation point counts these packets (observation policy, processors/logic/observation.py)
+        # another observation point counts these packets (observation policy, processors/logic/enrich/observation.py)
         self.duplicate = duplicate if duplicate is not None else np.zeros(len(flows), dtype=bool)
         self.inventory = inventory  # the inventory the codes index
         self.tables = tables  # table name (as in _LABEL_CODES) -> StringTable

@@ -1,15 +1,14 @@
 """Cluster inventory: addresses -> node, rack, ToR switch, group, jobs over time, switches.
 
-Loads a YAML or CSV file (format in ``docs/inventory.md``), validates it and
-compiles it into numpy tables for the vectorised lookups the enricher and the
-detectors use; every problem is reported in one :class:`InventoryError` as
-``<file>: <where>: <what>``. File reads are the only I/O; time comes in as an
-argument.
+Parses the text of a YAML or CSV inventory file (format in ``docs/inventory.md``),
+validates it and compiles it into numpy tables for the vectorised lookups the
+enricher and the detectors use; every problem is reported in one
+:class:`InventoryError` as ``<file>: <where>: <what>``. No I/O: the file is read
+(and watched) by :mod:`processors.config_files`; time comes in as an argument.
 
 - :mod:`.models`: the file's shape (pydantic models, value parsers);
 - :mod:`.reader`: YAML / CSV text -> validated spec, with problem locations;
-- :mod:`.tables`: :class:`Inventory`, the compiled lookup tables;
-- :mod:`.watcher`: :class:`InventoryWatcher`, reloads the file when it changes.
+- :mod:`.tables`: :class:`Inventory`, the compiled lookup tables.
 """
 
 from .models import (
@@ -24,9 +23,8 @@ from .models import (
     SwitchSpec,
     parse_bps,
 )
-from .reader import CSV_COLUMNS, CSV_KINDS
+from .reader import CSV_COLUMNS, CSV_KINDS, inventory_format
 from .tables import Inventory
-from .watcher import InventoryWatcher
 
 __all__ = [
     "CSV_COLUMNS",
@@ -36,11 +34,11 @@ __all__ = [
     "Inventory",
     "InventoryError",
     "InventorySpec",
-    "InventoryWatcher",
     "JobSpec",
     "NetworkSpec",
     "NodeSpec",
     "PortSpec",
     "SwitchSpec",
+    "inventory_format",
     "parse_bps",
 ]

@@ -11,7 +11,6 @@ ifIndex) -> port.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -22,7 +21,7 @@ from schemas.columns import addr16, addr_str
 
 from ..lpm import PrefixTable, parse_prefix, prefix_str
 from .models import EXTERNAL_AUTHORIZED_GROUP, UNKNOWN_GROUP, InventoryError, InventorySpec
-from .reader import Locator, by_line, read_file, read_spec
+from .reader import Locator, by_line, parse_text, read_spec
 
 __all__ = ["Inventory"]
 
@@ -43,6 +42,106 @@ def _to_ms(dt: datetime | None, default: int) -> int:
     return min(max(ms, 0), _TIME_MAX + 1)
 
 
+def _node_ids(spec: InventorySpec, locate: Locator, problems: list[str]) -> dict[str, int]:
+    """Node name -> node id (its first position); duplicate names and too many nodes are problems."""
+    seen: dict[str, int] = {}
+    for i, n in enumerate(spec.nodes):
+        if n.name in seen:
+            problems.append(f"{locate(('nodes', i, 'name'))}: duplicate node name {n.name!r} "
+                            f"(also at {locate(('nodes', seen[n.name]))})")
+        else:
+            seen[n.name] = i
+    if len(spec.nodes) >= _MAX_NODES:
+        problems.append(f"too many nodes ({len(spec.nodes)}, limit {_MAX_NODES - 1})")
+    return seen
+
+
+def _address_entries(spec: InventorySpec, node_id: dict[str, int], locate: Locator, problems: list[str]
+                     ) -> tuple[list[tuple[int, int]], list[tuple[str, str, str, str, int, float]]]:
+    """(prefixes, label rows) of the address entries: nodes, networks, external_authorized; a prefix given
+    twice is a problem."""
+    prefixes: list[tuple[int, int]] = []
+    rows: list[tuple[str, str, str, str, int, float]] = []
+    where: dict[tuple[int, int], tuple] = {}
+
+    def add(loc: tuple, text: str, row: tuple) -> None:
+        p = parse_prefix(text)
+        if p in where:
+            problems.append(f"{locate(loc)}: prefix {prefix_str(*p)} is already used at {locate(where[p])}")
+            return
+        where[p] = loc
+        prefixes.append(p)
+        rows.append(row)
+
+    for i, n in enumerate(spec.nodes):
+        cap = float(n.capacity) if n.capacity else math.nan
+        for j, a in enumerate(n.addresses):
+            add(("nodes", i, "addresses", j), a, (n.name, n.group, n.rack, n.switch, node_id.get(n.name, -1), cap))
+    for i, net in enumerate(spec.networks):
+        cap = float(net.capacity) if net.capacity else math.nan
+        add(("networks", i, "prefix"), net.prefix, ("", net.group, net.rack, net.switch, -1, cap))
+    for i, a in enumerate(spec.external_authorized):
+        add(("external_authorized", i), a, ("", EXTERNAL_AUTHORIZED_GROUP, "", "", -1, math.nan))
+    return prefixes, rows
+
+
+def _memberships(spec: InventorySpec, node_id: dict[str, int], node_names: list[str], locate: Locator,
+                 problems: list[str]) -> list[tuple[int, int, int, str]]:
+    """(node id, from ms, until ms, job) rows; unknown nodes, empty ranges and overlaps are problems."""
+    memberships: dict[int, list[tuple[int, int, str, int]]] = {}
+    for i, job in enumerate(spec.jobs):
+        t0 = min(_to_ms(job.from_, 0), _TIME_MAX)
+        t1 = _to_ms(job.until, _TIME_MAX + 1)
+        valid = True
+        if job.from_ is not None and job.until is not None and job.until <= job.from_:
+            problems.append(f"{locate(('jobs', i, 'until'))}: until ({job.until.isoformat()}) "
+                            f"is not after from ({job.from_.isoformat()})")
+            valid = False
+        for name in dict.fromkeys(job.nodes):
+            if name not in node_id:
+                problems.append(f"{locate(('jobs', i, 'nodes', job.nodes.index(name)))}: unknown node {name!r}")
+            elif valid:
+                memberships.setdefault(node_id[name], []).append((t0, t1, job.name, i))
+    mem_rows = []
+    for nid, lst in memberships.items():
+        lst.sort()
+        for (_, a1, _, ai), (b0, _, _, bi) in zip(lst, lst[1:]):
+            if b0 < a1:
+                problems.append(
+                    f"{locate(('jobs', bi))}: node {node_names[nid]!r} is also in "
+                    f"{locate(('jobs', ai))} at an overlapping time"
+                )
+        mem_rows.extend((nid, t0, t1, name) for t0, t1, name, _ in lst)
+    return mem_rows
+
+
+def _switch_agents(spec: InventorySpec, locate: Locator, problems: list[str]
+                   ) -> tuple[dict[str, int], list[tuple[int, int]], list[int]]:
+    """(switch name -> its position, agent prefixes, switch number of each agent); a duplicate switch name
+    or agent address is a problem."""
+    sw_seen: dict[str, int] = {}
+    agent_rows: list[tuple[int, int]] = []
+    agent_switch: list[int] = []
+    agent_where: dict[tuple[int, int], tuple] = {}
+    for i, sw in enumerate(spec.switches):
+        if sw.name in sw_seen:
+            problems.append(f"{locate(('switches', i, 'name'))}: duplicate switch name {sw.name!r} "
+                            f"(also at {locate(('switches', sw_seen[sw.name]))})")
+            continue
+        sw_seen[sw.name] = i
+        for j, a in enumerate(sw.agents):
+            p = parse_prefix(a)
+            loc = ("switches", i, "agents", j)
+            if p in agent_where:
+                problems.append(f"{locate(loc)}: agent address {prefix_str(*p)} is already used at "
+                                f"{locate(agent_where[p])}")
+                continue
+            agent_where[p] = loc
+            agent_rows.append(p)
+            agent_switch.append(len(sw_seen) - 1)
+    return sw_seen, agent_rows, agent_switch
+
+
 class Inventory:
     """A validated inventory compiled into lookup tables.
 
@@ -55,96 +154,21 @@ class Inventory:
         problems: list[str] = []
         self.spec = spec
         self.source = source
-
-        # nodes
         self.node_names: list[str] = [n.name for n in spec.nodes]
-        seen: dict[str, int] = {}
-        for i, n in enumerate(spec.nodes):
-            if n.name in seen:
-                problems.append(f"{locate(('nodes', i, 'name'))}: duplicate node name {n.name!r} "
-                                f"(also at {locate(('nodes', seen[n.name]))})")
-            else:
-                seen[n.name] = i
-        if len(spec.nodes) >= _MAX_NODES:
-            problems.append(f"too many nodes ({len(spec.nodes)}, limit {_MAX_NODES - 1})")
-        node_id = seen
-
-        # address entries: nodes, networks, external_authorized
-        prefixes: list[tuple[int, int]] = []
-        rows: list[tuple[str, str, str, str, int, float]] = []
-        where: dict[tuple[int, int], tuple] = {}
-
-        def add(loc: tuple, text: str, row: tuple) -> None:
-            p = parse_prefix(text)
-            if p in where:
-                problems.append(f"{locate(loc)}: prefix {prefix_str(*p)} is already used at {locate(where[p])}")
-                return
-            where[p] = loc
-            prefixes.append(p)
-            rows.append(row)
-
-        for i, n in enumerate(spec.nodes):
-            cap = float(n.capacity) if n.capacity else math.nan
-            for j, a in enumerate(n.addresses):
-                add(("nodes", i, "addresses", j), a, (n.name, n.group, n.rack, n.switch, node_id.get(n.name, -1), cap))
-        for i, net in enumerate(spec.networks):
-            cap = float(net.capacity) if net.capacity else math.nan
-            add(("networks", i, "prefix"), net.prefix, ("", net.group, net.rack, net.switch, -1, cap))
-        for i, a in enumerate(spec.external_authorized):
-            add(("external_authorized", i), a, ("", EXTERNAL_AUTHORIZED_GROUP, "", "", -1, math.nan))
-
-        # jobs
-        memberships: dict[int, list[tuple[int, int, str, int]]] = {}
-        for i, job in enumerate(spec.jobs):
-            t0 = min(_to_ms(job.from_, 0), _TIME_MAX)
-            t1 = _to_ms(job.until, _TIME_MAX + 1)
-            valid = True
-            if job.from_ is not None and job.until is not None and job.until <= job.from_:
-                problems.append(f"{locate(('jobs', i, 'until'))}: until ({job.until.isoformat()}) "
-                                f"is not after from ({job.from_.isoformat()})")
-                valid = False
-            for name in dict.fromkeys(job.nodes):
-                if name not in node_id:
-                    problems.append(f"{locate(('jobs', i, 'nodes', job.nodes.index(name)))}: unknown node {name!r}")
-                elif valid:
-                    memberships.setdefault(node_id[name], []).append((t0, t1, job.name, i))
-        mem_rows = []
-        for nid, lst in memberships.items():
-            lst.sort()
-            for (_, a1, _, ai), (b0, _, _, bi) in zip(lst, lst[1:]):
-                if b0 < a1:
-                    problems.append(
-                        f"{locate(('jobs', bi))}: node {self.node_names[nid]!r} is also in "
-                        f"{locate(('jobs', ai))} at an overlapping time"
-                    )
-            mem_rows.extend((nid, t0, t1, name) for t0, t1, name, _ in lst)
-
-        # switches
-        sw_seen: dict[str, int] = {}
-        agent_rows: list[tuple[int, int]] = []
-        agent_switch: list[int] = []
-        agent_where: dict[tuple[int, int], tuple] = {}
-        for i, sw in enumerate(spec.switches):
-            if sw.name in sw_seen:
-                problems.append(f"{locate(('switches', i, 'name'))}: duplicate switch name {sw.name!r} "
-                                f"(also at {locate(('switches', sw_seen[sw.name]))})")
-                continue
-            sw_seen[sw.name] = i
-            for j, a in enumerate(sw.agents):
-                p = parse_prefix(a)
-                loc = ("switches", i, "agents", j)
-                if p in agent_where:
-                    problems.append(f"{locate(loc)}: agent address {prefix_str(*p)} is already used at "
-                                    f"{locate(agent_where[p])}")
-                    continue
-                agent_where[p] = loc
-                agent_rows.append(p)
-                agent_switch.append(len(sw_seen) - 1)
-
+        # checks first (every problem of the file), in file order: nodes, addresses, jobs, switches
+        node_id = _node_ids(spec, locate, problems)
+        prefixes, rows = _address_entries(spec, node_id, locate, problems)
+        mem_rows = _memberships(spec, node_id, self.node_names, locate, problems)
+        sw_seen, agent_rows, agent_switch = _switch_agents(spec, locate, problems)
         if problems:
             raise InventoryError(source, by_line(problems) if locate.csv_lines is not None else problems)
+        self._compile_entries(spec, prefixes, rows)
+        self._compile_nodes(spec)
+        self._compile_jobs(spec, mem_rows)
+        self._compile_switches(spec, sw_seen, agent_rows, agent_switch)
 
-        # ---- compile
+    def _compile_entries(self, spec: InventorySpec, prefixes: list[tuple[int, int]], rows: list[tuple]) -> None:
+        """Address entries -> LPM table and per-entry label arrays; cluster-range membership per entry."""
         self.lpm = PrefixTable(prefixes)
         self.entry_prefixes = [prefix_str(*p) for p in prefixes]
         self.entry_node = np.array([""] + [r[0] for r in rows], dtype=object)
@@ -173,7 +197,8 @@ class Inventory:
             status.append(st)
         self._entry_inside = np.array(status, dtype=np.int8)
 
-        # nodes by name (sorted, for vectorised name lookups)
+    def _compile_nodes(self, spec: InventorySpec) -> None:
+        """Nodes by name (sorted, for vectorised name lookups)."""
         node_caps = {}
         for n in spec.nodes:
             node_caps.setdefault(n.name, float(n.capacity) if n.capacity else math.nan)
@@ -181,7 +206,8 @@ class Inventory:
         self._node_sorted = np.array(order, dtype=object)
         self._node_sorted_cap = np.array([node_caps[k] for k in order], dtype=np.float64)
 
-        # job memberships keyed by (node id << 43 | from_ms)
+    def _compile_jobs(self, spec: InventorySpec, mem_rows: list[tuple[int, int, int, str]]) -> None:
+        """Job memberships keyed by (node id << 43 | from_ms)."""
         mem_rows.sort(key=lambda r: (r[0], r[1]))
         self._job_keys = np.array([(nid << _TIME_BITS) | t0 for nid, t0, _, _ in mem_rows], dtype=np.int64)
         self._job_node = np.array([r[0] for r in mem_rows], dtype=np.int64)
@@ -196,7 +222,9 @@ class Inventory:
         self._job_only = only
         self.job_names: list[str] = sorted({j.name for j in spec.jobs})
 
-        # switches: agent address -> switch, (switch, ifIndex) -> port
+    def _compile_switches(self, spec: InventorySpec, sw_seen: dict[str, int], agent_rows: list[tuple[int, int]],
+                          agent_switch: list[int]) -> None:
+        """Switches: agent address -> switch, (switch, ifIndex) -> port."""
         self.switch_names: list[str] = list(sw_seen)
         self._agents = PrefixTable(agent_rows)
         self._agent_switch = np.array(agent_switch, dtype=np.int32)
@@ -222,10 +250,12 @@ class Inventory:
         return cls(spec, source, locate)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Inventory:
-        """Load a ``.yaml``/``.yml`` or ``.csv`` inventory file; raises :class:`InventoryError`."""
-        data, lines = read_file(path)
-        return cls.from_dict(data, str(path), lines)
+    def parse(cls, text: str, source: str, fmt: str = "yaml") -> Inventory:
+        """The inventory a file's text describes (``fmt``: ``"yaml"`` or ``"csv"``, see
+        :func:`~.reader.inventory_format`; ``source`` names the file in problems); raises :class:`InventoryError`.
+        :func:`processors.config_files.read_inventory` reads the file."""
+        data, lines = parse_text(text, source, fmt)
+        return cls.from_dict(data, source, lines)
 
     @classmethod
     def empty(cls) -> Inventory:

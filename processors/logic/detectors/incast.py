@@ -17,10 +17,10 @@ from pydantic import Field
 
 from schemas.columns import addr_str
 
-from .groupby import group_reduce, reduce_runs
-from .interning import Interner
-from .params import detector_params
-from .windows import ChunkedAggregator, concat_chunks
+from ..params import detector_params
+from ..windows.groupby import group_reduce, reduce_runs
+from ..windows.interning import Interner
+from ..windows.tumbling import ChunkedAggregator, concat_chunks
 
 __all__ = ["IncastConfig", "IncastAggregator", "IncastDetector", "endpoint_codes", "as_capacity"]
 

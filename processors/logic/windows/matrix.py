@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from ..params import detector_params
 from .groupby import group_reduce
 from .interning import Interner
-from .params import detector_params
 from .snapshots import dump_columns, load_columns
 
 __all__ = [

@@ -1,7 +1,7 @@
 """``conn_storm`` alert: a node opens (or gets refused) far more TCP connections than it usually does.
 
 A hint to start a packet capture, not a measurement. Per closed main window and node, from the
-window's cells (:func:`processors.logic.matrix.signal_columns`): the SYN rate it sends and the RST
+window's cells (:func:`processors.logic.windows.matrix.signal_columns`): the SYN rate it sends and the RST
 rate it receives, each against the node's median of its last normal windows with a Poisson lower
 bound; persistent storm windows raise the rule ``conn_storm`` through an
 :class:`~processors.logic.alerts.AlertManager`. The rules, the parameters, sharding and what
@@ -19,11 +19,11 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from .alerts import Condition
+from ..alerts import Condition
+from ..params import detector_params
+from ..windows.groupby import group_reduce
+from ..windows.interning import Interner
 from .baseline import LinkState, NodePort, OneRuleDetector
-from .groupby import group_reduce
-from .interning import Interner
-from .params import detector_params
 
 __all__ = ["ConnStormConfig", "ConnStormDetector"]
 
