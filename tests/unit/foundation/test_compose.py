@@ -226,6 +226,18 @@ def test_dockerfile_copies_every_package():
     assert [p for p in packages if f"COPY {p} ./{p}" not in text] == []
 
 
+def test_readme_layout_names_every_package():
+    """The README's layout table has a row for every top-level package the wheel ships, and every folder it
+    names exists."""
+    import tomllib
+
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    readme = (REPO / "README.md").read_text()
+    rows = re.findall(r"^\| `([\w.-]+)/` \|", readme, re.M)
+    assert [p.rstrip("*") for p in include if p.rstrip("*") not in rows] == []
+    assert [r for r in rows if not (REPO / r).is_dir()] == []
+
+
 def test_prometheus_scrapes_the_compose_services_on_their_metrics_ports():
     """deploy/prometheus/prometheus.compose.yml names compose services and the ports they serve /metrics on."""
     c = _compose()

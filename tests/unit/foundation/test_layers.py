@@ -60,6 +60,15 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def import_target(node: ast.ImportFrom, module: str, is_pkg: bool) -> str:
+    """The module a ``from ... import`` in ``module`` (a package's ``__init__`` when ``is_pkg``) reads from."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_pkg else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports_of(path: Path, module: str, known: set[str] | None = None) -> set[str]:
     """Modules (of our packages) that ``module`` imports. ``from pkg import name`` counts as an import of
     ``pkg.name`` when that is a module in ``known``, else of ``pkg``."""
@@ -70,12 +79,7 @@ def imports_of(path: Path, module: str, known: set[str] | None = None) -> set[st
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".") if is_pkg else module.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = import_target(node, module, is_pkg)
             subs = {f"{target}.{a.name}" for a in node.names}
             mods = subs & known if known is not None else subs
             found.update(mods)
