@@ -419,7 +419,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
     ports = PipelinePorts(kafka=port_base, s3=port_base + 1, s3_base=port_base + 20, sflow=port_base + 2,
                           netflow=port_base + 3, ipfix=port_base + 4, ingest_metrics=port_base + 5,
                           processors_web=port_base + 6, archive_metrics=port_base + 7, processors_metrics=port_base + 8,
-                          flow_metrics=port_base + 11, console=port_base + 12)
+                          flow_metrics=port_base + 11, console=port_base + 12, marks=port_base + 9)
     # retention off: the sender's flow times start at CLOCK (in the past), and retention goes by event time
     extra = {"archive": {"idle_flush_s": 5, "retention_interval_s": 0}, "ingest": {"template_save_s": 5}}
     if scenario == "broker-restart":

@@ -337,7 +337,8 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     from processors.logic.core import ProcessorCore
     from schemas import codec
 
-    getattr(codec, "warm_up", lambda: None)()  # as the worker does before its first message (FF_BENCH_CODE may be older)
+    # FF_BENCH_CODE from before the compiled decoders (numba): compile its walk here, outside the measurement
+    getattr(codec, "warm_up", lambda: None)()
 
     proc = app_mod.Processors(settings)
     cap = _Capture(settings.kafka.topics.shuffle, frozenset(output_topics(settings).values()))

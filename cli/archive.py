@@ -81,7 +81,7 @@ def sink_retention(
     s = settings_of(ctx)
     try:
         policy = retention_policy(s.archive.retention_days)
-        fs, root = archive_filesystem(s.archive)
+        fs, root = archive_filesystem(s.archive, write=not dry_run)
     except (ArchiveUrlError, ValueError) as e:
         fail(str(e))
     deleted = apply_retention(fs, root, int(time.time() * 1000), policy, dry_run=dry_run)
@@ -112,7 +112,7 @@ def sink_compact(
     s = settings_of(ctx)
     setup_logging(s.log_level)
     try:
-        fs, root = archive_filesystem(s.archive)
+        fs, root = archive_filesystem(s.archive, write=True)
     except (ArchiveUrlError, ValueError) as e:
         fail(str(e))
     sources = sorted({d.derived_from for d in streams.DERIVED})

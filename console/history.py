@@ -25,6 +25,7 @@ from schemas.columns import addr_str
 from sinks.archive import layout
 from sinks.archive.fs import ArchiveUnavailable
 from query.errors import ArchiveError, DatasetMissing, EmptyRange
+from query.reader import connect_duckdb
 from query.reports import ArchiveQuery
 
 
@@ -129,7 +130,7 @@ class History:
         self.fs, self.root = fs, root
         self.protocols = [PROTOCOL_CODES[p] for p in protocols]
         self.lock = threading.Lock()
-        self.con = duckdb.connect()
+        self.con = connect_duckdb()
         self.ok = True
         self.error: str | None = None
         self.since_ms = int(time.time() * 1000)

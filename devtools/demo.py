@@ -72,19 +72,25 @@ def run_demo(
     console: Console | None = None,
     ports: PipelinePorts | None = None,
 ) -> int:
+    """Run the demo; raises :class:`PipelineError` (a service failed, a port is taken) and
+    :class:`~fabricflow.statedir.StateDirError` (``state_dir`` not writable)."""
+    from fabricflow.logs import process_age_s
+    from fabricflow.statedir import writable_dir
+
     from .simulator.cli import run_simulate
 
     console = console or Console()
     say = (lambda msg: print(msg, flush=True)) if no_ui else console.print
     scen = scenario_path(scenario)
     state = Path(state_dir).resolve()
-    if state.exists():
-        shutil.rmtree(state)
+    writable_dir(state, "--state-dir", "choose another with fabricflow demo --state-dir DIR")
+    shutil.rmtree(state)
     archive_dir = state / "archive"
     pipe = LocalPipeline(
         state,
         inventory=str(scen),
         ports=ports or PipelinePorts(),
+        move_ports="; or choose other ports in the settings (fabricflow demo --help)",
         console=True,
         extra={
             # files every minute (not every 15): the console's drill-down into an event reads the archive
@@ -96,7 +102,7 @@ def run_demo(
             "processors": {"detector_protocols": ["sflow5"]},
         },
     )
-    t0 = time.monotonic()
+    t0 = time.monotonic() - process_age_s()  # the figures below count from the command's start
     say(f"fabricflow demo: scenario {scen.stem}, {duration_s:.0f}s at {speed:g}x; starting broker, object store, ingest, "
         "processors, archive sink, flow-metrics sink, console ...")
     sim_rc: list[int] = []
@@ -191,8 +197,10 @@ def closing_lines(detections: list[Detection], first: float | None, archive_dir:
     from query.views import EXAMPLE_SQL
 
     kinds: dict[str, int] = {}
-    for d in detections:
+    found = [d for d in detections if d.kind != "diagnosis"]  # diagnosis lines name a verdict, they detect nothing
+    for d in found:
         kinds[d.kind] = kinds.get(d.kind, 0) + 1
+    said = len(detections) - len(found)
     ff = f"{_command()} --config {_shown(config)}"
 
     def cmd(args: str) -> str:
@@ -207,12 +215,14 @@ def closing_lines(detections: list[Detection], first: float | None, archive_dir:
                 lines.append(f"      {word}")
         return " \\\n".join(lines)
 
-    summary = f"summary: {len(detections)} detections: " + (
-        ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "none")
+    summary = f"summary: {len(found)} detections: " + (
+        ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "none") + (
+        f"; {said} diagnosis {'line' if said == 1 else 'lines'} (the console's events view has every diagnosis)"
+        if said else "")
     return [
         "",
         "\n".join(textwrap.wrap(summary, width, subsequent_indent="  ")) if width else summary,
-        f"first detection {first:.0f}s after start" if first is not None else "no detection (try a longer --duration)",
+        f"first detection {first:.0f}s after the start of fabricflow demo" if first is not None else "no detection (try a longer --duration)",
         f"archive (hourly Parquet): {_shown(archive_dir)}",
         "try (each packet counted once, however many exporters saw it):",
         cmd("query top-talkers"),

@@ -4,7 +4,10 @@ Shared by ``fabricflow demo`` (live view / log lines), the end-to-end tests and
 ``bench/detection.py``. A detection is the *start* of something an operator
 should look at: an incast event opening, a node becoming a straggler, a link
 downgrade/error burst/oper-down/sustained utilisation, a policy alert firing,
-a job's pattern deviating. Updates of ongoing conditions are not repeated.
+a job's pattern deviating. Updates of ongoing conditions are not repeated, except
+that a ``diagnosis`` detection says when an ongoing event's bottleneck class is first
+determined or changes (docs/detectors.md, "Diagnosis"); :attr:`DetectionFeed.diagnoses`
+keeps the latest diagnosis of every detection, by its ``ref``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ class Detection:
     summary: str
     severity: str = "warning"
     cause: str = ""  # the detection's own cause link (straggler: explained_by, a link event key)
+    ref: str = ""  # the event, episode or alert it belongs to (DetectionFeed.diagnoses is keyed by it)
+    diagnosis: str = ""  # the diagnosis verdict the record carried, "" when none
 
 
 def fmt_bps(v: float) -> str:
@@ -112,6 +117,10 @@ class DetectionFeed:
         self.matrix = MatrixView()
         self._stragglers: set[tuple[str, str]] = set()
         self._port_names: dict[str, str] = {}  # "exporter|ifIndex" (a straggler's explained_by) -> "switch/ifN"
+        self.diagnoses: dict[str, dict] = {}  # detection ref -> its latest diagnosis record
+        self._said: dict[str, str] = {}  # detection ref -> the verdict last announced
+        self._episodes: dict[tuple[str, str], str] = {}  # (job, node) flagged -> its straggler ref
+        self._alerts: dict[str, str] = {}  # dedup key of a firing alert -> its ref
         self.counts: dict[str, int] = defaultdict(int)
         self.messages = 0
 
@@ -136,43 +145,94 @@ class DetectionFeed:
                 out.append(d)
         return out
 
+    def _note(self, ref: str, diag: dict | None) -> str:
+        """Keep ``diag`` as the latest diagnosis of ``ref``; its verdict ("" when none)."""
+        if diag:
+            self.diagnoses[ref] = diag
+            return diag["verdict"]
+        return ""
+
+    def _first(self, ref: str, verdict: str) -> str:
+        """What a starting detection adds to its summary about its diagnosis ("" while undetermined)."""
+        if not verdict or verdict == "undetermined":
+            return ""
+        self._said[ref] = verdict
+        return f"; diagnosis: {self.diagnoses[ref]['title']}"
+
+    def _announce(self, ref: str, entity: str, time_ms: int) -> Detection | None:
+        """A ``diagnosis`` detection when the verdict of ``ref`` became determined or changed."""
+        diag = self.diagnoses.get(ref)
+        if diag is None or diag["verdict"] == "undetermined" or self._said.get(ref) == diag["verdict"]:
+            return None
+        self._said[ref] = diag["verdict"]
+        step = re.split(r" \(|: ", diag["next_step"], maxsplit=1)[0].rstrip(".")  # its first clause; the console has all
+        return Detection("diagnosis", int(time_ms), entity, f"{diag['title']}: {diag['summary']}. Next: {step}.",
+                         "info", ref=ref, diagnosis=diag["verdict"])
+
     def interpret(self, kind: str, v: dict) -> Detection | None:
         if kind == "matrix":
             self.matrix.add(v)
             return None
-        if kind == "incast" and v["state"] == "open":
+        if kind == "incast":
+            ref = f"incast:{v['event_id']}"
+            verdict = self._note(ref, v.get("diagnosis"))
+            if v["state"] != "open":
+                return self._announce(ref, v["destination"], v["window_end_ms"])
             return Detection(
                 "incast", v["window_start_ms"], v["destination"],
                 f"{len(v['sources'])} sources -> {v['destination']} at {fmt_bps(v['aggregate_bps'])} "
                 f"= {v['fraction']:.0%} of {fmt_bps(v['capacity_bps'])} (95%: {v['fraction_low']:.0%}-{v['fraction_high']:.0%})"
                 + (f"; port {v['dst_port']} drops {v['dst_out_discards_per_s']:.0f} packets/s"
-                   if v.get("dst_out_discards_per_s", -1.0) > 0 else ""),
-                "critical",
+                   if v.get("dst_out_discards_per_s", -1.0) > 0 else "") + self._first(ref, verdict),
+                "critical", ref=ref, diagnosis=verdict,
             )  # fmt: skip
         if kind == "straggler":
             key = (v["job"], v["node"])
             if v["straggler"] and key not in self._stragglers:
                 self._stragglers.add(key)
+                ref = self._episodes[key] = f"straggler:{v['job']}:{v['node']}:{v['window_start_ms']}"
+                verdict = self._note(ref, v.get("diagnosis"))
                 cause = v.get("explained_by", "")
                 return Detection(
                     "straggler", v["window_start_ms"], v["node"],
                     f"{v['node']} in job {v['job']} sends {v['ratio_sent']:.0%} of its peers' median per link "
                     f"(score {v['score']:.1f}, {v['evidence_windows']} windows)"
-                    + (f"; explained by the link event on {self._port_names.get(cause, cause)}" if cause else ""),
-                    cause=cause,
+                    + (f"; explained by the link event on {self._port_names.get(cause, cause)}" if cause else "")
+                    + self._first(ref, verdict),
+                    cause=cause, ref=ref, diagnosis=verdict,
                 )  # fmt: skip
-            if not v["straggler"]:
-                self._stragglers.discard(key)
+            if v["straggler"]:
+                ref = self._episodes[key]
+                self._note(ref, v.get("diagnosis"))
+                return self._announce(ref, v["node"], v["window_end_ms"])
+            self._stragglers.discard(key)
+            self._episodes.pop(key, None)
             return None
         if kind == "link":
             self._port_names[f"{v['exporter']}|{v['if_index']}"] = f"{v['switch']}/if{v['if_index']}"
         if kind == "link" and v["kind"] in LINK_KINDS:
             ent = f"{v['switch']}/if{v['if_index']}"
+            ref = f"link:{v['exporter']}|{v['if_index']}:{v['kind']}:{v['time_ms']}"
+            verdict = self._note(ref, v.get("diagnosis"))
             who = f" ({v['node']}" + (f", job {v['job']}" if v.get("job") else "") + ")" if v.get("node") else ""
-            return Detection(v["kind"], v["time_ms"], ent, f"{ent}{who}: {readable_speeds(v['detail'])}",
-                             "critical" if v["kind"] not in ("sustained_utilisation", "discard_burst") else "warning")
-        if kind == "alert" and v["state"] == "firing":
-            return Detection(v["rule"], v["window_start_ms"], v["dedup_key"], v["summary"], v["severity"])
+            return Detection(v["kind"], v["time_ms"], ent, f"{ent}{who}: {readable_speeds(v['detail'])}"
+                             + self._first(ref, verdict),
+                             "critical" if v["kind"] not in ("sustained_utilisation", "discard_burst") else "warning",
+                             ref=ref, diagnosis=verdict)
+        if kind == "alert":
+            key = v["dedup_key"]
+            if v["state"] == "firing":
+                ref = self._alerts[key] = f"alert:{key}:{v['first_seen_ms']}"
+                verdict = self._note(ref, v.get("diagnosis"))
+                return Detection(v["rule"], v["window_start_ms"], key, v["summary"] + self._first(ref, verdict),
+                                 v["severity"], ref=ref, diagnosis=verdict)
+            ref = self._alerts.get(key)
+            if v["state"] == "resolved":
+                self._alerts.pop(key, None)
+            if ref is not None:
+                self._note(ref, v.get("diagnosis"))
+                return self._announce(ref, key, v["window_end_ms"])
+            return None
         if kind == "pattern" and v.get("kind") == "pattern_deviation" and v.get("state") == "open":
             return Detection("pattern_deviation", v.get("window_start_ms", 0), v.get("job", ""), f"job {v.get('job')}: {v.get('detail', '')}", "info")
         return None

@@ -105,6 +105,15 @@ STREAMS: tuple[Stream, ...] = (
            row_schema="ingest_quality", time_column="window_start_ms",
            topic="ingest.quality.v1", about="Data quality per exporter and window from ingest (loss, records "
            "without sampling rate, clock skew)"),
+    Stream("changes", "change_mark", "job, else node, else switch, else group pair, else 'cluster'",
+           "change markers: what an operator changed and when (fabricflow mark, console POST /api/marks/change)",
+           dataset="changes", row_schema="change_mark", time_column="time_ms", topic_days=365, archive_days=None,
+           partitions=1,
+           topic="changes.v1", about="Change markers (a tuning step, a configuration push) for before/after comparisons"),
+    Stream("steps", "step_mark", "job", "training step and phase marks sent by training jobs (ingest marks "
+           "listener, console POST /api/marks/step)", dataset="step_marks", row_schema="step_mark",
+           time_column="time_ms", topic_days=7, archive_days=90,
+           topic="steps.v1", about="Training step and phase marks (step N started/ended, checkpoint, eval) from training jobs"),
     Stream("summaries", "summary_hourly", "hour start (ms)", "hourly summaries", dataset="summaries_hourly",
            row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365, archive_days=365,
            topic="summaries.hourly.v1", about="Hourly summaries"),

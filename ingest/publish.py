@@ -32,6 +32,7 @@ class KafkaSink:
         t = kafka_settings.topics
         self.flows_topic, self.counters_topic, self.dlq_topic = t.flows_raw, t.counters_raw, t.dlq
         self.quality_topic = t.quality
+        self.mark_topics = {"step": t.steps, "change": t.changes}
         conf = producer_config(kafka_settings, producer_settings)  # idempotent, murmur2_random, bounded buffer
         self.flush_timeout_s = producer_settings.flush_timeout_s
         self.producer = producer_factory(conf)
@@ -74,6 +75,12 @@ class KafkaSink:
     def publish_quality(self, exporter: str, value: bytes) -> bool:
         """One IngestQuality record (already encoded); not counted as records in the delivery metrics."""
         return self._produce(self.quality_topic, exporter.encode(), value, 0)
+
+    def publish_mark(self, kind: str, record: dict) -> bool:
+        """One step mark or change marker (``ingest.marks``); not counted as records in the delivery metrics."""
+        from .marks import encode_mark, mark_key
+
+        return self._produce(self.mark_topics[kind], mark_key(kind, record).encode(), encode_mark(kind, record), 0)
 
     def publish_counters(self, exporter: str, counters: np.ndarray) -> bool:
         return self._produce(self.counters_topic, exporter.encode(), codec.encode_batch("counter_batch", counters), len(counters))
@@ -135,6 +142,10 @@ class StdoutSink:
         for d in _jsonable(counters, "counter"):
             self.out.write(json.dumps(d) + "\n")
         self.produced_records += len(counters)
+        return True
+
+    def publish_mark(self, kind: str, record: dict) -> bool:
+        self.out.write(json.dumps({"type": f"{kind}_mark", **record}) + "\n")
         return True
 
     def publish_dlq(self, exporter, protocol, reason, datagram, detail="") -> bool:

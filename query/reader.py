@@ -13,8 +13,10 @@ column to [frm, to).
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
+import tempfile
 
 import duckdb
 import pyarrow as pa
@@ -35,6 +37,13 @@ _DUCK = {"int64": "BIGINT", "int32": "INTEGER", "bool": "BOOLEAN", "string": "VA
          "fixed_size_binary[16]": "BLOB", "binary": "BLOB"}
 
 
+def connect_duckdb() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB that spills large sorts and joins to ``$TMPDIR/fabricflow-duckdb-<pid>`` (created only
+    when it spills, removed when the connection closes) instead of DuckDB's default ``.tmp`` in the current
+    directory, which a read-only working directory refuses and which would leave files where the user stands."""
+    return duckdb.connect(config={"temp_directory": os.path.join(tempfile.gettempdir(), f"fabricflow-duckdb-{os.getpid()}")})
+
+
 class ArchiveReader:
     """Read-only access to the archive at ``root`` on fsspec filesystem ``fs`` (one DuckDB connection, ``con``
     when given)."""
@@ -42,7 +51,7 @@ class ArchiveReader:
     def __init__(self, fs, root: str, con: duckdb.DuckDBPyConnection | None = None) -> None:
         self.fs = filesystem(fs)
         self.root = root_path(self.fs, root)
-        self.con = con or duckdb.connect()
+        self.con = con or connect_duckdb()
         self.listed: list[str] = []  # directories listed (for pruning checks)
         self.files_used: dict[str, list[str]] = {}  # dataset -> files behind its current view
         self._present = self._discover()

@@ -32,6 +32,7 @@ from .detectors.pattern import PatternConfig
 from .detectors.storagebound import StorageBoundConfig
 from .detectors.straggler import StragglerConfig
 from .detectors.timeline import TimelineConfig
+from .diagnosis.catalog import DiagnosisConfig
 from .engine import Engine, EngineConfig, Output
 from .enrich.categories import CategoryRules
 from .enrich.enricher import Enricher, LabeledFlows
@@ -54,6 +55,7 @@ _SECTIONS = {
     "timeline": TimelineConfig,
     "congestion": CongestionConfig,
     "conn_storm": ConnStormConfig,
+    "diagnosis": DiagnosisConfig,
 }
 
 

@@ -11,7 +11,6 @@ import logging
 import faust
 
 from fabricflow.settings import Settings
-from schemas import codec
 
 from ..config_files import load_config_files
 from .faust_app import make_app
@@ -30,15 +29,16 @@ def run_processors(settings: Settings) -> int:
     """
     from fabricflow.kafka_security import check_files
     from fabricflow.readiness import Unreachable, wait_for_kafka
+    from fabricflow.statedir import writable_dir
 
     files = load_config_files(settings.processors)
     check_files(settings.kafka)
+    writable_dir(settings.processors.datadir, "processors.datadir")  # StateDirError: one line, exit 2
     try:  # before any client exists: no librdkafka reconnect noise while the broker is down
         wait_for_kafka(settings.kafka, log=log)
     except Unreachable as e:
         log.error("%s", e)
         return 1
-    codec.warm_up()  # the compiled batch walk, before the first raw message
     proc = Processors(settings, files=files)
     app = make_app(proc)
     p = settings.processors
@@ -46,12 +46,21 @@ def run_processors(settings: Settings) -> int:
     svc.ensure_topics(settings.kafka)
     svc.serve_http(p.web_bind, p.metrics_port)
     svc.on_stop(lambda: _flush_on_exit(proc.publisher, settings.ingest.producer.flush_timeout_s), "output producer")
+    app.on_ready = lambda: svc.mark_ready(_consuming(proc, app))
     worker = faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True)
     try:
         worker.execute_from_commandline()
     finally:
         svc.stop()
     return 0
+
+
+def _consuming(proc: Processors, app) -> str:
+    t = proc.settings.kafka.topics
+    mine = [tp for tp in app.consumer.assignment() if tp.topic in (t.flows_raw, t.counters_raw, t.shuffle)]
+    shards = sum(1 for tp in mine if tp.topic == t.shuffle)
+    return (f"consuming {len(mine)} partitions ({shards} shuffle shards) as a member of consumer group "
+            f"{proc.settings.processors.app_id}")
 
 
 def _flush_on_exit(publisher: OutputPublisher, timeout_s: float) -> None:

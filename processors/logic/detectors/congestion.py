@@ -20,6 +20,9 @@ import numpy as np
 from pydantic import Field
 
 from ..alerts import Condition
+from ..diagnosis.catalog import DiagnosisConfig
+from ..diagnosis.rules import diagnose_congestion
+from ..diagnosis.signals import FlowSignals, PortFacts, cell_signals
 from ..params import detector_params
 from ..windows.groupby import group_reduce
 from ..windows.interning import Interner
@@ -58,9 +61,12 @@ class CongestionDetector(OneRuleDetector):
     RULE = RULE
 
     def __init__(self, config: CongestionConfig = CongestionConfig(), window_ms: int = 10_000,
-                 link_state: LinkState | None = None, node_port: NodePort | None = None):
+                 link_state: LinkState | None = None, node_port: NodePort | None = None,
+                 diagnosis: DiagnosisConfig | None = None):
         super().__init__(config, window_ms, link_state, node_port)
-        self.jobs: dict[str, dict] = {}  # "job\x00signal" -> {"shares": [..], "elevated": int, "last": ws}
+        self.diagnosis = diagnosis  # None: alerts carry no diagnosis
+        # "job\x00signal" -> {"shares": [..], "elevated": int, "last": ws, "sig": FlowSignals list of the elevated run}
+        self.jobs: dict[str, dict] = {}
 
     def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
         cfg = self.config
@@ -78,6 +84,10 @@ class CongestionDetector(OneRuleDetector):
             received = {(j, nd): (p, s) for j, nd, p, s in zip(*(interner.lookup(k).tolist() for k in rk),
                                                                 *(x.tolist() for x in rs))}
             jobs = {j: (p, s) for j, p, s in zip(interner.lookup(jk[0]).tolist(), *(x.tolist() for x in js))}
+            rocev2 = interner.index.get("rocev2", -1)
+
+            def signals(job: str) -> FlowSignals:  # the job's internal traffic, for the diagnosis
+                return cell_signals(cells, internal & (cells["sj"] == interner.index.get(job, -1)), rocev2)
             for signal in cfg.signals:
                 col, node_col, _ = SIGNALS[signal]
                 m = internal & (cells[col] > 0)
@@ -87,7 +97,7 @@ class CongestionDetector(OneRuleDetector):
                     per_node.setdefault(j, {})[nd] = v
                 for job in sorted(jobs):
                     seen.add(f"{job}\x00{signal}")
-                    self._judge(ws, we, job, signal, jobs[job], per_node.get(job, {}), received)
+                    self._judge(ws, we, job, signal, jobs[job], per_node.get(job, {}), received, signals)
         # forget jobs without internal traffic for a long time
         for k in [k for k, st in self.jobs.items()
                   if k not in seen and ws - st["last"] > cfg.rebaseline_windows * self.window_ms]:
@@ -95,7 +105,7 @@ class CongestionDetector(OneRuleDetector):
         return self.alerts.evaluate(we)
 
     def _judge(self, ws: int, we: int, job: str, signal: str, total: tuple[int, int], nodes: dict[str, int],
-               received: dict) -> None:
+               received: dict, signals) -> None:
         cfg = self.config
         packets, samples = total
         st = self.jobs.setdefault(f"{job}\x00{signal}", {"shares": [], "elevated": 0, "last": ws})
@@ -113,12 +123,19 @@ class CongestionDetector(OneRuleDetector):
         limit = max(cfg.ratio * base, base + (cfg.min_increase if signal == "ecn_ce" else cfg.cnp_min_increase))
         if not (share >= limit and low > base):
             st["elevated"] = 0
+            st.pop("sig", None)
             st["shares"] = (st["shares"] + [share])[-cfg.baseline_windows:]
             return
         st["elevated"] += 1
         if st["elevated"] >= cfg.rebaseline_windows:
             st["shares"], st["elevated"] = [], 0
+            st.pop("sig", None)
             return
+        if self.diagnosis is not None:  # the evidence of the elevated run, for the diagnosis
+            run = signals(job)
+            if "sig" in st:
+                run.add(FlowSignals.from_list(st["sig"]))
+            st["sig"] = run.as_list()
         if st["elevated"] < cfg.persist_windows:
             return
         _col, _nc, what = SIGNALS[signal]
@@ -142,14 +159,24 @@ class CongestionDetector(OneRuleDetector):
                       "packets_est": str(packets), "signal_packets_est": str(marked),
                       "evidence_windows": str(st["elevated"]), "nodes": node_text, "ports": ports},
             first_seen_ms=ws - (st["elevated"] - 1) * self.window_ms, last_seen_ms=we,  # the first elevated window
+            diagnosis=self._diagnosis(job, st, [nd for nd, _s, _p in named if nd], we),
         ))
 
+    def _diagnosis(self, job: str, st: dict, nodes: list[str], we: int) -> dict | None:
+        """The alert's diagnosis: the marks and CNPs of its elevated run, the named receivers' ports."""
+        if self.diagnosis is None or "sig" not in st:
+            return None
+        ports = {nd: PortFacts.of(self.link_state(nd, we)) for nd in nodes}
+        return diagnose_congestion(job, FlowSignals.from_list(st["sig"]), ports, self.diagnosis)
+
     def snapshot(self) -> dict:
-        return {"jobs": {k: {"shares": list(v["shares"]), "elevated": v["elevated"], "last": v["last"]}
+        return {"jobs": {k: {"shares": list(v["shares"]), "elevated": v["elevated"], "last": v["last"],
+                             **({"sig": list(v["sig"])} if "sig" in v else {})}
                          for k, v in sorted(self.jobs.items())},
                 "alerts": self.alerts.snapshot()}
 
     def restore(self, snap: dict) -> None:
         self.jobs = {k: {"shares": [float(x) for x in v["shares"]], "elevated": int(v["elevated"]),
-                         "last": int(v["last"])} for k, v in snap["jobs"].items()}
+                         "last": int(v["last"]), **({"sig": [float(x) for x in v["sig"]]} if "sig" in v else {})}
+                     for k, v in snap["jobs"].items()}
         self.alerts.restore(snap["alerts"])

@@ -41,7 +41,10 @@ class IncastConfig:
 
 
 KEYS = ("dst", "src", "dgrp")
-SUMS = ("rate_bps", "rate_sampled_bps", "samples", "samples_sampled")
+# sampled packets for the diagnosis: with an ECT or CE codepoint, CE-marked, RoCEv2 CNPs (counted at the row, i.e.
+# towards the CNP's destination; the detector credits them to their source), in category rocev2, with a BTH
+SIGNALS = ("n_ect", "n_ce", "n_cnp", "n_roce", "n_bth")
+SUMS = ("rate_bps", "rate_sampled_bps", "samples", "samples_sampled", *SIGNALS)
 MAXES = ("max_rate",)
 
 
@@ -71,6 +74,25 @@ def endpoint_codes(
     lut = np.fromiter((interner.code(addr_str(u.tobytes())) for u in uniq), dtype=np.int32, count=len(uniq))
     out[unknown] = lut[inv.ravel()]
     return out
+
+
+def _sum_by(codes: np.ndarray, values: np.ndarray) -> dict[int, int]:
+    """code -> sum of ``values`` over the rows with that code (rows with a value only)."""
+    m = values > 0
+    if not m.any():
+        return {}
+    u, inv = np.unique(codes[m], return_inverse=True)
+    tot = np.bincount(inv.ravel(), weights=values[m].astype(np.float64))
+    return {int(c): int(v) for c, v in zip(u.tolist(), tot.tolist())}
+
+
+def _add_signals(ev: dict, d: dict | None) -> None:
+    """Accumulate a window's signals into the open event (the sampling rate as a maximum)."""
+    if d is None:
+        return
+    old = ev.get("sig") or [0] * 7
+    new = d["sig"]
+    ev["sig"] = [a + b for a, b in zip(old[:6], new[:6])] + [max(old[6], new[6])]
 
 
 class IncastAggregator(ChunkedAggregator):
@@ -120,6 +142,9 @@ class IncastDetector:
             "sampling_rate": int(d["max_rate"]),
             "dst_port": "",  # the engine fills these two from the link state (cause link: drops at the port)
             "dst_out_discards_per_s": -1.0,
+            "diagnosis": None,  # the engine fills it (processors/logic/diagnosis) and pops "_signals"
+            # sampled-packet signals of the event so far: samples, ect, ce, cnp, roce, bth, sampling rate
+            "_signals": list(ev.get("sig") or [0, 0, 0, 0, 0, 0, 0]),
         }
 
     def _destinations(self, res: dict | None, interner: Interner) -> dict[str, tuple[str, dict]]:
@@ -153,6 +178,8 @@ class IncastDetector:
             return out
         first_row = np.searchsorted(res["dst"], dst[starts])  # res is sorted by dst first
         groups = interner.lookup(res["dgrp"][first_row]).tolist()
+        sig = [np.add.reduceat(res[c], first_row) for c in ("samples", "n_ect", "n_ce", "n_roce", "n_bth")]
+        cnp_by_src = _sum_by(res["src"], res["n_cnp"])
         bounds = np.r_[starts, len(dst)]
         z = cfg.z
         for i in np.flatnonzero(want).tolist():
@@ -178,6 +205,9 @@ class IncastDetector:
                     "high": f + z * se,
                     "samples": int(smp[lo:hi].sum()),
                     "max_rate": int(maxes[0][lo:hi].max()),
+                    # samples, ect, ce, cnp (sent by the destination), roce, bth, sampling rate
+                    "sig": [int(sig[0][i]), int(sig[1][i]), int(sig[2][i]), cnp_by_src.get(int(dst[starts][i]), 0),
+                            int(sig[3][i]), int(sig[4][i]), int(maxes[0][lo:hi].max())],
                 },
             )
         return out
@@ -204,10 +234,12 @@ class IncastDetector:
             if ev is None:
                 if d is not None and len(d["sources"]) >= cfg.min_sources and d["frac"] >= cfg.open_fraction:
                     ev = {"event_id": f"{dname}@{ws}", "start": ws, "below": 0, "last_ws": ws, "group": group}
+                    _add_signals(ev, d)
                     self.open_events[dname] = ev
                     out.append(self._event("open", ev, ws, dname, group, d))
                 continue
             ev["last_ws"] = ws
+            _add_signals(ev, d)
             if d is not None and d["frac"] >= cfg.close_fraction:
                 ev["below"] = 0
                 out.append(self._event("update", ev, ws, dname, ev["group"], d))

@@ -47,6 +47,7 @@ class LinkHealthConfig:
     unknown_speed_bps: float = Field(400e9, gt=0, description="Line rate assumed for plausibility when ifSpeed is 0")
     discard_burst_per_s: float = Field(100.0, ge=0, description="In + out discards per second that start a discard burst (an incast's drops show up as ifOutDiscards)")
     event_hold_s: float = Field(60.0, ge=0, description="Seconds either side of a query time that a port's last link event still counts as open in node_state (storage_bound headroom, cause links)")
+    flap_window_s: float = Field(600.0, gt=0, description="Seconds over which a port's oper-down transitions are counted (node_state flaps: two or more make the port flapping for the diagnosis)")
 
 
 _STATE_FIELDS = {
@@ -55,8 +56,10 @@ _STATE_FIELDS = {
     **{c: np.uint64 for c in COUNTERS},
     # last derived values and events, for node_state (restored as defaults from older snapshots)
     "util": np.float64, "out_disc": np.float64, "discard_open": np.bool_, "event": np.int64, "event_t": np.int64,
+    # for the diagnosis: errors/s and length of the last interval with rates, admin status (older snapshots: up)
+    "err": np.float64, "iv": np.int64, "admin": np.bool_,
 }
-_DEFAULTS = {"event_t": -1}
+_DEFAULTS = {"event_t": -1, "admin": 1}
 
 
 class LinkHealthDetector:
@@ -71,6 +74,10 @@ class LinkHealthDetector:
         self.st = {k: np.zeros(0, dtype=t) for k, t in _STATE_FIELDS.items()}
         self.stale = 0
         self.recent: dict[int, list[list]] = {}  # slot -> last RECENT [time_ms, out discards/s] with rates
+        self.downs: dict[int, list[int]] = {}  # slot -> times of its oper-down transitions within flap_window_s
+        # link record -> its diagnosis or None (the engine's Diagnoser.link); called once the record's port
+        # state includes the sample, so it reads that port's state at that sample however messages are batched
+        self.diagnose: Callable[[dict], dict | None] | None = None
         self._slot_cache: dict[bytes, np.ndarray] = {}  # exporter + ifIndex columns -> slots (slots never move)
         self.set_port_info(port_info)
 
@@ -186,6 +193,7 @@ class LinkHealthDetector:
         seq = b["sample_sequence"].astype(np.int64)
         speed = b["if_speed"].astype(np.int64)
         oper = b["if_oper_up"].astype(bool)
+        admin = b["if_admin_up"].astype(bool)
         cur = {c: b[c].astype(np.uint64) for c in COUNTERS}  # int64 -> same 64 bits as uint64
 
         p_t = st["t"][slots]
@@ -263,6 +271,14 @@ class LinkHealthDetector:
         st["discard_open"][ls] = np.where(cmp_, new_disc, False)[live]
         st["util"][ls] = np.where(ok, util, st["util"][slots])[live]
         st["out_disc"][ls] = np.where(ok, rate["out_discards"], st["out_disc"][slots])[live]
+        st["err"][ls] = np.where(ok, err_ps, st["err"][slots])[live]
+        st["iv"][ls] = np.where(ok, interval, st["iv"][slots])[live]
+        st["admin"][ls] = admin[live]
+        went_down = cmp_ & oper_chg & ~oper
+        if went_down.any():
+            keep = cfg.flap_window_s * 1000
+            for s_, t_ in zip(slots[went_down].tolist(), t[went_down].tolist()):
+                self.downs[s_] = [x for x in self.downs.get(s_, []) if t_ - x <= keep] + [t_]
         # the last time each port was seen in a faulty state, and which (node_state's hold counts from it)
         below = (speed > 0) & (speed < np.nan_to_num(conf, nan=0.0))
         down = (speed_chg & (speed < p_speed)) | below
@@ -310,7 +326,7 @@ class LinkHealthDetector:
                                 "util_in": 0.0, "util_out": 0.0, "in_errors_per_s": 0.0, "out_errors_per_s": 0.0,
                                 "in_discards_per_s": 0.0, "out_discards_per_s": 0.0, "oper_up": op,
                                 "detail": f"if_speed {sp} bps below the configured {int(cf)} bps at the first sample",
-                                "node": node, "job": next(jobs)}))
+                                "node": node, "job": next(jobs), "diagnosis": None}))
                 continue
             base = {
                 "time_ms": t_i,
@@ -331,6 +347,7 @@ class LinkHealthDetector:
                 "detail": "",
                 "node": node,
                 "job": next(jobs),
+                "diagnosis": None,  # the engine diagnoses the event kinds (processors/logic/diagnosis)
             }
             if rst:
                 why = "agent uptime went backwards" if upr else "counter step not explainable by a wrap"
@@ -349,6 +366,10 @@ class LinkHealthDetector:
             if sus:
                 out.append((m, base | {"kind": "sustained_utilisation",
                                        "detail": f"utilisation >= {cfg.util_threshold:g} since {snc} ms"}))
+        if self.diagnose is not None:
+            for _m, d in out:
+                if d["kind"] != "sample":
+                    d["diagnosis"] = self.diagnose(d)
         return out
 
     def _jobs(self, nodes: list[str], times: list[int]) -> list[str]:
@@ -374,35 +395,54 @@ class LinkHealthDetector:
         above threshold), or the port was last seen in one of these states (or just downgraded)
         within ``event_hold_s`` before ``now_ms`` (or after it: callers ask about windows that
         closed a lateness ago). ``since_ms``: ``out_discards_per_s`` is then the highest of the port's
-        (last 8) samples taken after it (their intervals reach past it), the last sample's when none is."""
+        (last 8) samples taken after it (their intervals reach past it), the last sample's when none is,
+        and ``samples_since`` counts those samples. For the diagnosis also: ``errors_per_s`` (in + out,
+        last interval), ``sampled_ms`` (time of the last sample), ``interval_ms`` (its interval),
+        ``admin_up``, ``oper_up`` and ``flaps`` (oper-down transitions within ``flap_window_s`` of
+        ``now_ms``)."""
         best = None
-        st = self.st
         for s in self.node_slots.get(node, ()):
-            if st["t"][s] == np.iinfo(np.int64).min:
-                continue
-            speed, conf = int(st["speed"][s]), self.port_conf[s]
-            event = ""
-            if not st["oper"][s]:
-                event = "oper_down"
-            elif speed > 0 and math.isfinite(conf) and speed < conf:
-                event = "link_downgrade"
-            elif st["burst_open"][s]:
-                event = "error_burst"
-            elif st["discard_open"][s]:
-                event = "discard_burst"
-            elif st["event_t"][s] >= 0 and now_ms - int(st["event_t"][s]) <= self.config.event_hold_s * 1000:
-                event = EVENT_KINDS[int(st["event"][s])]
-            exporter, if_index = self.keys[s]
-            d = {"port": f"{exporter}|{if_index}", "switch": str(self.switch_name(exporter)), "if_index": int(if_index),
-                 "util": float(st["util"][s]), "if_speed": speed, "configured_bps": conf,
-                 "out_discards_per_s": float(st["out_disc"][s]), "event": event}
-            if since_ms is not None:
-                after = [d_ for t_, d_ in self.recent.get(s, ()) if t_ > since_ms]
-                if after:
-                    d["out_discards_per_s"] = float(max(after))
-            if best is None or (bool(d["event"]), d["util"]) > (bool(best["event"]), best["util"]):
+            d = self._slot_state(s, now_ms, since_ms)
+            if d is not None and (best is None or (bool(d["event"]), d["util"]) > (bool(best["event"]), best["util"])):
                 best = d
         return best
+
+    def port_state(self, exporter: str, if_index: int, now_ms: int) -> dict | None:
+        """:meth:`node_state` of one port by its key, None when it was never sampled."""
+        s = self.slot.get((exporter, int(if_index)))
+        return None if s is None else self._slot_state(s, now_ms, None)
+
+    def _slot_state(self, s: int, now_ms: int, since_ms: int | None) -> dict | None:
+        st = self.st
+        if st["t"][s] == np.iinfo(np.int64).min:
+            return None
+        speed, conf = int(st["speed"][s]), self.port_conf[s]
+        event = ""
+        if not st["oper"][s]:
+            event = "oper_down"
+        elif speed > 0 and math.isfinite(conf) and speed < conf:
+            event = "link_downgrade"
+        elif st["burst_open"][s]:
+            event = "error_burst"
+        elif st["discard_open"][s]:
+            event = "discard_burst"
+        elif st["event_t"][s] >= 0 and now_ms - int(st["event_t"][s]) <= self.config.event_hold_s * 1000:
+            event = EVENT_KINDS[int(st["event"][s])]
+        exporter, if_index = self.keys[s]
+        window = self.config.flap_window_s * 1000
+        hold = self.config.event_hold_s * 1000
+        d = {"port": f"{exporter}|{if_index}", "switch": str(self.switch_name(exporter)), "if_index": int(if_index),
+             "util": float(st["util"][s]), "if_speed": speed, "configured_bps": conf,
+             "out_discards_per_s": float(st["out_disc"][s]), "event": event,
+             "errors_per_s": float(st["err"][s]), "sampled_ms": int(st["t"][s]), "interval_ms": int(st["iv"][s]),
+             "admin_up": bool(st["admin"][s]), "oper_up": bool(st["oper"][s]),
+             "flaps": sum(1 for x in self.downs.get(s, ()) if now_ms - window <= x <= now_ms + hold)}
+        if since_ms is not None:
+            after = [d_ for t_, d_ in self.recent.get(s, ()) if t_ > since_ms]
+            d["samples_since"] = len(after)
+            if after:
+                d["out_discards_per_s"] = float(max(after))
+        return d
 
     def snapshot(self) -> dict:
         n = len(self.keys)
@@ -412,6 +452,7 @@ class LinkHealthDetector:
             "state": {k: [conv.get(v.dtype.kind, int)(x) for x in v[:n].tolist()] for k, v in self.st.items()},
             "stale": self.stale,
             "recent": {str(k): v for k, v in sorted(self.recent.items())},
+            "downs": {str(k): list(v) for k, v in sorted(self.downs.items())},
         }
 
     def restore(self, snap: dict) -> None:
@@ -423,4 +464,5 @@ class LinkHealthDetector:
                    else np.full(n, _DEFAULTS.get(k, 0), dtype=t) for k, t in _STATE_FIELDS.items()}
         self.stale = int(snap["stale"])
         self.recent = {int(k): [[int(t), float(d)] for t, d in v] for k, v in snap.get("recent", {}).items()}
+        self.downs = {int(k): [int(t) for t in v] for k, v in snap.get("downs", {}).items()}
         self.set_port_info(self.port_info)

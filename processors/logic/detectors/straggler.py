@@ -167,6 +167,7 @@ class StragglerDetector:
                     "straggler": bool(st["evidence"] >= cfg.persist_windows and score < cfg.z_threshold),
                     "peers": int(peers),
                     "explained_by": "",
+                    "diagnosis": None,  # the engine diagnoses flagged nodes (processors/logic/diagnosis)
                 }
             )
         return out

@@ -26,8 +26,8 @@ from .interning import Interner
 from .snapshots import dump_columns, load_columns
 
 __all__ = [
-    "MatrixConfig", "CellAggregator", "KEY_COLUMNS", "VALUE_COLUMNS", "SIGNAL_COLUMNS", "LEVELS", "matrix_cells",
-    "signal_columns", "UNKNOWN",
+    "MatrixConfig", "CellAggregator", "KEY_COLUMNS", "VALUE_COLUMNS", "SIGNAL_COLUMNS", "HIDDEN_COLUMNS",
+    "WINDOW_COLUMNS", "LEVELS", "matrix_cells", "signal_columns", "UNKNOWN",
 ]  # fmt: skip
 
 # key columns (int32 interned codes) and value columns (int64) of a window state; the rack columns come last so
@@ -35,6 +35,10 @@ __all__ = [
 KEY_COLUMNS = ("sn", "dn", "sg", "dg", "sj", "dj", "cat", "sr", "dr")
 SIGNAL_COLUMNS = ("syn_packets_est", "rst_packets_est", "ecn_ce_packets_est", "cnp_packets_est")
 VALUE_COLUMNS = ("bytes_est", "packets_est", "flow_records", "samples", *SIGNAL_COLUMNS)
+# window-state columns that no matrix cell emits: RoCEv2 packets whose BTH the record showed (sFlow header samples;
+# NetFlow/IPFIX never): whether an absence of CNPs can be judged (the diagnosis)
+HIDDEN_COLUMNS = ("bth_packets_est",)
+WINDOW_COLUMNS = (*VALUE_COLUMNS, *HIDDEN_COLUMNS)
 # matrix level -> (src key column, dst key column); cells come out sorted by level name
 LEVELS = {"group": ("sg", "dg"), "node": ("sn", "dn"), "rack": ("sr", "dr")}
 UNKNOWN = "unknown"
@@ -54,6 +58,7 @@ def signal_columns(batch) -> dict[str, np.ndarray]:
     - ``ecn_ce_packets_est``: ``packets_est`` of records whose ``tos & 3 == 3`` (IP ECN CE mark).
     - ``cnp_packets_est``: ``packets_est`` of records whose RoCEv2 BTH opcode is 0x81 (CNP; sFlow header
       samples only, -1 elsewhere).
+    - ``bth_packets_est`` (a window column no cell emits): ``packets_est`` of records with a BTH opcode.
     """
     rate = np.maximum(np.asarray(batch["sampling_rate"], dtype=np.int64), 1)
     packets_est = np.asarray(batch["packets_est"], dtype=np.int64)
@@ -65,6 +70,7 @@ def signal_columns(batch) -> dict[str, np.ndarray]:
         "rst_packets_est": np.where(tcp & ((flags & TCP_RST) != 0), rate, zero),
         "ecn_ce_packets_est": np.where((np.asarray(batch["tos"]) & 3) == ECN_CE, packets_est, zero),
         "cnp_packets_est": np.where(np.asarray(batch["roce_opcode"]) == ROCE_CNP, packets_est, zero),
+        "bth_packets_est": np.where(np.asarray(batch["roce_opcode"]) >= 0, packets_est, zero),
     }
 
 
@@ -89,15 +95,17 @@ class CellAggregator:
     @staticmethod
     def _reduce(chunks: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         cat = chunks[0] if len(chunks) == 1 else {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-        keys, sums, _ = group_reduce([cat[k] for k in KEY_COLUMNS], [cat[v] for v in VALUE_COLUMNS])
+        keys, sums, _ = group_reduce([cat[k] for k in KEY_COLUMNS], [cat[v] for v in WINDOW_COLUMNS])
         out = dict(zip(KEY_COLUMNS, keys))
-        out.update(zip(VALUE_COLUMNS, sums))
+        out.update(zip(WINDOW_COLUMNS, sums))
         return out
 
     def agg(self, state: dict, rows: dict[str, np.ndarray], window_start: int) -> dict:
         # Rows are kept as they come (no group-by per batch); they are reduced once they exceed compact_rows
         # and at close. Integer sums do not depend on the grouping, so results are identical.
         part = {k: rows[k] for k in (*KEY_COLUMNS, *VALUE_COLUMNS)}
+        for h in HIDDEN_COLUMNS:
+            part[h] = rows[h] if h in rows else np.zeros(len(part["sn"]), np.int64)
         chunks = state["chunks"] + [part]
         nrows = state["rows"] + len(part["sn"])
         compacted = state["compacted"]
@@ -109,7 +117,7 @@ class CellAggregator:
 
     def result(self, state: dict, window_start: int, window_end: int) -> dict[str, np.ndarray]:
         if not state["chunks"]:
-            return {k: np.zeros(0, np.int32) for k in KEY_COLUMNS} | {v: np.zeros(0, np.int64) for v in VALUE_COLUMNS}
+            return {k: np.zeros(0, np.int32) for k in KEY_COLUMNS} | {v: np.zeros(0, np.int64) for v in WINDOW_COLUMNS}
         return self._reduce(state["chunks"])
 
     def dump(self, state: dict) -> dict:
@@ -125,7 +133,7 @@ class CellAggregator:
         # a snapshot written before the rack and signal columns: rack code 0 (the interner's "") and zero signals
         for k in KEY_COLUMNS:
             cols.setdefault(k, np.zeros(n, np.int32))
-        for v in VALUE_COLUMNS:
+        for v in WINDOW_COLUMNS:
             cols.setdefault(v, np.zeros(n, np.int64))
         return {"chunks": [cols] if n else [], "rows": n, "compacted": n}
 

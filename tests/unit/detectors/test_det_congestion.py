@@ -60,7 +60,7 @@ def test_a_congestion_episode_fires_with_job_node_share_and_baseline_then_resolv
                      "fraction_low": "0.0620", "fraction_high": "0.1180", "samples": "400", "packets_est": "40000",
                      "signal_packets_est": "3600", "evidence_windows": "2", "nodes": "c:0.300,d:0.060", "ports": ""},
         "window_start_ms": 70_000, "window_end_ms": 80_000, "first_seen_ms": 60_000, "last_seen_ms": 80_000,
-        "bytes_est": 0, "flows": 0, "sample_flows": [],
+        "bytes_est": 0, "flows": 0, "sample_flows": [], "diagnosis": None,
     }  # fmt: skip
 
 

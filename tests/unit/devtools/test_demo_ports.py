@@ -11,7 +11,8 @@ from fabricflow.settings import load_settings
 
 MOVED = {
     "stack": {"kafka_port": 42000, "s3_port": 42001, "s3_base_port": 42010},
-    "ingest": {"listen": ["sflow://127.0.0.1:42030", "netflow://127.0.0.1:42031", "ipfix://127.0.0.1:42032"],
+    "ingest": {"listen": ["sflow://127.0.0.1:42030", "netflow://127.0.0.1:42031", "ipfix://127.0.0.1:42032",
+                          "marks://127.0.0.1:42033"],
                "metrics_port": 42040},
     "processors": {"web_port": 42041, "metrics_port": 42042},
     "archive": {"metrics_port": 42043},

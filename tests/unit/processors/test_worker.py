@@ -699,3 +699,14 @@ def test_counter_owner_shard_is_the_one_replay_gives(tmp_path):
                   if t == p.settings.kafka.topics.shuffle and not shuffle.state_roles(h)]
         assert owners == sorted(set(counter_shard_of(rows, 2).tolist())), e
         sent.clear()
+
+
+def test_the_faust_app_heartbeats_three_times_per_session_and_starts_without_a_pause(tmp_path):
+    from processors.worker.faust_app import TableManager
+
+    from processors.worker.faust_app import make_app
+
+    p, _ = _proc(tmp_path)
+    conf = make_app(p).conf
+    assert conf.broker_session_timeout == 6.0 and conf.broker_heartbeat_interval == 2.0  # Faust's own default: 3 s
+    assert conf.TableManager is TableManager  # Faust's table manager waits 1 s before it subscribes; ours does not

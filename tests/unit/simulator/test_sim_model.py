@@ -12,7 +12,7 @@ from .helpers import small_doc
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 SHIPPED = ["healthy", "straggler", "link_downgrade", "incast", "segmentation", "lb_skew", "storage_slowdown",
-           "storage_link", "congestion", "syn_storm", "mixed"]
+           "storage_link", "congestion", "syn_storm", "incast_ecn", "incast_dcqcn", "congestion_nocnp", "link_flap", "mixed"]
 
 
 def test_speeds():

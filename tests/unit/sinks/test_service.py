@@ -176,7 +176,9 @@ def test_on_step_sees_every_step_of_each_plan_in_order(write_mode):
 def test_archive_filesystem(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     s = load_settings(None, archive={"url": "file://var/arch"})
-    fs, root = archive_filesystem(s.archive)
+    fs, root = archive_filesystem(s.archive)  # a reader: nothing created
+    assert root == str(tmp_path / "var" / "arch") and not (tmp_path / "var").exists()
+    fs, root = archive_filesystem(s.archive, write=True)  # the writer creates it
     assert root == str(tmp_path / "var" / "arch") and (tmp_path / "var" / "arch").is_dir()
     fs, root = archive_filesystem(load_settings(None, archive={"url": "memory://x/y"}).archive)
     assert root == "/x/y" and "memory" in fs.protocol

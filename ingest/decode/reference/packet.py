@@ -1,6 +1,7 @@
-"""Parse the first bytes of a sampled packet (sFlow raw packet header record).
+"""Parse the first bytes of a sampled packet (sFlow raw packet header record): the readable reference.
 
-Pure functions over ``bytes``: Ethernet (802.1Q / QinQ), IPv4, IPv6 with extension headers,
+Used by tests only (the compiled decoder, :mod:`ingest.decode.sflow`, parses the same way). Pure functions
+over ``bytes``: Ethernet (802.1Q / QinQ), IPv4, IPv6 with extension headers,
 TCP/UDP/ICMP/ICMPv6, VXLAN (UDP 4789, inner frame parsed) and RoCEv2 (UDP 4791, BTH). Headers cut
 short by the sampler stop the parse where the bytes end; nothing raises on malformed input. Every
 parser returns a :data:`Parsed` tuple ``(ip_version, src16, dst16, src_port, dst_port, ip_protocol,
@@ -33,8 +34,8 @@ HEADER_IPV6 = 12
 VXLAN_PORT = 4789
 ROCEV2_PORT = 4791
 
-_V4_PREFIX = b"\x00" * 10 + b"\xff\xff"
-_ZERO16 = b"\x00" * 16
+V4_PREFIX = b"\x00" * 10 + b"\xff\xff"
+ZERO16 = b"\x00" * 16
 _VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)
 # IPv6 extension headers we walk over: hop-by-hop, routing, fragment, dest opts, AH.
 _V6_EXT = (0, 43, 44, 60, 51)
@@ -50,7 +51,7 @@ _IP4 = Struct(">BBH2xHxB2x4s4s").unpack_from
 # ver/tc/flow, payload length, next header, src, dst
 _IP6 = Struct(">IHBx16s16s").unpack_from
 
-NON_IP = (0, _ZERO16, _ZERO16, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1)
+NON_IP = (0, ZERO16, ZERO16, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1)
 
 
 def parse_header(h: bytes, header_protocol: int) -> tuple | None:
@@ -81,12 +82,12 @@ def parse_ethernet(h: bytes, off: int = 0, depth: int = 0) -> tuple:
             off += 4
             tags += 1
     except _StructError:
-        return (0, _ZERO16, _ZERO16, 0, 0, 0, 0, 0, vlan, -1, -1, -1, -1)
+        return (0, ZERO16, ZERO16, 0, 0, 0, 0, 0, vlan, -1, -1, -1, -1)
     if et == 0x0800:
         return parse_ipv4(h, off, vlan, depth)
     if et == 0x86DD:
         return parse_ipv6(h, off, vlan, depth)
-    return (0, _ZERO16, _ZERO16, 0, 0, 0, 0, 0, vlan, -1, -1, -1, -1)
+    return (0, ZERO16, ZERO16, 0, 0, 0, 0, 0, vlan, -1, -1, -1, -1)
 
 
 def parse_ipv4(h: bytes, off: int, vlan: int = 0, depth: int = 0) -> tuple:
@@ -96,10 +97,10 @@ def parse_ipv4(h: bytes, off: int, vlan: int = 0, depth: int = 0) -> tuple:
     except _StructError:
         if len(h) >= off + 4 and (h[off] >> 4) == 4:
             # cut inside the IP header: the length field is still there
-            return (4, _ZERO16, _ZERO16, 0, 0, 0, 0, h[off + 1], vlan, _H(h, off + 2)[0], -1, -1, -1)
-        return (0, _ZERO16, _ZERO16, 0, 0, 0, 0, 0, vlan, -1, -1, -1, -1)
-    src = _V4_PREFIX + src
-    dst = _V4_PREFIX + dst
+            return (4, ZERO16, ZERO16, 0, 0, 0, 0, h[off + 1], vlan, _H(h, off + 2)[0], -1, -1, -1)
+        return (0, ZERO16, ZERO16, 0, 0, 0, 0, 0, vlan, -1, -1, -1, -1)
+    src = V4_PREFIX + src
+    dst = V4_PREFIX + dst
     ihl = (vi & 0x0F) << 2
     if (vi >> 4) != 4 or ihl < 20 or (frag & 0x1FFF):
         return (4, src, dst, 0, 0, proto, 0, tos, vlan, total, -1, -1, -1)
@@ -113,8 +114,8 @@ def parse_ipv6(h: bytes, off: int, vlan: int = 0, depth: int = 0) -> tuple:
     except _StructError:
         if len(h) >= off + 6 and (h[off] >> 4) == 6:
             tc = (_I(h, off)[0] >> 20) & 0xFF
-            return (6, _ZERO16, _ZERO16, 0, 0, 0, 0, tc, vlan, _H(h, off + 4)[0] + 40, -1, -1, -1)
-        return (0, _ZERO16, _ZERO16, 0, 0, 0, 0, 0, vlan, -1, -1, -1, -1)
+            return (6, ZERO16, ZERO16, 0, 0, 0, 0, tc, vlan, _H(h, off + 4)[0] + 40, -1, -1, -1)
+        return (0, ZERO16, ZERO16, 0, 0, 0, 0, 0, vlan, -1, -1, -1, -1)
     tos = (vtf >> 20) & 0xFF
     total = plen + 40
     if (vtf >> 28) != 6:
