@@ -290,6 +290,14 @@ class Inventory:
         """Node name -> NIC capacity in bits/s, for nodes that have one."""
         return {n.name: float(n.capacity) for n in self.spec.nodes if n.capacity}
 
+    def rack_sizes(self) -> dict[str, int]:
+        """Rack -> number of nodes in it (nodes without a rack are not counted)."""
+        out: dict[str, int] = {}
+        for n in self.spec.nodes:
+            if n.rack:
+                out[n.rack] = out.get(n.rack, 0) + 1
+        return out
+
     def switch_name(self, agent: str | bytes) -> str:
         """Switch name of one agent address (text, 4 or 16 bytes); the address text when unknown."""
         key = addr16(agent)
