@@ -47,7 +47,7 @@ from devtools.simulator.truth import read_truth  # noqa: E402
 
 SCENARIOS = ("healthy", "straggler", "link_downgrade", "incast", "segmentation", "lb_skew", "storage_slowdown",
              "storage_link", "congestion", "syn_storm", "incast_ecn", "incast_dcqcn", "congestion_nocnp", "link_flap",
-             "mixed")
+             "mixed", "fabric_healthy", "ecmp_polarised", "rail_degraded", "job_spread")
 SCENARIO_DIR = REPO / "scenarios"
 # PipelinePorts.offset: kafka 20392, s3 19633, SeaweedFS 30630-30638, UDP 17643/13355/16039. Disjoint from
 # the default ports (incl. SeaweedFS 19330-19338), the test stack (29092, 28333, 28400-28408) and e2e (12000),

@@ -247,6 +247,12 @@ def expected_detections(
             exp.append(Expected("congestion", f, frozenset([e["job"]])))
         elif f.kind == "syn_storm":
             exp.append(Expected("conn_storm", f, frozenset([e["node"]])))
+        elif f.kind == "ecmp_polarised":
+            exp.append(Expected("uplink_imbalance", f, frozenset([e["switch"]])))
+        elif f.kind == "rail_degraded":
+            exp.append(Expected("rail_imbalance", f, frozenset([e["node"], e["nic"]])))
+        elif f.kind == "placement_spread":
+            exp.append(Expected("job_spread", f, frozenset([e["job"]])))
         else:
             uncovered.append(f)
     return exp, uncovered
