@@ -293,9 +293,15 @@ class Engine:
         return out
 
     def set_inventory(self, inventory) -> None:
-        """The inventory's topology (uplinks, NICs) and rack sizes for the fabric detectors."""
+        """The inventory's topology (uplinks, NICs), racks and job memberships for the fabric detectors."""
         self.fabric.set_inventory(inventory)
-        self.job_spread.rack_sizes = inventory.rack_sizes()
+        node_id = {n: i for i, n in enumerate(inventory.node_names)}
+
+        def jobs_of(nodes: list[str], t_ms: int) -> list[str]:
+            ids = np.array([node_id.get(n, -1) for n in nodes], dtype=np.int64)
+            return inventory.jobs_at(ids, np.full(len(ids), t_ms, dtype=np.int64)).tolist()
+
+        self.job_spread.set_racks(inventory.rack_nodes(), jobs_of)
 
     def _phase_rows(self, codes, times, bytes_est) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Rows of the batch in a timeline phase (PhaseAggregator rows): collective inside a job,

@@ -36,7 +36,7 @@ class FabricBalanceConfig:
     eval_s: float = Field(60.0, gt=0, description="Seconds of traffic judged together (at least two counter polling intervals, so every port has a sample)")
     hot_ratio: float = Field(2.0, gt=1, description="An uplink carrying at least this many times the even share of its leaf's uplink bytes is hot")
     idle_ratio: float = Field(0.5, ge=0, lt=1, description="...while an equal-cost peer carries at most this many times the even share (idle)")
-    low_ratio: float = Field(0.5, gt=0, lt=1, description="A NIC carrying at most this many times the even share of its node's bytes is low")
+    low_ratio: float = Field(0.6, gt=0, lt=1, description="A NIC carrying at most this many times the even share of its node's bytes is low")
     min_util: float = Field(0.01, ge=0, le=1, description="Counters: a group whose mean utilisation is below this is not judged (an idle fabric has no balance to speak of)")
     min_samples: int = Field(200, ge=1, description="Flows: sampled packets a group needs in a period to be judged (fewer: neither adds nor resets evidence)")
     source: Literal["auto", "counters", "flows"] = Field("auto", description="Where shares come from: counters when every member of the group has a counter sample in the period, else flows (auto); or only one of them")

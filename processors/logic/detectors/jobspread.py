@@ -1,8 +1,8 @@
 """``job_spread`` alert: a job's collective traffic crosses more racks (and so spines) than its placement needs.
 
 Per closed main window and job, the job's own collective traffic (both ends in the job, categories
-``categories``): the racks its nodes are in, against the fewest racks of the inventory that could hold that
-many nodes (``rack_sizes``); and the share of its bytes that leaves a rack (crosses the spine layer of a
+``categories``): the racks its nodes are in, against the fewest racks that could hold that many nodes
+(per rack: its nodes that are in no other job at that time, from the inventory); and the share of its bytes that leaves a rack (crosses the spine layer of a
 two-tier fabric), with its Wilson bounds on the sampled packets. A job spread over more racks than it
 needs whose cross-rack share's lower bound is at least ``min_cross_share``, for ``persist_windows``
 windows, raises ``job_spread`` (dedup key ``job_spread|job``). The rule, parameters and limits:
@@ -11,6 +11,7 @@ docs/detectors.md, "Job placement spread". Pure logic: no clock, no Kafka.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -41,6 +42,9 @@ class JobSpreadConfig:
     severity: Literal["info", "warning", "critical"] = Field("info", description="Alert severity (a placement to review, not an outage)")
 
 
+JobsOf = Callable[[list[str], int], list[str]]  # (node names, time ms) -> the job of each ("" when none)
+
+
 def racks_needed(nodes: int, rack_sizes: dict[str, int]) -> int:
     """The fewest racks whose node counts add up to ``nodes`` (largest racks first); 0 without rack sizes."""
     total = 0
@@ -55,17 +59,28 @@ class JobSpreadDetector(OneRuleDetector):
     RULE = RULE
 
     def __init__(self, config: JobSpreadConfig = JobSpreadConfig(), window_ms: int = 10_000,
-                 rack_sizes: dict[str, int] | None = None):
+                 rack_nodes: dict[str, list[str]] | None = None, jobs_of: JobsOf | None = None):
         super().__init__(config, window_ms)
-        self.rack_sizes = dict(rack_sizes or {})
         self.evidence: dict[str, int] = {}
+        self.set_racks(rack_nodes or {}, jobs_of)
+
+    def set_racks(self, rack_nodes: dict[str, list[str]], jobs_of: JobsOf | None = None) -> None:
+        """The nodes of every rack, and the job each node is in at a time (None: every node free)."""
+        self.rack_nodes = {r: list(ns) for r, ns in rack_nodes.items() if ns}
+        self.jobs_of = jobs_of
+
+    def free_sizes(self, job: str, t_ms: int) -> dict[str, int]:
+        """Per rack, its nodes that are in no job other than ``job`` at ``t_ms``."""
+        if self.jobs_of is None:
+            return {r: len(ns) for r, ns in self.rack_nodes.items()}
+        return {r: sum(1 for j in self.jobs_of(ns, t_ms) if j in ("", job)) for r, ns in self.rack_nodes.items()}
 
     def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
         cfg = self.config
         ws, we = int(ws), int(we)
         empty = interner.code("")
         cats = [interner.index[c] for c in cfg.categories if c in interner.index]
-        if self.rack_sizes and cats and len(cells["sn"]):
+        if self.rack_nodes and cats and len(cells["sn"]):
             m = np.isin(cells["cat"], cats) & (cells["sj"] == cells["dj"]) & (cells["sj"] != empty)
             m &= (cells["sr"] != empty) & (cells["dr"] != empty)
             for job_code in np.unique(cells["sj"][m]).tolist():
@@ -87,7 +102,7 @@ class JobSpreadDetector(OneRuleDetector):
         for col in ("sr", "dr"):
             for r, b in zip(interner.lookup(cells[col][rows]).tolist(), cells["bytes_est"][rows].tolist()):
                 rack_bytes[r] = rack_bytes.get(r, 0) + b
-        need = racks_needed(len(nodes), self.rack_sizes) + cfg.slack_racks
+        need = racks_needed(len(nodes), self.free_sizes(job, ws)) + cfg.slack_racks
         share = cross_bytes / total if total > 0 else 0.0
         low, high = wilson(cross_samples, samples, 1.96)
         spread = len(rack_bytes) > need and low >= cfg.min_cross_share
@@ -99,7 +114,7 @@ class JobSpreadDetector(OneRuleDetector):
         self.alerts.observe(Condition(
             rule=RULE, key=(job,),
             summary=(f"job {job}: collective traffic of {len(nodes)} nodes spans {len(racks)} racks where "
-                     f"{need - cfg.slack_racks} could hold them; {share:.0%} of its bytes cross racks (spine layer), "
+                     f"{need - cfg.slack_racks} with free nodes could hold them; {share:.0%} of its bytes cross racks (spine layer), "
                      f"95 % bounds {low:.0%}-{high:.0%} from {samples} sampled packets, for {self.evidence[job]} windows"),
             entities={"job": job, "nodes": str(len(nodes)), "racks": str(len(racks)),
                       "racks_needed": str(need - cfg.slack_racks), "rack_list": listed, "cross_share": f"{share:.3f}",

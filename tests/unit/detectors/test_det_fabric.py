@@ -187,8 +187,11 @@ def spread_cells(interner, pairs, samples=20):
     return cells
 
 
-def run_spread(pairs, windows=5):
-    det = JobSpreadDetector(JobSpreadConfig(persist_windows=3), 10_000, {"r1": 8, "r2": 8, "r3": 8, "r4": 8})
+RACKS = {f"r{k}": [f"r{k}-n{i}" for i in range(8)] for k in (1, 2, 3, 4)}
+
+
+def run_spread(pairs, windows=5, jobs_of=None):
+    det = JobSpreadDetector(JobSpreadConfig(persist_windows=3), 10_000, RACKS, jobs_of)
     interner = Interner([""])
     out = []
     for w in range(windows):
@@ -212,6 +215,16 @@ def test_job_scattered_over_four_racks_fires():
     e = fired[0]["entities"]
     assert (e["racks"], e["racks_needed"], e["nodes"]) == ("4", "1", "8")
     assert float(e["cross_share"]) == 1.0 and float(e["low"]) > 0.9
+
+
+def test_job_spread_over_racks_the_other_jobs_fill_is_not_spread():
+    # 8 nodes over r1 and r2, where every rack has 4 nodes busy in another job: no rack could hold the job
+    def jobs_of(nodes, t):
+        return ["other" if int(n.rsplit("n", 1)[1]) < 4 else "" for n in nodes]
+
+    placement = ring({f"g{i}": ("r1" if i % 2 else "r2") for i in range(8)})
+    assert run_spread(placement, jobs_of=jobs_of) == []
+    assert [a["state"] for a in run_spread(placement)] == ["firing"]  # with the racks free it fits one
 
 
 def test_job_that_needs_two_racks_is_not_spread():

@@ -290,12 +290,12 @@ class Inventory:
         """Node name -> NIC capacity in bits/s, for nodes that have one."""
         return {n.name: float(n.capacity) for n in self.spec.nodes if n.capacity}
 
-    def rack_sizes(self) -> dict[str, int]:
-        """Rack -> number of nodes in it (nodes without a rack are not counted)."""
-        out: dict[str, int] = {}
+    def rack_nodes(self) -> dict[str, list[str]]:
+        """Rack -> the names of its nodes, in file order (nodes without a rack are left out)."""
+        out: dict[str, list[str]] = {}
         for n in self.spec.nodes:
             if n.rack:
-                out[n.rack] = out.get(n.rack, 0) + 1
+                out.setdefault(n.rack, []).append(n.name)
         return out
 
     def switch_name(self, agent: str | bytes) -> str:
