@@ -47,8 +47,8 @@ def fabric_inventory_text(nodes: int = 512, rails: int = 8, per_leaf: int = 32, 
                     f"rail: {r}}}" for r in range(rails)]
     out.append("switches:")
     for u in range(1, sus + 1):
-        out += [f"  - {{name: leaf-su{u:0{w}d}-r{r}, role: leaf, rail: {r}, rack: su{u:0{w}d}, agent: 10.255.{u}.{r + 1}}}"
-                for r in range(rails)]
+        out += [f"  - {{name: leaf-su{u:0{w}d}-r{r}, role: leaf, rail: {r}, rack: su{u:0{w}d}, "
+                f"agent: 10.255.{u}.{r + 1}}}" for r in range(rails)]
     sw = max(2, len(str(spines)))
     out += [f"  - {{name: spine-{s:0{sw}d}, role: spine, agent: 10.254.0.{s}}}" for s in range(1, spines + 1)]
     out.append("links:")

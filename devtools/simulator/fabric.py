@@ -155,7 +155,8 @@ def nic_inventory(nics: tuple[NicPort, ...], format_speed) -> list[dict]:
     """NICs in the inventory's form."""
     out = []
     for n in nics:
-        d = {"name": n.name, "address": n.ip, "switch": n.switch, "port": n.if_index, "speed": format_speed(n.speed_bps)}
+        d = {"name": n.name, "address": n.ip, "switch": n.switch, "port": n.if_index,
+             "speed": format_speed(n.speed_bps)}
         if n.rail >= 0:
             d["rail"] = n.rail
         out.append(d)

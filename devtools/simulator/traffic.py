@@ -109,7 +109,8 @@ class TrafficModel:
 
     # ---------------------------------------------------------- training
 
-    def _collective_send(self, w: Workload, a0, a1, src: str, dst: str, nbytes: float, b: SegBuilder, mods=None) -> None:
+    def _collective_send(self, w: Workload, a0, a1, src: str, dst: str, nbytes: float, b: SegBuilder,
+                         mods=None) -> None:
         """``nbytes`` from src to dst; between rail-optimised nodes, split evenly over their common rails (rank r's
         traffic on rail r: NIC r to NIC r)."""
         if nbytes <= 0 or a1 <= a0:
@@ -121,7 +122,8 @@ class TrafficModel:
         if common:
             for r in common:
                 f = 1.0 if mods is None else mods.rail_factor(src, r, a0, a1) * mods.rail_factor(dst, r, a0, a1)
-                self._send(w, a0, a1, ip_int(rails_s[r]), ip_int(rails_d[r]), src, f"{dst}/{r}", nbytes * f / len(common), b)
+                share = nbytes * f / len(common)
+                self._send(w, a0, a1, ip_int(rails_s[r]), ip_int(rails_d[r]), src, f"{dst}/{r}", share, b)
             return
         self._send(w, a0, a1, self.ip[src], self.ip[dst], src, dst, nbytes, b)
 

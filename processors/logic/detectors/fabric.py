@@ -240,18 +240,22 @@ class FabricBalanceDetector:
         ent = {"share": f"{sh[i]:.3f}", "low": f"{lo[i]:.3f}", "high": f"{hi[i]:.3f}", "even_share": f"{even:.3f}",
                "members": str(len(ms)), "shares": shares, "source": source, "evidence_periods": str(ev),
                "period_s": f"{(p1 - p0) / 1000:g}"}
-        ent["samples" if source == "flows" else "utilisation"] = f"{amount:.0f}" if source == "flows" else f"{amount:.3f}"
+        if source == "flows":
+            ent["samples"] = f"{amount:.0f}"
+        else:
+            ent["utilisation"] = f"{amount:.3f}"
         if kind == "u":
             idle = int((sh <= cfg.idle_ratio * even).sum())
             ent |= {"leaf": group, "uplink": label, "spine": g.detail.get(m, ""), "idle_uplinks": str(idle)}
-            summary = (f"leaf {group}: uplink {label} (to {g.detail.get(m, '?')}) carries {sh[i]:.0%} of the uplink "
-                       f"traffic, even share {even:.0%} over {len(ms)} equal-cost uplinks, {idle} idle, for {ev} periods "
-                       f"({how}): ECMP polarisation")
+            summary = (f"leaf {group}: uplink {label} (to {g.detail.get(m, '?')}) carries {sh[i]:.0%} of the "
+                       f"uplink traffic, even share {even:.0%} over {len(ms)} equal-cost uplinks, {idle} idle, for "
+                       f"{ev} periods ({how}): ECMP polarisation")
             return Condition(rule=RULE_UPLINK, key=(group,), summary=summary, entities=ent, first_seen_ms=p0,
                              last_seen_ms=p1, bytes_est=int(volume))
-        ent |= {"node": group, "nic": label, "rail": g.detail.get(m, ""), "port": f"{switch}/if{port}" if port >= 0 else ""}
-        summary = (f"node {group}: NIC {label} (rail {g.detail.get(m, '?')}) carries {sh[i]:.0%} of the node's traffic, "
-                   f"even share {even:.0%} over {len(ms)} NICs, for {ev} periods ({how})")
+        ent |= {"node": group, "nic": label, "rail": g.detail.get(m, ""),
+                "port": f"{switch}/if{port}" if port >= 0 else ""}
+        summary = (f"node {group}: NIC {label} (rail {g.detail.get(m, '?')}) carries {sh[i]:.0%} of the node's "
+                   f"traffic, even share {even:.0%} over {len(ms)} NICs, for {ev} periods ({how})")
         return Condition(rule=RULE_RAIL, key=(group, label), summary=summary, entities=ent, first_seen_ms=p0,
                          last_seen_ms=p1, bytes_est=int(volume))
 

@@ -114,8 +114,8 @@ class JobSpreadDetector(OneRuleDetector):
         self.alerts.observe(Condition(
             rule=RULE, key=(job,),
             summary=(f"job {job}: collective traffic of {len(nodes)} nodes spans {len(racks)} racks where "
-                     f"{need - cfg.slack_racks} with free nodes could hold them; {share:.0%} of its bytes cross racks (spine layer), "
-                     f"95 % bounds {low:.0%}-{high:.0%} from {samples} sampled packets, for {self.evidence[job]} windows"),
+                     f"{need - cfg.slack_racks} with free nodes could hold them; {share:.0%} of its bytes cross "
+                     f"racks (spine layer), 95 % bounds {low:.0%}-{high:.0%} from {samples} sampled packets, for {self.evidence[job]} windows"),
             entities={"job": job, "nodes": str(len(nodes)), "racks": str(len(racks)),
                       "racks_needed": str(need - cfg.slack_racks), "rack_list": listed, "cross_share": f"{share:.3f}",
                       "low": f"{low:.3f}", "high": f"{high:.3f}", "samples": str(samples),

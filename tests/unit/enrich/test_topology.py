@@ -213,3 +213,17 @@ def test_csv_topology_errors_name_the_line(tmp_path):
         "line 5: column 'if_index': port 1 of switch 'leaf-0' is used twice (also at line 4: column 'if_index')",
         "line 6: column 'peer_switch': unknown switch 'spine-9'",
     ]
+
+
+def test_a_link_end_on_a_port_listed_with_another_peer(tmp_path):
+    p = write(tmp_path, "bad.yaml", """
+        nodes: [{name: gpu-1, addresses: [10.0.0.1], group: gpu}]
+        switches:
+          - {name: leaf-0, role: leaf, ports: {49: {peer: gpu-1, speed: 400G}}}
+          - {name: spine-0, role: spine}
+        links:
+          - {a: leaf-0:49, b: spine-0:1, speed: 400G}
+    """)
+    assert errors_of(p) == [
+        "links[0].a.port: port 49 of switch 'leaf-0' connects 'spine-0' here but 'gpu-1' at "
+        "switches[0] (leaf-0).ports[49]"]
