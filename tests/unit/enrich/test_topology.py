@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import textwrap
-from pathlib import Path
-
-import pytest
 
 from processors.config_files import read_inventory
-from processors.logic.enrich.inventory import Inventory, InventoryError
+from processors.logic.enrich.inventory import Inventory
 from schemas.columns import addr16_column
+
+from .test_inventory import errors_of, write
 
 FABRIC_YAML = """
     nodes:
@@ -56,19 +54,6 @@ FABRIC_CSV = """
     link,,,,,,,leaf-1,49,,400G,,spine-0,2
     link,,,,,,,leaf-1,50,,400G,,spine-1,2
 """
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(text).lstrip())
-    return p
-
-
-def errors_of(path: Path) -> list[str]:
-    with pytest.raises(InventoryError) as ei:
-        read_inventory(path)
-    assert str(ei.value) == "\n".join(f"{path}: {p}" for p in ei.value.problems)
-    return ei.value.problems
 
 
 def test_fabric_yaml_and_csv_agree(tmp_path):
