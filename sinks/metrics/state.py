@@ -25,6 +25,7 @@ from schemas.columns import addr16
 
 from .budget import PairBudget
 from .decode import STREAM_OF, Undecodable, decode_value
+from .fabric import FabricMetrics
 from .labels import UNKNOWN, node_label
 from .store import COUNTER, GAUGE, Family
 
@@ -182,6 +183,7 @@ class MetricsState:
         self.link_util = F("link_utilization_ratio", "Port utilisation 0..1 between the last two counter samples", (*port, "direction"), GAUGE, t)
         self.alerts_total = F("flow_alerts_total", "Flow alerts fired", ("rule", "severity"), COUNTER)
         self.alerts_firing = F("flow_alerts_firing", "Flow alerts currently firing", ("rule", "severity"), GAUGE)
+        self.fabric = FabricMetrics(F, t, self.inventory)  # per-uplink and per-rail families (fabric.py)
         self.period = F("job_iteration_period_seconds", "Detected training iteration (compute/communication cycle) period", ("job",), GAUGE, t)
         # change markers (changes.v1): for Grafana annotations (deploy/grafana) and alert silences
         scope = ("job", "scope")
@@ -225,6 +227,7 @@ class MetricsState:
     def set_inventory(self, inventory: Inventory) -> None:
         self.inventory = inventory
         self._port_peer.clear()
+        self.fabric.set_inventory(inventory)
 
     def count_message(self, kind: str, n: int = 1) -> None:
         self.messages.inc((self.topics[kind],), n)
@@ -426,6 +429,7 @@ class MetricsState:
                 if switch != UNKNOWN:
                     self.link_util.set((*key, "rx"), ui, now)
                     self.link_util.set((*key, "tx"), uo, now)
+                    self.fabric.add_sample(switch, ifx, r.get("interval_ms") or 0, r.get("if_speed") or 0, ui, uo, now)
             elif self._link_seen.add((exporter, ifx, kind, t)):
                 self.link_events.inc((*key, kind), 1)
                 self._diagnosis("link", (exporter, ifx, kind, t), verdict)
