@@ -114,6 +114,8 @@ class SflowUptimeClock:
             res.flows["time_export_ms"] = t
         if len(res.counters):
             res.counters["time_received_ms"] = t
+        if len(res.discards):
+            res.discards["time_received_ms"] = t
 
 
 class _ExporterMetrics:
@@ -160,6 +162,7 @@ class IngestPipeline:
         self.sflow_uptime_clock = SflowUptimeClock() if cfg.sflow_event_time == "uptime" else None
         self._flows: dict[str, FlowBatch] = {}
         self._counters: dict[str, list] = {}
+        self._discards: dict[str, list] = {}  # exporter -> sFlow DISCARD_DTYPE arrays until the next flush
         self._oldest = self._mono()
         self._badlog = RateLimitedLog(log)
         self._templates_seen = (0, 0)
@@ -450,6 +453,9 @@ class IngestPipeline:
         if len(res.counters):
             m.records.labels(label, proto, "counter").inc(len(res.counters))
             self._counters.setdefault(exporter, []).append(res.counters)
+        if len(res.discards):
+            m.records.labels(label, proto, "discard").inc(len(res.discards))
+            self._discards.setdefault(exporter, []).append(res.discards)
         if res.samples is not None and len(res.samples):
             self._samples.setdefault(exporter, []).append(res.samples)
         if self.quality is not None:
@@ -515,6 +521,9 @@ class IngestPipeline:
         for exp, parts in list(self._counters.items()):
             self.sink.publish_counters(exp, concat_rows(parts))
         self._counters.clear()
+        for exp, parts in list(self._discards.items()):
+            self.sink.publish_discards(exp, concat_rows(parts))
+        self._discards.clear()
         for exp in list(self._samples):
             self._sampler_loss(exp)
         self._oldest = self._mono()

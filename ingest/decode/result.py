@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE
+from schemas.columns import COUNTER_DTYPE, DISCARD_DTYPE, FLOW_DTYPE
 
 EMPTY_FLOWS = np.zeros(0, dtype=FLOW_DTYPE)
 EMPTY_COUNTERS = np.zeros(0, dtype=COUNTER_DTYPE)
@@ -17,19 +17,7 @@ EMPTY_COUNTERS = np.zeros(0, dtype=COUNTER_DTYPE)
 SAMPLE_DTYPE = np.dtype([("seq", "<i8"), ("pool", "<i8"), ("drops", "<i8"), ("domain", "<i8"), ("source", "<i8"),
                          ("rate", "<i8"), ("received_ms", "<i8")])
 EMPTY_SAMPLES = np.zeros(0, dtype=SAMPLE_DTYPE)
-#: sFlow discarded packet samples (sflow.org "sFlow Dropped Packet Notification Structures", sample format 5),
-#: one row each: who dropped it (agent, sub-agent, data source, input / output ifIndex, 0 = unknown), why
-#: (``reason``: the spec's drop_reason code, :mod:`ingest.decode.drops` names them), the agent's own count of
-#: notifications it could not send (``drops``, a 32-bit counter per data source), the egress queue (record 1036,
-#: -1 without it) and what the packet was, from its header or sampled IPv4/IPv6 record (``bytes``: the IP length,
-#: else the frame length; ``ip_version`` 0 and zero addresses when it was not IP; ``roce_opcode`` -1 unless RoCEv2).
-DISCARD_DTYPE = np.dtype([
-    ("exporter_addr", "u1", (16,)), ("observation_domain", "<i8"), ("source_id", "<i8"), ("sample_sequence", "<i8"),
-    ("drops", "<i8"), ("in_if", "<i8"), ("out_if", "<i8"), ("reason", "<i4"), ("egress_queue", "<i4"),
-    ("time_received_ms", "<i8"), ("bytes", "<i8"), ("ip_version", "<i4"), ("src_addr", "u1", (16,)),
-    ("dst_addr", "u1", (16,)), ("src_port", "<i4"), ("dst_port", "<i4"), ("ip_protocol", "<i4"), ("vlan", "<i4"),
-    ("roce_opcode", "<i4"),
-])
+#: Discard rows (DISCARD_DTYPE, schemas/avro/discarded_packet.avsc): one per sFlow discarded packet sample.
 EMPTY_DISCARDS = np.zeros(0, dtype=DISCARD_DTYPE)
 
 
