@@ -552,6 +552,11 @@ class IngestPipeline:
         if seen[1] > prev[1]:
             self.metrics.pending_expired.inc(seen[1] - prev[1])
         self._templates_seen = seen
+        if t.missing_sets:  # data sets that came before (or without) their template, per exporter
+            m = self.metrics
+            for (exporter, version), n in t.missing_sets.items():
+                m.template_missing.labels(m.exporter_label(exporter), "ipfix" if version == 10 else "netflow9").inc(n)
+            t.missing_sets.clear()
 
     def maybe_flush(self) -> None:
         """Once per pass of the receive loop: publish batches older than the max delay, sync metrics."""
