@@ -26,6 +26,7 @@ from schemas.columns import addr16
 from .budget import PairBudget
 from .decode import STREAM_OF, Undecodable, decode_value
 from .drops import DropFamilies
+from .roce import RoceFamilies
 from .labels import UNKNOWN, node_label
 from .store import COUNTER, GAUGE, Family
 
@@ -170,7 +171,7 @@ class MetricsState:
         self.port_errors = F("sflow_port_errors_total", "Port errors (ifIn/OutErrors)", (*port, "direction"), COUNTER, t)
         self.port_discards = F("sflow_port_discards_total", "Port discards (ifIn/OutDiscards)", (*port, "direction"), COUNTER, t)
         self.port_up = F("sflow_port_oper_up", "1 when the port is operationally up", port, GAUGE, t)
-        self.drops = DropFamilies(F, t)  # discards.raw.v1: drop reasons per port, node and job
+        self.drops, self.roce = DropFamilies(F, t), RoceFamilies(F, self._jobs_at)  # drop reasons; RoCEv2 ops
         self.bandwidth = F("node_interface_bandwidth_bytes", "Node link bandwidth in bytes/s: live ifSpeed/8 of its switch port(s), else the inventory capacity/8", nd, GAUGE)
         # detector state
         self.straggler_score = F("straggler_score", "Smoothed robust z-score of the node within its job (latest window; negative = sends less)", ("job", "node"), GAUGE, t)
@@ -321,6 +322,7 @@ class MetricsState:
                     fam.inc((src, "tx"), v)
                     fam.inc((dst, "rx"), v)
             self.budget.add(src, dst, cat, b, p, syn, rst)
+            self.roce.add_cell(c, src, dst, end)
         elif level == "rack":
             self.r2r_bytes.inc((src, dst, cat), b)
             self.r2r_packets.inc((src, dst, cat), p)
