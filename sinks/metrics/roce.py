@@ -14,6 +14,7 @@ from processors.logic.windows.roce import ROCE_OP_COLUMNS, ROCE_OPS
 
 from .labels import UNKNOWN
 from .store import COUNTER
+from .visibility import VisibilityFamilies
 
 __all__ = ["RoceFamilies"]
 
@@ -24,6 +25,7 @@ class RoceFamilies:
     """``family(name, doc, labels, kind)`` registers a family; ``jobs_at(t_ms)``: {node: job} at a time."""
 
     def __init__(self, family, jobs_at: Callable[[int], dict[str, str]]):
+        self.visibility = VisibilityFamilies(family, jobs_at)  # the job's collectives seen at all (RoCEv2 or TCP)
         self.node = family("node_roce_operations_total", "Estimated RoCEv2 packets per node, direction and "
                            "operation (BTH opcode of sFlow header samples)", ("node", "direction", "op"), COUNTER)
         self.job = family("job_roce_operations_total", "Estimated RoCEv2 packets sent by a job's nodes, per "
@@ -32,7 +34,9 @@ class RoceFamilies:
         self._jobs: tuple[int, dict[str, str]] = (-1, {})
 
     def add_cell(self, c: Mapping, src: str, dst: str, end_ms: int) -> None:
-        """A node-level cell's operations (cells without them, written before they existed, add nothing)."""
+        """A node-level cell's operations (cells without them, written before they existed, add nothing), and
+        its part in the job's collective visibility."""
+        self.visibility.add_cell(src, dst, c["category"], end_ms)
         for op, col in _COLUMNS:
             v = c.get(col, 0)
             if not v:
