@@ -5,7 +5,7 @@ Each notification is one packet a switch (or host) dropped, with the spec's drop
 ingest does not turn into packets) per switch port and reason, per node and reason (the dropped packet's
 source node, ``direction="tx"``, and destination node, ``direction="rx"``, from the inventory) and per job and
 reason (the destination node's job at the notification's time, else the source node's). Reasons are the
-spec's names (:mod:`ingest.decode.drops`) plus ``other``: a bounded label. docs/metrics.md, "Drop reasons".
+spec's names (:mod:`schemas.drop_reasons`) plus ``other``: a bounded label. docs/metrics.md, "Drop reasons".
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import Counter
 
 import numpy as np
 
-from ingest.decode.drops import reason_names
+from schemas.drop_reasons import reason_names
 from processors.logic.enrich.inventory import Inventory
 
 from .labels import UNKNOWN, node_label

@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from ingest.decode import DecodeError, TemplateCache
-from ingest.decode.drops import REASON_GROUP, REASONS, reason_name, reason_names
+from schemas.drop_reasons import REASON_GROUP, REASONS, reason_name, reason_names
 from ingest.decode.reference.sflow import decode_sflow as decode_reference
 from ingest.decode.result import DISCARD_DTYPE
 from ingest.decode.sflow import decode_sflow, decode_sflow_many
