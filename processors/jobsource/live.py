@@ -19,7 +19,7 @@ from typing import Any
 
 from fabricflow.jobs_settings import JobsSettings
 from processors.logic.enrich.inventory import Inventory
-from processors.logic.enrich.inventory.membership import Holding, MembershipBook
+from processors.logic.enrich.inventory.membership import Holding, MembershipBook, holding_row
 
 from .feed import Feed, SourceMetrics
 from .kubernetes import KubernetesSource
@@ -57,7 +57,8 @@ class LiveJobs:
         self.inventory: Inventory | None = None  # None until the first complete view arrived
         self.last_error: str | None = None
         self.unknown_hosts: list[str] = []
-        self._applied = (-1, None)
+        self._applied = (-1, base)
+        self._next_snapshot_ms = -1
         self._synced = False  # a first complete view arrived: until then the file's jobs: stay in use
         self._changed: dict[str, Holding | None] = {}
         self._stop = threading.Event()
@@ -94,7 +95,12 @@ class LiveJobs:
                 break
             self._apply_op(op)
         self.book.prune(now_ms)
-        if not self._synced or self._applied == (self.book.version, self.base):
+        if not self._synced:  # no complete view yet: the file's inventory (with its jobs:) stays in use
+            if self._applied[1] is self.base:
+                return None
+            self._applied = (-1, self.base)
+            return self.base
+        if self._applied == (self.book.version, self.base):
             return None
         try:
             inv, self.unknown_hosts = self.book.apply_to(self.base, self._with_addresses())
@@ -147,6 +153,17 @@ class LiveJobs:
         out = [h for h in self._changed.values() if h is not None]
         self._changed.clear()
         return out
+
+    def version_rows(self, now_ms: int, snapshot_every_ms: int = 3_600_000) -> list[dict]:
+        """``job_membership`` rows to publish now: every holding (a snapshot) at the first call after the first
+        complete view and then every ``snapshot_every_ms``, else the holdings changed since the last call."""
+        if not self._synced:
+            return []
+        if now_ms >= self._next_snapshot_ms:
+            self._next_snapshot_ms = now_ms + snapshot_every_ms
+            self._changed.clear()
+            return [holding_row(h, self.name, now_ms, snapshot=True) for h in self.book.holdings.values()]
+        return [holding_row(h, self.name, now_ms) for h in self.take_changes()]
 
     def note(self) -> str | None:
         """For ``/healthz``: why the membership in use may be stale, None when current."""

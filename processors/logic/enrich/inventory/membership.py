@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from .models import JobSpec, NodeSpec
 from .tables import Inventory
 
-__all__ = ["Holding", "MembershipBook", "NodeInterval", "OPEN_END"]
+__all__ = ["Holding", "MembershipBook", "NodeInterval", "OPEN_END", "book_from_rows", "holding_row"]
 
 #: ``end_ms`` of a holding that has not ended.
 OPEN_END = 2**62
@@ -192,3 +192,29 @@ class MembershipBook:
                     extra.setdefault(resolve[h.nodes[0]], []).append(net)
         return [n.model_copy(update={"addresses": [*n.addresses, *extra[n.name]]}) if n.name in extra else n
                 for n in base.spec.nodes]
+
+
+# ---------------------------------------------------------------- versions (the inventory.jobs.v1 rows)
+
+
+def holding_row(h: Holding, source: str, version_ms: int, snapshot: bool = False) -> dict:
+    """A ``job_membership`` record (schemas/avro/job_membership.avsc) of one holding."""
+    return {"version_ms": int(version_ms), "source": source, "key": h.key, "job": h.job, "nodes": list(h.nodes),
+            "addresses": list(h.addresses), "start_ms": int(h.start_ms), "end_ms": -1 if h.open else int(h.end_ms),
+            "snapshot": bool(snapshot)}
+
+
+def book_from_rows(rows: Iterable[Mapping], keep_ended_ms: int = 86_400_000) -> MembershipBook:
+    """The membership the published rows describe: per key, the row of the latest ``version_ms`` (the later
+    one of equal versions in input order). Replay builds its inventory from the rows of its range with it."""
+    latest: dict[str, Mapping] = {}
+    for r in rows:
+        old = latest.get(r["key"])
+        if old is None or int(r["version_ms"]) >= int(old["version_ms"]):
+            latest[r["key"]] = r
+    book = MembershipBook(keep_ended_ms)
+    for r in latest.values():
+        end = int(r["end_ms"])
+        book.upsert(Holding(str(r["key"]), str(r["job"]), tuple(r["nodes"]), int(r["start_ms"]),
+                            OPEN_END if end < 0 else end, tuple(r.get("addresses") or ())))
+    return book
