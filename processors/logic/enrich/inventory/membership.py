@@ -151,10 +151,12 @@ class MembershipBook:
             out.extend(_node_intervals(node, by_node[node]))
         return out
 
-    def apply_to(self, base: Inventory, with_addresses: bool = True) -> tuple[Inventory, list[str]]:
+    def apply_to(self, base: Inventory, with_addresses: bool = True, ended_addresses: bool = False
+                 ) -> tuple[Inventory, list[str]]:
         """(``base`` with its ``jobs:`` replaced by this book's intervals, scheduler host names that are no
-        inventory node). With ``with_addresses``, the addresses of open holdings (pod IPs) become addresses
-        of their node when the inventory has no entry of that exact address."""
+        inventory node). With ``with_addresses``, the addresses of open holdings (pod IPs; of ended ones too
+        with ``ended_addresses``: a replay of a past range) become addresses of their node when the inventory
+        has no entry of that exact address (the holding that started first gets a reused one)."""
         names = {n.name for n in base.spec.nodes}
         resolve: dict[str, str] = {}
         unknown: set[str] = set()
@@ -171,16 +173,16 @@ class MembershipBook:
                 for iv in self.intervals(resolve)]
         nodes = base.spec.nodes
         if with_addresses:
-            nodes = self._nodes_with_addresses(base, resolve)
+            nodes = self._nodes_with_addresses(base, resolve, ended_addresses)
         spec = base.spec.model_copy(update={"jobs": jobs, "nodes": nodes})
         return Inventory(spec, f"{base.source} + live jobs"), sorted(unknown)
 
-    def _nodes_with_addresses(self, base: Inventory, resolve: Mapping[str, str]) -> list[NodeSpec]:
-        """The base's nodes, each with the open holdings' addresses on it that no inventory entry has yet."""
+    def _nodes_with_addresses(self, base: Inventory, resolve: Mapping[str, str], ended: bool) -> list[NodeSpec]:
+        """The base's nodes, each with the (open) holdings' addresses on it that no inventory entry has yet."""
         taken = {str(ipaddress.ip_network(p, strict=False)) for p in base.entry_prefixes}
         extra: dict[str, list[str]] = {}
         for h in sorted(self.holdings.values(), key=lambda h: (h.start_ms, h.key)):
-            if not h.open or len(h.nodes) != 1 or h.nodes[0] not in resolve:
+            if (not h.open and not ended) or len(h.nodes) != 1 or h.nodes[0] not in resolve:
                 continue
             for a in h.addresses:
                 try:
