@@ -117,3 +117,17 @@ def test_live_jobs_switch_at_event_time_without_restart(worker, monkeypatch):
     p.on_tick(ms("2026-12-05T11:03:00Z"))
     assert _jobs(p, ["10.0.0.3", "10.0.0.4"], ["2026-12-05T11:00:10Z"] * 2) == ["llm-finetune-4414", ""]
     assert p.live_jobs.unknown_hosts == ["gpu04"]
+
+
+def test_config_check_names_missing_job_source_files(tmp_path, monkeypatch):
+    from processors.config_files import check_config_files
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    s = load_settings(None, processors={"jobs": {"source": "slurm", "slurm": {"token_file": str(tmp_path / "jwt")}}})
+    assert check_config_files(s.processors) == [
+        f"processors.jobs.slurm.token_file: {tmp_path / 'jwt'}: no such file",
+        "processors.jobs.slurm.command: squeue: command not found"]
+    s = load_settings(None, processors={"jobs": {"source": "kubernetes", "kubernetes": {"kubeconfig": "/nope"}}})
+    assert check_config_files(s.processors) == ["processors.jobs.kubernetes.kubeconfig: /nope: no such file"]
+    with pytest.raises(Exception, match="url is required with mode rest"):
+        load_settings(None, processors={"jobs": {"source": "slurm", "slurm": {"mode": "rest"}}})
