@@ -46,6 +46,14 @@ def wait_for(live: LiveJobs, cond, timeout_s: float = 20.0):
     raise AssertionError(f"not reached in {timeout_s} s; last error: {live.last_error}")
 
 
+def wait_for_error(live: LiveJobs, timeout_s: float = 20.0) -> None:
+    """Poll until the source reported an error (bounded in time)."""
+    end = time.monotonic() + timeout_s
+    while live.last_error is None and time.monotonic() < end:
+        live.poll()
+        time.sleep(0.05)
+
+
 def sample(reg: CollectorRegistry, name: str, **labels) -> float:
     return reg.get_sample_value(name, labels) or 0.0
 
@@ -109,10 +117,7 @@ def test_kubernetes_namespace_and_errors_keep_last_membership(api, tmp_path):
         api.fail_next(403, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                             "message": "pods is forbidden: User \"system:serviceaccount:ff:ff\" cannot watch resource "
                             "\"pods\"", "reason": "Forbidden", "code": 403})
-        end = time.monotonic() + 20
-        while live.last_error is None and time.monotonic() < end:
-            live.poll()
-            time.sleep(0.05)
+        wait_for_error(live)
     finally:
         live.stop()
     assert live.last_error is not None and "403" in live.last_error and "\n" not in live.last_error
@@ -128,10 +133,7 @@ def test_kubernetes_unreachable_says_so(tmp_path):
     live = LiveJobs(settings, BASE)
     live.start()
     try:
-        end = time.monotonic() + 20
-        while live.last_error is None and time.monotonic() < end:
-            live.poll()
-            time.sleep(0.05)
+        wait_for_error(live)
     finally:
         live.stop()
     assert live.inventory is None and "no live jobs yet" in live.note() and "\n" not in live.note()
@@ -157,19 +159,20 @@ def _feed():
 def test_slurm_squeue_json_polls(fake_squeue, monkeypatch):
     settings = JobsSettings(source="slurm", slurm={"poll_s": 1})
     live = LiveJobs(settings, BASE)
-    monkeypatch.setenv("FAKE_SQUEUE_JSON", str(DATA / "squeue_json_1.json"))
-    live.source.poll(live.feed)
-    inv = live.poll()
-    assert job_at(inv, "10.0.0.1", "2026-12-05T10:00:00Z") == "llm-pretrain-4412"
-    assert job_at(inv, "10.0.0.2", "2026-12-05T11:00:00Z") == "llm-pretrain-4412"
-    assert job_at(inv, "10.0.0.3", "2026-12-05T09:30:00Z") == "eval-4410"
-    assert job_at(inv, "10.0.0.3", "2026-12-05T09:55:00Z") == ""  # ended at its end_time (09:55)
-    monkeypatch.setenv("FAKE_SQUEUE_JSON", str(DATA / "squeue_json_2.json"))
-    live.source.poll(live.feed)
-    inv = live.poll()
-    assert job_at(inv, "10.0.0.1", "2026-12-05T10:59:59Z") == "llm-pretrain-4412"
-    assert job_at(inv, "10.0.0.1", "2026-12-05T11:00:00Z") == ""
-    assert job_at(inv, "10.0.0.4", "2026-12-05T11:00:10Z") == "llm-finetune-4414"
+    expect = {
+        "squeue_json_1.json": [("10.0.0.1", "2026-12-05T10:00:00Z", "llm-pretrain-4412"),
+                               ("10.0.0.2", "2026-12-05T11:00:00Z", "llm-pretrain-4412"),
+                               ("10.0.0.3", "2026-12-05T09:30:00Z", "eval-4410"),
+                               ("10.0.0.3", "2026-12-05T09:55:00Z", "")],  # ended at its end_time (09:55)
+        "squeue_json_2.json": [("10.0.0.1", "2026-12-05T10:59:59Z", "llm-pretrain-4412"),
+                               ("10.0.0.1", "2026-12-05T11:00:00Z", ""),
+                               ("10.0.0.4", "2026-12-05T11:00:10Z", "llm-finetune-4414")],
+    }
+    for fixture, cases in expect.items():
+        monkeypatch.setenv("FAKE_SQUEUE_JSON", str(DATA / fixture))
+        live.source.poll(live.feed)
+        inv = live.poll()
+        assert [job_at(inv, a, t) for a, t, _ in cases] == [j for _, _, j in cases], fixture
     monkeypatch.setenv("FAKE_SQUEUE_RC", "1")
     with pytest.raises(SlurmPollError, match="exited with status 1: squeue: error: Unable to contact"):
         live.source.poll(live.feed)
@@ -209,10 +212,7 @@ def test_slurm_source_thread_reports_errors_and_recovers(fake_squeue, monkeypatc
     live = LiveJobs(JobsSettings(source="slurm", backoff_max_s=1, slurm={"poll_s": 1}), BASE, registry=reg)
     live.start()
     try:
-        end = time.monotonic() + 20
-        while live.last_error is None and time.monotonic() < end:
-            live.poll()
-            time.sleep(0.05)
+        wait_for_error(live)
         assert "Unable to contact" in live.note()
         monkeypatch.setenv("FAKE_SQUEUE_RC", "0")
         wait_for(live, lambda inv: job_at(inv, "10.0.0.1", "2026-12-05T10:00:00Z") == "llm-pretrain-4412")

@@ -17,6 +17,7 @@ from processors.worker import Processors
 from schemas.columns import FLOW_DTYPE, addr16
 from schemas.registry import decode_record
 from tests.fake_scheduler_api import DATA
+from tests.unit.processors.test_config_reload import _NoBrokerProducer
 
 INVENTORY = """\
 nodes:
@@ -36,17 +37,6 @@ def _inventory(path: Path, n_nodes: int) -> None:
     path.write_text(INVENTORY % nodes)
     if st is not None:
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-
-
-class _NoBrokerProducer:
-    def __init__(self, _config):
-        pass
-
-    def poll(self, _timeout=0):
-        return 0
-
-    def flush(self, _timeout=None):
-        return 0
 
 
 @pytest.fixture()
