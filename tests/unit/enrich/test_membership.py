@@ -123,3 +123,31 @@ def test_slurm_states_and_times():
     assert slurm_holdings(doc, naming="name")[0].job == "train"
     with pytest.raises(SchedulerDocError):
         slurm_holdings({"jobs": [{"name": "no id"}]})
+
+
+def _pod(**status):
+    return {"metadata": {"uid": "u1", "name": "p", "namespace": "ns", "labels": {"job": "llm"}},
+            "spec": {"nodeName": "gpu01"}, "status": {"phase": "Running", "startTime": "2026-12-05T10:00:00Z",
+                                                       "podIPs": [{"ip": "10.244.1.5"}], **status}}
+
+
+def test_pod_holding_phases_and_times():
+    from processors.logic.enrich.inventory.schedulers import pod_end_ms, pod_holding
+
+    t0 = 1_796_464_800_000  # 2026-12-05T10:00:00Z
+    h = pod_holding(_pod(), "job", seen_ms=0)
+    assert (h.key, h.job, h.nodes, h.start_ms, h.open, h.addresses) == ("pod:u1", "llm", ("gpu01",), t0, True,
+                                                                         ("10.244.1.5",))
+    failed = _pod(phase="Failed", containerStatuses=[
+        {"state": {"terminated": {"finishedAt": "2026-12-05T10:05:00Z"}}},
+        {"state": {"terminated": {"finishedAt": "2026-12-05T10:06:00Z"}}}])
+    assert pod_holding(failed, "job", seen_ms=0).end_ms == t0 + 360_000  # the last container's end
+    assert pod_holding(_pod(phase="Succeeded"), "job", seen_ms=t0 + 5).end_ms == t0 + 5  # no timestamps: when seen
+    assert pod_holding(_pod(), "other-label", seen_ms=0) is None
+    assert pod_holding(_pod(startTime=None, phase="Pending"), "job", seen_ms=0) is None
+    deleted = _pod()
+    deleted["metadata"]["deletionTimestamp"] = "2026-12-05T10:10:00Z"
+    assert pod_end_ms(deleted, seen_ms=t0 + 10**9) == t0 + 600_000
+    host = _pod()
+    host["spec"]["hostNetwork"] = True
+    assert pod_holding(host, "job", seen_ms=0).addresses == ()
