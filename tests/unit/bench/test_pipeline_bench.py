@@ -1,0 +1,103 @@
+"""Pieces of bench/pipeline.py on tiny inputs, so the whole-pipeline benchmark cannot rot.
+
+The exporter fleet (distinct loopback exporters spread evenly over the raw partitions, unique flows, flow times
+moving with the load), the lag and ladder rules, and the profile summary. The whole bench on the embedded stack:
+tests/e2e/test_pipeline_bench.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and loopback addresses")
+
+from bench import pipeline as bp  # noqa: E402
+from bench.pipeline_load import Fleet, exporter_addresses  # noqa: E402
+from bench.pipeline_profile import summarise  # noqa: E402
+from ingest.decode import TemplateCache, decode  # noqa: E402
+
+
+def test_exporters_spread_evenly_over_the_partitions():
+    from aiokafka.partitioner import murmur2
+
+    for count, parts in ((16, 4), (12, 8), (64, 32)):
+        addrs = exporter_addresses(count, parts)
+        assert len(set(addrs)) == count and all(a.startswith("127.0.") for a in addrs)
+        per = np.bincount([(murmur2(a.encode()) & 0x7FFFFFFF) % parts for a in addrs], minlength=parts)
+        assert per.max() - per.min() <= 1, per
+
+
+def test_fleet_sends_unique_flows_from_distinct_exporters_with_moving_time():
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(2)
+    fleet = Fleet(("127.0.0.1", rx.getsockname()[1]), exporters=4, partitions=2, records=25, pool=3)
+    try:
+        # 4 exporters x 20 data datagrams (of 25 flows) over 2 s: every pool datagram goes out ~7 times
+        sent = fleet.blast(flows_per_s=1000, seconds=2.0, clock=1_796_083_200)
+    finally:
+        fleet.close()
+    got = []
+    while True:
+        try:
+            got.append(rx.recvfrom(65535))
+        except TimeoutError:
+            break
+    rx.close()
+    assert sent.records == 2000 and sent.dropped == 0
+    cache, keys, flows, by_src, times = TemplateCache(), set(), 0, {}, set()
+    for data, (src, _port) in got:
+        r = decode(data, src, 0, cache)
+        by_src.setdefault(src, []).append(struct.unpack_from("!I", data, 12)[0])  # v9 header sequence
+        if len(r.flows):
+            times.add(struct.unpack_from("!I", data, 8)[0])
+            flows += len(r.flows)
+            for f in r.flows:
+                keys.add((src, bytes(f["src_addr"]), bytes(f["dst_addr"]), int(f["src_port"]), int(f["dst_port"]),
+                          int(f["time_end_ms"])))
+    assert flows == 2000
+    assert len(keys) == flows  # no flow repeats, although the pool does
+    assert sorted(by_src) == sorted(fleet.addresses)  # one exporter per address, each its own sequence
+    assert all(seq == list(range(len(seq))) for seq in by_src.values())
+    assert times == {1_796_083_200, 1_796_083_201}  # export time moves one second per second of load
+
+
+def test_a_climbing_lag_grows_and_a_sawtooth_does_not():
+    rate, seconds = 100_000, 40
+    climbing = [(t, 0.1 * rate * t) for t in range(1, 41)]  # consumer 10 % slower than the load
+    saw = [(t, (t % 7) * 150_000) for t in range(1, 41)]  # Parquet files of 1 M rows every 7 s
+    assert bp.grew(climbing, seconds, rate)
+    assert not bp.grew(saw, seconds, rate)
+    assert not bp.grew([(t, 20_000) for t in range(1, 41)], seconds, rate)
+
+
+def test_ladder_and_worker_counts():
+    assert bp.ladder(20_000, 1.4, 60_000) == [20_000, 28_000, 39_000, 55_000]
+    assert bp.worker_counts(None) == [1]
+    assert bp.worker_counts("2") == [1, 2]
+    assert bp.worker_counts("6") == [1, 2, 4, 6]
+
+
+def test_step_judgement_counts_every_stage():
+    st = bp.Step("this", 1, 0, 10_000, 10, sent=100, kafka_raw=100, kafka_enriched=99, archive_raw=100,
+                 archive_enriched=100, done_s=5.0, caught_up_s=5.0, cpu={"ingest": 1e-4, "archive": 3e-4, "broker": 1.0})
+    b = bp.Bench.__new__(bp.Bench)
+    b.a = type("A", (), {"drain": 240})()
+    b.judge(st, {}, {})
+    assert st.problems == ["flows.enriched -1 against sent"] and not st.ok
+    assert st.total_per_m == pytest.approx(4.0)  # broker apart
+
+
+def test_profile_summary_shares():
+    stacks = {"process 1:\"x\";thread (0x1);_bootstrap (/usr/lib/python3.11/threading.py);loop (/work/wt/a/sinks/x.py);"
+              "write (/v/lib/python3.11/site-packages/pyarrow/parquet/core.py)": 3,
+              "thread (0x2);main (/work/wt/a/processors/worker/w.py)": 1}
+    text = "\n".join(summarise("archive", stacks, {"main": 1.0, "rdk:broker1": 1.0}))
+    assert "75.0 %  pyarrow" in text
+    assert "75.0 %  loop (sinks/x.py)" in text
+    assert "50.0 %  rdk:broker1" in text
