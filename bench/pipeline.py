@@ -81,6 +81,7 @@ class Step:
     problems: list = field(default_factory=list)
     digests: dict = field(default_factory=dict)
     wall_s: float = 0.0  # the whole step: load, catch-up, counting
+    pure_core: dict = field(default_factory=dict)  # --profile: the processors' pure core on the same records
     timeline: list = field(default_factory=list)  # (seconds into the load, {stage: lag in records}), one a second
 
     @property
@@ -206,7 +207,7 @@ class Bench:
         if profile and not warm:
             from bench.pipeline_profile import Profiler
 
-            prof = Profiler(pipe, Path(profile), seconds)
+            prof = Profiler(pipe, Path(profile) / f"{code.label}-n{workers}", seconds)
         samples: dict[str, list] = {}
         next_prom = t0 + 15
         while th.is_alive():  # one probe a second; the flow-metrics sink scraped every 15 s, as Prometheus would
@@ -244,6 +245,14 @@ class Bench:
         self.judge(st, p, base)
         if digests:
             st.digests = self.digests(pipe, settings, hour)
+        if prof is not None and code.root == REPO:
+            from bench.pipeline_profile import pure_core
+
+            pc = pure_core(settings)
+            st.pure_core = {**pc, "worker_cpu_s_per_m": st.per_m("processors")}
+            print(f"    processors' pure core on every flows.raw record ({pc['records']:,}): {pc['cpu_s_per_m']:.2f} CPU-s "
+                  f"per 1 M; the workers in this step {st.per_m('processors'):.2f} "
+                  f"({pc['cpu_s_per_m'] / st.per_m('processors'):.2f}x the pure core's records per CPU-s)", flush=True)
         st.wall_s = round(time.monotonic() - t0, 1)
         return st
 

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -92,6 +93,24 @@ class Profiler:
         text = "\n".join(lines) + "\n"
         (self.out / "summary.txt").write_text(text)
         print(f"profile: {self.out / 'summary.txt'}\n{text}", flush=True)
+
+
+def pure_core(settings) -> dict:
+    """The processors' pure core (``fabricflow replay``'s path: enrich, shard, detectors; no codec, no Kafka) on every
+    record of flows.raw, in this process: CPU-s per 1 M records, to hold against the worker's in the pipeline (the
+    core is this checkout's: meaningful for the checkout under test only). Timed up to the last batch."""
+    from bench.chaos import read_raw
+    from replay import core_factory_from, replay_batches
+
+    src = read_raw(settings)
+    n = len(src.flows)
+    batches = src.flow_batches()
+    src.flows = None
+    end = [0.0]
+    c0 = time.process_time()
+    replay_batches(batches, [], core_factory_from(settings.processors), settings.kafka.partitions,
+                   on_batch=lambda _k, _n: end.__setitem__(0, time.process_time()))
+    return {"records": n, "cpu_s": end[0] - c0, "cpu_s_per_m": (end[0] - c0) / n * 1e6 if n else float("nan")}
 
 
 def read_collapsed(path: Path) -> Counter:
