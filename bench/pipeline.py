@@ -5,8 +5,8 @@ Runs ``fabricflow ingest``, ``fabricflow process``, ``fabricflow sink archive`` 
 NetFlow v9 from a fleet of loopback exporters, and raises the offered rate step by step until a step loses flows,
 its lag grows, or the archive is not complete 60 s after the load. Every step counts flows sent against flows in
 flows.raw, flows.enriched and both archive datasets, and reads the CPU of every service from /proc. With
-``FF_BENCH_CODE=/path/to/checkout`` (which has its own ``.venv``) the same ramp runs on that checkout afterwards, and
-the last line compares the two:
+``FF_BENCH_CODE=/path/to/checkout`` (which has its own ``.venv``) that checkout's pipeline runs beside this one and
+gets the same steps, alternated, and the last line compares the two:
 
     pipeline: <F> flows/s sustained, <X> CPU-s per 1 M flows; baseline <F0> flows/s, <Y> CPU-s per 1 M flows; ratio <X/Y>
 
@@ -31,6 +31,7 @@ if __name__ == "__main__" and not __package__:
     os.execve(sys.executable, [sys.executable, "-P", "-m", "bench.pipeline", *sys.argv[1:]], _env)
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -40,10 +41,9 @@ import time  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from bench.chaos import write_inventory  # noqa: E402
+from bench.chaos import scrape, write_inventory  # noqa: E402
 from bench.pipeline_load import Fleet, Sent  # noqa: E402
-from bench.pipeline_run import (BenchPipeline, Code, TopicCounter, archive_rows, archive_totals,  # noqa: E402
-                                output_digests, scrape)
+from bench.pipeline_run import BenchPipeline, Code, TopicCounter, archive_rows, archive_totals, output_digests  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 H0 = 1_796_083_200  # 2026-12-01T00:00Z: step k's flows lie in hour H0 + k h (from 2 min past it)
@@ -124,6 +124,54 @@ def grew(samples: list[tuple[float, float]], seconds: float, rate: float) -> boo
     return bool(first and last) and min(last) - max(first) > 0.5 * rate
 
 
+class Ramp:
+    """The rates one pipeline is offered: up the ladder while sustained; a rate that was not is offered again
+    (``retries``: the CPUs are shared), then one between the last good and the failed one (``bisect``); then done.
+    A step whose pipeline did not drain ends it (later steps would measure the backlog)."""
+
+    def __init__(self, rates: list[float], retries: int, bisect: int, max_steps: int):
+        self.rates, self.retries, self.bisect, self.left = list(rates), retries, bisect, max_steps
+        self.good: float | None = None
+        self.tries = 0
+
+    def next(self) -> float | None:
+        return self.rates[0] if self.rates and self.left > 0 else None
+
+    def record(self, st: Step) -> None:
+        self.left -= 1
+        rate = self.rates.pop(0)
+        if st.ok:
+            self.good, self.tries = rate, 0
+        elif st.done_s is None:
+            self.rates = []
+        elif self.tries < self.retries:
+            self.tries += 1
+            self.rates.insert(0, rate)
+        elif self.good and self.bisect and rate / self.good > 1.1:
+            self.bisect -= 1
+            self.rates, self.tries = [round((self.good * rate) ** 0.5, -2)], 0
+        else:
+            self.rates = []
+
+
+@dataclass
+class Run:
+    """One checkout's pipeline with N workers per service, its load and what was measured on it."""
+
+    code: Code
+    workers: int
+    pipe: BenchPipeline
+    ramp: Ramp
+    fleet: Fleet | None = None
+    counter: TopicCounter | None = None
+    steps: list = field(default_factory=list)
+    hour: int = 0  # the next step's event hour (0: the warm-up)
+
+    @property
+    def label(self) -> str:
+        return f"{self.code.label} N={self.workers}"
+
+
 class Bench:
     def __init__(self, args, state: Path):
         self.a, self.state = args, state
@@ -136,68 +184,66 @@ class Bench:
         return {"archive": {"idle_flush_s": 5, "grace_s": 60, "retention_interval_s": 0, "compaction_interval_s": 0},
                 "processors": {"idle_close_s": 5.0}}
 
-    def ramp(self, code: Code, workers: int) -> list[Step]:
-        """Steps of rising rate on one fresh pipeline until one is not sustained (after retries and bisection)."""
+    def run(self, group: list[tuple[Code, int]], compare_rounds: int = 0) -> list[Run]:
+        """Start a pipeline per (checkout, N) side by side (each on its own ports; the idle ones cost ~0.06 cores),
+        then ramp them interleaved, one step each in turn, and with ``compare_rounds`` offer the highest rate they
+        all sustained that many more times, in turn: one pipeline under load at a time, drift shared."""
         a = self.a
-        d = self.state / f"{code.label}-n{workers}"
-        pipe = BenchPipeline(d, code, workers, a.partitions, self.inventory, a.port_base, console=a.console,
-                             extra=self.extra())
-        steps: list[Step] = []
-        with pipe:
-            s = pipe.settings()
-            fleet = Fleet(("127.0.0.1", pipe.ports.netflow), a.exporters, a.partitions, version=a.version)
-            counter = TopicCounter(s, [pipe.topic("flows_raw"), pipe.topic("flows_enriched")], a.partitions)
-            try:
-                self.idle(pipe, code, workers)
-                rates = [a.rate] if a.rate else ladder(a.start_rate, a.factor, a.max_rate)
-                if a.rate:  # warm up at the start rate first (caches, JIT, first fetches): not reported
-                    self.step(pipe, fleet, counter, code, workers, 0, a.start_rate, 10, warm=True)
-                good, bad, retries, bisect = None, None, 0, a.bisect
-                t_end = time.monotonic() + a.deadline_min * 60
-                while rates and len(steps) < a.max_steps and time.monotonic() < t_end:
-                    rate = rates.pop(0)
-                    st = self.step(pipe, fleet, counter, code, workers, len(steps) + bool(a.rate), rate, a.step_seconds,
-                                   digests=not steps and not a.rate, profile=a.profile)
-                    steps.append(st)
-                    print(st.line(), flush=True)
-                    if st.ok:
-                        good, retries = rate, 0
-                        continue
-                    if st.done_s is None:
-                        break  # the pipeline did not drain: later steps would measure the backlog
-                    if retries < a.retries:  # the CPUs are shared: a lossy step is repeated once
-                        retries += 1
-                        rates.insert(0, rate)
-                        continue
-                    bad = rate
-                    if good and bisect and bad / good > 1.1:
-                        bisect -= 1
-                        rates, retries = [round((good * bad) ** 0.5, -2)], 0
-                        continue
-                    break
-            finally:
-                counter.close()
-                fleet.close()
-        return steps
+        span = 20 + 4 * max(n for _, n in group)
+        runs = []
+        with contextlib.ExitStack() as stack:
+            for i, (code, n) in enumerate(group):
+                pipe = BenchPipeline(self.state / f"{code.label}-n{n}", code, n, a.partitions, self.inventory,
+                                     a.port_base + i * span, console=a.console, extra=self.extra())
+                stack.enter_context(pipe)
+                r = Run(code, n, pipe, Ramp([a.rate] if a.rate else ladder(a.start_rate, a.factor, a.max_rate),
+                                            a.retries, a.bisect, a.max_steps))
+                r.fleet = Fleet(("127.0.0.1", pipe.ports.netflow), a.exporters, a.partitions, version=a.version)
+                stack.callback(r.fleet.close)
+                r.counter = TopicCounter(pipe.settings(), [pipe.topic("flows_raw"), pipe.topic("flows_enriched")],
+                                         a.partitions)
+                stack.callback(r.counter.close)
+                runs.append(r)
+            for r in runs:
+                self.idle(r)
+                # warm up at the start rate (first fetches, group joins' aftermath, first files, caches): not reported
+                w = self.step(r, a.start_rate, a.warm_up, warm=True)
+                print(f"[{r.label}] warm-up: {w.sent:,} flows in {a.warm_up:.0f} s, complete {w.done_s} s after; "
+                      f"{'; '.join(w.problems) or 'nothing lost'}", flush=True)
+            t_end = time.monotonic() + a.deadline_min * 60
+            while time.monotonic() < t_end and any(r.ramp.next() for r in runs):
+                for r in runs:
+                    rate = r.ramp.next()
+                    if rate:
+                        st = self.step(r, rate, a.step_seconds, digests=not r.steps and not a.rate, profile=a.profile)
+                        r.ramp.record(st)
+            common = max(set.intersection(*({s.rate for s in r.steps if s.ok} for r in runs)), default=0.0)
+            for _ in range(compare_rounds if common and len(runs) > 1 else 0):
+                for r in runs:
+                    self.step(r, common, a.step_seconds)
+        return runs
 
-    def idle(self, pipe: BenchPipeline, code: Code, workers: int, seconds: float = 20.0) -> None:
+    def idle(self, r: Run, seconds: float = 20.0) -> None:
         """CPU the services use with no load (timers, polls, the broker): what a slow step's catch-up adds."""
         time.sleep(5)
-        c0 = pipe.cpu()
+        c0 = r.pipe.cpu()
         time.sleep(seconds)
-        c1 = pipe.cpu()
-        self.idle_cpu[f"{code.label} N={workers}"] = idle = {k: (c1[k] - c0.get(k, 0.0)) / seconds for k in c1}
-        print(f"[{code.label} N={workers}] idle CPU (cores): " + ", ".join(f"{k} {v:.3f}" for k, v in idle.items()),
-              flush=True)
+        c1 = r.pipe.cpu()
+        self.idle_cpu[r.label] = idle = {k: (c1[k] - c0.get(k, 0.0)) / seconds for k in c1}
+        print(f"[{r.label}] idle CPU (cores): " + ", ".join(f"{k} {v:.3f}" for k, v in idle.items()), flush=True)
 
-    def step(self, pipe: BenchPipeline, fleet: Fleet, counter: TopicCounter, code: Code, workers: int, index: int,
-             rate: float, seconds: float, warm: bool = False, digests: bool = False, profile: str | None = None) -> Step:
-        st = Step(code.label, workers, index, rate, seconds)
-        hour = H0 // 3600 + index
-        clock = H0 + index * 3600 + 120
+    def step(self, r: Run, rate: float, seconds: float, warm: bool = False, digests: bool = False,
+             profile: str | None = None) -> Step:
+        """``seconds`` of load at ``rate`` on run ``r``'s pipeline in the next event hour, then its catch-up, counts
+        and verdict (printed and kept unless ``warm``)."""
+        pipe, fleet, counter, code, workers = r.pipe, r.fleet, r.counter, r.code, r.workers
+        st = Step(code.label, workers, r.hour, rate, seconds)
+        hour = H0 // 3600 + r.hour
+        clock = H0 + r.hour * 3600 + 120
+        r.hour += 1
         settings = pipe.settings()
-        base, cpu0 = pipe.progress(), pipe.cpu()
-        m0 = scrape(pipe.ports.flow_metrics).get("fabricflow_metrics_messages_total", 0.0)
+        base, cpu0 = probe(pipe), pipe.cpu()
+        m0 = scrape(pipe.ports.flow_metrics, timeout_s=10).get("fabricflow_metrics_messages_total", 0.0)
         sent: list[Sent] = []
         t0 = time.monotonic()
         th = threading.Thread(target=lambda: sent.append(fleet.blast(rate, seconds, clock, deadline_s=t0 + seconds + 30)),
@@ -214,18 +260,20 @@ class Bench:
             time.sleep(1.0)
             pipe.check()
             t = time.monotonic() - t0
-            lags = lag_of(pipe.progress(), base, fleet.progress)
+            p = pipe.progress()
+            if p is None:  # a service did not answer within 10 s: no sample this second
+                continue
+            lags = lag_of(p, base, fleet.progress)
             st.timeline.append((round(t, 1), lags))
             for k, v in lags.items():
                 samples.setdefault(k, []).append((t, v))
             if time.monotonic() >= next_prom:
-                scrape(pipe.ports.flow_metrics)
+                scrape(pipe.ports.flow_metrics, timeout_s=10)
                 next_prom += 15
         th.join()
         t_load = time.monotonic()
         s = sent[0]
         st.sent, st.send_rate, st.sender_dropped = s.records, s.records / max(s.seconds, 1e-9), s.dropped
-        p = pipe.progress()
         for k, series in samples.items():
             st.lags[k] = {"end": series[-1][1], "max": max(v for _, v in series), "grew": grew(series, seconds, rate)}
         done_at, p = self.drain(pipe, base, t_load, next_prom)
@@ -235,7 +283,8 @@ class Bench:
         st.cpu = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
         st.done_s = None if done_at is None else round(done_at - t_load, 1)
         st.caught_up_s = st.done_s if st.done_s is not None and st.done_s <= CATCH_UP_S else None
-        st.metrics_sink_messages = int(scrape(pipe.ports.flow_metrics).get("fabricflow_metrics_messages_total", 0) - m0)
+        st.metrics_sink_messages = int(scrape(pipe.ports.flow_metrics, timeout_s=10).get("fabricflow_metrics_messages_total",
+                                                                                          0) - m0)
         counter.read()
         st.kafka_raw = counter.rows[pipe.topic("flows_raw")].get(hour, 0)
         st.kafka_enriched = counter.rows[pipe.topic("flows_enriched")].get(hour, 0)
@@ -245,6 +294,11 @@ class Bench:
         self.judge(st, p, base)
         if digests:
             st.digests = self.digests(pipe, settings, hour)
+        st.wall_s = round(time.monotonic() - t0, 1)
+        if warm:
+            return st
+        r.steps.append(st)
+        print(st.line(), flush=True)
         if prof is not None and code.root == REPO:
             from bench.pipeline_profile import pure_core
 
@@ -253,7 +307,6 @@ class Bench:
             print(f"    processors' pure core on every flows.raw record ({pc['records']:,}): {pc['cpu_s_per_m']:.2f} CPU-s "
                   f"per 1 M; the workers in this step {st.per_m('processors'):.2f} "
                   f"({pc['cpu_s_per_m'] / st.per_m('processors'):.2f}x the pure core's records per CPU-s)", flush=True)
-        st.wall_s = round(time.monotonic() - t0, 1)
         return st
 
     def drain(self, pipe: BenchPipeline, base: dict, t_load: float, next_prom: float) -> tuple[float | None, dict]:
@@ -261,7 +314,7 @@ class Bench:
         archive wrote them all (by the services' counters). Returns (when, last counters); (None, ...) after
         ``--drain`` seconds."""
         stable, last, since = False, None, time.monotonic()
-        p = pipe.progress()
+        p = probe(pipe)
         while time.monotonic() - t_load < self.a.drain:
             d = {k: p.get(k, 0.0) - base.get(k, 0.0) for k in (D, ENR, DET, RAW_W, ENR_W)}
             if d[D] != last:
@@ -270,11 +323,11 @@ class Bench:
             if stable and d[ENR] >= d[D] and d[DET] >= d[ENR] and d[RAW_W] >= d[D] and d[ENR_W] >= d[ENR]:
                 return time.monotonic(), p
             if time.monotonic() >= next_prom:
-                scrape(pipe.ports.flow_metrics)
+                scrape(pipe.ports.flow_metrics, timeout_s=10)
                 next_prom += 15
             time.sleep(0.5)
             pipe.check()
-            p = pipe.progress()
+            p = pipe.progress() or p
         return None, p
 
     def judge(self, st: Step, p: dict, base: dict) -> None:
@@ -305,7 +358,7 @@ class Bench:
         key, snap, since, t0 = "fabricflow_processors_shuffle_messages_total", None, time.monotonic(), time.monotonic()
         quiet = settings.processors.idle_close_s + 2 * settings.processors.tick_s + 3
         while time.monotonic() - t0 < 120:
-            now = pipe.progress().get(key)
+            now = (pipe.progress() or {}).get(key)
             if now != snap:
                 snap, since = now, time.monotonic()
             elif time.monotonic() - since >= quiet:
@@ -315,6 +368,16 @@ class Bench:
         out = output_digests(settings, topics, self.a.partitions)
         out["archive flows_enriched per (src, dst, category)"] = archive_totals(settings, hour)
         return out
+
+
+def probe(pipe: BenchPipeline, tries: int = 6) -> dict:
+    """The services' progress counters, asked again when one did not answer."""
+    for _ in range(tries):
+        p = pipe.progress()
+        if p is not None:
+            return p
+        pipe.check()
+    raise RuntimeError(f"the services' /metrics did not answer {tries} times in a row")
 
 
 def ladder(start: float, factor: float, top: float) -> list[float]:
@@ -327,20 +390,6 @@ def ladder(start: float, factor: float, top: float) -> list[float]:
 
 def sustained(steps: list[Step]) -> float:
     return max((s.rate for s in steps if s.ok), default=0.0)
-
-
-def cpu_at(steps: list[Step], rate: float) -> Step | None:
-    """The sustained step at ``rate`` with the least CPU per flow (steps may be repeated)."""
-    at = [s for s in steps if s.ok and s.rate == rate]
-    return min(at, key=lambda s: s.total_per_m) if at else None
-
-
-def breakdown(label: str, st: Step | None) -> str:
-    if st is None:
-        return f"  {label}: no sustained step"
-    parts = ", ".join(f"{s} {st.per_m(s):.2f}" for s in SERVICES if s in st.cpu)
-    apart = ", ".join(f"{s} {st.per_m(s):.2f}" for s in APART if s in st.cpu)
-    return f"  {label} at {st.rate:,.0f} flows/s: {parts}; total {st.total_per_m:.2f} (apart: {apart})"
 
 
 def worker_counts(spec: str | None) -> list[int]:
@@ -360,10 +409,13 @@ def main() -> int:
     ap.add_argument("--start-rate", type=float, default=20_000, help="flows/s of the first step")
     ap.add_argument("--factor", type=float, default=1.4, help="each step offers this much more than the last")
     ap.add_argument("--max-rate", type=float, default=5_000_000, help="never offer more than this")
-    ap.add_argument("--rate", type=float, help="one step at this rate (after a 10 s warm-up) instead of a ramp")
+    ap.add_argument("--rate", type=float, help="one step at this rate (after the warm-up) instead of a ramp")
     ap.add_argument("--step-seconds", type=float, default=40, help="seconds of load per step")
+    ap.add_argument("--warm-up", type=float, default=10, help="seconds of load at --start-rate before the steps")
     ap.add_argument("--retries", type=int, default=1, help="repeat a step that was not sustained this often")
     ap.add_argument("--bisect", type=int, default=1, help="after the ramp fails, try this many rates in between")
+    ap.add_argument("--compare-rounds", type=int, default=2, help="with a baseline: after the ramps, offer the highest "
+                    "rate both sustained this many more times to each, alternated")
     ap.add_argument("--max-steps", type=int, default=16, help="at most this many steps per ramp")
     ap.add_argument("--drain", type=float, default=240, help="wait at most this long after a step for the backlog")
     ap.add_argument("--deadline-min", type=float, default=60, help="no new step after this many minutes per ramp")
@@ -375,7 +427,7 @@ def main() -> int:
     ap.add_argument("--profile", metavar="DIR", help="with --rate: py-spy every service during the step, and the CPU "
                     "of each thread from /proc; summaries in DIR (needs py-spy: pip install py-spy)")
     ap.add_argument("--port-base", type=int, help="first of the ports used (default: the start of $FF_MY_PORT_RANGE, "
-                    "else 33000); 20 + 4 x N of them")
+                    "else 33000); 20 + 4 x N per pipeline, two pipelines with a baseline")
     ap.add_argument("--json", help="write every step here")
     ap.add_argument("--keep", help="keep configs, logs and state here (default: a temporary directory, removed)")
     a = ap.parse_args()
@@ -396,18 +448,43 @@ def main() -> int:
         state = Path(a.keep or tmp)
         state.mkdir(parents=True, exist_ok=True)
         b = Bench(a, state)
-        for n in ns:
-            results[f"this N={n}"] = b.ramp(this, n)
-        if base is not None:
-            results["baseline N=1"] = b.ramp(base, 1)
+        # this checkout and the baseline side by side with one worker each, then the other worker counts
+        for r in b.run([(this, 1)] + ([(base, 1)] if base else []), compare_rounds=a.compare_rounds):
+            results[r.label] = r.steps
+        for n in ns[1:]:
+            for r in b.run([(this, n)]):
+                results[r.label] = r.steps
     if a.json:
         Path(a.json).write_text(json.dumps({"args": vars(a), "idle_cpu_cores": b.idle_cpu,
                                             "steps": {k: [asdict(s) for s in v] for k, v in results.items()}}, indent=1))
     return report(results, ns)
 
 
+def mean_cpu(steps: list[Step], rate: float) -> dict[str, float]:
+    """Per service and in total, the mean CPU-s per 1 M flows of the sustained steps at ``rate`` ({} if none)."""
+    at = [s for s in steps if s.ok and s.rate == rate]
+    if not at:
+        return {}
+    out = {k: sum(s.per_m(k) for s in at) / len(at) for k in SERVICES + APART if k in at[0].cpu}
+    out.update(total=sum(s.total_per_m for s in at) / len(at), n=len(at), lo=min(s.total_per_m for s in at),
+               hi=max(s.total_per_m for s in at))
+    return out
+
+
+def breakdown(label: str, rate: float, m: dict[str, float]) -> str:
+    if not m:
+        return f"  {label}: no sustained step at {rate:,.0f} flows/s"
+    parts = ", ".join(f"{s} {m[s]:.2f}" for s in SERVICES if s in m)
+    apart = ", ".join(f"{s} {m[s]:.2f}" for s in APART if s in m)
+    return (f"  {label} at {rate:,.0f} flows/s ({m['n']} steps): {parts}; total {m['total']:.2f} ({m['lo']:.2f} - "
+            f"{m['hi']:.2f}) (apart: {apart})")
+
+
 def report(results: dict[str, list[Step]], ns: list[int]) -> int:
     ones = results["this N=1"]
+    for label, steps in results.items():
+        for k, v in next((s.digests for s in steps if s.digests), {}).items():
+            print(f"  digest {label}: {k} {v}")
     if len(ns) > 1:
         print("\nscale-out (this checkout): N ingest workers, N processors workers, N archive sinks")
         ref = next((s.digests for s in ones if s.digests), {})
@@ -417,27 +494,25 @@ def report(results: dict[str, list[Step]], ns: list[int]) -> int:
             dg = next((s.digests for s in steps if s.digests), {})
             same = "outputs equal N=1" if dg == ref else "OUTPUTS DIFFER from N=1: " + ", ".join(
                 k for k in ref if dg.get(k) != ref.get(k))
-            print(f"  N={n}: {f:,.0f} flows/s sustained; {breakdown('CPU-s per 1 M', cpu_at(steps, f))[2:]}; {same}")
-    for label, steps in results.items():
-        for k, v in next((s.digests for s in steps if s.digests), {}).items():
-            print(f"  digest {label}: {k} {v}")
+            print(f"  N={n}: {f:,.0f} flows/s sustained; {same}")
+            print("  " + breakdown("CPU-s per 1 M flows", f, mean_cpu(steps, f)))
     base = results.get("baseline N=1")
     f = sustained(ones)
     if base is None:
-        st = cpu_at(ones, f)
-        print(breakdown("this", st))
-        x = st.total_per_m if st else float("nan")
-        print(f"pipeline: {f:.0f} flows/s sustained, {x:.2f} CPU-s per 1 M flows; baseline - flows/s, - CPU-s per "
-              f"1 M flows; ratio -")
+        m = mean_cpu(ones, f)
+        print(breakdown("this", f, m))
+        print(f"pipeline: {f:.0f} flows/s sustained, {m.get('total', float('nan')):.2f} CPU-s per 1 M flows; "
+              f"baseline - flows/s, - CPU-s per 1 M flows; ratio -")
         return 0
     f0 = sustained(base)
-    common = min(f, f0)  # CPU per flow compared at the highest rate both sustained (it falls as batches grow)
-    st, st0 = cpu_at(ones, common), cpu_at(base, common)
-    print(f"\nCPU-s per 1 M flows at {common:,.0f} flows/s (the highest rate both sustained):")
-    print(breakdown("this", st))
-    print(breakdown("baseline", st0))
-    x = st.total_per_m if st else float("nan")
-    y = st0.total_per_m if st0 else float("nan")
+    # CPU per flow compared at the highest rate both sustained (it falls as the rate grows: batches get larger)
+    common = max({s.rate for s in ones if s.ok} & {s.rate for s in base if s.ok}, default=0.0)
+    m, m0 = mean_cpu(ones, common), mean_cpu(base, common)
+    print(f"\nCPU-s per 1 M flows at {common:,.0f} flows/s (the highest rate both sustained; mean of the sustained "
+          f"steps at that rate, alternated):")
+    print(breakdown("this", common, m))
+    print(breakdown("baseline", common, m0))
+    x, y = m.get("total", float("nan")), m0.get("total", float("nan"))
     print(f"pipeline: {f:.0f} flows/s sustained, {x:.2f} CPU-s per 1 M flows; baseline {f0:.0f} flows/s, {y:.2f} CPU-s "
           f"per 1 M flows; ratio {x / y if y else float('nan'):.2f}")
     return 0

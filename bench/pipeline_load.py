@@ -16,14 +16,13 @@ Not a benchmark: imported by bench/pipeline.py.
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from bench.common import Stream, netflow_stream
+from bench.common import Sender, Stream, netflow_stream
 
 HOSTS = 512  # the address pool of bench.common._Hosts; bench.chaos.write_inventory names every host of it
 END_SPREAD_MS = 10_000  # flows end up to 10 s before their export: inside processors.allowed_lateness_s (30 s)
@@ -49,26 +48,17 @@ def exporter_addresses(count: int, partitions: int) -> list[str]:
     return out
 
 
-class Exporter:
-    """One exporter: its socket (bound to ``source``), its datagram pool, header sequence and flow counter."""
+class Exporter(Sender):
+    """One exporter: a :class:`bench.common.Sender` from its own address (``source``) whose flows get unique source
+    ports (instead of the Sender's stamps, which also rewrite source addresses: these stay the inventory's)."""
 
     def __init__(self, stream: Stream, source: str, target: tuple[str, int]):
-        self.stream = stream
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        self.sock.bind((source, 0))
-        self.sock.connect(target)
+        super().__init__(stream, target[1], host=target[0], unique=False, source=source)
         self.source = source
-        n = len(stream.data)
-        width = max(map(len, stream.data))
-        self.pool = np.zeros((n, width), dtype=np.uint8)
-        for k, d in enumerate(stream.data):
-            self.pool[k, : len(d)] = np.frombuffer(d, dtype=np.uint8)
-        self.bufs = [memoryview(self.pool[k, : len(d)]) for k, d in enumerate(stream.data)]
+        width = self.pool.shape[1]
         per = [np.asarray([s[1] for s in st], dtype=np.int64) for st in stream.stamps]  # source port offsets
         self._ports = np.concatenate([p + k * width for k, p in enumerate(per)])
         self._first = np.concatenate([[0], np.cumsum([len(p) for p in per])])
-        self.seq = 0
         self.flows = 0  # flow counter: the next value stamped into a source port
         self.sent = 0  # data datagrams sent (the template refresh counts these)
 
@@ -81,18 +71,6 @@ class Exporter:
         pp = self._ports[a:b]
         flat[pp] = v >> 8
         flat[pp + 1] = v & 255
-
-    def send_templates(self) -> None:
-        st = self.stream
-        for t in st.templates:
-            b = bytearray(t)
-            struct.pack_into("!I", b, st.seq_offset, self.seq & 0xFFFFFFFF)
-            if not st.seq_per_record:
-                self.seq += 1
-            self.sock.send(b)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @dataclass

@@ -19,14 +19,13 @@ import re
 import signal
 import subprocess
 import time
-import urllib.parse
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from bench.chaos import read_metrics
 from bench.common import cpu_seconds
 from devtools.runner import LocalPipeline, PipelineError, PipelinePorts, _udp_free
 from devtools.stack import EmbeddedStack, StackError, port_free
@@ -54,25 +53,6 @@ def ports_from(base: int, workers: int) -> tuple[PipelinePorts, dict[str, int]]:
                       processors_web=base + 20 + workers, processors_metrics=base + 20 + 2 * workers,
                       archive_metrics=base + 20 + 3 * workers)
     return p, {"first": base, "last": base + 20 + 4 * workers - 1}
-
-
-def scrape(port: int, names: tuple[str, ...] = ()) -> dict[str, float]:
-    """Samples of a /metrics endpoint: ``name{labels}`` -> value and ``name`` -> sum over its labels; {} when down."""
-    query = ("?" + urllib.parse.urlencode([("name[]", n) for n in names])) if names else ""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics{query}", timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
-        return {}
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
-        if m and not line.startswith("#"):
-            v = float(m.group(3))
-            out[m.group(1)] = out.get(m.group(1), 0.0) + v
-            if m.group(2):
-                out[m.group(1) + m.group(2)] = v
-    return out
 
 
 def service_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -118,7 +98,7 @@ class BenchPipeline(LocalPipeline):
         extra.setdefault("kafka", {})["partitions"] = partitions
         extra.setdefault("ingest", {})["workers"] = workers
         super().__init__(state_dir, inventory=inventory, ports=ports, archive=True, metrics=True, console=console,
-                         extra=extra)
+                         extra=extra, python=code.python)
         self.code, self.workers, self.partitions = code, workers, partitions
         self.dump: dict = {}
 
@@ -189,15 +169,8 @@ class BenchPipeline(LocalPipeline):
             time.sleep(1)
         raise PipelineError(f"the processors group did not settle within {timeout_s:.0f} s (assignments per worker: {last})")
 
-    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        log = open(self.log_path(name), "ab")
-        try:
-            self.procs[name] = subprocess.Popen(
-                [self.code.python, "-m", "cli", "--config", str(self.config_path), *args], stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=service_env(env), cwd=self.state_dir,
-                start_new_session=True)
-        finally:
-            log.close()
+    def service_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return service_env(extra)
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -238,12 +211,16 @@ class BenchPipeline(LocalPipeline):
         out["bench"] = t.user + t.system
         return out
 
-    def progress(self) -> dict[str, float]:
-        """The progress counters of the scaled services, summed over their instances."""
+    def progress(self) -> dict[str, float] | None:
+        """The progress counters of the scaled services, summed over their instances; None when one did not answer
+        (a busy service can take seconds: the caller skips that probe rather than read a missing counter as 0)."""
         out: dict[str, float] = {}
         for kind, names in PROGRESS.items():
             for port in self.metrics_ports(kind):
-                for k, v in scrape(port, names).items():
+                got = read_metrics(port, names, timeout_s=10)
+                if got is None:
+                    return None
+                for k, v in got.items():
                     out[k] = out.get(k, 0.0) + v
         return out
 

@@ -28,10 +28,10 @@ def test_pipeline_bench_one_and_two_workers(tmp_path):
     if not all(port_free(PORT_BASE + i) for i in range(28)):
         pytest.skip("pipeline bench test ports in use")
     out = tmp_path / "steps.json"
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "pipeline.py"), "--workers", "2", "--start-rate", "3000",
-                        "--max-steps", "1", "--step-seconds", "6", "--drain", "120", "--port-base", str(PORT_BASE),
-                        "--json", str(out)], capture_output=True, text=True, timeout=850, cwd=tmp_path,
-                       env={k: v for k, v in os.environ.items() if k != "FF_BENCH_CODE"})
+    args = ["--workers", "2", "--start-rate", "3000", "--max-steps", "1", "--step-seconds", "6", "--warm-up", "3",
+            "--drain", "120", "--port-base", str(PORT_BASE), "--json", str(out)]
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "pipeline.py"), *args], capture_output=True, text=True,
+                       timeout=850, cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "FF_BENCH_CODE"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     steps = json.loads(out.read_text())["steps"]
     for label in ("this N=1", "this N=2"):

@@ -83,6 +83,27 @@ def test_ladder_and_worker_counts():
     assert bp.worker_counts("6") == [1, 2, 4, 6]
 
 
+def test_ramp_retries_bisects_and_stops():
+    def step(ok: bool, drained: bool = True) -> bp.Step:
+        return bp.Step("this", 1, 0, 0, 1, done_s=1.0 if drained else None, problems=[] if ok else ["lag grew"])
+
+    r = bp.Ramp([20_000, 28_000, 39_000, 55_000], retries=1, bisect=1, max_steps=10)
+    outcomes = iter((True, True, False, False, True))  # 39 k fails twice, the bisection between 28 k and 39 k holds
+    offered = []
+    while r.next():
+        offered.append(r.next())
+        r.record(step(next(outcomes)))
+    assert offered == [20_000, 28_000, 39_000, 39_000, 33_000]
+    assert r.good == 33_000
+    r = bp.Ramp([20_000, 28_000], retries=1, bisect=1, max_steps=10)
+    r.record(step(False, drained=False))  # still behind after the drain: later steps would measure the backlog
+    assert r.next() is None
+    r = bp.Ramp([20_000, 28_000, 39_000], retries=0, bisect=0, max_steps=2)
+    r.record(step(True))
+    r.record(step(True))
+    assert r.next() is None  # max_steps
+
+
 def test_step_judgement_counts_every_stage():
     st = bp.Step("this", 1, 0, 10_000, 10, sent=100, kafka_raw=100, kafka_enriched=99, archive_raw=100,
                  archive_enriched=100, done_s=5.0, caught_up_s=5.0, cpu={"ingest": 1e-4, "archive": 3e-4, "broker": 1.0})
