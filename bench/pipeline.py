@@ -505,6 +505,9 @@ def report(results: dict[str, list[Step]], ns: list[int]) -> int:
               f"baseline - flows/s, - CPU-s per 1 M flows; ratio -")
         return 0
     f0 = sustained(base)
+    d, d0 = (next((s.digests for s in steps if s.digests), {}) for steps in (ones, base))
+    print("  outputs of the first step: " + ("equal to the baseline's" if d == d0 else "differ from the baseline's in "
+          + ", ".join(k for k in d0 if d.get(k) != d0.get(k)) + " (expected only where the outputs changed by design)"))
     # CPU per flow compared at the highest rate both sustained (it falls as the rate grows: batches get larger)
     common = max({s.rate for s in ones if s.ok} & {s.rate for s in base if s.ok}, default=0.0)
     m, m0 = mean_cpu(ones, common), mean_cpu(base, common)
