@@ -1,6 +1,6 @@
 """Archive sink throughput end to end: FlowBatch messages in Kafka -> ArchiveService -> Parquet on S3.
 
-How it works: bench/README.md, "bench/archive_kafka.py"; results: docs/performance.md.
+How it works: bench/README.md, "bench/archive_kafka.py"; results: docs/performance.md#archive-sink.
 
     .venv/bin/python bench/archive_kafka.py [--rows 2000000] [--batch 4096] [--partitions 2]
 """
@@ -25,7 +25,7 @@ if not os.environ.get("PYTHONPATH"):
 from bench.archive import T0, make_batch  # noqa: E402
 from fabricflow.settings import load_settings  # noqa: E402
 from devtools.stack import EmbeddedStack  # noqa: E402
-from fabricflow.streams import ensure_topics  # noqa: E402
+from fabricflow.kafka import ensure_topics  # noqa: E402
 from schemas import codec  # noqa: E402
 from sinks import archive_service as service_mod  # noqa: E402
 from sinks.archive import ParquetWriter  # noqa: E402
