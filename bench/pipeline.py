@@ -215,7 +215,8 @@ class Bench:
                 for r in runs:
                     rate = r.ramp.next()
                     if rate:
-                        st = self.step(r, rate, a.step_seconds, digests=not r.steps and not a.rate, profile=a.profile)
+                        st = self.step(r, rate, a.step_seconds, digests=not r.steps and not a.profile,
+                                       profile=a.profile)
                         r.ramp.record(st)
             common = max(set.intersection(*({s.rate for s in r.steps if s.ok} for r in runs)), default=0.0)
             for _ in range(compare_rounds if common and len(runs) > 1 else 0):
@@ -457,7 +458,7 @@ def main() -> int:
     if a.json:
         Path(a.json).write_text(json.dumps({"args": vars(a), "idle_cpu_cores": b.idle_cpu,
                                             "steps": {k: [asdict(s) for s in v] for k, v in results.items()}}, indent=1))
-    return report(results, ns)
+    return report(results, ns, outputs=not a.profile)
 
 
 def mean_cpu(steps: list[Step], rate: float) -> dict[str, float]:
@@ -480,20 +481,36 @@ def breakdown(label: str, rate: float, m: dict[str, float]) -> str:
             f"{m['hi']:.2f}) (apart: {apart})")
 
 
-def report(results: dict[str, list[Step]], ns: list[int]) -> int:
-    ones = results["this N=1"]
+def first_digests(steps: list[Step]) -> dict[str, str]:
+    """The output digests of a ramp (taken on its first step), {} when it has none."""
+    return next((s.digests for s in steps if s.digests), {})
+
+
+def outputs_differ(ref: dict[str, str], got: dict[str, str]) -> list[str]:
+    """The outputs in which ``got`` differs from ``ref`` (digests by output name); [] when they are equal. Digests
+    missing on either side prove nothing: then every output either names, or "no digests", is a difference."""
+    if not ref or not got:
+        return sorted(set(ref) | set(got)) or ["no digests"]
+    return sorted(k for k in set(ref) | set(got) if ref.get(k) != got.get(k))
+
+
+def report(results: dict[str, list[Step]], ns: list[int], outputs: bool = True) -> int:
+    """Print the summary and the ``pipeline:`` line; 1 when outputs with N workers differ from those with one
+    (``outputs``: their digests were taken, i.e. not with --profile)."""
+    ones, status = results["this N=1"], 0
     for label, steps in results.items():
-        for k, v in next((s.digests for s in steps if s.digests), {}).items():
+        for k, v in first_digests(steps).items():
             print(f"  digest {label}: {k} {v}")
     if len(ns) > 1:
         print("\nscale-out (this checkout): N ingest workers, N processors workers, N archive sinks")
-        ref = next((s.digests for s in ones if s.digests), {})
+        ref = first_digests(ones)
         for n in ns:
             steps = results[f"this N={n}"]
             f = sustained(steps)
-            dg = next((s.digests for s in steps if s.digests), {})
-            same = "outputs equal N=1" if dg == ref else "OUTPUTS DIFFER from N=1: " + ", ".join(
-                k for k in ref if dg.get(k) != ref.get(k))
+            differ = outputs_differ(ref, first_digests(steps)) if outputs else []
+            status = status or int(bool(differ))
+            same = ("OUTPUTS DIFFER from N=1: " + ", ".join(differ) if differ else "outputs equal N=1") if outputs \
+                else "outputs not compared (--profile)"
             print(f"  N={n}: {f:,.0f} flows/s sustained; {same}")
             print("  " + breakdown("CPU-s per 1 M flows", f, mean_cpu(steps, f)))
     base = results.get("baseline N=1")
@@ -503,11 +520,11 @@ def report(results: dict[str, list[Step]], ns: list[int]) -> int:
         print(breakdown("this", f, m))
         print(f"pipeline: {f:.0f} flows/s sustained, {m.get('total', float('nan')):.2f} CPU-s per 1 M flows; "
               f"baseline - flows/s, - CPU-s per 1 M flows; ratio -")
-        return 0
+        return status
     f0 = sustained(base)
-    d, d0 = (next((s.digests for s in steps if s.digests), {}) for steps in (ones, base))
-    print("  outputs of the first step: " + ("equal to the baseline's" if d == d0 else "differ from the baseline's in "
-          + ", ".join(k for k in d0 if d.get(k) != d0.get(k)) + " (expected only where the outputs changed by design)"))
+    differ = outputs_differ(first_digests(base), first_digests(ones))
+    print("  outputs of the first step: " + ("differ from the baseline's in " + ", ".join(differ) + " (expected only "
+          "where the outputs changed by design)" if differ else "equal to the baseline's"))
     # CPU per flow compared at the highest rate both sustained (it falls as the rate grows: batches get larger)
     common = max({s.rate for s in ones if s.ok} & {s.rate for s in base if s.ok}, default=0.0)
     m, m0 = mean_cpu(ones, common), mean_cpu(base, common)
@@ -518,7 +535,7 @@ def report(results: dict[str, list[Step]], ns: list[int]) -> int:
     x, y = m.get("total", float("nan")), m0.get("total", float("nan"))
     print(f"pipeline: {f:.0f} flows/s sustained, {x:.2f} CPU-s per 1 M flows; baseline {f0:.0f} flows/s, {y:.2f} CPU-s "
           f"per 1 M flows; ratio {x / y if y else float('nan'):.2f}")
-    return 0
+    return status
 
 
 if __name__ == "__main__":

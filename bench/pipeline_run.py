@@ -19,6 +19,8 @@ import re
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +30,7 @@ import yaml
 from bench.chaos import read_metrics
 from bench.common import cpu_seconds
 from devtools.runner import LocalPipeline, PipelineError, PipelinePorts, _udp_free
-from devtools.stack import EmbeddedStack, StackError, port_free
+from devtools.stack import EmbeddedStack, StackError, port_free, tail
 
 HOUR_MS = 3_600_000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -49,7 +51,7 @@ PROGRESS = {
 def ports_from(base: int, workers: int) -> tuple[PipelinePorts, dict[str, int]]:
     """The pipeline's ports from ``base``: 20 fixed ones, then a block of ``workers`` ports per kind."""
     p = PipelinePorts(kafka=base, s3=base + 1, sflow=base + 2, netflow=base + 3, ipfix=base + 4, flow_metrics=base + 5,
-                      console=base + 6, console_metrics=base + 7, s3_base=base + 10, ingest_metrics=base + 20,
+                      console=base + 6, console_metrics=base + 7, marks=base + 8, s3_base=base + 10, ingest_metrics=base + 20,
                       processors_web=base + 20 + workers, processors_metrics=base + 20 + 2 * workers,
                       archive_metrics=base + 20 + 3 * workers)
     return p, {"first": base, "last": base + 20 + 4 * workers - 1}
@@ -128,12 +130,12 @@ class BenchPipeline(LocalPipeline):
         except StackError as e:
             self.stack.down()
             raise PipelineError(str(e)) from None
-        from fabricflow.streams import ensure_topics
+        from fabricflow.kafka import ensure_topics
 
         ensure_topics(s.kafka)  # the final partition count, before any service starts (Tansu cannot add any)
         self._spawn("ingest", ["ingest"])
         for port in self.metrics_ports("ingest"):
-            self._wait_http("ingest", f"http://127.0.0.1:{port}/healthz", 60)
+            self._wait_ready("ingest", port, 60)
         p = self.ports
         for i in range(self.workers):
             self._spawn(f"processors{i}", ["process"], {
@@ -146,12 +148,39 @@ class BenchPipeline(LocalPipeline):
             self._spawn("console", ["console"])
         for i in range(self.workers):
             self._wait_log(f"processors{i}", "Worker ready", 180)
-            self._wait_http(f"archive{i}", f"http://127.0.0.1:{p.archive_metrics + i}/healthz", 120)
-        self._wait_http("metrics", f"http://127.0.0.1:{p.flow_metrics}/healthz", 60)
+            self._wait_ready(f"archive{i}", p.archive_metrics + i, 120)
+        self._wait_ready("metrics", p.flow_metrics, 60)
         if self.console:
             self._wait_http("console", self.console_url + "api/status", 60)
         self._wait_assigned(s.kafka.session_timeout_ms / 1000 * 3 + 30)
         return self
+
+    def settings_dict(self) -> dict:
+        """LocalPipeline's settings without the ``marks://`` listener: the bench sends no marks, and a baseline from
+        before marks existed rejects the scheme."""
+        d = super().settings_dict()
+        d["ingest"]["listen"] = [u for u in d["ingest"]["listen"] if not u.startswith("marks://")]
+        return d
+
+    def _wait_ready(self, name: str, port: int, timeout_s: float) -> None:
+        """Until the service's ``/readyz`` answers 200; a checkout from before ``/readyz`` (404) by its ``/healthz``.
+        (Ingest binds its sockets and answers ``/healthz`` before it can decode: its readiness is ``/readyz``.)"""
+        deadline = time.monotonic() + timeout_s
+        path = "/readyz"
+        while time.monotonic() < deadline:
+            self._check_alive(name)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    path = "/healthz"
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise PipelineError(f"{name} not ready after {timeout_s:.0f} s; last lines of {self.log_path(name)}:\n"
+                            f"{tail(self.log_path(name))}")
 
     def _wait_assigned(self, timeout_s: float) -> None:
         """Until the processors group settled: every worker got an assignment and none came for 8 s (a joining worker

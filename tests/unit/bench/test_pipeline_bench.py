@@ -122,3 +122,47 @@ def test_profile_summary_shares():
     assert "75.0 %  pyarrow" in text
     assert "75.0 %  loop (sinks/x.py)" in text
     assert "50.0 %  rdk:broker1" in text
+
+
+def test_a_step_is_sustained_only_with_a_steady_lag_and_the_archive_in_time():
+    def judged(**kw) -> bp.Step:
+        st = bp.Step("this", 1, 0, 10_000, 40, sent=100, kafka_raw=100, kafka_enriched=100, archive_raw=100,
+                     archive_enriched=100, **kw)
+        b = bp.Bench.__new__(bp.Bench)
+        b.a = type("A", (), {"drain": 240})()
+        b.judge(st, {}, {})
+        return st
+
+    steady = {"processors": {"end": 5_000, "max": 9_000, "grew": False}}
+    assert judged(done_s=5.0, caught_up_s=5.0, lags=steady).ok
+    st = judged(done_s=5.0, caught_up_s=5.0, lags={**steady, "archive raw": {"end": 1, "max": 1, "grew": True}})
+    assert st.problems == ["lag grew: archive raw"]
+    st = judged(done_s=75.0, caught_up_s=None, lags=steady)  # drained, but the archive was late
+    assert st.problems == ["archive complete only 75 s after the load (> 60 s)"]
+    st = judged(done_s=None, caught_up_s=None, lags=steady)
+    assert st.problems == ["still behind 240 s after the load"]
+
+
+def test_outputs_differ_names_every_difference_and_missing_digests():
+    ref = {"alert": "a1 (3)", "matrix": "m1 (40)", "archive": "z1 (12 cells)"}
+    assert bp.outputs_differ(ref, dict(ref)) == []
+    assert bp.outputs_differ(ref, {**ref, "matrix": "m2 (40)"}) == ["matrix"]
+    assert bp.outputs_differ(ref, {"alert": "a1 (3)", "archive": "z1 (12 cells)"}) == ["matrix"]
+    assert bp.outputs_differ(ref, {**ref, "extra": "e (1)"}) == ["extra"]
+    assert bp.outputs_differ(ref, {}) == sorted(ref)  # no digests with N workers: nothing proven
+    assert bp.outputs_differ({}, {}) == ["no digests"]
+
+
+def test_report_fails_when_outputs_with_n_workers_differ(capsys):
+    def ramp(n: int, digests: dict) -> list[bp.Step]:
+        return [bp.Step("this", n, 0, 20_000, 40, sent=800_000, done_s=3.0, caught_up_s=3.0, digests=digests,
+                        cpu={"ingest": 4.0, "processors": 8.0, "archive": 6.0, "metrics": 1.0, "broker": 2.0})]
+
+    ref = {"matrix": "m1 (40)", "archive": "z1 (12 cells)"}
+    assert bp.report({"this N=1": ramp(1, ref), "this N=2": ramp(2, dict(ref))}, [1, 2]) == 0
+    assert "N=2: 20,000 flows/s sustained; outputs equal N=1" in capsys.readouterr().out
+    assert bp.report({"this N=1": ramp(1, ref), "this N=2": ramp(2, {**ref, "matrix": "m2 (41)"})}, [1, 2]) == 1
+    out = capsys.readouterr().out
+    assert "N=2: 20,000 flows/s sustained; OUTPUTS DIFFER from N=1: matrix" in out
+    assert out.strip().splitlines()[-1] == ("pipeline: 20000 flows/s sustained, 23.75 CPU-s per 1 M flows; "
+                                            "baseline - flows/s, - CPU-s per 1 M flows; ratio -")
