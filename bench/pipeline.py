@@ -430,8 +430,14 @@ def main() -> int:
     ap.add_argument("--port-base", type=int, help="first of the ports used (default: the start of $FF_MY_PORT_RANGE, "
                     "else 33000); 20 + 4 x N per pipeline, two pipelines with a baseline")
     ap.add_argument("--json", help="write every step here")
+    ap.add_argument("--sizing-from", metavar="JSON", help="run nothing: print the sizing table (cores and partitions "
+                    "per service for 1 k, 4 k and 16 k GPU fabrics) from the figures of an earlier run's --json")
     ap.add_argument("--keep", help="keep configs, logs and state here (default: a temporary directory, removed)")
     a = ap.parse_args()
+    if a.sizing_from:
+        steps = [Step(**s) for s in json.loads(Path(a.sizing_from).read_text())["steps"]["this N=1"]]
+        print_sizing(mean_cpu(steps, sustained(steps)))
+        return 0
     ns = worker_counts(a.workers)
     a.partitions = a.partitions or max(4, 2 * max(ns))
     a.exporters = a.exporters or 4 * a.partitions
@@ -470,6 +476,18 @@ def mean_cpu(steps: list[Step], rate: float) -> dict[str, float]:
     out.update(total=sum(s.total_per_m for s in at) / len(at), n=len(at), lo=min(s.total_per_m for s in at),
                hi=max(s.total_per_m for s in at))
     return out
+
+
+def print_sizing(m: dict[str, float]) -> None:
+    """The sizing table from one worker's CPU-s per 1 M flows per service (bench/pipeline_sizing.py)."""
+    from bench.pipeline_sizing import assumptions_line, table
+
+    per = {s: m[s] for s in SERVICES if s in m}
+    if not per:
+        print("sizing: no sustained step to derive it from")
+        return
+    print(f"\nsizing ({assumptions_line(per)}):")
+    print("\n".join(table(per)))
 
 
 def breakdown(label: str, rate: float, m: dict[str, float]) -> str:
@@ -518,6 +536,7 @@ def report(results: dict[str, list[Step]], ns: list[int], outputs: bool = True) 
     if base is None:
         m = mean_cpu(ones, f)
         print(breakdown("this", f, m))
+        print_sizing(m)
         print(f"pipeline: {f:.0f} flows/s sustained, {m.get('total', float('nan')):.2f} CPU-s per 1 M flows; "
               f"baseline - flows/s, - CPU-s per 1 M flows; ratio -")
         return status
@@ -532,6 +551,7 @@ def report(results: dict[str, list[Step]], ns: list[int], outputs: bool = True) 
           f"steps at that rate, alternated):")
     print(breakdown("this", common, m))
     print(breakdown("baseline", common, m0))
+    print_sizing(m)
     x, y = m.get("total", float("nan")), m0.get("total", float("nan"))
     print(f"pipeline: {f:.0f} flows/s sustained, {x:.2f} CPU-s per 1 M flows; baseline {f0:.0f} flows/s, {y:.2f} CPU-s "
           f"per 1 M flows; ratio {x / y if y else float('nan'):.2f}")

@@ -265,7 +265,9 @@ class TopicCounter:
     def __init__(self, settings, topics: list[str], partitions: int):
         from confluent_kafka import Consumer, TopicPartition
 
-        self.c = Consumer({**settings.kafka.client_config(), "group.id": "bench-pipeline-" + uuid.uuid4().hex[:8],
+        from fabricflow.kafka import client_config
+
+        self.c = Consumer({**client_config(settings.kafka), "group.id": "bench-pipeline-" + uuid.uuid4().hex[:8],
                            "enable.auto.commit": False, "fetch.max.bytes": 64_000_000})
         self.c.assign([TopicPartition(t, p, -2) for t in topics for p in range(partitions)])  # -2: the beginning
         self.rows: dict[str, dict[int, int]] = {t: {} for t in topics}  # topic -> hour index -> rows
@@ -348,7 +350,9 @@ def output_digests(settings, topics: dict[str, str], partitions: int, idle_s: fl
     of the batch that raised it, and batches are cut differently with more workers."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({**settings.kafka.client_config(), "group.id": "bench-outputs-" + uuid.uuid4().hex[:8],
+    from fabricflow.kafka import client_config
+
+    c = Consumer({**client_config(settings.kafka), "group.id": "bench-outputs-" + uuid.uuid4().hex[:8],
                   "enable.auto.commit": False})
     c.assign([TopicPartition(t, p, -2) for t in topics.values() for p in range(partitions)])
     seen: dict[str, set] = {t: set() for t in topics.values()}

@@ -166,3 +166,19 @@ def test_report_fails_when_outputs_with_n_workers_differ(capsys):
     assert "N=2: 20,000 flows/s sustained; OUTPUTS DIFFER from N=1: matrix" in out
     assert out.strip().splitlines()[-1] == ("pipeline: 20000 flows/s sustained, 23.75 CPU-s per 1 M flows; "
                                             "baseline - flows/s, - CPU-s per 1 M flows; ratio -")
+
+
+def test_sizing_follows_the_issue_arithmetic_and_rounds_workers_up():
+    from bench.pipeline_sizing import Assumptions, partitions_for, size, table
+
+    a = Assumptions()
+    # issue 27: a 4,096-port 400G fabric sampled 1:8192 gives ~1.5 k samples/s per busy port, ~6 M/s at full load
+    assert a.samples_per_port(8192) == pytest.approx(1_470, rel=0.01)
+    assert a.flows_per_s(4096, 8192) == pytest.approx(6.0e6, rel=0.01)
+    assert a.flows_per_s(1024, 4096) == pytest.approx(2 * a.flows_per_s(1024, 8192))
+    cores = size({"ingest": 1.0, "processors": 7.0, "metrics": 9.0}, 1e6, a)
+    assert cores == pytest.approx({"ingest": 1.6 / 0.7, "processors": 10.0, "metrics": 1.0})
+    assert [partitions_for(n) for n in (1, 2, 3, 10, 16)] == [2, 4, 8, 32, 32]
+    rows = table({"ingest": 1.0, "processors": 7.0, "archive": 5.0, "metrics": 3.0}, fabrics=(1024,), samplings=(8192,))
+    # 1.50 M flows/s: ingest 3.4 -> 4, processors 15.03 -> 16, archive 10.7 -> 11, metrics 1; 16 consumers x 2 -> 32
+    assert rows[2] == "| 1,024 | 1:8192 | 1,468 | 1.50 M | 4 | 16 | 11 | 1 | 32 | 32 |"
