@@ -29,7 +29,7 @@ import yaml
 
 from bench.chaos import read_metrics
 from bench.common import cpu_seconds
-from devtools.runner import LocalPipeline, PipelineError, PipelinePorts, _udp_free
+from devtools.runner import LocalPipeline, PipelineError, PipelinePorts, udp_free
 from devtools.stack import EmbeddedStack, StackError, port_free, tail
 
 HOUR_MS = 3_600_000
@@ -121,7 +121,7 @@ class BenchPipeline(LocalPipeline):
         self.config_path.write_text(yaml.safe_dump(self.settings_dict(), sort_keys=False))
         s = self.settings()
         for port in (self.ports.sflow, self.ports.netflow, self.ports.ipfix):
-            if not _udp_free(port):
+            if not udp_free(port):
                 raise PipelineError(f"UDP port 127.0.0.1:{port} is in use; choose another --port-base")
         self.dump = self.code.config_dump(self.config_path)
         self.stack = EmbeddedStack(s, with_s3=True)
@@ -299,7 +299,7 @@ def archive_rows(settings, dataset: str, hour: int) -> tuple[int, int]:
     import pyarrow.parquet as pq
 
     from sinks.fs import archive_filesystem
-    from sinks.layout import parse_key
+    from sinks.archive.layout import parse_key
 
     fs, root = archive_filesystem(settings.archive)
     fs.invalidate_cache()

@@ -1,25 +1,16 @@
 """Sizing from the whole-pipeline bench: cores and partitions per service for a GPU fabric, derived from the
-measured CPU-s per 1 M flows of each service (bench/pipeline.py).
-
-The arithmetic, so the table in docs/performance.md ("Sizing") can be re-derived from any run's figures:
+measured CPU-s per 1 M flows of each service (bench/pipeline.py; the table and its assumptions: docs/performance.md,
+"Sizing").
 
     packets/s per port = port speed x load / (8 x bytes per packet)
     samples/s per port = packets/s per port / sampling rate
     flows/s            = GPUs x ports per GPU x samples/s per port x flow records per sample
     cores of a service = flows/s x its CPU-s per flow / target utilisation (the headroom)
 
-The bench sends NetFlow v9; a GPU fabric's switches export sFlow, whose decoding costs ingest more per record
-(bench/ingest.py: 1.52 against 0.95 CPU-s per 1 M records): ingest's figure is scaled by ``sflow_ingest_factor``.
-The flow-metrics sink is not sized per flow: it reads matrix windows, whose cells follow the node pairs that talk,
-not the flow rate (the pipeline bench sees it at the same ~0.1 core at every rate; bench/metrics_sink.py: 0.07
-core at 512 nodes, 0.43 at 4,096 nodes for a 1 M flows/s stream): one core (``METRICS_SINK_CORES``) at every size.
-
-One worker of a scaled service (ingest worker, processors worker, archive sink) keeps about one core busy, so its
-workers are its cores rounded up. The consumers of a topic never outnumber its partitions: partitions are the
-largest consumer group's workers, doubled (room to add workers: adding partitions later moves keys between
-partitions), rounded up to a power of two.
-
-Not a benchmark: imported by bench/pipeline.py.
+Ingest's NetFlow v9 figure is scaled by ``sflow_ingest_factor`` (sFlow costs more per record). The flow-metrics
+sink reads matrix windows, not flows: one core (``METRICS_SINK_CORES``) at every size. A scaled service's worker
+keeps about one core busy; a topic's partitions are the largest consumer group's workers, doubled, rounded up to a
+power of two. Not a benchmark: imported by bench/pipeline.py.
 """
 
 from __future__ import annotations

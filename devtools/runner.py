@@ -166,7 +166,7 @@ class LocalPipeline:
         s = self.settings()
         for name, port in (("sflow", self.ports.sflow), ("netflow", self.ports.netflow), ("ipfix", self.ports.ipfix),
                            ("marks", self.ports.marks)):
-            if not _udp_free(port):
+            if not udp_free(port):
                 raise PipelineError(f"ingest: UDP port 127.0.0.1:{port} ({name}) is in use; stop whatever listens there"
                                     f"{self.move_ports}")
         for name, port in self.ports.required_tcp().items():
@@ -320,7 +320,7 @@ class LocalPipeline:
                 "marks": f"127.0.0.1:{p.marks}"}
 
 
-def _udp_free(port: int) -> bool:
+def udp_free(port: int) -> bool:
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

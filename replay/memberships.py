@@ -28,7 +28,8 @@ def archived_membership_rows(fs, root: str, frm_ms: int, to_ms: int, lateness_ms
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from sinks.query import ArchiveError, ArchiveQuery, DatasetMissing
+    from query.errors import ArchiveError, DatasetMissing
+    from query.reports import ArchiveQuery
 
     lo, hi = frm_ms - SNAPSHOT_MS - lateness_ms, to_ms + lateness_ms
     try:

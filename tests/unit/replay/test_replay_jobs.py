@@ -16,10 +16,11 @@ from processors.logic.enrich.inventory import Inventory
 from processors.logic.enrich.inventory.membership import Holding
 from replay import ShardedCores, core_factory_from, output_records
 from replay.memberships import archived_membership_rows, inventory_with_archived_jobs
-from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.arrow_schema import table_from_dicts
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import table_from_dicts
 from schemas.columns import addr16
-from sinks.layout import HOUR_MS
+from sinks.archive.layout import HOUR_MS
 from tests.unit.replay import helpers as h
 from tests.unit.replay.test_replay_archive import write_archive
 from tests.unit.replay.test_replay_cli import make_app
