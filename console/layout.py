@@ -33,6 +33,33 @@ class PortInfo:
     speed_bps: float | None = None
 
 
+@dataclass(frozen=True)
+class NicInfo:
+    """One network interface of a node: the switch port it is cabled to and its rail (None: not said)."""
+
+    node: str
+    name: str
+    switch: str
+    if_index: int | None
+    rail: int | None = None
+    speed_bps: float | None = None
+
+
+@dataclass(frozen=True)
+class LinkInfo:
+    """A switch-to-switch link (a leaf uplink to a spine): both ends (switch, ifIndex) and its speed."""
+
+    a_switch: str
+    a_port: int
+    b_switch: str
+    b_port: int
+    speed_bps: float | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.a_switch}:{self.a_port}"
+
+
 @dataclass
 class Layout:
     nodes: list[NodeInfo] = field(default_factory=list)
@@ -40,6 +67,10 @@ class Layout:
     jobs: dict[str, list[str]] = field(default_factory=dict)  # job -> nodes in inventory (ring) order
     agents: dict[bytes, str] = field(default_factory=dict)  # 16-byte agent address -> switch name
     switches: list[str] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)  # switch -> "leaf" / "spine" ("" or absent: not said)
+    switch_rails: dict[str, int] = field(default_factory=dict)  # rail leaf -> the rail it carries
+    nics: list[NicInfo] = field(default_factory=list)  # from the inventory's nodes[].nics
+    links: list[LinkInfo] = field(default_factory=list)  # switch-to-switch links
 
     def __post_init__(self) -> None:
         self.by_name = {n.name: n for n in self.nodes}
@@ -71,7 +102,14 @@ class Layout:
             for idx in sorted(s.ports):
                 p = s.ports[idx]
                 ports.append(PortInfo(s.name, int(idx), p.peer or "", float(p.speed) if p.speed else None))
-        return cls(nodes, ports, jobs, agents, [s.name for s in spec.switches])
+        roles = {s.name: getattr(s, "role", "") or "" for s in spec.switches}
+        rails = {s.name: s.rail for s in spec.switches if getattr(s, "rail", None) is not None}
+        nics = [NicInfo(n.name, c.name, c.switch or n.switch or "", c.port, c.rail,
+                        float(c.speed or n.capacity) if (c.speed or n.capacity) else None)
+                for n in spec.nodes for c in getattr(n, "nics", None) or []]
+        links = [LinkInfo(k.a.switch, int(k.a.port), k.b.switch, int(k.b.port), float(k.speed) if k.speed else None)
+                 for k in getattr(spec, "links", None) or []]
+        return cls(nodes, ports, jobs, agents, [s.name for s in spec.switches], roles, rails, nics, links)
 
     # -- lookups
 
