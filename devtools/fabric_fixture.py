@@ -91,3 +91,30 @@ def fill_ports(store, t_ms: int, samples: int = 3, interval_ms: int = 10_000) ->
     for k in range(samples):
         for r in link_samples(store.layout, t_ms - (samples - 1 - k) * interval_ms, interval_ms):
             store.add("link", r)
+
+
+def main(argv=None) -> int:
+    """Serve the console on the fixture fabric (live port samples only): ``python -m devtools.fabric_fixture``."""
+    import argparse
+    import time
+
+    import uvicorn
+
+    from console.app import ConsoleState, create_app
+    from console.live import LiveStore
+
+    ap = argparse.ArgumentParser(description="the console on a generated rail-optimised fabric (no broker)")
+    ap.add_argument("--port", type=int, default=44080)
+    ap.add_argument("--nodes", type=int, default=512)
+    ap.add_argument("--rails", type=int, default=8)
+    args = ap.parse_args(argv)
+    layout = fabric_layout(args.nodes, args.rails)
+    store = LiveStore(layout)
+    fill_ports(store, int(time.time() * 1000) // 10_000 * 10_000, samples=30)
+    print(f"console on http://127.0.0.1:{args.port}/#view=topology ({args.nodes} nodes, {args.rails} rails)")
+    uvicorn.run(create_app(ConsoleState(layout, store)), host="127.0.0.1", port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
