@@ -91,7 +91,9 @@ class Layout:
                 if n not in jobs[j.name]:
                     jobs[j.name].append(n)
                 job_of.setdefault(n, j.name)
-        nodes = [NodeInfo(n.name, n.group, n.rack or "", n.switch or "", job_of.get(n.name, ""),
+        topo = getattr(inv, "topology", None)  # switch roles, links, NICs and rails (processors...inventory.topology)
+        first_leaf = {c.node: c.switch for c in reversed(topo.nics)} if topo is not None else {}
+        nodes = [NodeInfo(n.name, n.group, n.rack or "", n.switch or first_leaf.get(n.name, ""), job_of.get(n.name, ""),
                           float(n.capacity) if n.capacity else None) for n in spec.nodes]
         sw_order = {s.name: i for i, s in enumerate(spec.switches)}
         nodes.sort(key=lambda n: (sw_order.get(n.switch, len(sw_order)), n.switch, n.rack, n.job == "", n.job, n.name))
@@ -102,13 +104,17 @@ class Layout:
             for idx in sorted(s.ports):
                 p = s.ports[idx]
                 ports.append(PortInfo(s.name, int(idx), p.peer or "", float(p.speed) if p.speed else None))
-        roles = {s.name: getattr(s, "role", "") or "" for s in spec.switches}
-        rails = {s.name: s.rail for s in spec.switches if getattr(s, "rail", None) is not None}
-        nics = [NicInfo(n.name, c.name, c.switch or n.switch or "", c.port, c.rail,
-                        float(c.speed or n.capacity) if (c.speed or n.capacity) else None)
-                for n in spec.nodes for c in getattr(n, "nics", None) or []]
-        links = [LinkInfo(k.a.switch, int(k.a.port), k.b.switch, int(k.b.port), float(k.speed) if k.speed else None)
-                 for k in getattr(spec, "links", None) or []]
+        roles, rails, nics, links = {}, {}, [], []
+        if topo is not None:
+            given = {(p.switch, p.if_index) for p in ports}
+            for (sw, idx), use in sorted(topo.ports.items()):  # NIC ports and link ends the switches do not list
+                if (sw, idx) not in given:
+                    ports.append(PortInfo(sw, int(idx), use.peer, _bps(use.speed_bps)))
+            roles = dict(topo.switch_role)
+            rails = {sw: r for sw, r in topo.switch_rail.items() if r is not None and r >= 0}
+            nics = [NicInfo(n.node, n.name, n.switch, n.port if n.port >= 0 else None, n.rail if n.rail >= 0 else None,
+                            _bps(n.speed_bps)) for n in topo.nics]
+            links = [LinkInfo(k.a_switch, k.a_port, k.b_switch, k.b_port, _bps(k.speed_bps)) for k in topo.links]
         return cls(nodes, ports, jobs, agents, [s.name for s in spec.switches], roles, rails, nics, links)
 
     # -- lookups
@@ -173,6 +179,11 @@ class Layout:
 
     def jobs_of(self, node: str) -> list[str]:
         return [j for j, members in self.jobs.items() if node in members]
+
+
+def _bps(x: float | None) -> float | None:
+    """A speed from the inventory's topology (NaN or 0 when not given) as the layout keeps it (None)."""
+    return float(x) if x and x == x else None
 
 
 def load_layout(path: str | None) -> Layout:

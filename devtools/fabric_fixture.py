@@ -1,18 +1,17 @@
 """A rail-optimised two-tier fabric for the console's topology tests, screenshots and benchmark.
 
-``fabric_layout()`` builds the console's :class:`~console.layout.Layout` directly (spines, rail leaves, nodes with
-one NIC per rail, leaf uplinks to every spine) so the views can be exercised at 512 nodes without an inventory
-file; ``fill_ports()`` puts one counter sample per port into a :class:`~console.live.LiveStore` (or returns the
+``fabric_inventory()`` writes the inventory (spines, rail leaves, nodes with one NIC per rail, leaf uplinks to
+every spine), ``fabric_layout()`` reads it through the inventory's validation into the console's
+:class:`~console.layout.Layout`; ``fill_ports()`` puts one counter sample per port into a :class:`~console.live.LiveStore` (or returns the
 link-health sample records for an archive), with a few known faults: a node NIC negotiated below its speed, an
 uplink with errors, an uplink down, and one node whose rail-3 NIC carries a sliver of its traffic.
 """
 
 from __future__ import annotations
 
-from console.layout import Layout, LinkInfo, NicInfo, NodeInfo, PortInfo
+from console.layout import Layout
 
 NIC_BPS = 400_000_000_000
-UPLINK_BPS = 800_000_000_000
 
 
 def names(nodes: int, rails: int, su: int, spines: int) -> dict:
@@ -23,34 +22,34 @@ def names(nodes: int, rails: int, su: int, spines: int) -> dict:
             "spines": [f"spine{s}" for s in range(spines)]}
 
 
-def fabric_layout(nodes: int = 512, rails: int = 8, su: int = 128, rack: int = 16, spines: int = 8,
-                  jobs: int = 8) -> Layout:
-    """``nodes`` GPU nodes in racks of ``rack``, scalable units of ``su`` nodes with one leaf per rail each, every
-    node NIC r on its unit's rail-r leaf (port = the node's index in the unit + 1), every leaf with one uplink to
-    each spine (leaf port 1000 + s, spine port = leaf number + 1)."""
+def fabric_inventory(nodes: int = 512, rails: int = 8, su: int = 128, rack: int = 16, spines: int = 8,
+                     jobs: int = 8) -> dict:
+    """An inventory (the YAML shape, docs/inventory.md) of ``nodes`` GPU nodes in racks of ``rack``, in scalable
+    units of ``su`` nodes with one leaf per rail each: node NIC r on its unit's rail-r leaf (port = the node's index
+    in the unit + 1), every leaf with one uplink to each spine (leaf port 1000 + s, spine port = leaf number + 1)."""
     n = names(nodes, rails, su, spines)
-    node_infos, nics, ports = [], [], []
-    per_job = max(1, nodes // max(1, jobs))
+    node_specs = []
     for i, name in enumerate(n["nodes"]):
         u = i // su
-        node_infos.append(NodeInfo(name, "gpu", f"rack{i // rack:02d}", f"leaf-s{u}-r0", f"job{i // per_job}",
-                                   float(NIC_BPS * rails)))
-        for r in range(rails):
-            leaf = f"leaf-s{u}-r{r}"
-            nics.append(NicInfo(name, f"nic{r}", leaf, i % su + 1, r, float(NIC_BPS)))
-            ports.append(PortInfo(leaf, i % su + 1, name, float(NIC_BPS)))
-    links = []
-    for k, leaf in enumerate(n["leaves"]):
-        for s, spine in enumerate(n["spines"]):
-            links.append(LinkInfo(leaf, 1000 + s, spine, k + 1, float(UPLINK_BPS)))
-            ports.append(PortInfo(leaf, 1000 + s, spine, float(UPLINK_BPS)))
-            ports.append(PortInfo(spine, k + 1, leaf, float(UPLINK_BPS)))
-    job_nodes: dict[str, list[str]] = {}
-    for x in node_infos:
-        job_nodes.setdefault(x.job, []).append(x.name)
-    roles = {x: "leaf" for x in n["leaves"]} | {x: "spine" for x in n["spines"]}
-    return Layout(node_infos, ports, job_nodes, {}, n["leaves"] + n["spines"], roles,
-                  {x: int(x.rsplit("-r", 1)[1]) for x in n["leaves"]}, nics, links)
+        node_specs.append({"name": name, "group": "gpu", "rack": f"rack{i // rack:02d}", "capacity": "400G",
+                           "nics": [{"name": f"nic{r}", "addresses": [f"10.{r}.{i // 250}.{i % 250 + 1}"],
+                                     "switch": f"leaf-s{u}-r{r}", "port": i % su + 1, "rail": r} for r in range(rails)]})
+    switches = [{"name": leaf, "role": "leaf", "rail": int(leaf.rsplit("-r", 1)[1]), "agent": f"10.254.{k // 250}.{k % 250 + 1}"}
+                for k, leaf in enumerate(n["leaves"])]
+    switches += [{"name": sp, "role": "spine", "agent": f"10.253.0.{s + 1}"} for s, sp in enumerate(n["spines"])]
+    links = [{"a": f"{leaf}:{1000 + s}", "b": f"{sp}:{k + 1}", "speed": "800G"}
+             for k, leaf in enumerate(n["leaves"]) for s, sp in enumerate(n["spines"])]
+    per_job = max(1, nodes // max(1, jobs))
+    job_specs = [{"name": f"job{j}", "nodes": n["nodes"][j * per_job:(j + 1) * per_job]} for j in range(-(-nodes // per_job))]
+    return {"version": 1, "nodes": node_specs, "switches": switches, "links": links, "jobs": job_specs}
+
+
+def fabric_layout(nodes: int = 512, rails: int = 8, su: int = 128, rack: int = 16, spines: int = 8,
+                  jobs: int = 8) -> Layout:
+    """The console's layout of :func:`fabric_inventory`, read through the inventory's own validation."""
+    from processors.logic.enrich.inventory import Inventory
+
+    return Layout.from_inventory(Inventory.from_dict(fabric_inventory(nodes, rails, su, rack, spines, jobs)))
 
 
 # the faults fill_ports() puts in, by link id (as /api/topology names links)
@@ -68,7 +67,11 @@ def link_samples(layout: Layout, t_ms: int, interval_ms: int = 10_000) -> list[d
     for i, p in enumerate(layout.ports):
         key = f"{p.switch}:{p.if_index}"
         uplink = p.node in layout.roles
-        util = 0.25 + 0.5 * ((i * 7919) % 97) / 97 if not uplink else 0.35 + 0.3 * ((i * 104729) % 89) / 89
+        if uplink:  # uplinks between 35 and 65 %; a node's NICs within 10 % of the node's level (25-75 %)
+            util = 0.35 + 0.3 * ((i * 104729) % 89) / 89
+        else:
+            k = int(p.node[3:]) if p.node[3:].isdigit() else i
+            util = (0.25 + 0.5 * ((k * 7919) % 97) / 97) * (0.95 + 0.1 * ((i * 31) % 11) / 11)
         speed = int(p.speed_bps or NIC_BPS)
         errors, up = 0.0, True
         if key == DOWNGRADED:
