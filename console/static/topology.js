@@ -170,7 +170,7 @@
     const list = h.clear($("o-links"));
     for (const k of g.listed) list.appendChild(h.el("li", { "data-link": k.id, "data-kind": k.kind, "data-state": k.state, "data-health": (k.health || []).join(","), "data-color": k.color }, k.text));
     const names = h.clear($("o-names"));
-    for (const n of g.nodes) names.appendChild(h.el("li", { "data-id": n.id }, n.id.startsWith("node:") ? n.name : n.id.replace(/^sw:/, "")));
+    for (const n of g.nodes) names.appendChild(h.el("li", { "data-id": n.id }, n.name));
     const cnt = t.counts;
     $("o-info").textContent = t.source + " · " + cnt.spines + " spines, " + cnt.leaves + " leaves, " + cnt.nodes + " nodes, " + cnt.links + " links · " +
       (cnt.down + cnt.degraded) + " with a problem" + (t.collapse ? " · nodes grouped by " + t.group_by + " (" + t.groups.length + " groups; click one to open it)" : "");
