@@ -9,6 +9,9 @@ uplink with errors, an uplink down, and one node whose rail-3 NIC carries a sliv
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
+
 from console.layout import Layout
 
 NIC_BPS = 400_000_000_000
@@ -96,26 +99,53 @@ def fill_ports(store, t_ms: int, samples: int = 3, interval_ms: int = 10_000) ->
             store.add("link", r)
 
 
-def main(argv=None) -> int:
-    """Serve the console on the fixture fabric (live port samples only): ``python -m devtools.fabric_fixture``."""
-    import argparse
-    import time
+@contextmanager
+def serving(port: int, nodes: int = 512, rails: int = 8, samples: int = 30):
+    """The console on the fixture fabric (live port samples only, no broker or archive) on 127.0.0.1:``port`` in a
+    thread; yields its URL."""
+    import threading
 
     import uvicorn
 
     from console.app import ConsoleState, create_app
     from console.live import LiveStore
 
+    layout = fabric_layout(nodes, rails)
+    store = LiveStore(layout)
+    fill_ports(store, int(time.time() * 1000) // 10_000 * 10_000, samples=samples)
+    server = uvicorn.Server(uvicorn.Config(create_app(ConsoleState(layout, store)), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="off"))
+    server.install_signal_handlers = lambda: None
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline or not t.is_alive():
+            raise RuntimeError(f"the console did not start on 127.0.0.1:{port}")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.should_exit = True
+        t.join(10)
+
+
+def main(argv=None) -> int:
+    """Serve the console on the fixture fabric until interrupted: ``python -m devtools.fabric_fixture``."""
+    import argparse
+
     ap = argparse.ArgumentParser(description="the console on a generated rail-optimised fabric (no broker)")
     ap.add_argument("--port", type=int, default=44080)
     ap.add_argument("--nodes", type=int, default=512)
     ap.add_argument("--rails", type=int, default=8)
     args = ap.parse_args(argv)
-    layout = fabric_layout(args.nodes, args.rails)
-    store = LiveStore(layout)
-    fill_ports(store, int(time.time() * 1000) // 10_000 * 10_000, samples=30)
-    print(f"console on http://127.0.0.1:{args.port}/#view=topology ({args.nodes} nodes, {args.rails} rails)")
-    uvicorn.run(create_app(ConsoleState(layout, store)), host="127.0.0.1", port=args.port, log_level="warning")
+    with serving(args.port, args.nodes, args.rails) as url:
+        print(f"console on {url}#view=topology ({args.nodes} nodes, {args.rails} rails); Ctrl-C stops it")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
     return 0
 
 
