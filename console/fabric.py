@@ -109,14 +109,15 @@ def fabric_routes(state, api, BadRequest, answered_fields):
             raise BadRequest(f"id must be a link as /api/topology names it (switch:ifIndex), got {link_id[:40]!r}")
         rng = p.range()
         ends, answered, source = [], [], "live"
-        for sw, idx in found.pop("ends"):
+        for sw, idx in found["ends"]:
             series, source, got = await series_of(sw, idx, rng)
             answered += got
             ends.append({"switch": sw, "if_index": idx, "series": series,
                          "health": link_health_series(state.layout, (sw, idx), series)})
         states, recent, source = await port_data(p)
-        now = next((k for k in topo.graph(state.layout, states, recent)["links"] if k["id"] == found["id"]), None)
-        return found | {"ends": ends, "now": now, "source": source, **answered_fields(answered)}
+        now = topo.link_now(state.layout, found, states, recent)
+        return {k: v for k, v in found.items() if k != "_of"} | {"ends": ends, "now": now, "source": source,
+                                                                 **answered_fields(answered)}
 
     async def rails(request, p):
         p.check_unknown("from", "to", "last", "below")

@@ -129,34 +129,45 @@ def _groups(layout: Layout, links: list[dict], nics_of: dict[str, list[NicInfo]]
     return by, list(groups.values()), group_links
 
 
-def graph(layout: Layout, states: list[dict], recent_events: dict[tuple[str, int], dict[str, int]],
-          group_over: int = GROUP_OVER) -> dict:
-    """``spines``, ``leaves``, ``nodes`` and ``links`` (node links and switch-to-switch links, each with speed,
-    utilisation, errors/discards, oper status, health flags and a state: ok, degraded, down or unknown), and the
-    grouping hints (``group_by``, ``groups``, ``group_links``, ``collapse``: more than ``group_over`` nodes)."""
+def _node_link(c: NicInfo, entry) -> dict:
+    """A node NIC's link from its switch port's entry (``entry(switch, ifIndex)``: :func:`views.port_entry`)."""
+    e = entry(c.switch, c.if_index)
+    e.update(id=f"{c.switch}:{c.if_index}", kind="node", node=c.node, nic=c.name, rail=c.rail,
+             speed_bps=c.speed_bps or e["speed_bps"], state=_state(e["health"], e["util"]))
+    return e
+
+
+def _fabric_link(k: LinkInfo, entry) -> dict:
+    """A switch-to-switch link from its ends' port entries."""
+    ends = [entry(k.a_switch, k.a_port)] + ([entry(k.b_switch, k.b_port)] if k.b_port >= 0 else [])
+    return {"id": k.id, "kind": "fabric", "a": {"switch": k.a_switch, "if_index": k.a_port},
+            "b": {"switch": k.b_switch, "if_index": k.b_port if k.b_port >= 0 else None},
+            "speed_bps": k.speed_bps, **_merge_ends(ends)}
+
+
+def _entries(layout: Layout, states: list[dict], recent_events: dict):
     by_key = {(s["switch"], int(s["if_index"])): s for s in states}
 
     def entry(sw: str, idx: int) -> dict:
         return port_entry(layout, (sw, idx), by_key.get((sw, idx), {}), recent_events.get((sw, idx)))
 
+    return entry
+
+
+def graph(layout: Layout, states: list[dict], recent_events: dict[tuple[str, int], dict[str, int]],
+          group_over: int = GROUP_OVER) -> dict:
+    """``spines``, ``leaves``, ``nodes`` and ``links`` (node links and switch-to-switch links, each with speed,
+    utilisation, errors/discards, oper status, health flags and a state: ok, degraded, down or unknown), and the
+    grouping hints (``group_by``, ``groups``, ``group_links``, ``collapse``: more than ``group_over`` nodes)."""
+    entry = _entries(layout, states, recent_events)
     nics = node_nics(layout)
     nics_of: dict[str, list[NicInfo]] = {}
     for c in nics:
         nics_of.setdefault(c.node, []).append(c)
-    links: list[dict] = []
-    for c in nics:
-        if c.if_index is None:
-            continue
-        e = entry(c.switch, c.if_index)
-        e.update(id=f"{c.switch}:{c.if_index}", kind="node", node=c.node, nic=c.name, rail=c.rail,
-                 speed_bps=c.speed_bps or e["speed_bps"], state=_state(e["health"], e["util"]))
-        links.append(e)
+    links: list[dict] = [_node_link(c, entry) for c in nics if c.if_index is not None]
     uplinked: dict[str, int] = {}
     for k in fabric_links(layout):
-        ends = [entry(k.a_switch, k.a_port)] + ([entry(k.b_switch, k.b_port)] if k.b_port >= 0 else [])
-        links.append({"id": k.id, "kind": "fabric", "a": {"switch": k.a_switch, "if_index": k.a_port},
-                      "b": {"switch": k.b_switch, "if_index": k.b_port if k.b_port >= 0 else None},
-                      "speed_bps": k.speed_bps, **_merge_ends(ends)})
+        links.append(_fabric_link(k, entry))
         for sw in (k.a_switch, k.b_switch):
             uplinked[sw] = uplinked.get(sw, 0) + 1
     spines = [s for s in layout.switches if layout.roles.get(s) == "spine"]
@@ -254,12 +265,19 @@ def find_link(layout: Layout, link_id: str) -> dict | None:
     for k in fabric_links(layout):
         if key in ((k.a_switch, k.a_port), (k.b_switch, k.b_port)):
             ends = [(k.a_switch, k.a_port)] + ([(k.b_switch, k.b_port)] if k.b_port >= 0 else [])
-            return {"id": k.id, "kind": "fabric", "ends": ends, "node": "", "speed_bps": k.speed_bps}
+            return {"id": k.id, "kind": "fabric", "ends": ends, "node": "", "speed_bps": k.speed_bps, "_of": k}
     nic = next((c for c in node_nics(layout) if (c.switch, c.if_index) == key), None)
     p = layout.port_by_key.get(key)
     return {"id": f"{sw}:{idx}", "kind": "node", "ends": [key], "node": nic.node if nic else (p.node if p else ""),
             "nic": nic.name if nic else "", "rail": nic.rail if nic else None,
-            "speed_bps": (nic.speed_bps if nic else None) or (p.speed_bps if p else None)}
+            "speed_bps": (nic.speed_bps if nic else None) or (p.speed_bps if p else None),
+            "_of": nic or NicInfo(p.node if p else "", "", sw, int(idx), None, p.speed_bps if p else None)}
+
+
+def link_now(layout: Layout, found: dict, states: list[dict], recent_events: dict) -> dict:
+    """The link :func:`find_link` found as :func:`graph` lists it, from the latest port states."""
+    entry = _entries(layout, [s for s in states if (s["switch"], int(s["if_index"])) in found["ends"]], recent_events)
+    return _fabric_link(found["_of"], entry) if found["kind"] == "fabric" else _node_link(found["_of"], entry)
 
 
 def select_links(g: dict, detail: str, expand: list[str]) -> dict:
