@@ -201,7 +201,6 @@ def main() -> int:
     ms, size, body = timed_get(f"{live}/api/matrix/cell?window={T0}&src=gpu001&dst=gpu002", args.repeat)
     rows.append(("GET /api/matrix/cell (hover detail), live", ms, size, 200))
 
-    paint = []
     from devtools.browser import available, browser
 
     why = available()
@@ -209,19 +208,7 @@ def main() -> int:
         print(f"first paint: skipped ({why})")
     else:
         with browser(1500, 1000, driver_port=args.port + 2) as d:
-            for k in range(max(3, args.repeat // 2)):
-                d.get(f"{live}/?k={k}#view=matrix&window={T0}")
-                got = None
-                deadline = time.monotonic() + 30
-                while got is None and time.monotonic() < deadline:
-                    got = d.execute_script(
-                        "const p = performance.getEntriesByName('matrix-painted')[0], "
-                        "q = performance.getEntriesByName('matrix-data')[0]; "
-                        "return p ? [p.startTime, q.startTime] : null")
-                    time.sleep(0.05)
-                if got is None:
-                    raise SystemExit("the matrix was not painted within 30 s")
-                paint.append(got)
+            paint = paint_times(d, f"{live}/?k={{k}}#view=matrix&window={T0}", "matrix", max(3, args.repeat // 2))
         first = statistics.median(p[0] for p in paint)
         draw = statistics.median(p[0] - p[1] for p in paint)
         rows.append(("matrix view: navigation start -> 262k cells painted", first, 0, 1000))
@@ -235,6 +222,25 @@ def main() -> int:
         worst &= target is None or ms < target
         print(f"{name:<62}{ms:>10.1f}{size:>12,}{'' if target is None else target:>11}{ok}")
     return 0 if worst else 1
+
+
+def paint_times(d, url: str, view: str, n: int) -> list[tuple[float, float]]:
+    """(navigation start -> ``{view}-painted``, -> ``{view}-data``) in ms, the page's performance marks, for ``n``
+    fresh loads of ``url`` (``{k}`` in it: the load's number, so each load is a new document)."""
+    out = []
+    for k in range(n):
+        d.get(url.format(k=k))
+        got, deadline = None, time.monotonic() + 30
+        while got is None and time.monotonic() < deadline:
+            got = d.execute_script(
+                f"const p = performance.getEntriesByName('{view}-painted')[0], "
+                f"q = performance.getEntriesByName('{view}-data')[0]; "
+                "return p ? [p.startTime, q.startTime] : null")
+            time.sleep(0.05)
+        if got is None:
+            raise SystemExit(f"the {view} view was not painted within 30 s")
+        out.append(got)
+    return out
 
 
 def topology_rows(args) -> list[tuple]:
@@ -260,20 +266,8 @@ def topology_rows(args) -> list[tuple]:
 
         if available():
             return rows
-        paint = []
         with browser(1600, 1000, driver_port=port + 1) as d:
-            for k in range(max(3, args.repeat // 2)):
-                d.get(f"{url}?k={k}#view=topology")
-                got, deadline = None, time.monotonic() + 30
-                while got is None and time.monotonic() < deadline:
-                    got = d.execute_script(
-                        "const p = performance.getEntriesByName('topology-painted')[0], "
-                        "q = performance.getEntriesByName('topology-data')[0]; "
-                        "return p ? [p.startTime, q.startTime] : null")
-                    time.sleep(0.05)
-                if got is None:
-                    raise SystemExit("the topology graph was not painted within 30 s")
-                paint.append(got)
+            paint = paint_times(d, f"{url}?k={{k}}#view=topology", "topology", max(3, args.repeat // 2))
         rows.append(("topology view: navigation start -> 512-node graph painted",
                      statistics.median(p[0] for p in paint), 0, 1000))
         rows.append(("  of which laying out and drawing (data in hand -> painted)",

@@ -93,14 +93,19 @@ def main() -> int:
                 time.sleep(1.5)
                 d.execute_script("document.getElementById('e-diagnosis').scrollIntoView({block: 'start'})")
                 time.sleep(0.5)
-                path = out / "console-diagnosis.png"
-                d.save_screenshot(str(path))
-                print(f"wrote {path}")
-                errs = console_errors(d)
-                if errs:
-                    print("browser console errors:\n  " + "\n  ".join(errs), file=sys.stderr)
+                if not shoot(d, out / "console-diagnosis.png"):
                     return 1
     return 0
+
+
+def shoot(d, path: Path) -> bool:
+    """Save the page to ``path``; False (the errors printed) when the browser console has errors."""
+    d.save_screenshot(str(path))
+    print(f"wrote {path}")
+    errs = console_errors(d)
+    if errs:
+        print("browser console errors:\n  " + "\n  ".join(errs), file=sys.stderr)
+    return not errs
 
 
 def fabric(out: Path, port: int, driver_port: int) -> int:
@@ -116,12 +121,7 @@ def fabric(out: Path, port: int, driver_port: int) -> int:
                 d.get(url + frag)
                 wait_rendered(d, "topology")
                 time.sleep(1.5)
-                path = out / f"console-{name}.png"
-                d.save_screenshot(str(path))
-                print(f"wrote {path}")
-                errs = console_errors(d)
-                if errs:
-                    print("browser console errors:\n  " + "\n  ".join(errs), file=sys.stderr)
+                if not shoot(d, out / f"console-{name}.png"):
                     return 1
     return 0
 
