@@ -201,8 +201,8 @@
       if (i === 0) series[0].markArea = { silent: true, itemStyle: { color: "rgba(255,90,95,0.18)" }, label: { show: false }, data: bands };
     });
     h.chart("o-link-chart").setOption({ backgroundColor: "transparent", animation: false, textStyle: { color: "#d8dee6" },
-      tooltip: { trigger: "axis" }, legend: { textStyle: { color: "#d8dee6" } },
-      grid: [{ left: 60, right: 30, top: 30, height: 120 }, { left: 60, right: 30, top: 190, height: 80 }],
+      tooltip: { trigger: "axis" }, legend: { top: 0, right: 20, textStyle: { color: "#d8dee6" } },
+      grid: [{ left: 60, right: 30, top: 30, height: 115 }, { left: 60, right: 30, top: 205, height: 80 }],
       xAxis: [{ type: "time", gridIndex: 0 }, { type: "time", gridIndex: 1 }],
       yAxis: [{ type: "value", name: "utilisation", gridIndex: 0, axisLabel: { formatter: (v) => Math.round(v * 100) + "%" } },
         { type: "value", name: "per s", gridIndex: 1 }], series }, true);
