@@ -159,8 +159,12 @@
     const c = h.chart("o-graph");
     c.resize();
     c.off("click");
+    // a live refresh of the same graph keeps where the user panned and zoomed
+    const key = width + "|" + expand.join(",") + "|" + g.nodes.length, old = c.getOption() && c.getOption().series;
+    const view = key === box.dataset.viewKey && old && old[0] ? { zoom: old[0].zoom, center: old[0].center } : {};
+    box.dataset.viewKey = key;
     c.setOption({ backgroundColor: "transparent", animation: false, tooltip: { confine: true, formatter: (p) => tip(h, p) },
-      series: [{ type: "graph", layout: "none", coordinateSystem: null, roam: true, data: g.nodes, links: g.edges,
+      series: [{ type: "graph", layout: "none", coordinateSystem: null, roam: true, ...view, data: g.nodes, links: g.edges,
         emphasis: { focus: "adjacency", lineStyle: { width: 4 } }, lineStyle: { curveness: 0 }, left: 60, top: 30, right: 60, bottom: g.open ? 90 : 70 }] }, true);
     performance.mark("topology-painted");  // the canvas renderer draws in setOption (bench/console.py reads both marks)
     c.on("click", (p) => {

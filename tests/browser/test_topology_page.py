@@ -80,12 +80,20 @@ def test_512_nodes_are_drawn_as_rack_bubbles_with_the_degraded_links_red(page):
     _at(d, "rack:rack00", "hover")  # the bubble's tooltip: its nodes and the link with a problem
     wait_for(lambda: "1 with a problem" in d.find_element("id", "o-graph").text, 10, "the rack00 tooltip")
     assert "16" in d.find_element("id", "o-graph").text
+    zoom = """const c = echarts.getInstanceByDom(document.getElementById('o-graph'));
+      return c.getOption().series[0].zoom;"""
+    d.execute_script("""echarts.getInstanceByDom(document.getElementById('o-graph')).dispatchAction(
+      {type: 'graphRoam', seriesIndex: 0, zoom: 2, originX: 300, originY: 300});""")
+    assert d.execute_script(zoom) == pytest.approx(2)
+    d.execute_script("document.body.dataset.rendered = ''; window.dispatchEvent(new HashChangeEvent('hashchange'))")
+    wait_rendered(d, "topology")  # a refresh (as a live update does) keeps the zoom
+    assert d.execute_script(zoom) == pytest.approx(2)
     assert console_errors(d) == []
 
 
 def test_a_click_opens_a_bubble_into_its_nodes(page):
     url, d = page
-    d.get(url + "#view=topology")
+    d.get(url + "?fresh=1#view=topology")  # a new document: not the zoomed graph of the test before
     wait_rendered(d, "topology")
     _at(d, "rack:rack03", "click")
     wait_for(lambda: "expand=rack%3Arack03" in d.current_url or "expand=rack:rack03" in d.current_url, 10, "expand in URL")
