@@ -75,7 +75,7 @@ def main() -> int:
             rng = f"&mode=range&from={lo}&to={hi}"
             shots = {
                 "matrix": "#view=matrix",
-                "topology": f"#view=topology&port={downgrade['switch']}:{downgrade['if_index']}",
+                "topology": f"#view=topology&link={downgrade['switch']}:{downgrade['if_index']}",
                 "jobs": f"#view=jobs&job=train-a{rng}",
                 "events": f"#view=events&event={incast['id']}{rng}",
                 "topn": "#view=topn",
