@@ -36,13 +36,16 @@ def fabric_links(layout: Layout) -> list[LinkInfo]:
     if layout.links:
         return list(layout.links)
     switches = set(layout.switches)
+    facing: dict[tuple[str, str], list] = {}  # (switch, peer switch) -> its ports to that peer, in order
+    for p in layout.ports:
+        if p.node in switches:
+            facing.setdefault((p.switch, p.node), []).append(p)
     seen: set[tuple[str, int]] = set()
     out = []
     for p in layout.ports:
         if p.node not in switches or (p.switch, p.if_index) in seen:
             continue
-        back = next((q for q in layout.ports if q.switch == p.node and q.node == p.switch
-                     and (q.switch, q.if_index) not in seen), None)
+        back = next((q for q in facing.get((p.node, p.switch), []) if (q.switch, q.if_index) not in seen), None)
         seen.add((p.switch, p.if_index))
         if back is not None:
             seen.add((back.switch, back.if_index))
