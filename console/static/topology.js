@@ -239,7 +239,8 @@
         { name: "NIC below its expected share", type: "scatter", xAxisIndex: 1, yAxisIndex: 1, symbolSize: 11, data: low, itemStyle: { color: BAD } }] }, true);
     const body = h.clear($("o-rails-table").querySelector("tbody"));
     for (const n of r.nodes) for (const x of n.nics) if (x.below) {
-      body.appendChild(h.el("tr", { "data-node": n.node, "data-rail": String(x.rail) }, h.el("td", {}, n.node), h.el("td", {}, x.nic || "-"),
+      body.appendChild(h.el("tr", { "data-node": n.node, "data-rail": String(x.rail), title: "open this NIC's link over time",
+        onclick: () => h.setState({ tsub: "graph", link: x.switch + ":" + x.if_index }) }, h.el("td", {}, n.node), h.el("td", {}, x.nic || "-"),
         h.el("td", {}, x.rail === null ? "-" : String(x.rail)), h.el("td", {}, x.switch + ":" + x.if_index),
         h.el("td", { class: "num" }, h.fmtRate((x.in_bps || 0) + (x.out_bps || 0))), h.el("td", { class: "num" }, h.fmtPct(x.share) + " / " + h.fmtPct(x.expected_share))));
     }

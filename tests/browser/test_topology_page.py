@@ -14,7 +14,7 @@ from bench.console_run import wait_for
 from console.app import ConsoleState, create_app
 from console.live import LiveStore
 from devtools import fabric_fixture as ff
-from devtools.browser import browser, console_errors, wait_rendered
+from devtools.browser import browser, click, console_errors, wait_rendered
 from tests.browser.serve import need_browser, serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
@@ -135,4 +135,8 @@ def test_the_rail_view_highlights_the_nics_below_their_share(page):
       return c.getOption().series.map(s => [s.name, s.data.length]);""")
     assert series == [["rail total (in + out)", 8], ["NIC", 4096 - 2], ["NIC below its expected share", 2]]
     assert "2 NICs below 50 %" in d.find_element("id", "o-info").text
+    click(d, f"#o-rails-table tr[data-node='{ff.THIN_NODE}']")  # a flagged NIC opens its link over time
+    wait_for(lambda: f"{ff.THIN_NODE} nic{ff.THIN_RAIL} (rail {ff.THIN_RAIL})" in d.find_element("id", "o-link-title").text,
+             20, "the thin NIC's link")
+    assert "tsub=rails" not in d.current_url and d.find_element("id", "o-graph-wrap").is_displayed()
     assert console_errors(d) == []
