@@ -71,7 +71,6 @@ def _merge_ends(ends: list[dict]) -> dict:
         xs = [e[k] for e in ends if e[k] is not None]
         return sum(xs) if xs else None
 
-
     speeds = [e["if_speed"] for e in ends if e["if_speed"]]
     util = max(utils) if utils else None
     return {"util": util, "util_in": ends[0]["util_in"], "util_out": ends[0]["util_out"], "if_speed": min(speeds)
