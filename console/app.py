@@ -27,13 +27,16 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from processors.logic.enrich.categories import CATEGORIES
-from sinks.query import describe, parse_time
+from query.render import describe
+from query.timerange import parse_time
+from sinks.archive.fs import ArchiveUnavailable
 
 from . import events as ev
 from . import views
 from .closedloop import closedloop_routes
+from .exporters import exporter_routes
 from .fabric import fabric_routes
-from .history import ArchiveUnavailable, History
+from .history import History
 from .layout import Layout
 from .live import CELL_SCHEMA, LiveStore
 from .marks import MarkStore, mark_routes
@@ -512,7 +515,7 @@ def create_app(state: ConsoleState) -> Starlette:
         Route("/api/inventory", api(inventory)),
         *(Route(path, fn, methods=methods) for path, fn, methods in (
             mark_routes(state, api, error, BadRequest) + closedloop_routes(state, api, BadRequest)
-            + fabric_routes(state, api, BadRequest, answered_fields))),
+            + exporter_routes(state, api, BadRequest) + fabric_routes(state, api, BadRequest, answered_fields))),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found})

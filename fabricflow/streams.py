@@ -41,7 +41,7 @@ class Stream:
     ``dataset``/``row_schema``/``time_column``: the archive dataset, the Avro schema of one archived row and
     its event-time column (unix ms); no dataset = not archived.
     ``topic_days``: Kafka retention; ``archive_days``: default archive retention (None = forever).
-    ``event_kind``: what the hourly summaries count of it (``sinks.summaries``), if anything.
+    ``event_kind``: what the hourly summaries count of it (``sinks.archive.summaries``), if anything.
     """
 
     name: str
@@ -70,6 +70,10 @@ STREAMS: tuple[Stream, ...] = (
            batch=True, dataset="counters_raw", row_schema="counter_sample", time_column="time_received_ms", topic_days=7,
            archive_days=30,
            topic="counters.raw.v1", about="Decoded sFlow counter samples from ingest"),
+    Stream("discards_raw", "discard_batch", "exporter address", "DiscardedPacketBatch per message (sFlow dropped "
+           "packet notifications: where, why, what)", batch=True, dataset="discards_raw", row_schema="discarded_packet",
+           time_column="time_received_ms", topic_days=7, archive_days=30,
+           topic="discards.raw.v1", about="Decoded sFlow dropped-packet notifications from ingest (never traffic)"),
     Stream("dlq", "", "exporter address", "capped sample of undecodable datagrams; headers exporter/protocol/reason",
            topic_days=7, partitions=1,
            topic="ingest.dlq.v1", about="Capped sample of undecodable datagrams (raw bytes + reason headers)"),
@@ -126,7 +130,7 @@ class Derived:
     """An archive dataset derived by the archive sink from another one (no topic of its own).
 
     ``derived_from``: the dataset whose every written file also gets one file of this dataset, under the
-    same file name (``sinks.rollups``); ``bucket_ms``: the time bucket of its rows; ``archive_days``:
+    same file name (``sinks.archive.rollups``); ``bucket_ms``: the time bucket of its rows; ``archive_days``:
     default archive retention (None = forever).
     """
 

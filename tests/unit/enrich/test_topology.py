@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import textwrap
-from pathlib import Path
-
-import pytest
 
 from processors.config_files import read_inventory
-from processors.logic.enrich.inventory import Inventory, InventoryError
+from processors.logic.enrich.inventory import Inventory
 from schemas.columns import addr16_column
+
+from .test_inventory import errors_of, write
 
 FABRIC_YAML = """
     nodes:
@@ -56,19 +54,6 @@ FABRIC_CSV = """
     link,,,,,,,leaf-1,49,,400G,,spine-0,2
     link,,,,,,,leaf-1,50,,400G,,spine-1,2
 """
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(text).lstrip())
-    return p
-
-
-def errors_of(path: Path) -> list[str]:
-    with pytest.raises(InventoryError) as ei:
-        read_inventory(path)
-    assert str(ei.value) == "\n".join(f"{path}: {p}" for p in ei.value.problems)
-    return ei.value.problems
 
 
 def test_fabric_yaml_and_csv_agree(tmp_path):
@@ -213,3 +198,17 @@ def test_csv_topology_errors_name_the_line(tmp_path):
         "line 5: column 'if_index': port 1 of switch 'leaf-0' is used twice (also at line 4: column 'if_index')",
         "line 6: column 'peer_switch': unknown switch 'spine-9'",
     ]
+
+
+def test_a_link_end_on_a_port_listed_with_another_peer(tmp_path):
+    p = write(tmp_path, "bad.yaml", """
+        nodes: [{name: gpu-1, addresses: [10.0.0.1], group: gpu}]
+        switches:
+          - {name: leaf-0, role: leaf, ports: {49: {peer: gpu-1, speed: 400G}}}
+          - {name: spine-0, role: spine}
+        links:
+          - {a: leaf-0:49, b: spine-0:1, speed: 400G}
+    """)
+    assert errors_of(p) == [
+        "links[0].a.port: port 49 of switch 'leaf-0' connects 'spine-0' here but 'gpu-1' at "
+        "switches[0] (leaf-0).ports[49]"]

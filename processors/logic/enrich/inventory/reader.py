@@ -303,8 +303,9 @@ class _CsvFold:
         for col, key in (("switch", "switch"), ("if_index", "port"), ("rail", "rail"), ("speed", "speed")):
             if col in c:
                 if key in nic and nic[key] != c[col]:
+                    first = at[("nodes", i, "nics", j, key)]
                     problems.append(f"line {line}: column {col!r}: {c[col]!r} conflicts with {nic[key]!r} given for "
-                                    f"NIC {c['nic']!r} of node {c['node']!r} on line {at[('nodes', i, 'nics', j, key)]}")
+                                    f"NIC {c['nic']!r} of node {c['node']!r} on line {first}")
                     return
                 nic[key] = c[col]
                 at[("nodes", i, "nics", j, key)] = line

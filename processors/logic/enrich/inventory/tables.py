@@ -290,6 +290,14 @@ class Inventory:
         """Node name -> NIC capacity in bits/s, for nodes that have one."""
         return {n.name: float(n.capacity) for n in self.spec.nodes if n.capacity}
 
+    def rack_nodes(self) -> dict[str, list[str]]:
+        """Rack -> the names of its nodes, in file order (nodes without a rack are left out)."""
+        out: dict[str, list[str]] = {}
+        for n in self.spec.nodes:
+            if n.rack:
+                out.setdefault(n.rack, []).append(n.name)
+        return out
+
     def switch_name(self, agent: str | bytes) -> str:
         """Switch name of one agent address (text, 4 or 16 bytes); the address text when unknown."""
         key = addr16(agent)

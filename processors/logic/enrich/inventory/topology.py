@@ -112,7 +112,8 @@ class Topology:
             return None if math.isnan(x) else x
 
         return {
-            "switches": [{"name": s, "role": r, "rail": self.switch_rail.get(s, -1)} for s, r in self.switch_role.items()],
+            "switches": [{"name": s, "role": r, "rail": self.switch_rail.get(s, -1)}
+                         for s, r in self.switch_role.items()],
             "links": [{"a": {"switch": k.a_switch, "port": k.a_port}, "b": {"switch": k.b_switch, "port": k.b_port},
                        "speed_bps": k.speed_bps} for k in self.links],
             "nics": [{"node": n.node, "nic": n.name, "addresses": list(n.addresses), "switch": n.switch,
