@@ -13,8 +13,9 @@ from console.history import History
 from console.layout import Layout, PortInfo
 from console.live import LiveStore
 from devtools import fabric_fixture as ff
-from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.arrow_schema import table_from_dicts
+from sinks.archive.arrow_schema import table_from_dicts
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
 from tests.unit.console.fixtures import EVIL, WS, W, fill_store, layout, write_archive
 
 T = WS + 10 * W
