@@ -29,13 +29,13 @@ from starlette.staticfiles import StaticFiles
 from processors.logic.enrich.categories import CATEGORIES
 from query.render import describe
 from query.timerange import parse_time
-from schemas.columns import addr_str
 from sinks.archive.fs import ArchiveUnavailable
 
 from . import events as ev
 from . import views
 from .closedloop import closedloop_routes
 from .exporters import exporter_routes
+from .fabric import fabric_routes
 from .history import History
 from .layout import Layout
 from .live import CELL_SCHEMA, LiveStore
@@ -341,60 +341,6 @@ def create_app(state: ConsoleState) -> Starlette:
             cells = pa.concat_tables([_as_cells(cells), _as_cells(node[0])], promote_options="permissive")
         return views.topn(cells, state.layout, level, cats, n, lo, hi) | {"source": source, **answered}
 
-    def _recent_link_events(lo: int | None, hi: int | None, evs: list[dict]) -> dict:
-        out: dict = {}
-        for e in evs:
-            if e["type"] != "link":
-                continue
-            if lo is not None and (e["end_ms"] < lo or e["start_ms"] >= hi):
-                continue
-            out.setdefault((e["switch"], int(e["if_index"])), {})[e["subtype"]] = e["end_ms"]
-        # a port that came back up or regained its speed after the event is not flagged by the older event
-        return out
-
-    async def topology(request: Request, p: Params):
-        p.check_unknown("from", "to", "last")
-        rng = p.range()
-        if rng is None:
-            states = [{"switch": s.switch, "if_index": s.if_index, "time_ms": s.time_ms, "if_speed": s.if_speed,
-                       "oper_up": s.oper_up, "util_in": s.util_in, "util_out": s.util_out,
-                       "errors_per_s": s.errors_per_s, "discards_per_s": s.discards_per_s}
-                      for s in state.store.port_states()]
-            now = int(time.time() * 1000)
-            recent = _recent_link_events(now - 10 * 60_000, now + 1, state.store.events())
-            source = "live"
-        else:
-            if state.history is None:
-                raise BadRequest("no archive configured for a time range")
-            states = await run_in_threadpool(state.history.ports_latest, *rng)
-            recs = await run_in_threadpool(state.history.event_records, rng[0], rng[1], {"link"})
-            recent = _recent_link_events(*rng, [e for r in recs["link"] if (e := ev.link_event(r))])
-            source = "archive"
-        return views.topology(state.layout, states, recent) | {"source": source}
-
-    async def port(request: Request, p: Params):
-        p.check_unknown("switch", "if_index", "from", "to", "last")
-        switch = p.text("switch", required=True)
-        idx = p.integer("if_index", None, 0, 2**32 - 1)
-        if idx is None:
-            raise BadRequest("if_index is required")
-        rng = p.range()
-        answered = []
-        if rng is None:
-            series = state.store.port_series(switch, idx) or []
-            source = "live"
-        else:
-            if state.history is None:
-                raise BadRequest("no archive configured for a time range")
-            agents = [addr_str(a) for a, sw in state.layout.agents.items() if sw == switch]
-            series, answered = await run_in_threadpool(state.history.port_series, switch, idx, *rng, agents)
-            source = "archive"
-        info = state.layout.port_by_key.get((switch, idx))
-        cols = ("time_ms", "util_in", "util_out", "errors_per_s", "discards_per_s", "if_speed", "oper_up")
-        return {"switch": switch, "if_index": idx, "node": info.node if info else "",
-                "speed_bps": info.speed_bps if info else None, "source": source, **answered_fields(answered),
-                "series": {c: [row[i] for row in series] for i, c in enumerate(cols)}}
-
     async def jobs(request: Request, p: Params):
         p.check_unknown()
         names = dict(state.layout.jobs)
@@ -562,8 +508,6 @@ def create_app(state: ConsoleState) -> Starlette:
         Route("/api/matrix", api(matrix)),
         Route("/api/matrix/cell", api(matrix_cell)),
         Route("/api/topn", api(topn)),
-        Route("/api/topology", api(topology)),
-        Route("/api/port", api(port)),
         Route("/api/jobs", api(jobs)),
         Route("/api/job", api(job)),
         Route("/api/events", api(events_list)),
@@ -571,7 +515,7 @@ def create_app(state: ConsoleState) -> Starlette:
         Route("/api/inventory", api(inventory)),
         *(Route(path, fn, methods=methods) for path, fn, methods in (
             mark_routes(state, api, error, BadRequest) + closedloop_routes(state, api, BadRequest)
-            + exporter_routes(state, api, BadRequest))),
+            + exporter_routes(state, api, BadRequest) + fabric_routes(state, api, BadRequest, answered_fields))),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found})

@@ -62,6 +62,13 @@ _PORT_LATEST = """
            arg_max(in_errors_per_s + out_errors_per_s, time_ms) AS errors_per_s,
            arg_max(in_discards_per_s + out_discards_per_s, time_ms) AS discards_per_s
     FROM link_health WHERE kind = 'sample' GROUP BY 1, 2"""
+# each port's mean rates over a range (utilisation x negotiated speed per counter sample) and the bytes they carried
+# over the part of the range its samples cover: the per-rail view's NIC figures
+_PORT_RATES = """
+    SELECT switch, if_index, avg(util_in * if_speed) AS in_bps, avg(util_out * if_speed) AS out_bps,
+           greatest(max(util_in), max(util_out)) AS util, max(if_speed) AS if_speed, count(*) AS samples,
+           (avg(util_in * if_speed) + avg(util_out * if_speed)) / 8 * (max(time_ms) - min(time_ms)) / 1000 AS bytes
+    FROM link_health WHERE kind = 'sample' GROUP BY 1, 2"""
 _FLOWS = """
     SELECT time_end_ms, ip_protocol, src_addr, src_port, dst_addr, dst_port, src_node, dst_node, category,
            bytes, packets, bytes_est, packets_est, sampling_rate, exporter_addr, export_protocol
@@ -274,6 +281,11 @@ class History:
 
     def ports_latest(self, lo: int, hi: int) -> list[dict]:
         t = self.query(_PORT_LATEST, lo, hi)
+        return [] if t is None else t.to_pylist()
+
+    def ports_rates(self, lo: int, hi: int) -> list[dict]:
+        """Each port's mean in/out rate (bit/s), peak utilisation and bytes over [lo, hi) from its counter samples."""
+        t = self.query(_PORT_RATES, lo, hi)
         return [] if t is None else t.to_pylist()
 
     def flows(self, lo: int, hi: int, node: str = "", src: str = "", dst: str = "", limit: int = 20) -> list[dict]:

@@ -33,6 +33,33 @@ class PortInfo:
     speed_bps: float | None = None
 
 
+@dataclass(frozen=True)
+class NicInfo:
+    """One network interface of a node: the switch port it is cabled to and its rail (None: not said)."""
+
+    node: str
+    name: str
+    switch: str
+    if_index: int | None
+    rail: int | None = None
+    speed_bps: float | None = None
+
+
+@dataclass(frozen=True)
+class LinkInfo:
+    """A switch-to-switch link (a leaf uplink to a spine): both ends (switch, ifIndex) and its speed."""
+
+    a_switch: str
+    a_port: int
+    b_switch: str
+    b_port: int
+    speed_bps: float | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.a_switch}:{self.a_port}"
+
+
 @dataclass
 class Layout:
     nodes: list[NodeInfo] = field(default_factory=list)
@@ -40,6 +67,10 @@ class Layout:
     jobs: dict[str, list[str]] = field(default_factory=dict)  # job -> nodes in inventory (ring) order
     agents: dict[bytes, str] = field(default_factory=dict)  # 16-byte agent address -> switch name
     switches: list[str] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)  # switch -> "leaf" / "spine" ("" or absent: not said)
+    switch_rails: dict[str, int] = field(default_factory=dict)  # rail leaf -> the rail it carries
+    nics: list[NicInfo] = field(default_factory=list)  # from the inventory's nodes[].nics
+    links: list[LinkInfo] = field(default_factory=list)  # switch-to-switch links
 
     def __post_init__(self) -> None:
         self.by_name = {n.name: n for n in self.nodes}
@@ -60,7 +91,9 @@ class Layout:
                 if n not in jobs[j.name]:
                     jobs[j.name].append(n)
                 job_of.setdefault(n, j.name)
-        nodes = [NodeInfo(n.name, n.group, n.rack or "", n.switch or "", job_of.get(n.name, ""),
+        topo = getattr(inv, "topology", None)  # switch roles, links, NICs and rails (processors...inventory.topology)
+        first_leaf = {c.node: c.switch for c in reversed(topo.nics)} if topo is not None else {}
+        nodes = [NodeInfo(n.name, n.group, n.rack or "", n.switch or first_leaf.get(n.name, ""), job_of.get(n.name, ""),
                           float(n.capacity) if n.capacity else None) for n in spec.nodes]
         sw_order = {s.name: i for i, s in enumerate(spec.switches)}
         nodes.sort(key=lambda n: (sw_order.get(n.switch, len(sw_order)), n.switch, n.rack, n.job == "", n.job, n.name))
@@ -71,7 +104,18 @@ class Layout:
             for idx in sorted(s.ports):
                 p = s.ports[idx]
                 ports.append(PortInfo(s.name, int(idx), p.peer or "", float(p.speed) if p.speed else None))
-        return cls(nodes, ports, jobs, agents, [s.name for s in spec.switches])
+        roles, rails, nics, links = {}, {}, [], []
+        if topo is not None:
+            given = {(p.switch, p.if_index) for p in ports}
+            for (sw, idx), use in sorted(topo.ports.items()):  # NIC ports and link ends the switches do not list
+                if (sw, idx) not in given:
+                    ports.append(PortInfo(sw, int(idx), use.peer, _bps(use.speed_bps)))
+            roles = dict(topo.switch_role)
+            rails = {sw: r for sw, r in topo.switch_rail.items() if r is not None and r >= 0}
+            nics = [NicInfo(n.node, n.name, n.switch, n.port if n.port >= 0 else None, n.rail if n.rail >= 0 else None,
+                            _bps(n.speed_bps)) for n in topo.nics]
+            links = [LinkInfo(k.a_switch, k.a_port, k.b_switch, k.b_port, _bps(k.speed_bps)) for k in topo.links]
+        return cls(nodes, ports, jobs, agents, [s.name for s in spec.switches], roles, rails, nics, links)
 
     # -- lookups
 
@@ -135,6 +179,11 @@ class Layout:
 
     def jobs_of(self, node: str) -> list[str]:
         return [j for j, members in self.jobs.items() if node in members]
+
+
+def _bps(x: float | None) -> float | None:
+    """A speed from the inventory's topology (NaN or 0 when not given) as the layout keeps it (None)."""
+    return float(x) if x and x == x else None
 
 
 def load_layout(path: str | None) -> Layout:

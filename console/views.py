@@ -228,6 +228,23 @@ def port_health(speed_cfg: float | None, if_speed: int, oper_up: bool | None, er
     return flags
 
 
+def port_entry(layout: Layout, key: tuple[str, int], s: dict, recent: dict[str, int] | None) -> dict:
+    """One port as the topology shows it: the node behind it, utilisation vs its negotiated speed, health flags.
+
+    ``s``: its latest state (switch, if_index, time_ms, if_speed, oper_up, util_in, util_out, errors_per_s,
+    discards_per_s; empty when none), ``recent``: link event kind -> time of its latest recent event."""
+    p = layout.port_by_key.get(key)
+    speed_cfg = p.speed_bps if p else None
+    if_speed = int(s.get("if_speed") or 0)
+    util = max((u for u in (s.get("util_in"), s.get("util_out")) if u is not None), default=None)
+    flags = port_health(speed_cfg, if_speed, s.get("oper_up"), s.get("errors_per_s"), s.get("discards_per_s"), recent)
+    return {"switch": key[0], "if_index": key[1], "node": p.node if p else "", "speed_bps": speed_cfg,
+            "if_speed": if_speed or None, "oper_up": s.get("oper_up"), "util_in": s.get("util_in"),
+            "util_out": s.get("util_out"), "util": util, "errors_per_s": s.get("errors_per_s"),
+            "discards_per_s": s.get("discards_per_s"), "time_ms": s.get("time_ms") or None, "health": flags,
+            "events": sorted((recent or {}).keys())}
+
+
 def topology(layout: Layout, states: list[dict], recent_events: dict[tuple[str, int], dict[str, int]]) -> dict:
     """Switches -> ports with the node behind each, utilisation vs speed, and health flags.
 
@@ -239,20 +256,7 @@ def topology(layout: Layout, states: list[dict], recent_events: dict[tuple[str, 
     keys = [(p.switch, p.if_index) for p in layout.ports]
     keys += sorted(k for k in by_key if k not in layout.port_by_key)
     for key in keys:
-        p = layout.port_by_key.get(key)
-        s = by_key.get(key, {})
-        speed_cfg = p.speed_bps if p else None
-        if_speed = int(s.get("if_speed") or 0)
-        util = max((u for u in (s.get("util_in"), s.get("util_out")) if u is not None), default=None)
-        flags = port_health(speed_cfg, if_speed, s.get("oper_up"), s.get("errors_per_s"), s.get("discards_per_s"),
-                            recent_events.get(key))
-        switches.setdefault(key[0], []).append({
-            "switch": key[0], "if_index": key[1], "node": p.node if p else "", "speed_bps": speed_cfg,
-            "if_speed": if_speed or None, "oper_up": s.get("oper_up"), "util_in": s.get("util_in"),
-            "util_out": s.get("util_out"), "util": util, "errors_per_s": s.get("errors_per_s"),
-            "discards_per_s": s.get("discards_per_s"), "time_ms": s.get("time_ms") or None, "health": flags,
-            "events": sorted((recent_events.get(key) or {}).keys()),
-        })
+        switches.setdefault(key[0], []).append(port_entry(layout, key, by_key.get(key, {}), recent_events.get(key)))
     return {"switches": [{"name": name, "ports": ports} for name, ports in switches.items()],
             "thresholds": {"errors_per_s": ERROR_BURST_PER_S, "discards_per_s": DISCARDS_PER_S}}
 

@@ -1,23 +1,21 @@
 #!/usr/bin/env python3
 """Regenerate the console screenshots in docs/images/ from a real scenario run.
 
-Runs the first 260 s of ``mixed`` at 10x through a fresh local pipeline with the console beside
-it (ports 31300-31399 unless --base-port), waits until the incast, the straggler and the link
-downgrade are in the console, then photographs each view in headless Chromium:
+Runs the first 260 s of ``mixed`` at 10x through a fresh local pipeline with the console beside it (ports
+31300-31399 unless --base-port), waits for the incast, the straggler and the link downgrade, then photographs
+each view in headless Chromium: console-matrix.png, console-topology.png (the graph, the downgraded link
+opened), console-jobs.png (train-a), console-events.png (the incast with its flows), console-topn.png and
+console-diagnosis.png (the straggler gpu03 at its diagnosis).
 
-    docs/images/console-matrix.png     traffic matrix (node level, newest complete window)
-    docs/images/console-topology.png   switches and ports, the downgraded port opened
-    docs/images/console-jobs.png       train-a: node rates (all traffic, to peers), phase bands, stragglers
-    docs/images/console-events.png     every detection on one axis, the incast opened with its flows
-    docs/images/console-topn.png       group -> category -> group Sankey and top talkers
-    docs/images/console-diagnosis.png  the straggler gpu03 opened at its diagnosis
+``--closed-loop``: the ``tuning`` scenario backfilled into a scratch archive, served without Kafka:
+console-compare.png (train-b around its change marker) and console-jobs-change.png.
 
-With ``--closed-loop``: the ``tuning`` scenario backfilled into a scratch archive, served without Kafka:
+``--fabric``: the 512-node rail-optimised fabric of devtools/fabric_fixture.py with live counter samples:
+console-topology-512.png (rack bubbles), console-topology-open.png (a rack opened, an uplink's history) and
+console-rails.png (the per-rail view).
 
-    docs/images/console-compare.png       the Compare view: train-b around its change marker
-    docs/images/console-jobs-change.png   the jobs view of train-b with the change marker
-
-Usage: .venv/bin/python scripts/console-screenshots.py [--out docs/images] [--base-port 31300] [--closed-loop]
+Usage: .venv/bin/python scripts/console-screenshots.py [--out docs/images] [--base-port 31300]
+       [--closed-loop | --fabric]
 """
 
 from __future__ import annotations
@@ -42,6 +40,8 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=260.0, help="Scenario seconds to send (at 10x).")
     ap.add_argument("--closed-loop", action="store_true", help="The Compare and change-marker shots from a "
                     "backfilled tuning scenario instead.")
+    ap.add_argument("--fabric", action="store_true", help="The topology graph and rail shots of a generated "
+                    "512-node fabric instead.")
     args = ap.parse_args()
     why = available()
     if why:
@@ -52,6 +52,8 @@ def main() -> int:
     _ports, _console, driver_port = ports_in_block(args.base_port)
     if args.closed_loop:
         return closed_loop(out, args.base_port, driver_port)
+    if args.fabric:
+        return fabric(out, _console, driver_port)
     with tempfile.TemporaryDirectory(prefix="fabricflow-shots-") as tmp:
         with scenario_with_console("mixed", Path(tmp) / "mixed", base_port=args.base_port,
                                    duration_s=args.duration) as run:
@@ -73,7 +75,7 @@ def main() -> int:
             rng = f"&mode=range&from={lo}&to={hi}"
             shots = {
                 "matrix": "#view=matrix",
-                "topology": f"#view=topology&port={downgrade['switch']}:{downgrade['if_index']}",
+                "topology": f"#view=topology&link={downgrade['switch']}:{downgrade['if_index']}",
                 "jobs": f"#view=jobs&job=train-a{rng}",
                 "events": f"#view=events&event={incast['id']}{rng}",
                 "topn": "#view=topn",
@@ -91,12 +93,35 @@ def main() -> int:
                 time.sleep(1.5)
                 d.execute_script("document.getElementById('e-diagnosis').scrollIntoView({block: 'start'})")
                 time.sleep(0.5)
-                path = out / "console-diagnosis.png"
-                d.save_screenshot(str(path))
-                print(f"wrote {path}")
-                errs = console_errors(d)
-                if errs:
-                    print("browser console errors:\n  " + "\n  ".join(errs), file=sys.stderr)
+                if not shoot(d, out / "console-diagnosis.png"):
+                    return 1
+    return 0
+
+
+def shoot(d, path: Path) -> bool:
+    """Save the page to ``path``; False (the errors printed) when the browser console has errors."""
+    d.save_screenshot(str(path))
+    print(f"wrote {path}")
+    errs = console_errors(d)
+    if errs:
+        print("browser console errors:\n  " + "\n  ".join(errs), file=sys.stderr)
+    return not errs
+
+
+def fabric(out: Path, port: int, driver_port: int) -> int:
+    """console-topology-512.png, console-topology-open.png and console-rails.png from the generated fabric."""
+    from devtools import fabric_fixture as ff
+
+    shots = {"topology-512": ("#view=topology", 1000),
+             "topology-open": (f"#view=topology&expand=rack%3Arack05&link={ff.ERRORS}", 1300),
+             "rails": ("#view=topology&tsub=rails", 800)}
+    with ff.serving(port) as url:
+        for name, (frag, height) in shots.items():
+            with browser(1600, height, driver_port=driver_port) as d:
+                d.get(url + frag)
+                wait_rendered(d, "topology")
+                time.sleep(1.5)
+                if not shoot(d, out / f"console-{name}.png"):
                     return 1
     return 0
 

@@ -1,4 +1,4 @@
-/* fabricflow console: one page, six views (the Compare view in compare.js); the URL hash keeps the whole view state.
+/* fabricflow console: one page, six views (the Compare view in compare.js, Topology in topology.js); the URL hash keeps the whole view state.
  * Every name from inventories, policies and flows goes into the page as text (textContent, canvas
  * fillText, ECharts' canvas renderer); nothing from the data is ever parsed as HTML. */
 (function () {
@@ -11,7 +11,7 @@
   const PHASE_COLOR = { communication: "rgba(79,163,224,0.16)", dataset_read: "rgba(62,207,142,0.09)",
     checkpoint_write: "rgba(240,180,41,0.30)" };
   const DEFAULTS = { view: "matrix", mode: "live", window: "", from: "", to: "", level: "node", cat: "",
-    nlevel: "group", n: "10", ncat: "", job: "", event: "", port: "", types: "", q: "",
+    nlevel: "group", n: "10", ncat: "", job: "", event: "", port: "", link: "", tsub: "graph", expand: "", types: "", q: "",
     cscope: "job", centity: "", cb: "", ca: "" };
 
   let state = Object.assign({}, DEFAULTS);
@@ -338,72 +338,6 @@
     }, 120);
   }
 
-  // ------------------------------------------------------------------ topology
-
-  function utilColor(u) {
-    if (u === null || u === undefined) return "#1f2a35";
-    const t = Math.max(0, Math.min(1, u));
-    const a = [31, 42, 53], b = [47, 122, 107], c = [196, 87, 42];
-    const [x, y, f] = t < 0.5 ? [a, b, t / 0.5] : [b, c, (t - 0.5) / 0.5];
-    return "rgb(" + x.map((v, k) => Math.round(v + f * (y[k] - v))).join(",") + ")";
-  }
-  async function renderTopology() {
-    const t = await api("topology", timeParams());
-    const root = clear($("o-switches"));
-    let bad = 0, total = 0;
-    for (const sw of t.switches) {
-      const ports = el("div", { class: "ports" });
-      for (const p of sw.ports) {
-        total++;
-        const key = p.switch + ":" + p.if_index;
-        const flags = p.health || [];
-        if (flags.length) bad++;
-        const d = el("div", { class: "port" + (flags.length ? " bad" : "") + (state.port === key ? " selected" : ""),
-          "data-port": key, "data-health": flags.join(",") });
-        d.style.background = utilColor(p.util);
-        d.appendChild(el("div", { class: "n" }, "if" + p.if_index + " " + (p.node || "")));
-        d.appendChild(el("div", { class: "s" }, (p.if_speed ? fmtRate(p.if_speed) : "?") + (p.speed_bps ? " / " + fmtRate(p.speed_bps) : "") +
-          " · " + (p.util === null || p.util === undefined ? "-" : fmtPct(p.util))));
-        for (const f of flags) d.appendChild(el("span", { class: "flag" }, f.replace("_", " ")));
-        d.title = [p.switch + " if" + p.if_index + (p.node ? " → " + p.node : ""), "speed " + (p.if_speed ? fmtRate(p.if_speed) : "?") + " (configured " + (p.speed_bps ? fmtRate(p.speed_bps) : "?") + ")",
-          "in " + fmtPct(p.util_in) + ", out " + fmtPct(p.util_out), "errors/s " + (p.errors_per_s ?? "-") + ", discards/s " + (p.discards_per_s ?? "-"),
-          "oper " + (p.oper_up === false ? "down" : p.oper_up ? "up" : "?"), p.events.length ? "events: " + p.events.join(", ") : ""].join("\n");
-        d.addEventListener("click", () => setState({ port: key }));
-        ports.appendChild(d);
-      }
-      root.appendChild(el("div", { class: "switch" }, el("h3", {}, sw.name + " (" + sw.ports.length + " ports)"), ports));
-    }
-    $("o-info").textContent = t.source + " · " + total + " ports · " + bad + " with a health problem";
-    if (state.port) await renderPort(); else $("o-port").hidden = true;
-  }
-  async function renderPort() {
-    const i = state.port.lastIndexOf(":");
-    const sw = state.port.slice(0, i), idx = state.port.slice(i + 1);
-    const d = await api("port", Object.assign({ switch: sw, if_index: idx }, timeParams()));
-    $("o-port").hidden = false;
-    $("o-port-title").textContent = sw + " if" + idx + (d.node ? " → " + d.node : "") + " (" + d.source + (d.answered ? ", from " + d.answered : "") + ")";
-    const s = d.series; const t = s.time_ms;
-    const pts = (arr) => t.map((x, k) => [x, arr[k] === null ? null : arr[k]]);
-    const mk = await marksFor({ switch: sw, if_index: idx, node: d.node || "" });
-    const lines = window.fabricflowMarks.changeLines(mk.changes.filter((c) => !t.length || (c.time_ms >= t[0] && c.time_ms <= t[t.length - 1])));
-    chart("o-port-chart").setOption({
-      backgroundColor: "transparent", animation: false, textStyle: { color: "#d8dee6" },
-      tooltip: { trigger: "axis" }, legend: { textStyle: { color: "#d8dee6" } },
-      grid: [{ left: 60, right: 60, top: 30, height: 120 }, { left: 60, right: 60, top: 190, height: 80 }],
-      xAxis: [{ type: "time", gridIndex: 0 }, { type: "time", gridIndex: 1 }],
-      yAxis: [{ type: "value", name: "utilisation", gridIndex: 0, axisLabel: { formatter: (v) => Math.round(v * 100) + "%" } },
-        { type: "value", name: "speed", gridIndex: 0, position: "right", axisLabel: { formatter: (v) => fmtRate(v) } },
-        { type: "value", name: "per s", gridIndex: 1 }],
-      series: [
-        { name: "util in", type: "line", data: pts(s.util_in), showSymbol: false, markLine: { silent: true, symbol: "none", data: lines } },
-        { name: "util out", type: "line", data: pts(s.util_out), showSymbol: false },
-        { name: "if speed", type: "line", step: "end", yAxisIndex: 1, data: pts(s.if_speed), showSymbol: false, lineStyle: { type: "dashed" } },
-        { name: "errors/s", type: "line", xAxisIndex: 1, yAxisIndex: 2, data: pts(s.errors_per_s), showSymbol: false },
-        { name: "discards/s", type: "line", xAxisIndex: 1, yAxisIndex: 2, data: pts(s.discards_per_s), showSymbol: false },
-      ],
-    }, true);
-  }
-
   // ------------------------------------------------------------------ jobs
 
   async function renderJobs() {
@@ -649,7 +583,7 @@
     try {
       if (!fromLive || state.view === "matrix") await loadWindows();
       const extra = (window.fabricflowViews || {})[state.view];  // compare.js
-      const fn = { matrix: renderMatrix, topology: renderTopology, jobs: renderJobs, events: renderEvents, topn: renderTopn }[state.view] ||
+      const fn = { matrix: renderMatrix, jobs: renderJobs, events: renderEvents, topn: renderTopn }[state.view] ||
         (extra && (() => extra(helpers())));
       await fn();
       document.body.dataset.rendered = state.view;
@@ -705,8 +639,9 @@
     window.addEventListener("resize", () => { for (const c of Object.values(charts)) c.resize(); if (M && state.view === "matrix") drawMatrix(M); });
   }
   function stopPlay() { if (playing) { clearInterval(playing); playing = null; } }
-  function helpers() {  // what the views of compare.js use
-    return { api, el, clear, chart, state, setState, fmtBytes, fmtRate, fmtTime, toLocalInput, fromLocalInput, token: TOKEN };
+  function helpers() {  // what the views of compare.js and topology.js use
+    return { api, el, clear, chart, state, setState, fmtBytes, fmtRate, fmtPct, fmtTime, toLocalInput, fromLocalInput, timeParams,
+      tipBox, marksFor, token: TOKEN };
   }
   async function marksFor(params) {  // change markers (and step marks) for a time chart; none when the API fails
     try { return await api("marks", Object.assign(params, timeParams())); } catch (e) { return { changes: [], steps: [] }; }

@@ -72,8 +72,9 @@ def test_hostile_names_render_as_text_in_every_view(page_url, drv):
 
     drv.get(page_url + "#view=topology")
     wait_rendered(drv, "topology")
+    assert EVIL in drv.execute_script("return Array.from(document.querySelectorAll('#o-names li')).map(e => e.textContent)")
     assert any(EVIL in t for t in drv.execute_script(
-        "return Array.from(document.querySelectorAll('.port .n')).map(e => e.textContent)"))
+        "return Array.from(document.querySelectorAll('#o-links li')).map(e => e.textContent)"))
     _no_injection(drv)
 
     for view in ("jobs", "topn"):

@@ -8,7 +8,7 @@ holds the flows of the incast window, Chromium checks what a person would look a
 
 - matrix: the scenario's node names, non-empty cells actually painted;
 - events: the incast appears; opening it lists archived flows to gpu05;
-- topology: tor2/if4 is marked below its configured speed;
+- topology: the graph draws tor2/if4's link to gpu12 degraded (below its configured speed);
 - no error in the browser console.
 
 Skipped when the embedded stack or Chromium are unavailable, unless FABRICFLOW_REQUIRE_BROKER=1
@@ -97,9 +97,10 @@ def test_console_shows_the_scenario(tmp_path):
 
             d.get(run.url + "#view=topology")
             wait_rendered(d, "topology")
-            port = d.find_element("css selector", ".port[data-port='tor2:4']")
+            port = d.find_element("css selector", "#o-links li[data-link='tor2:4']")
             assert "below_speed" in port.get_attribute("data-health").split(","), port.get_attribute("data-health")
-            assert "gpu12" in port.text
+            assert port.get_attribute("data-state") == "degraded"
+            assert "gpu12" in port.get_attribute("textContent")
 
             for view in ("jobs", "topn"):
                 d.get(run.url + "#view=" + view)

@@ -214,14 +214,14 @@ def test_events_carry_their_diagnosis_live_and_from_the_archive(client):
 
 
 def test_topology_marks_downgraded_port(client):
-    t = client.get("/api/topology").json()
+    t = client.get("/api/ports").json()
     ports = {(p["switch"], p["if_index"]): p for s in t["switches"] for p in s["ports"]}
     assert ports[("tor2", 1)]["health"] == ["below_speed"] and ports[("tor2", 1)]["node"] == "gpu04"
     assert ports[("tor1", 1)]["health"] == [] and ports[("tor1", 1)]["util"] == 0.3
     assert ports[("tor1", 3)]["node"] == EVIL and ports[("tor1", 3)]["if_speed"] is None
     s = client.get("/api/port", params={"switch": "tor2", "if_index": 1}).json()
     assert len(s["series"]["time_ms"]) == 3 and s["series"]["if_speed"][-1] == 1_000_000_000
-    a = client.get("/api/topology", params=RANGE).json()
+    a = client.get("/api/ports", params=RANGE).json()
     ports = {(p["switch"], p["if_index"]): p for s in a["switches"] for p in s["ports"]}
     assert "below_speed" not in ports[("tor2", 1)]["health"]  # the archived sample is still at 25G
     assert ports[("tor2", 1)]["events"] == ["link_downgrade"]
