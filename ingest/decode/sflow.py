@@ -222,7 +222,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             sfmt, slen, sseq, source, rate, pool, drops, in_if, out_if, nrec = _SFS(data, off)
         else:
             if off + 8 > n:
-                raise DecodeError(P, "truncated", off, "sample header")
+                raise DecodeError(P, "truncated", min(off, n), "sample header")  # off may be past n by padding
             sfmt, slen = II(data, off)
         off += 8
         end = off + slen
@@ -265,7 +265,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
                     rfmt, rlen, hproto, flen, stripped, hlen = _REC(data, p)
                 else:
                     if p + 8 > end:
-                        raise DecodeError(P, "bad_length", p, "flow record header")
+                        raise DecodeError(P, "bad_length", min(p, end), "flow record header")
                     rfmt, rlen = II(data, p)
                 p += 8
                 if p + rlen > end:
@@ -377,7 +377,7 @@ def _counter_sample(data: bytes, off: int, end: int, sfmt: int, slen: int, probl
     eth = None
     for _r in range(nrec):
         if p + 8 > end:
-            raise DecodeError(P, "bad_length", p, "counter record header")
+            raise DecodeError(P, "bad_length", min(p, end), "counter record header")
         rfmt, rlen = _II(data, p)
         p += 8
         if p + rlen > end:
