@@ -576,7 +576,8 @@ def _group(w: _Walk, out: np.ndarray, datas: list[bytes], ex: list, ts: list, te
         try:
             others[i] = decode_sflow(datas[i], ex[i], ts[i], templates)
         except DecodeError as err:
-            others[i] = err
+            # kept as a value: without its traceback, whose frame (this one) would hold the group in a cycle
+            others[i] = err.with_traceback(None)
     for i in set(problems) | set(ctr_rows):
         pr = problems.get(i)
         crows = ctr_rows.get(i)
