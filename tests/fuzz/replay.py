@@ -30,7 +30,11 @@ def main(argv: list[str]) -> int:
     files = inputs(argv[2:])
     for f in files:
         try:
-            check(f.read_bytes())
+            data = f.read_bytes()
+        except FileNotFoundError:  # a running campaign replaced it with a smaller input
+            continue
+        try:
+            check(data)
         except Exception:  # every exception is a finding here, reported with its input
             bad += 1
             print(f"== {f}")
