@@ -1,6 +1,6 @@
 """Archive sink throughput end to end: FlowBatch messages in Kafka -> ArchiveService -> Parquet on S3.
 
-How it works: bench/README.md, "bench/archive_kafka.py"; results: docs/performance.md.
+How it works: bench/README.md, "bench/archive_kafka.py"; results: docs/performance.md#archive-sink.
 
     .venv/bin/python bench/archive_kafka.py [--rows 2000000] [--batch 4096] [--partitions 2]
 """

@@ -1,7 +1,7 @@
 """Query latency of the named archive reports on a generated one-day archive (default), or on a generated
 week of rollups (``--week``: see :func:`week_main`).
 
-How it works: bench/README.md, "bench/archive_query.py"; results: docs/performance.md.
+How it works: bench/README.md, "bench/archive_query.py"; results: docs/performance.md#archive-queries.
 
     .venv/bin/python bench/archive_query.py [--rows 100000000] [--dir PATH] [--keep]
                                             [--partitions 4] [--raw] [--runs 3] [--hour 10] [--json FILE]

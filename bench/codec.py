@@ -1,6 +1,6 @@
 """Batch codec throughput: records per CPU-second, old vs new, side by side.
 
-How it works: bench/README.md, "bench/codec.py"; results: docs/performance.md.
+How it works: bench/README.md, "bench/codec.py"; results: docs/performance.md#batch-codec.
 """
 
 from __future__ import annotations

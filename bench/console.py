@@ -1,6 +1,6 @@
 """Console benchmark: API latency at 512 nodes and time to first paint of the matrix in headless Chromium.
 
-How it works: bench/README.md, "bench/console.py"; results: docs/performance.md.
+How it works: bench/README.md, "bench/console.py"; results: docs/performance.md#console.
 """
 
 from __future__ import annotations

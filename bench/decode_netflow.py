@@ -1,6 +1,6 @@
 """Decode throughput of the NetFlow v5 / v9 / IPFIX decoders on one core.
 
-How it works: bench/README.md, "bench/decode_netflow.py"; results: docs/performance.md.
+How it works: bench/README.md, "bench/decode_netflow.py"; results: docs/performance.md#netflow-v5-v9-and-ipfix.
 
     .venv/bin/python bench/decode_netflow.py [--seconds 2]
     .venv/bin/python bench/decode_netflow.py --pipeline [--compare /work/main] [--rounds 3]

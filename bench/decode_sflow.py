@@ -1,6 +1,6 @@
 """Decode throughput of the sFlow v5 decoder on one core.
 
-How it works: bench/README.md, "bench/decode_sflow.py"; results: docs/performance.md.
+How it works: bench/README.md, "bench/decode_sflow.py"; results: docs/performance.md#sflow-v5.
 
     .venv/bin/python bench/decode_sflow.py [--seconds 2] [--samples 7] [--batch 512] [--reference]
 """

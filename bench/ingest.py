@@ -4,7 +4,7 @@ For each protocol (NetFlow v9 and IPFIX with softflowd's templates, sFlow v5) an
 sender on one CPU sends datagrams at increasing rates to the collector pinned to the other CPU and
 keeps the highest rate with less than 0.1 % loss, with the collector's CPU time from /proc. Binds
 127.0.0.1 only; bounded by ``--step-seconds`` and ``--max-steps``. Stream, placement, steps, counting
-per collector, sinks: bench/README.md; results: docs/performance.md.
+per collector, sinks: bench/README.md; results: docs/performance.md#ingest-end-to-end.
 
     .venv/bin/python bench/ingest.py [--protocols netflow9,ipfix,sflow] [--collectors fabricflow,nfacctd,nfacctd-kafka,nfcapd]
                                      [--step-seconds 2] [--rounds 1] [--sink kafka|null|discard] [--json out.json]

@@ -1,6 +1,6 @@
 """Benchmark: can the flow-metrics sink keep up with processors producing >= 1 M flow records/s?
 
-How it works: bench/README.md, "bench/metrics_sink.py"; results: docs/performance.md.
+How it works: bench/README.md, "bench/metrics_sink.py"; results: docs/performance.md#flow-metrics-sink.
 
 Run: .venv/bin/python bench/metrics_sink.py [--nodes 512 --windows 12 --records-per-s 1000000] [--series]
 """

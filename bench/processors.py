@@ -1,6 +1,6 @@
 """Benchmark: records/s through one processor worker (Faust) on the embedded broker, and through the pure core.
 
-How it works: bench/README.md, "bench/processors.py"; results: docs/performance.md.
+How it works: bench/README.md, "bench/processors.py"; results: docs/performance.md#processors.
 
     .venv/bin/python bench/processors.py [--messages 240 --records 4096 --nodes 256 --job-size 32]
 """

@@ -7,7 +7,7 @@ receive-loop group: its sFlow datagrams are decoded by one columnar
 order exactly as :meth:`IngestPipeline.handle` handles it alone; NetFlow v9/IPFIX records wait in the
 exporter's :class:`~ingest.decode.batch.FlowBatch` and are decoded at flush. Per-datagram counters are
 summed and synced once per pass (:meth:`IngestPipeline.sync_metrics`). Why it is built this way:
-docs/performance.md, "Changes made while measuring (ingest/)".
+docs/architecture.md, "Why ingest decodes in batches".
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ by the exact :class:`~ingest.decode.templates.Template` object in effect when th
 template redefined before the flush keeps decoding its own sets). Everything a set's rows depend on
 at arrival is captured with it, so :meth:`FlowBatch.decode` returns exactly the rows of the
 per-datagram decoder, in the same order. :func:`decode_sets` is the kernel (one frombuffer + gather
-over all sets of a template). Why: docs/performance.md. Pure: no I/O, no clock.
+over all sets of a template). Why: docs/architecture.md, "Why ingest decodes in batches". Pure: no I/O,
+no clock.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ go to the walker of :mod:`ingest.decode.packet`. The walk runs compiled by numba
 ``tests/unit/ingest/test_sflow_differential.py``). A datagram that is not plain (structural error,
 unknown types, sampled IPv4/IPv6 records, non-Ethernet or clamped headers, several raw header records
 in a sample, zero sampling rate, more than 64 samples or 16 records per sample) is decoded whole by
-``decode_sflow``. Pure: no I/O, no clock. Measurements: docs/performance.md.
+``decode_sflow``. Pure: no I/O, no clock. Why: docs/architecture.md, "Why ingest decodes in batches".
 """
 
 from __future__ import annotations

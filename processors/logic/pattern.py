@@ -25,7 +25,7 @@ __all__ = ["PatternConfig", "PatternDetector", "estimate_period", "collective_st
 
 @detector_params
 class PatternConfig:
-    """Job pattern parameters (docs/detectors.md, "Patterns")."""
+    """Job pattern parameters (docs/detectors.md, "Pattern")."""
 
     categories: tuple[str, ...] = Field(("collective", "rocev2"), description="App categories of the collective traffic whose pattern is tracked")
     baseline_windows: int = Field(30, ge=2, description="Windows of history that make a job's baseline (and the period estimate)")
