@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import random
 import resource
+import shlex
 import sys
 import time
 import types
@@ -112,6 +113,17 @@ def _budgeted(name: str, check, cpu_budget_s: float):
     return run if cpu_budget_s > 0 else check
 
 
+def _launcher(name: str, work: Path) -> str:
+    """An executable that runs this target: libFuzzer re-runs argv[0] in child processes for ``-merge=1``,
+    ``-minimize_crash=1`` and ``-fork``, and argv[0] must then be a command that takes libFuzzer's flags."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "fuzz-target"
+    path.write_text(f"#!/bin/sh\ncd {shlex.quote(str(REPO))} && exec {shlex.quote(sys.executable)} -m tests.fuzz.run "
+                    f"{shlex.quote(name)} \"$@\"\n")
+    path.chmod(0o755)
+    return str(path)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 2 or argv[1] not in TARGETS:
         names = "\n".join(f"  {t.name:9} {t.about}" for t in TARGETS.values())
@@ -132,7 +144,7 @@ def main(argv: list[str]) -> None:
     if not paths:
         (work / "corpus").mkdir(parents=True, exist_ok=True)
         paths = [str(work / "corpus"), str(REPO / "tests" / "fuzz" / "corpus" / target.name)]
-    atheris.Setup([argv[0], *flags, *paths], _budgeted(target.name, target.check, cpu_budget_s),
+    atheris.Setup([_launcher(target.name, work), *flags, *paths], _budgeted(target.name, target.check, cpu_budget_s),
                   custom_mutator=_mutator(target.kind))
     atheris.Fuzz()
 
