@@ -29,7 +29,7 @@ def _edit(b: bytearray, rng: random.Random) -> None:
     op = rng.randrange(9)
     if n == 0 or op == 8:  # insert random bytes
         at = rng.randrange(n + 1)
-        b[at:at] = bytes(rng.randrange(256) for _ in range(rng.choice((1, 2, 4, 8, 16))))
+        b[at:at] = rng.randbytes(rng.choice((1, 2, 4, 8, 16)))
         return
     at = rng.randrange(n)
     if op == 0:

@@ -165,14 +165,16 @@ def _edit_template(version: int, t: list, rng: random.Random) -> None:
 
 
 def _fit_records(specs: list, rng: random.Random, mut: Mutator) -> bytes:
-    """Records matching a template: random values, variable-length fields with both length encodings."""
+    """Records matching a template: random values, variable-length fields with both length encodings
+    (at most ~16 kB: a set must fit the input, and this runs for every mutation)."""
+    rec_len = sum(1 if ln == VAR_LEN else ln for _ie, _pen, ln in specs)
     out = []
-    for _ in range(rng.choice((1, 1, 2, 3, 8, 40))):
+    for _ in range(min(rng.choice((1, 1, 2, 3, 8, 40)), max(1, 16384 // max(rec_len, 1)))):
         for _ie, _pen, ln in specs:
             if ln == VAR_LEN:
                 n = rng.choice((0, 1, 4, 16, 254, 255, 300))
                 prefix = bytes((n,)) if n < 255 and rng.random() < 0.8 else b"\xff" + struct.pack(">H", n)
-                out.append(prefix + bytes(rng.randrange(256) for _ in range(min(n, 64))) + bytes(max(0, n - 64)))
+                out.append(prefix + rng.randbytes(min(n, 64)) + bytes(max(0, n - 64)))
             else:
                 out.append(_value(ln, rng))
     body = b"".join(out)
@@ -185,7 +187,7 @@ def _value(ln: int, rng: random.Random) -> bytes:
     if ln in (1, 2, 4, 8) and rng.random() < 0.5:
         v = rng.choice(INTERESTING_32 if ln >= 4 else INTERESTING_16) if rng.random() < 0.7 else rng.getrandbits(8 * ln)
         return (v & ((1 << (8 * ln)) - 1)).to_bytes(ln, "big")
-    return bytes(rng.randrange(256) for _ in range(ln))
+    return rng.randbytes(ln)
 
 
 def _templates_in(version: int, messages: list) -> dict:
