@@ -4,16 +4,27 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv system-deps test demo bench fuzz docs clean stack-up stack-down
+.PHONY: venv wheelhouse system-deps test demo bench fuzz docs clean stack-up stack-down
 
-$(STAMP): pyproject.toml
+# the compiled decoders (Cython sources; built into extension modules beside them by the install below)
+COMPILED := ingest/decode/_sflow_compiled.pyx schemas/_batch_compiled.pyx
+
+$(STAMP): pyproject.toml setup.py $(COMPILED)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	# also compiles the decoders (Cython -> C -> .so): needs a C compiler and the Python headers
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	# compile the numba sFlow walk and batch walk into their caches now, not when a service first starts (20-40 s once)
-	$(BIN)/python -c "from ingest.decode.sflow_batch import warm_up; warm_up()"
-	$(BIN)/python -c "from schemas.codec import warm_up; warm_up()"
 	touch $(STAMP)
+
+# wheels of every dependency and build requirement, downloaded while installing (never at run time), so
+# tests/e2e/test_installed.py installs the built wheel into a fresh prefix offline
+WHEELHOUSE := $(VENV)/wheelhouse/.complete
+$(WHEELHOUSE): $(STAMP)
+	$(BIN)/python scripts/wheelhouse.py --dest $(VENV)/wheelhouse
+	touch $(WHEELHOUSE)
+
+## wheelhouse: the wheels tests/e2e/test_installed.py installs from (make test fetches them)
+wheelhouse: $(WHEELHOUSE)
 
 ## venv: create .venv and install fabricflow with its test tools
 venv: $(STAMP)
@@ -23,12 +34,12 @@ system-deps:
 	bash scripts/install-system-deps.sh
 
 ## test: install everything, start the embedded broker + object store, run the whole suite, stop them
-test: venv system-deps
+test: venv wheelhouse system-deps
 	bash scripts/run-tests.sh
 
-## demo: install everything and run the main job on the embedded default
+## demo: install everything and run the main job on the embedded default (DEMO_ARGS="--no-ui": plain lines)
 demo: venv
-	$(BIN)/fabricflow demo
+	$(BIN)/fabricflow demo $(DEMO_ARGS)
 
 ## bench: run the benchmarks (prints records/s and ratios; not part of the tests)
 bench: venv
@@ -50,4 +61,5 @@ stack-down: venv
 	$(BIN)/fabricflow stack down
 
 clean:
-	rm -rf $(VENV) .fabricflow var .pytest_cache
+	rm -rf $(VENV) .fabricflow var .pytest_cache build
+	rm -f $(COMPILED:.pyx=.c) $(COMPILED:.pyx=.*.so)

@@ -25,7 +25,7 @@ if not os.environ.get("PYTHONPATH"):
 from bench.archive import T0, make_batch  # noqa: E402
 from fabricflow.settings import load_settings  # noqa: E402
 from devtools.stack import EmbeddedStack  # noqa: E402
-from fabricflow.streams import ensure_topics  # noqa: E402
+from fabricflow.kafka import ensure_topics  # noqa: E402
 from schemas import codec  # noqa: E402
 from sinks import archive_service as service_mod  # noqa: E402
 from sinks.archive import ParquetWriter  # noqa: E402

@@ -33,6 +33,7 @@ sys.path.insert(0, str(_BENCH.parent))
 
 from bench.common import Sender, netflow_stream  # noqa: E402
 from devtools.runner import LocalPipeline, PipelinePorts  # noqa: E402
+from fabricflow.kafka import client_config  # noqa: E402
 
 SCENARIOS = ("ingest-kill", "processors-kill", "broker-restart", "s3-stop", "archive-kill")
 BASELINE = "none"  # the same run without a fault: the CPU budget and the uninterrupted outputs
@@ -188,7 +189,7 @@ def count_topic(settings, topic: str, idle_s: float = 5.0, deadline_s: float = 3
 
     from schemas import codec
 
-    c = Consumer({**settings.kafka.client_config(), "group.id": "chaos-count-" + uuid.uuid4().hex[:8],
+    c = Consumer({**client_config(settings.kafka), "group.id": "chaos-count-" + uuid.uuid4().hex[:8],
                   "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000})
     c.subscribe([topic])
     n, last, t0 = 0, time.monotonic(), time.monotonic()
@@ -282,7 +283,7 @@ def live_outputs(settings, idle_s: float = 5.0, deadline_s: float = 600.0) -> tu
     from schemas.outputs import decode_output
 
     topics = {topic_of(settings.kafka, st): kind for kind, st in OUTPUTS.items()}
-    c = Consumer({**settings.kafka.client_config(), "group.id": "chaos-outputs-" + uuid.uuid4().hex[:8],
+    c = Consumer({**client_config(settings.kafka), "group.id": "chaos-outputs-" + uuid.uuid4().hex[:8],
                   "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000})
     c.subscribe(list(topics))
     out: dict[str, dict[str, set]] = {k: {} for k in OUTPUTS}
@@ -418,7 +419,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
     ports = PipelinePorts(kafka=port_base, s3=port_base + 1, s3_base=port_base + 20, sflow=port_base + 2,
                           netflow=port_base + 3, ipfix=port_base + 4, ingest_metrics=port_base + 5,
                           processors_web=port_base + 6, archive_metrics=port_base + 7, processors_metrics=port_base + 8,
-                          flow_metrics=port_base + 11, console=port_base + 12)
+                          flow_metrics=port_base + 11, console=port_base + 12, marks=port_base + 9)
     # retention off: the sender's flow times start at CLOCK (in the past), and retention goes by event time
     extra = {"archive": {"idle_flush_s": 5, "retention_interval_s": 0}, "ingest": {"template_save_s": 5}}
     if scenario == "broker-restart":

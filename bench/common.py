@@ -464,10 +464,49 @@ def udp_socket_stats(port: int) -> tuple[int, int]:
     return rxq, drops
 
 
+_PORTS = {"range": None, "next": 0}
+
+
+def use_port_range(spec: str) -> range:
+    """Take every port that :func:`free_udp_port` / :func:`free_tcp_port` hand out from ``LO-HI``.
+
+    For a shared machine where each user has a block of ports; without it the kernel picks.
+    """
+    try:
+        lo, hi = (int(x) for x in spec.split("-"))
+    except ValueError:
+        raise ValueError(f"port range {spec!r}: expected LO-HI, e.g. 43500-43999") from None
+    if not 1024 <= lo <= hi <= 65535:
+        raise ValueError(f"port range {spec!r}: expected 1024 <= LO <= HI <= 65535")
+    _PORTS["range"], _PORTS["next"] = range(lo, hi + 1), 0
+    return _PORTS["range"]
+
+
+def _free_port(kind: int) -> int:
+    """A port on 127.0.0.1 free for ``kind`` now: the kernel's pick, or the next free one of the range
+    (handed out in turn, so a port just given to a collector is not given again at once)."""
+    ports = _PORTS["range"]
+    for _ in range(len(ports) if ports else 1):
+        port = 0
+        if ports:
+            port = ports[_PORTS["next"] % len(ports)]
+            _PORTS["next"] += 1
+        with socket.socket(socket.AF_INET, kind) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    where = f"{ports.start}-{ports.stop - 1}" if ports else "the kernel's range"
+    raise RuntimeError(f"no free port in {where} on 127.0.0.1")
+
+
 def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _free_port(socket.SOCK_DGRAM)
+
+
+def free_tcp_port() -> int:
+    return _free_port(socket.SOCK_STREAM)
 
 
 def wait_quiet(count, timeout_s: float = 10.0, stable_s: float = 0.5, poll_s: float = 0.1):

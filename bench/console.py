@@ -170,7 +170,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--port", type=int, default=31334)
     args = ap.parse_args()
-    from processors.logic.inventory import Inventory
+    from processors.logic.enrich.inventory import Inventory
 
     t = time.perf_counter()
     layout = Layout.from_inventory(Inventory.from_dict(inventory()))

@@ -31,7 +31,7 @@ def ports_in_block(base: int = 31300) -> tuple[PipelinePorts, int, int]:
     p = PipelinePorts(kafka=base + 1, s3=base + 2, s3_base=base + 10, sflow=base + 20, netflow=base + 21,
                       ipfix=base + 22, ingest_metrics=base + 23, processors_web=base + 24, archive_metrics=base + 25,
                       processors_metrics=base + 26, flow_metrics=base + 27, console=base + 28,
-                      console_metrics=base + 29)
+                      console_metrics=base + 29, marks=base + 30)
     return p, base + 31, base + 32
 
 

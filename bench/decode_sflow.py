@@ -84,8 +84,8 @@ def _rate(fn, dgrams: list[bytes], seconds: float) -> tuple[float, float]:
 def run(name: str, dgrams: list[bytes], seconds: float, batch: int, reference: bool, rounds: int) -> None:
     if not dgrams:
         return
-    from ingest.decode.sflow_batch import decode_sflow_many
-    from ingest.decode.sflow import decode_sflow
+    from ingest.decode.reference.sflow import decode_sflow as decode_sflow_reference
+    from ingest.decode.sflow import decode_sflow_many
 
     cache = TemplateCache()
     ways = {
@@ -94,7 +94,7 @@ def run(name: str, dgrams: list[bytes], seconds: float, batch: int, reference: b
                                      for r in decode_sflow_many(ds[i : i + batch], "10.254.1.1", 1, cache)],
     }
     if reference:
-        ways = {"reference": lambda ds: [decode_sflow(d, "10.254.1.1", 1, cache, fast_headers=False) for d in ds], **ways}
+        ways = {"reference": lambda ds: [decode_sflow_reference(d, "10.254.1.1", 1, cache) for d in ds], **ways}
     best: dict[str, tuple[float, float]] = {}
     for _ in range(rounds):  # interleaved rounds, best of each: robust to other load on the box
         for way, fn in ways.items():

@@ -6,6 +6,7 @@ How it works: bench/README.md, "bench/detection.py"; results: docs/detection-qua
     .venv/bin/python bench/detection.py --scenario incast --speed 20
     .venv/bin/python bench/detection.py --scenario mixed --set pattern.min_acf=0.75
     .venv/bin/python bench/detection.py --report /tmp/detection.json
+    .venv/bin/python bench/detection.py --offline --seeds 101,102,103    # no broker: held-out seeds, ~5 s a scenario
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import yaml  # noqa: E402
 
 from devtools.detections import Detection, DetectionFeed  # noqa: E402
 from devtools.runner import LocalPipeline, PipelinePorts  # noqa: E402
+from devtools.offline import offline_settings, run_offline  # noqa: E402
 from devtools.scoring import (  # noqa: E402
     MatrixReport,
     Observed,
@@ -38,12 +40,14 @@ from devtools.scoring import (  # noqa: E402
     merge_scores,
     score_detections,
 )
+from devtools.scoring_diagnosis import DiagnosisScore, diagnosis_table, merge_diagnoses, score_diagnoses  # noqa: E402
 from devtools.simulator.engine import Simulation  # noqa: E402
 from devtools.simulator.sender import UdpSender, pace_and_send, parse_targets  # noqa: E402
 from devtools.simulator.truth import read_truth  # noqa: E402
 
 SCENARIOS = ("healthy", "straggler", "link_downgrade", "incast", "segmentation", "lb_skew", "storage_slowdown",
-             "storage_link", "congestion", "syn_storm", "mixed")
+             "storage_link", "congestion", "syn_storm", "incast_ecn", "incast_dcqcn", "congestion_nocnp", "link_flap",
+             "mixed")
 SCENARIO_DIR = REPO / "scenarios"
 # PipelinePorts.offset: kafka 20392, s3 19633, SeaweedFS 30630-30638, UDP 17643/13355/16039. Disjoint from
 # the default ports (incl. SeaweedFS 19330-19338), the test stack (29092, 28333, 28400-28408) and e2e (12000),
@@ -153,11 +157,21 @@ def evidence_ms(kind: str, v: dict, d: Detection) -> int:
     return int(d.time_ms)
 
 
+class _NoConsumer:
+    """Stands in for the Kafka consumer when the outputs come from an offline run."""
+
+    def subscribe(self, topics) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class BenchFeed(DetectionFeed):
     """DetectionFeed that also keeps every node-level matrix cell and the evidence time of each detection."""
 
-    def __init__(self, settings, group: str | None = None):
-        super().__init__(settings, group)
+    def __init__(self, settings, group: str | None = None, consumer=None):
+        super().__init__(settings, group, consumer)
         self.cells: dict[int, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
         self.seen: list[Seen] = []
 
@@ -192,7 +206,8 @@ class SimRun:
     wall_start: float | None = None
 
     def start(self) -> "SimRun":
-        self.sim = Simulation(self.scenario, start_ms=self.start_ms, duration_s=self.duration_s)
+        self.sim = Simulation(self.scenario, start_ms=self.start_ms, duration_s=self.duration_s,
+                              kinds={"sflow", "netflow9", "ipfix", "marks"})
         threading.Thread(target=self._run, name="simulator", daemon=True).start()
         return self
 
@@ -237,7 +252,7 @@ def ports_block(base: int) -> PipelinePorts:
     the bench beside other pipelines on one machine (``--port-block``)."""
     return PipelinePorts(kafka=base, s3=base + 1, s3_base=base + 10, sflow=base + 20, netflow=base + 21,
                          ipfix=base + 22, ingest_metrics=base + 23, processors_web=base + 24,
-                         archive_metrics=base + 25, processors_metrics=base + 26)
+                         archive_metrics=base + 25, processors_metrics=base + 26, marks=base + 27)
 
 
 def next_epoch_ms(window_ms: int = 10_000, lead_s: float = 3.0) -> int:
@@ -261,10 +276,16 @@ class RunResult:
     datagrams: int
     score: ScoreReport | None = None
     matrix: MatrixReport | None = None
+    diagnoses: dict = field(default_factory=dict)  # detection ref -> its final diagnosis record
+    diagnosis_score: dict[str, DiagnosisScore] | None = None
+    seed: int | None = None
 
     def observed(self) -> list[Observed]:
-        return [Observed(s.detection.kind, s.detection.entity, s.evidence_ms, s.detection.summary, s.detection.cause)
-                for s in self.seen]
+        """The detections to score (``diagnosis`` lines announce a verdict, they detect nothing), each with the
+        verdict of its final diagnosis."""
+        return [Observed(s.detection.kind, s.detection.entity, s.evidence_ms, s.detection.summary, s.detection.cause,
+                         self.diagnoses.get(s.detection.ref, {}).get("verdict", ""))
+                for s in self.seen if s.detection.kind != "diagnosis"]
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -359,12 +380,40 @@ def run_scenario(
         wall = time.monotonic() - t0
         sim.sim.truth.write(truth_path)
     return RunResult(name, speed, truth_path, feed.seen, {k: dict(v) for k, v in feed.cells.items()}, sim.offsets_ms,
-                     wall, sim.sent)  # fmt: skip
+                     wall, sim.sent, diagnoses=dict(feed.diagnoses))  # fmt: skip
+
+
+def run_scenario_offline(name: str, state_dir: Path, *, seed: int | None = None, partitions: int = 1,
+                         extra: dict | None = None) -> RunResult:
+    """One scenario through the pipeline's code without a broker (devtools/offline.py): the same settings as
+    the live bench at 1x (sFlow for the traffic detectors), one seed, ``partitions`` detector shards."""
+    path = scenario_file(name)
+    scen = yaml.safe_load(path.read_text())
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    over = _merge({"processors": {"detector_protocols": ["sflow5"]}}, extra or {})
+    settings = offline_settings(over)
+    epoch = int(time.time() * 1000) // 10_000 * 10_000
+    policy = policy_for(scen, epoch)
+    t0 = time.monotonic()
+    run = run_offline(path, seed, start_ms=epoch, settings=settings, partitions=partitions, policy=policy)
+    feed = BenchFeed(settings, consumer=_NoConsumer())
+    kinds = {"matrix", "incast", "straggler", "link", "alert", "pattern"}
+    for o in run.outputs:
+        if o.kind in kinds:
+            feed.interpret(o.kind, o.value)
+    truth_path = state_dir / (f"truth-{run.seed}.jsonl" if seed is not None else "truth.jsonl")
+    with open(truth_path, "w") as fh:
+        for line in run.truth:
+            fh.write(json.dumps(line, sort_keys=True) + "\n")
+    return RunResult(name, 1.0, truth_path, feed.seen, {k: dict(v) for k, v in feed.cells.items()}, {},
+                     time.monotonic() - t0, run.datagrams, diagnoses=dict(feed.diagnoses), seed=run.seed)  # fmt: skip
 
 
 def score_run(run: RunResult, min_expected_samples: float = 100.0) -> RunResult:
     truth = read_truth(run.truth_path)
     run.score = score_detections(run.observed(), truth)
+    run.diagnosis_score = score_diagnoses(run.score)
     loss = [(f["start_ms"], f["end_ms"]) for f in truth if f.get("type") == "fault" and f["kind"] == "exporter_loss"]
     run.matrix = matrix_error(run.cells, truth, min_expected_samples=min_expected_samples, exclude=loss)
     return run
@@ -406,9 +455,16 @@ def matrix_line(m: MatrixReport) -> str:
 
 
 def print_run(run: RunResult) -> None:
-    print(f"== {run.scenario}: {run.datagrams} datagrams, {run.wall_s:.0f}s wall, sFlow offsets {run.offsets_ms} ms")
+    seed = f" seed {run.seed}" if run.seed is not None else ""
+    print(f"== {run.scenario}{seed}: {run.datagrams} datagrams, {run.wall_s:.0f}s wall, sFlow offsets {run.offsets_ms} ms")
     for line in detector_table(run.score.detectors):
         print(line)
+    if run.diagnosis_score:
+        for line in diagnosis_table(run.diagnosis_score):
+            print(line)
+        for s in run.diagnosis_score.values():
+            for w in s.wrong_as:
+                print(f"    wrong diagnosis (expected {s.expected}): {w}")
     for o in run.score.outcomes:
         if o.status in ("explained", "false_positive"):
             why = f" ({o.reason})" if o.reason else ""
@@ -426,12 +482,14 @@ def report_json(runs: list[RunResult], totals: dict) -> dict:
     return {
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "scenarios": {
-            r.scenario: {
+            r.scenario + (f"@{r.seed}" if r.seed is not None else ""): {
                 "speed": r.speed, "wall_s": round(r.wall_s, 1), "datagrams": r.datagrams,
                 "sflow_offsets_ms": r.offsets_ms,
                 "score": r.score.as_dict(), "matrix": r.matrix.as_dict(),
+                "diagnoses": {k: v.as_dict() for k, v in sorted((r.diagnosis_score or {}).items())},
                 "detections": [{"kind": s.detection.kind, "entity": s.detection.entity, "evidence_ms": s.evidence_ms,
-                                "summary": s.detection.summary} for s in r.seen],
+                                "summary": s.detection.summary,
+                                "diagnosis": r.diagnoses.get(s.detection.ref)} for s in r.seen],
                 "matrix_cells": {str(ws): {f"{a}>{b}": v for (a, b), v in sorted(c.items())}
                                  for ws, c in sorted(r.cells.items())},
             }
@@ -454,7 +512,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-samples", type=float, default=100.0, help="matrix volume floor in expected samples per cell")
     ap.add_argument("--set", action="append", default=[], metavar="DETECTOR.PARAM=VALUE",
                     help="detector override passed as processors.detectors (e.g. pattern.min_acf=0.75); repeatable")
+    ap.add_argument("--offline", action="store_true",
+                    help="no broker: the simulator's datagrams through ingest and the processors' code in process "
+                         "(devtools/offline.py), event time = scenario time; fast enough for many seeds")
+    ap.add_argument("--seeds", default=None,
+                    help="comma-separated simulator seeds to run each scenario with (--offline; default: the "
+                         "scenario's own seed). Seeds other than the scenarios' own are held out from tuning")
+    ap.add_argument("--partitions", type=int, default=1, help="detector shards of an --offline run (default 1)")
     a = ap.parse_args(argv)
+    if a.seeds and not a.offline:
+        ap.error("--seeds needs --offline")
+    try:
+        seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else [None]
+    except ValueError:
+        ap.error(f"--seeds {a.seeds!r}: comma-separated integers")
     overrides: dict = {}
     for item in a.set:
         key, sep, value = item.partition("=")
@@ -466,14 +537,21 @@ def main(argv: list[str] | None = None) -> int:
     state = Path(a.state_dir).resolve()
     runs: list[RunResult] = []
     t0 = time.monotonic()
+    extra = {"processors": {"detectors": overrides}} if overrides else None
     for name in names:
-        ports = ports_block(a.port_block) if a.port_block else PipelinePorts.offset(a.port_offset)
-        run = run_scenario(name, state / Path(name).stem, speed=a.speed, ports=ports,
-                           extra={"processors": {"detectors": overrides}} if overrides else None)
-        print_run(score_run(run, a.min_samples))
-        runs.append(run)
+        for seed in seeds:
+            if a.offline:
+                run = run_scenario_offline(name, state / Path(name).stem, seed=seed, partitions=a.partitions,
+                                           extra=extra)
+            else:
+                ports = ports_block(a.port_block) if a.port_block else PipelinePorts.offset(a.port_offset)
+                run = run_scenario(name, state / Path(name).stem, speed=a.speed, ports=ports, extra=extra)
+            print_run(score_run(run, a.min_samples))
+            runs.append(run)
     totals = merge_scores(r.score for r in runs)
-    print(f"\n== all scenarios ({', '.join(r.scenario for r in runs)}) at {a.speed:g}x in {time.monotonic() - t0:.0f}s"
+    how = "offline" + (f", seeds {a.seeds}" if a.seeds else "") + (f", {a.partitions} shards" if a.partitions > 1 else "") \
+        if a.offline else f"at {a.speed:g}x"
+    print(f"\n== all scenarios ({', '.join(sorted({r.scenario for r in runs}))}) {how} in {time.monotonic() - t0:.0f}s"
           + (f", overrides {overrides}" if overrides else ""))
     for line in detector_table(totals):
         print(line)
@@ -485,11 +563,18 @@ def main(argv: list[str] | None = None) -> int:
     precision = (tp + dup) / (tp + dup + fp) if tp + dup + fp else None
     print(f"    overall: recall {_pct(recall)}, precision {_pct(precision)}"
           f" (TP {tp}, FP {fp}, FN {fn}, duplicates {dup})")
+    diagnoses = merge_diagnoses(r.diagnosis_score or {} for r in runs)
+    print("    diagnoses of the detections matched to a fault (final verdict per detection):")
+    for line in diagnosis_table(diagnoses):
+        print(line)
     for r in runs:
-        print(f"    {r.scenario:<16}" + matrix_line(r.matrix).strip())
+        label = r.scenario + (f"@{r.seed}" if r.seed is not None else "")
+        print(f"    {label:<20}" + matrix_line(r.matrix).strip())
     out = Path(a.report) if a.report else state / "report.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report_json(runs, totals), indent=1, default=str))
+    rep = report_json(runs, totals)
+    rep["diagnosis_totals"] = {k: v.as_dict() for k, v in sorted(diagnoses.items())}
+    out.write_text(json.dumps(rep, indent=1, default=str))
     print(f"report: {out}")
     return 0
 

@@ -19,8 +19,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # before bench/ itself: bench/processors.py must not shadow the processors package
 
-from processors.logic.enrich import Enricher  # noqa: E402
-from processors.logic.inventory import Inventory  # noqa: E402
+from processors.logic.enrich.enricher import Enricher  # noqa: E402
+from processors.logic.enrich.inventory import Inventory  # noqa: E402
 from schemas.columns import empty_flows  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""End-to-end ingest benchmark on loopback: fabricflow against pmacct (print and Kafka plugins) and nfcapd.
+"""End-to-end ingest benchmark on loopback: fabricflow against pmacct (print and Kafka plugins), goflow2 and nfcapd.
 
 For each protocol (NetFlow v9 and IPFIX with softflowd's templates, sFlow v5) and collector, a paced
 sender on one CPU sends datagrams at increasing rates to the collector pinned to the other CPU and
@@ -6,9 +6,10 @@ keeps the highest rate with less than 0.1 % loss, with the collector's CPU time 
 127.0.0.1 only; bounded by ``--step-seconds`` and ``--max-steps``. Stream, placement, steps, counting
 per collector, sinks: bench/README.md; results: docs/performance.md#ingest-end-to-end.
 
-    .venv/bin/python bench/ingest.py [--protocols netflow9,ipfix,sflow] [--collectors fabricflow,nfacctd,nfacctd-kafka,nfcapd]
+    .venv/bin/python bench/ingest.py [--protocols netflow9,ipfix,sflow]
+                                     [--collectors fabricflow,nfacctd,nfacctd-kafka,goflow2,nfcapd]
                                      [--step-seconds 2] [--rounds 1] [--sink kafka|null|discard] [--json out.json]
-                                     [--kafka-port 21192]
+                                     [--kafka-port 21192] [--goflow2 PATH] [--ports LO-HI]
 """
 
 from __future__ import annotations
@@ -19,10 +20,8 @@ import json
 import math
 import multiprocessing as mp
 import os
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,12 +35,16 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
 sys.path.insert(0, str(_BENCH.parent))
 
 from bench.common import (  # noqa: E402
-    Sender, Stream, cpu_seconds, free_udp_port, netflow_stream, pin, sflow_stream, udp_socket_stats, wait_quiet,
+    Sender, Stream, cpu_seconds, free_tcp_port, free_udp_port, netflow_stream, pin, sflow_stream, udp_socket_stats,
+    use_port_range, wait_quiet,
+)
+from bench.ingest_peers import (  # noqa: E402,F401  (PeerCollector, _udp_bound: used by tests through this module)
+    _CHILDREN, KAFKA_PEERS, RCVBUF, PeerCollector, _cleanup, _udp_bound, goflow2_binary,
 )
 
 LOSS_MAX = 0.001
 PROTOCOLS = ("netflow9", "ipfix", "sflow")
-COLLECTORS = ("fabricflow", "nfacctd", "nfacctd-kafka", "nfcapd")
+COLLECTORS = ("fabricflow", "nfacctd", "nfacctd-kafka", "goflow2", "nfcapd")
 PMACCT = ("nfacctd", "nfacctd-kafka")  # sfacctd for sFlow
 
 
@@ -151,7 +154,7 @@ class FabricflowCollector:
                  sink: str | None = None):
         self.port, self.cpu, self.bootstrap = port, cpu, bootstrap
         self.sink = sink or ("kafka" if bootstrap else "null")
-        self.metrics_port = _free_tcp_port()
+        self.metrics_port = free_tcp_port()
         self.max_seconds = max_seconds
         self.profile = profile
         self.proc = None
@@ -222,208 +225,6 @@ class FabricflowCollector:
         return self.report
 
 
-# --------------------------------------------------------------------------- peer collectors
-
-
-class PeerCollector:
-    """nfacctd/sfacctd or nfcapd, started fresh for every rate step; counted after it stops."""
-
-    per_step = True
-
-    def __init__(self, name: str, protocol: str, port: int, cpu: int, workdir: Path, bootstrap: str | None = None):
-        self.name, self.protocol, self.port, self.cpu = name, protocol, port, cpu
-        self.workdir = workdir
-        self.bootstrap = bootstrap
-        self.proc: subprocess.Popen | None = None
-        self.step = 0
-        self.topic = ""
-
-    def _argv(self, d: Path) -> list[str]:
-        if self.name == "nfcapd":
-            (d / "flows").mkdir()
-            return ["nfcapd", "-w", str(d / "flows"), "-p", str(self.port), "-b", "127.0.0.1", "-t", "60",
-                    "-B", str(RCVBUF)]
-        daemon = "sfacctd" if self.protocol == "sflow" else "nfacctd"
-        pfx = daemon
-        conf = d / "pmacct.conf"
-        common = (
-            "daemonize: false\n"
-            f"{pfx}_ip: 127.0.0.1\n"
-            f"{pfx}_port: {self.port}\n"
-            f"{pfx}_pipe_size: {RCVBUF}\n"
-            # pmacct's own advice when its core-to-plugin pipe overflows: larger buffers
-            "plugin_pipe_size[p]: 67108864\n"
-            "plugin_buffer_size[p]: 65536\n"
-        )
-        if self.name == "nfacctd-kafka":
-            # Every flow is its own aggregate (the sender never repeats a 5-tuple), so every
-            # record is published: one JSON message per flow, as pmacct's Kafka plugin does by default.
-            host, port = self.bootstrap.rsplit(":", 1)
-            # librdkafka's local queue (default 100,000 messages) must hold a whole purge (one
-            # message per flow), or pmacct drops what does not fit, silently (seen: 99.9 % of a
-            # 266,000-flow step). fabricflow's queue holds 100,000 messages of up to 4,096 records.
-            (d / "librdkafka.conf").write_text(
-                "global, queue.buffering.max.messages, 2000000\n"
-                "global, queue.buffering.max.kbytes, 2097151\n"
-            )
-            conf.write_text(common + (
-                f"kafka_config_file[p]: {d / 'librdkafka.conf'}\n"
-                "plugins: kafka[p]\n"
-                "kafka_output[p]: json\n"
-                f"kafka_broker_host[p]: {host}\n"
-                f"kafka_broker_port[p]: {port}\n"
-                f"kafka_topic[p]: {self.topic}\n"
-                "kafka_refresh_time[p]: 1\n"
-                f"kafka_cache_entries[p]: {KAFKA_CACHE_ENTRIES}\n"
-                "aggregate[p]: peer_src_ip, src_host, dst_host, src_port, dst_port, proto\n"
-            ))
-        else:
-            # Aggregated on fields the sender does not make unique: the print plugin's cache stays small.
-            conf.write_text(common + (
-                "plugins: print[p]\n"
-                f"print_output_file[p]: {d / 'out.csv'}\n"
-                "print_output_file_append[p]: true\n"
-                "print_output[p]: csv\n"
-                "print_refresh_time[p]: 3600\n"
-                "aggregate[p]: peer_src_ip, dst_host, proto\n"
-            ))
-        return [daemon, "-f", str(conf)]
-
-    def start(self) -> None:
-        self.step += 1
-        self.dir = self.workdir / f"{self.name}-{self.protocol}-{self.step}"
-        self.dir.mkdir(parents=True)
-        env = None
-        if self.name == "nfacctd-kafka":
-            self.topic = f"bench-pmacct-{self.protocol}-{self.step}-{os.getpid()}"
-            _create_topic(self.bootstrap, self.topic)
-            env = {**os.environ, "LD_PRELOAD": wheel_librdkafka()}
-        argv = self._argv(self.dir)
-        self.log = open(self.dir / "log", "wb")
-        cpu = self.cpu
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     preexec_fn=lambda: pin(0, cpu), env=env)
-        _CHILDREN.append(self.proc.pid)
-        deadline = time.monotonic() + 10
-        while not _udp_bound(self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{argv[0]} did not start: {(self.dir / 'log').read_text()[-500:]}")
-            time.sleep(0.05)
-        time.sleep(0.3)  # plugins attach after the socket is bound
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stop(self) -> dict:
-        """Stop and count: {'records': flows (nfcapd) or None, 'packets': packets seen}."""
-        p = self.proc
-        p.send_signal(signal.SIGINT if self.name != "nfcapd" else signal.SIGTERM)
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(5)
-        self.log.close()
-        self.proc = None
-        if self.name == "nfcapd":
-            out = subprocess.run(["nfdump", "-R", str(self.dir / "flows"), "-I"],
-                                 capture_output=True, text=True, timeout=60).stdout
-            kv = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
-            res = {"records": int(kv.get("Flows", 0)), "packets": int(kv.get("Packets", 0)),
-                   "sequence_failures": int(kv.get("Sequence failures", 0))}
-        elif self.name == "nfacctd-kafka":
-            messages, objects, packets = read_pmacct_topic(self.bootstrap, self.topic)
-            _delete_topic(self.bootstrap, self.topic)
-            res = {"records": None, "packets": packets, "messages": messages, "objects": objects}
-        else:
-            packets = 0
-            out = self.dir / "out.csv"
-            if out.exists():
-                with open(out) as f:
-                    for line in f:
-                        cols = line.rstrip("\n").split(",")
-                        if len(cols) >= 4 and cols[-2].isdigit():
-                            packets += int(cols[-2])
-            res = {"records": None, "packets": packets}
-        log_lines = (self.dir / "log").read_text(errors="replace").splitlines()
-        errors = [ln for ln in log_lines if "ERROR" in ln or "WARN" in ln]
-        res["log"] = errors[-1].strip()[:120] if errors else ""
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return res
-
-
-KAFKA_CACHE_ENTRIES = int(os.environ.get("BENCH_PMACCT_CACHE", 131_071))  # aggregates held between purges (~530 MB)
-_PACKETS = re.compile(rb'"packets": ?(\d+)')
-
-
-def wheel_librdkafka() -> str:
-    """The librdkafka shipped in the confluent-kafka wheel (pmacct is LD_PRELOADed with it).
-
-    Debian's librdkafka 2.0.2, which pmacct links, cannot parse the embedded
-    broker's (Tansu) ApiVersions reply; the wheel's newer build can.
-    """
-    import confluent_kafka
-
-    libs = Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs"
-    found = sorted(libs.glob("librdkafka*.so*"))
-    if not found:
-        raise RuntimeError(f"no librdkafka in {libs}: pmacct's Kafka plugin cannot talk to the embedded broker")
-    return str(found[0])
-
-
-def _create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
-    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        f.result(30)
-
-
-def _delete_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    try:
-        for f in admin.delete_topics([topic]).values():
-            f.result(30)
-    except Exception as e:  # the broker keeps the topic in memory; not fatal for the bench
-        print(f"  (could not delete {topic}: {e})")
-
-
-def read_pmacct_topic(bootstrap: str, topic: str, idle_s: float = 2.0, max_s: float = 120.0) -> tuple[int, int, int]:
-    """(messages, JSON objects, sum of "packets") on ``topic``, read from the start until idle.
-
-    Counted from what was read, never from the high watermark (Tansu reports it wrong).
-    """
-    from confluent_kafka import Consumer
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{topic}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False, "fetch.max.bytes": 64 << 20, "session.timeout.ms": 6000})
-    c.subscribe([topic])
-    messages = objects = packets = 0
-    find = _PACKETS.findall
-    last = time.monotonic()
-    deadline = last + max_s
-    try:
-        while time.monotonic() < deadline:
-            batch = c.consume(10_000, 0.5)
-            got = [m for m in batch if m.error() is None]
-            if not got:
-                if time.monotonic() - last > idle_s and (messages or time.monotonic() - last > 15):
-                    break
-                continue
-            last = time.monotonic()
-            messages += len(got)
-            for m in got:
-                v = find(m.value())
-                objects += len(v)
-                packets += sum(map(int, v))
-    finally:
-        c.close()
-    return messages, objects, packets
-
-
 # --------------------------------------------------------------------------- steps and ladder
 
 
@@ -449,6 +250,7 @@ def run_step(coll, stream: Stream, packets_per_dg: float, rate: float, seconds: 
     try:
         if coll.per_step:
             coll.start()
+            coll.prime(stream.templates, sender.sock)
             c0 = None
         else:
             c0 = coll.counts()
@@ -460,7 +262,7 @@ def run_step(coll, stream: Stream, packets_per_dg: float, rate: float, seconds: 
         def progress():
             q, _ = udp_socket_stats(coll.port)
             if coll.per_step:
-                return (q, round(cpu_seconds(coll.pid), 2))
+                return (q, round(cpu_seconds(coll.pid), 2)) + coll.progress()
             c = coll.counts()
             return (q, c["datagrams"], c["delivered"] + c["dropped"] + c["failed"], c["queue"])
 
@@ -473,12 +275,17 @@ def run_step(coll, stream: Stream, packets_per_dg: float, rate: float, seconds: 
         note = ""
         if coll.per_step:
             r = coll.stop()
+            if r.get("cpu_total") is not None:  # CPU up to its exit, from its rusage (goflow2 flushes then)
+                cpu1 = max(cpu1, r["cpu_total"])
+            note = r.get("note", "")
             if r["records"] is not None:
                 recv_records = float(r["records"])
+                if recv_records > res.records:
+                    note = (note + f" counted {recv_records:.0f} records > sent {res.records}").strip()
             else:
                 recv_records = res.records * min(r["packets"] / sent_pk, 1.0) if sent_pk else 0.0
                 if r["packets"] > sent_pk * 1.001:
-                    note = f"counted {r['packets']} packets > sent {sent_pk:.0f}"
+                    note = (note + f" counted {r['packets']} packets > sent {sent_pk:.0f}").strip()
             refreshes = 1 + res.datagrams // max(stream.refresh, 1)
             recv_dg = recv_records / stream.records_per_datagram + len(stream.templates) * refreshes
             loss = max(0.0, 1 - recv_records / res.records) if res.records else 1.0
@@ -559,41 +366,6 @@ def ladder(step_fn, start: float, max_rate: float, max_steps: int, log,
         elif not s.clean:
             bad = s
     return best, steps
-
-
-# --------------------------------------------------------------------------- process hygiene
-
-
-_CHILDREN: list[int] = []
-RCVBUF = 4 * 1024 * 1024  # = net.core.rmem_max here; every collector gets the same buffer
-
-
-def _cleanup() -> None:
-    for pid in _CHILDREN:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def _udp_bound(port: int) -> bool:
-    for name in ("/proc/net/udp", "/proc/net/udp6"):
-        try:
-            with open(name) as f:
-                next(f)
-                if any(int(line.split()[1].rsplit(":", 1)[1], 16) == port for line in f):
-                    return True
-        except OSError:
-            continue
-    return False
-
-
-def _free_tcp_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- report
@@ -678,6 +450,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sink", choices=("kafka", "null", "discard"), default="kafka",
                     help="fabricflow output: embedded broker; null = Avro-encode, discard; discard = no encode")
     ap.add_argument("--kafka-port", type=int, default=21192)
+    ap.add_argument("--goflow2", default=None, metavar="PATH",
+                    help="goflow2 executable (v2.2.6 measured; default $FF_GOFLOW2, then goflow2 on PATH); "
+                         "skipped when absent")
+    ap.add_argument("--ports", default=None, metavar="LO-HI",
+                    help="take the collectors' UDP and metrics ports from this range (a port block on a shared "
+                         "machine); default: free ports the kernel picks")
     ap.add_argument("--sender-cpu", type=int, default=0)
     ap.add_argument("--collector-cpu", type=int, default=1)
     ap.add_argument("--profile", help="write a cProfile of the fabricflow worker to this file (one run)")
@@ -686,6 +464,20 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     protocols = [p for p in a.protocols.split(",") if p]
     collectors = [c for c in a.collectors.split(",") if c]
+    unknown = sorted(set(collectors) - set(COLLECTORS))
+    if unknown:
+        ap.error(f"unknown collector(s) {', '.join(unknown)}: choose from {', '.join(COLLECTORS)}")
+    if a.ports:
+        try:
+            use_port_range(a.ports)
+        except ValueError as e:
+            ap.error(str(e))
+    goflow2 = goflow2_binary(a.goflow2) if "goflow2" in collectors else None
+    if "goflow2" in collectors and goflow2 is None:
+        where = a.goflow2 or os.environ.get("FF_GOFLOW2") or "goflow2 on PATH"
+        print(f"goflow2: no executable at {where} (pass --goflow2 PATH or set FF_GOFLOW2; build goflow2 v2.2.6 "
+              "from its sources): skipped")
+        collectors.remove("goflow2")
     atexit.register(_cleanup)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     pin(0, a.sender_cpu)
@@ -702,14 +494,14 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         bootstrap = None
-        if ("fabricflow" in collectors and a.sink == "kafka") or "nfacctd-kafka" in collectors:
+        if ("fabricflow" in collectors and a.sink == "kafka") or set(KAFKA_PEERS) & set(collectors):
             from fabricflow.settings import load_settings
             from devtools.stack import EmbeddedStack
-            from fabricflow.streams import ensure_topics
+            from fabricflow.kafka import ensure_topics
 
             from devtools.stack import port_free
 
-            kport = a.kafka_port if port_free(a.kafka_port) else _free_tcp_port()
+            kport = a.kafka_port if port_free(a.kafka_port) else free_tcp_port()
             if kport != a.kafka_port:
                 print(f"port {a.kafka_port} is taken: embedded broker on {kport}")
             st = load_settings(None, stack={"state_dir": str(workdir / "stack"), "kafka_port": kport,
@@ -723,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
               f"step {a.step_seconds}s, loss threshold {LOSS_MAX:.1%}, "
               f"sink {a.sink if 'fabricflow' in collectors else '-'}, "
               f"load average {os.getloadavg()[0]:.2f}")
+        if goflow2:
+            print(f"goflow2: {goflow2}")
         for proto in protocols:
             stream = stream_for(proto, a.records, a.samples)
             ppd = packets_per_datagram(stream)
@@ -738,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
                     if coll_name == "fabricflow":
                         coll = FabricflowCollector(port, a.collector_cpu, bootstrap, profile=a.profile, sink=a.sink)
                         coll.start()
+                    elif coll_name == "goflow2":
+                        coll = PeerCollector(coll_name, proto, port, a.collector_cpu, workdir, bootstrap, goflow2)
                     else:
                         binary = ("sfacctd" if proto == "sflow" else "nfacctd") if coll_name in PMACCT else coll_name
                         if shutil.which(binary) is None:

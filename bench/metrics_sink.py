@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO))
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
-from processors.logic.inventory import Inventory  # noqa: E402
+from processors.logic.enrich.inventory import Inventory  # noqa: E402
 from schemas import codec  # noqa: E402
 from schemas.columns import COUNTER_DTYPE, addr16  # noqa: E402
 from schemas.records import encode_records  # noqa: E402
@@ -227,7 +227,7 @@ def run_kafka(bootstrap: str, per_window) -> dict:
     from confluent_kafka import Producer
 
     from fabricflow.settings import load_settings
-    from fabricflow.streams import ensure_topics
+    from fabricflow.kafka import ensure_topics
     from sinks.metrics.service import MetricsService
 
     prefix = f"bench{uuid.uuid4().hex[:6]}."

@@ -188,10 +188,9 @@ def pure_core(settings, inventory_path: str, flows, counters) -> dict:
     counter batches to their shard and to every other shard's port state. No codec, no Kafka. Timed up to the last
     batch (the final flush is not: a live worker keeps its windows open); outputs before the flush are kept."""
     from processors.logic.core import ProcessorCore, engine_config
-    from processors.logic.inventory import Inventory
     from replay.core import replay_batches
 
-    inv = Inventory.load(inventory_path)
+    inv = read_inventory(inventory_path)
     cfg = engine_config(settings.processors)
     parts = settings.kafka.partitions
     cores = [ProcessorCore(inv, cfg) for _ in range(parts)]
@@ -220,6 +219,17 @@ def pure_core(settings, inventory_path: str, flows, counters) -> dict:
         kinds[o.kind] = kinds.get(o.kind, 0) + 1
     return {"cpu": end[0] - c0, "wall": end[1] - w0, "kinds": kinds, "final": flushed[0], "outputs": before,
             "too_late": {k: sum(c.engine.stats.get(k, 0) for c in cores) for k in ("too_late_main", "too_late_incast")}}
+
+
+def read_inventory(path: str):
+    """The inventory file, read as the measured code reads it (FF_BENCH_CODE may predate processors/config_files.py)."""
+    try:
+        from processors.config_files import read_inventory as read
+    except ImportError:
+        from processors.logic.inventory import Inventory
+
+        read = Inventory.load
+    return read(path)
 
 
 def output_pairs(outputs, topic_of: dict[str, str]) -> dict[str, list[tuple[bytes, bytes]]]:
@@ -327,7 +337,8 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     from processors.logic.core import ProcessorCore
     from schemas import codec
 
-    getattr(codec, "warm_up", lambda: None)()  # as the worker does before its first message (FF_BENCH_CODE may be older)
+    # FF_BENCH_CODE from before the compiled decoders (numba): compile its walk here, outside the measurement
+    getattr(codec, "warm_up", lambda: None)()
 
     proc = app_mod.Processors(settings)
     cap = _Capture(settings.kafka.topics.shuffle, frozenset(output_topics(settings).values()))
@@ -342,7 +353,11 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
                 timers.wrap(ProcessorCore, attr, "enrichment (prepare + detect)")
         timers.wrap(prepare_mod, "shard_of", "shard_of")
         from processors.logic.engine import Engine
-        from processors.logic.policy import PolicyEngine
+
+        try:
+            from processors.logic.rules.policy import PolicyEngine
+        except ImportError:  # FF_BENCH_CODE before processors/logic/rules/policy.py
+            from processors.logic.policy import PolicyEngine
 
         timers.wrap(Engine, "process_flows", "detectors (Engine.process_flows)")
         timers.wrap(PolicyEngine, "process", "policy (PolicyEngine.process)")
@@ -670,7 +685,10 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     import yaml
     from confluent_kafka import Producer
 
-    from fabricflow.streams import ensure_topics
+    try:
+        from fabricflow.kafka import ensure_topics
+    except ImportError:  # FF_BENCH_CODE before fabricflow/kafka.py created the topics
+        from fabricflow.streams import ensure_topics
 
     if args.cpu >= 0:
         pin(0, args.cpu)
@@ -696,6 +714,9 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
         differ = sorted(t.removeprefix(prefix) for t in set(pure) | set(worker) if pure.get(t) != worker.get(t))
         print("    detector outputs as sets (order aside; alerts by key) equal the pure core's before its flush: "
               + (f"NO (differ: {differ})" if differ else "yes"))
+        print("    SHA-256 of the pure core's outputs before its flush, as sets (order aside; alerts by key):")
+        for k, v in sorted(pure.items()):
+            print(f"      {k.removeprefix(prefix):24s} {v}")
     if wp["stages"]:
         total = wp["wall"]
         print("    where time goes (stage timers; us per input flow record):")

@@ -81,7 +81,7 @@ def sink_retention(
     s = settings_of(ctx)
     try:
         policy = retention_policy(s.archive.retention_days)
-        fs, root = archive_filesystem(s.archive)
+        fs, root = archive_filesystem(s.archive, write=not dry_run)
     except (ArchiveUrlError, ValueError) as e:
         fail(str(e))
     deleted = apply_retention(fs, root, int(time.time() * 1000), policy, dry_run=dry_run)
@@ -112,7 +112,7 @@ def sink_compact(
     s = settings_of(ctx)
     setup_logging(s.log_level)
     try:
-        fs, root = archive_filesystem(s.archive)
+        fs, root = archive_filesystem(s.archive, write=True)
     except (ArchiveUrlError, ValueError) as e:
         fail(str(e))
     sources = sorted({d.derived_from for d in streams.DERIVED})
@@ -131,7 +131,9 @@ def _committed_offsets(kafka, group: str, topics: dict[str, str]) -> dict[tuple[
     """(dataset, partition) -> committed offset of ``group`` (partitions without a commit are left out)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    conf = kafka.client_config()
+    from fabricflow.kafka import client_config
+
+    conf = client_config(kafka)
     conf.update({"group.id": group, "enable.auto.commit": False})
     c = Consumer(conf)
     try:
@@ -240,12 +242,22 @@ def _source(source: str) -> str:
 @with_query_options
 def query_sql(
     ctx: typer.Context,
-    sql: str = typer.Argument(..., help="SQL over the dataset views, e.g. \"SELECT category, sum(bytes_est) FROM flows_enriched GROUP BY 1\"."),
+    sql: str = typer.Argument(..., help="SQL over the views, e.g. \"SELECT category, sum(bytes_est) AS bytes_est "
+                              "FROM flows GROUP BY 1 ORDER BY 2 DESC\"."),
     opts: QueryOptions = QueryOptions(),
 ):
-    """Run SQL; every dataset named (flows_raw, flows_enriched, counters_raw, matrix_windows, incast_events,
-    straggler_scores, link_health, alerts, summaries_hourly, and the rollups traffic_1m, traffic_1h, ports_1m,
-    ports_1h) is a view over the range."""
+    """Run SQL over views of the range. flows: the enriched flow records that count, each packet once (sum
+    these); flow_observations: every exporter's record of a packet (one row per exporter that saw it);
+    flows_1m, flows_1h: per-minute / per-hour sums, each packet once. Every dataset is a view of its own
+    name too (flows_raw, flows_enriched, counters_raw, matrix_windows, incast_events, straggler_scores,
+    link_health, alerts, patterns, summaries_hourly, ingest_quality, traffic_1m, traffic_1h, ports_1m,
+    ports_1h); flows_raw, flows_enriched and traffic_* hold every exporter's record (docs/archive.md,
+    "Which name to query")."""
+    from sinks.query import observation_note
+
+    note = observation_note(sql)
+    if note:
+        typer.echo(f"fabricflow: {note}", err=True)
     _run(ctx, lambda q, lo, hi: q.sql(sql, lo, hi), opts, "query")
 
 
@@ -324,12 +336,12 @@ def query_segmentation(
     if policy is not None:
         if not policy.is_file():
             fail(f"policy file not found: {policy}")
-        from processors.logic.policy import load_policy_config
+        from processors.config_files import ConfigFileError, load_policy_file
 
         try:
-            cfg = load_policy_config(policy)
-        except Exception as e:  # pydantic / YAML errors: one line
-            fail(f"policy file {policy}: {str(e).splitlines()[0]}")
+            cfg = load_policy_file(policy)
+        except ConfigFileError as e:  # YAML or model errors: one line with the file's line number
+            fail(f"policy file {e}")
     if cfg is None:
         _run(ctx, lambda q, lo, hi: q.segmentation(lo, hi, exporter=exporter), opts, "segmentation")
     else:

@@ -25,7 +25,7 @@ def config_check(ctx: typer.Context, file: Path = typer.Argument(..., help="YAML
     """Validate a settings file (with the current environment), its detector parameters and the files it names
     (inventory, policy, category rules, TLS files); exit 2 with one line per problem if invalid."""
     from fabricflow.kafka_security import SecurityFileError, check_files
-    from processors.logic.config_files import check_config_files
+    from processors.config_files import check_config_files
     from processors.logic.core import CoreConfigError, engine_config
 
     try:
@@ -71,7 +71,8 @@ def configuration_docs() -> str:
         "",
         "## Detector parameters",
         "",
-        "Declared beside each detector's code (`processors/logic/*.py`), validated when a worker or a replay",
+        "Declared beside each detector's code (`processors/logic/detectors/*.py`, the matrix's in",
+        "`processors/logic/windows/matrix.py`), validated when a worker or a replay",
         "starts and by `fabricflow config check` (exit 2 with one line naming the parameter). Set them under",
         "`processors.detectors.<detector>` in the YAML file, as `FABRICFLOW_PROCESSORS__DETECTORS` (JSON, e.g.",
         "`'{\"incast\": {\"min_sources\": 3}}'`), or for one replay with `--set <detector>.<parameter>=VALUE`.",

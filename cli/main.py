@@ -12,9 +12,10 @@ from typing import Optional
 import typer
 
 from fabricflow import __version__
+from fabricflow.compiled import NotBuilt
 from fabricflow.settings import ConfigError
 
-from . import archive, config, console, metrics, pipeline, replay, stack
+from . import archive, backfill, closedloop, config, console, metrics, pipeline, replay, stack
 from .context import State
 
 app = typer.Typer(
@@ -49,13 +50,13 @@ def main_callback(
     ctx.obj = State(config)
 
 
-for _group in (config, stack, pipeline, archive, metrics, replay, console):
+for _group in (config, stack, pipeline, archive, metrics, replay, backfill, closedloop, console):
     _group.register(app)
 
 
 def main() -> None:
     try:
         app()
-    except ConfigError as e:
+    except (ConfigError, NotBuilt) as e:
         typer.echo(f"fabricflow: {e}", err=True)
         sys.exit(2)

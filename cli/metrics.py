@@ -27,7 +27,7 @@ def sink_metrics(
     from fabricflow.kafka_security import check_files
     from fabricflow.logs import setup_logging
     from fabricflow.readiness import Unreachable
-    from processors.logic.inventory import InventoryError
+    from processors.logic.enrich.inventory import InventoryError
     from sinks.metrics.service import MetricsService
 
     s = settings_of(ctx)

@@ -30,8 +30,9 @@ def register(app: typer.Typer) -> None:
     def simulate_cmd(
         scenario: str = typer.Argument("mixed", help="Scenario file or shipped name: healthy, straggler, link_downgrade, incast, segmentation, mixed."),
         target: Optional[list[str]] = typer.Option(
-            None, "--target", "-t", help="Where to send: KIND=HOST:PORT (kinds sflow, netflow9, ipfix) or HOST:PORT for all; loopback only. "
-            "Default 127.0.0.1:6343/2055/4739."
+            None, "--target", "-t", help="Where to send: KIND=HOST:PORT (kinds sflow, netflow9, ipfix, marks) or HOST:PORT for all "
+            "export kinds; loopback only. Default 127.0.0.1:6343/2055/4739; the training jobs' step marks and the scenario's "
+            "changes go only to a marks=HOST:PORT target (the ingest marks listener, 6344 by default)."
         ),
         speed: float = typer.Option(1.0, help="Scenario seconds per wall second (10 = ten times faster)."),
         duration: Optional[float] = typer.Option(None, help="Scenario seconds to run (default: the scenario's duration)."),
@@ -39,8 +40,10 @@ def register(app: typer.Typer) -> None:
         truth: Optional[str] = typer.Option(None, help="Write the ground truth (faults, per-window node-to-node bytes) to this JSONL file."),
         start: Optional[str] = typer.Option(None, help="Scenario epoch: ISO time, unix seconds, or 'now' (default: the scenario's start)."),
         max_pps: float = typer.Option(5000.0, help="Cap on datagrams per wall second."),
-        pcap: Optional[str] = typer.Option(None, help="Also write the datagrams to this pcap."),
-        no_send: bool = typer.Option(False, "--no-send", help="Do not send (with --pcap: just write the capture)."),
+        pcap: Optional[str] = typer.Option(None, help="Also write the datagrams to this pcap (step marks and changes to port 6344); "
+                                           "read it back with `fabricflow backfill`."),
+        no_send: bool = typer.Option(False, "--no-send", help="Send nothing: write --pcap (stamped with scenario time, each "
+                                     "exporter from its own 127.0.0.x address) and/or --truth as fast as they are generated."),
     ):
         """Generate AI-cluster traffic as real sFlow v5 / NetFlow v9 / IPFIX datagrams (with injected faults) to UDP targets."""
         from devtools.simulator.cli import run_simulate
@@ -67,21 +70,28 @@ def register(app: typer.Typer) -> None:
 
     @app.command("demo")
     def demo_cmd(
+        ctx: typer.Context,
         scenario: str = typer.Option("mixed", "--scenario", "-s", help="Scenario to play (file or shipped name)."),
         duration: float = typer.Option(90.0, "--duration", "-d", help="Wall-clock seconds to run the scenario."),
         speed: float = typer.Option(5.0, help="Scenario seconds per wall second."),
         no_ui: bool = typer.Option(False, "--no-ui", help="Plain log lines, one per detection naming its kind (for CI and scripts)."),
         state_dir: str = typer.Option(".fabricflow/demo", help="Where logs, config and the archive of the demo go (wiped at start)."),
     ):
-        """Run everything on the embedded stack with simulated cluster traffic and show detections live."""
+        """Run everything on the embedded stack with simulated cluster traffic and show detections live.
+
+        Ports: those of the settings (--config / FABRICFLOW_...): stack.kafka_port, stack.s3_port,
+        stack.s3_base_port, ingest.listen, the metrics ports, processors.web_port, console.listen."""
+        from cli.context import fail, settings_of
         from devtools.demo import run_demo
-        from devtools.runner import PipelineError
+        from devtools.runner import PipelineError, PipelinePorts
+        from fabricflow.statedir import StateDirError
 
+        ports = PipelinePorts.from_settings(settings_of(ctx))
         try:
-            raise typer.Exit(run_demo(scenario, duration, speed, no_ui, state_dir))
+            raise typer.Exit(run_demo(scenario, duration, speed, no_ui, state_dir, ports=ports))
+        except StateDirError as e:
+            fail(str(e))
         except PipelineError as e:
-            from cli.context import fail
-
             fail(str(e), 1)
 
     @app.command("process")
@@ -97,8 +107,9 @@ def register(app: typer.Typer) -> None:
         from cli.context import fail, settings_of
         from fabricflow.logs import setup_logging
         from fabricflow.kafka_security import SecurityFileError
+        from fabricflow.statedir import StateDirError
         from processors.logic.core import CoreConfigError
-        from processors.logic.inventory import InventoryError
+        from processors.logic.enrich.inventory import InventoryError
 
         s = settings_of(ctx)
         upd = {k: v for k, v in {"inventory": inventory, "policy": policy}.items() if v}
@@ -109,7 +120,7 @@ def register(app: typer.Typer) -> None:
             from processors.worker import run_processors
 
             raise typer.Exit(run_processors(s))
-        except (CoreConfigError, InventoryError, SecurityFileError) as e:  # also a bad policy/categories file
+        except (CoreConfigError, InventoryError, SecurityFileError, StateDirError) as e:  # also a bad policy/categories file
             fail(str(e))
 
     @app.command("ingest")
@@ -126,7 +137,7 @@ def register(app: typer.Typer) -> None:
         from cli.context import fail, settings_of
         from fabricflow.logs import setup_logging
         from ingest.listener import ListenError
-        from ingest.service import run_ingest
+        from ingest.start import run_ingest
 
         s = settings_of(ctx)
         if workers:

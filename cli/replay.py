@@ -113,7 +113,7 @@ def run_replay(
     if report:
         rp.write_report(outputs, report, meta)
     if publish:
-        meta["published"] = rp.publish(outputs, settings.kafka)
+        meta["published"] = rp.publish(outputs, settings.kafka, producer_settings=settings.ingest.producer)
     if not report and not publish:
         for r in rp.output_records(outputs):
             out.write(json.dumps(r, sort_keys=True) + "\n")

@@ -29,7 +29,8 @@ def stack_up(
 ):
     """Start the embedded broker and object store in the background and create the topics."""
     from devtools.stack import EmbeddedStack, StackError
-    from fabricflow.streams import ensure_topics
+    from fabricflow.kafka import ensure_topics
+    from fabricflow.statedir import StateDirError
 
     s = settings_of(ctx)
     if storage:
@@ -37,6 +38,8 @@ def stack_up(
     st = EmbeddedStack(s, with_s3=not no_s3)
     try:
         rows = st.up()
+    except StateDirError as e:
+        fail(str(e))
     except StackError as e:
         fail(str(e), 1)
     _print_status(rows)
@@ -72,7 +75,7 @@ def stack_status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json
 @topics_app.command("create")
 def topics_create(ctx: typer.Context):
     """Create missing topics (idempotent) on the configured broker."""
-    from fabricflow.streams import ensure_topics
+    from fabricflow.kafka import ensure_topics
 
     s = settings_of(ctx)
     try:

@@ -26,15 +26,17 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from processors.logic.categories import CATEGORIES
+from processors.logic.enrich.categories import CATEGORIES
 from schemas.columns import addr_str
 from sinks.query import describe, parse_time
 
 from . import events as ev
 from . import views
+from .closedloop import closedloop_routes
 from .history import ArchiveUnavailable, History
 from .layout import Layout
 from .live import CELL_SCHEMA, LiveStore
+from .marks import MarkStore, mark_routes
 
 STATIC = Path(__file__).parent / "static"
 DEFAULT_RANGE_MS = 15 * 60_000
@@ -58,6 +60,17 @@ class ConsoleState:
     token: str | None = None
     max_range_ms: int = 7 * 86_400_000
     extra_status: dict = field(default_factory=dict)
+    marks: MarkStore = field(default_factory=MarkStore)  # change markers and step marks held live (console/marks.py)
+    store_marks: object | None = None  # [(kind, record)] -> where stored (console.closedloop.mark_storer); None: read-only
+    accept_marks: bool = True
+    marks_per_s: float = 1000.0
+    marks_per_source_per_s: float = 100.0
+    window_ms: int = 10_000  # processors.window_s: the compare windows are multiples of it
+
+    def store_mark(self, kind: str, rec: dict) -> str:
+        if self.store_marks is None:
+            raise ArchiveUnavailable("this console cannot store marks (no broker and no archive)")
+        return self.store_marks([(kind, rec)])
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -447,7 +460,8 @@ def create_app(state: ConsoleState) -> Starlette:
                 port_info = state.layout.port_by_key.get((r.get("switch"), r.get("if_index")))
                 if (e := ev.link_event(r, port_info.node if port_info else "")) is not None:
                     arch.append(e)
-            arch += [ev.alert_event(r) for r in recs.get("alert", [])]
+            latest = {r["dedup_key"]: r for r in recs.get("alert", [])}  # by last_seen: the latest message
+            arch += [ev.alert_event(r) for r in latest.values()]
             for e in arch:
                 out.setdefault(e["id"], e)
         evs = list(out.values())
@@ -466,10 +480,11 @@ def create_app(state: ConsoleState) -> Starlette:
         if sev:
             evs = [e for e in evs if e["severity"] in sev]
         if q:
-            evs = [e for e in evs if q in e["summary"].lower() or q in str(e["entity"]).lower()]
+            evs = [e for e in evs if q in e["summary"].lower() or q in str(e["entity"]).lower()
+                   or q in _verdict_text(e)]
         total = len(evs)
         evs = evs[-limit:]
-        return {"events": [{k: v for k, v in e.items() if k != "evidence"} for e in evs], "total": total,
+        return {"events": [{k: _brief(k, v) for k, v in e.items() if k != "evidence"} for e in evs], "total": total,
                 "truncated": total > len(evs), "source": "live+archive" if rng else "live"}
 
     async def event_detail(request: Request, p: Params):
@@ -551,11 +566,27 @@ def create_app(state: ConsoleState) -> Starlette:
         Route("/api/events", api(events_list)),
         Route("/api/event", api(event_detail)),
         Route("/api/inventory", api(inventory)),
+        *(Route(path, fn, methods=methods) for path, fn, methods in (
+            mark_routes(state, api, error, BadRequest) + closedloop_routes(state, api, BadRequest))),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found})
     app.state.console = state
     return TokenAuth(app, state.token)
+
+
+def _verdict_text(event: dict) -> str:
+    """The event's diagnosis verdict and title, lower case, for the events search ("" without one)."""
+    d = event.get("diagnosis") or {}
+    return f"{d.get('verdict', '')} {d.get('title', '')}".lower()
+
+
+def _brief(key: str, value):
+    """A field of an event as the events list sends it: the diagnosis as its verdict and title only (the detail
+    view has the rest)."""
+    if key == "diagnosis" and value:
+        return {"verdict": value["verdict"], "title": value["title"]}
+    return value
 
 
 def answered_fields(answered: list[dict]) -> dict:

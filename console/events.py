@@ -4,7 +4,8 @@ Pure: built from detector output records (as decoded from Kafka or read from the
 archive, same field names), no I/O.
 
 Event: ``{id, type, subtype, state, start_ms, end_ms, entity, severity, summary,
-evidence, uncertainty, record}``. Ids are stable across the live reader and the
+evidence, uncertainty, diagnosis, record}``; ``diagnosis`` is the latest bottleneck diagnosis of the event
+(docs/detectors.md, "Diagnosis"), None when it carries none. Ids are stable across the live reader and the
 archive (built from the record's own keys), so the two sources merge without
 duplicates.
 """
@@ -14,8 +15,8 @@ from __future__ import annotations
 import math
 
 TYPES = ("incast", "straggler", "link", "alert", "pattern")
-LINK_EVENT_KINDS = ("link_downgrade", "speed_change", "oper_down", "oper_up", "error_burst", "sustained_utilisation",
-                    "counter_reset")
+LINK_EVENT_KINDS = ("link_downgrade", "speed_change", "oper_down", "oper_up", "error_burst", "discard_burst",
+                    "sustained_utilisation", "counter_reset")
 STRAGGLER_GAP_WINDOWS = 3  # flagged windows further apart than this start a new straggler episode
 
 
@@ -55,6 +56,7 @@ def incast_event(r: dict) -> dict:
                      "samples": r.get("samples"), "sampling_rate": r.get("sampling_rate")},
         "uncertainty": {"fraction_low": lo, "fraction_high": hi, "samples": r.get("samples"),
                         "rel95": _rel95(r.get("samples"))},
+        "diagnosis": r.get("diagnosis"),
     }
 
 
@@ -96,6 +98,7 @@ def straggler_events(scores: list[dict], window_ms: int | None = None) -> list[d
                                                             "evidence_windows", "peers")}},
             "uncertainty": {"peers": last.get("peers"), "evidence_windows": last.get("evidence_windows"),
                             "note": "robust z-score over the job's peers; sampled byte counts"},
+            "diagnosis": next((x["diagnosis"] for x in reversed(e["_scores"]) if x.get("diagnosis")), None),
         })
     return events
 
@@ -126,6 +129,7 @@ def link_event(r: dict, node: str = "") -> dict | None:
                                            "oper_up", "exporter", "detail")},
         "uncertainty": {"interval_ms": r.get("interval_ms"),
                         "note": "rates are counter deltas over the sample interval (exact, not sampled)"},
+        "diagnosis": r.get("diagnosis"),
     }
 
 
@@ -163,6 +167,7 @@ def alert_event(r: dict) -> dict:
         "evidence": {"entities": ents, "bytes_est": r.get("bytes_est"), "flows": r.get("flows"),
                      "sample_flows": list(r.get("sample_flows") or [])},
         "uncertainty": {"note": "bytes are sampled estimates"},
+        "diagnosis": r.get("diagnosis"),
     }
 
 
@@ -182,11 +187,12 @@ def pattern_event(r: dict) -> dict:
         "evidence": {k: r.get(k) for k in ("baseline_period_ms", "current_period_ms", "added_pairs",
                                            "removed_pairs", "detail")},
         "uncertainty": {"note": "period and pairs from windowed, sampled traffic"},
+        "diagnosis": None,
     }
 
 
 def merge_incast(records: list[dict]) -> list[dict]:
-    """One event per incast ``event_id``: the first window's start, the latest update's figures."""
+    """One event per incast ``event_id``: the first window's start, the peak's figures, the latest diagnosis."""
     by_id: dict[str, dict] = {}
     for r in sorted(records, key=lambda r: (r["window_start_ms"], r.get("state") == "close")):
         first = by_id.get(r["event_id"])
@@ -194,10 +200,12 @@ def merge_incast(records: list[dict]) -> list[dict]:
         if first is not None:
             ev["start_ms"] = min(ev["start_ms"], first["start_ms"])
             ev["end_ms"] = max(ev["end_ms"], first["end_ms"])
+            diag = ev["diagnosis"] or first["diagnosis"]  # the latest record's: it has seen the most evidence
             if first["evidence"]["fraction"] > ev["evidence"]["fraction"]:  # keep the peak's figures
                 keep = first
                 keep["end_ms"], keep["state"] = ev["end_ms"], ev["state"]
                 ev = keep
+            ev["diagnosis"] = diag
         by_id[r["event_id"]] = ev
     return list(by_id.values())
 

@@ -21,6 +21,7 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from fabricflow import streams
+from fabricflow.kafka import client_config
 from schemas import codec
 
 from .live import LiveStore
@@ -43,6 +44,9 @@ class KafkaFeed:
         self.topic_kind = {streams.topic_of(settings.kafka, s): kind for kind, s in streams.OUTPUTS.items()
                            if LiveStore.shows(kind)}
         self.counters_topic = settings.kafka.topics.counters_raw
+        # change markers and step marks (changes.v1, steps.v1) -> the MarkStore the server gives (console/marks.py)
+        self.mark_topics = {settings.kafka.topics.changes: "change", settings.kafka.topics.steps: "step"}
+        self.marks = None
         self.ok = False
         self.error: str | None = "not connected yet"
         self.since_ms = int(time.time() * 1000)
@@ -95,7 +99,7 @@ class KafkaFeed:
 
     def _consumer(self) -> Consumer:
         k = self.settings.kafka
-        conf = k.client_config() | {
+        conf = client_config(k) | {
             "client.id": f"{k.client_id}-console",
             "group.id": self.settings.console.group_id,
             "enable.auto.commit": False,
@@ -114,7 +118,8 @@ class KafkaFeed:
             try:
                 if consumer is None:
                     consumer = self._consumer()
-                    consumer.subscribe(list(self.topic_kind) + [self.counters_topic], on_assign=self._on_assign)
+                    consumer.subscribe(list(self.topic_kind) + [self.counters_topic] + list(self.mark_topics),
+                                       on_assign=self._on_assign)
                 now = time.monotonic()
                 if now - last_meta > (5.0 if self.ok else 2.0):
                     last_meta = now
@@ -153,6 +158,12 @@ class KafkaFeed:
         try:
             if topic == self.counters_topic:
                 self.store.add_counters(codec.decode_batch(value, expect="counter_batch"))
+                return
+            mark = self.mark_topics.get(topic)
+            if mark is not None:
+                if self.marks is not None:
+                    self.marks.add(mark, codec.decode_record(value, expect=f"{mark}_mark"))
+                    self.store.version += 1
                 return
             kind = self.topic_kind.get(topic)
             if kind is not None:

@@ -23,7 +23,7 @@ import pyarrow.dataset as ds
 
 from schemas.columns import addr_str
 from sinks import layout
-from sinks.query import ArchiveError, ArchiveQuery, DatasetMissing, EmptyRange
+from sinks.query import ArchiveError, ArchiveQuery, DatasetMissing, EmptyRange, connect_duckdb
 
 
 class ArchiveUnavailable(Exception):
@@ -131,7 +131,7 @@ class History:
         self.fs, self.root = fs, root
         self.protocols = [PROTOCOL_CODES[p] for p in protocols]
         self.lock = threading.Lock()
-        self.con = duckdb.connect()
+        self.con = connect_duckdb()
         self.ok = True
         self.error: str | None = None
         self.since_ms = int(time.time() * 1000)

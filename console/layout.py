@@ -1,6 +1,7 @@
 """What the console draws things in the order of: nodes by switch/rack/job, ports, jobs, rings.
 
-Pure: built from a :class:`processors.logic.inventory.Inventory` (or nothing), no I/O.
+Built from a :class:`processors.logic.enrich.inventory.Inventory` (or nothing), no I/O but
+:func:`load_layout` reading the inventory file (:func:`processors.config_files.read_inventory`).
 Names seen in the data but missing from the inventory are appended after the
 inventory's own, sorted, so a view never drops a row.
 """
@@ -140,6 +141,6 @@ def load_layout(path: str | None) -> Layout:
     """Layout from an inventory file (raises the inventory's own error on a bad file); empty without one."""
     if not path:
         return Layout()
-    from processors.logic.inventory import Inventory
+    from processors.config_files import read_inventory
 
-    return Layout.from_inventory(Inventory.load(path))
+    return Layout.from_inventory(read_inventory(path))

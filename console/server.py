@@ -25,6 +25,7 @@ from fabricflow.net import is_loopback
 from fabricflow.service import Service
 
 from .app import ConsoleState, create_app
+from .closedloop import mark_storer
 from .history import History
 from .layout import Layout, load_layout
 from .live import LiveStore
@@ -69,9 +70,15 @@ class ConsoleServer:
 
             self.feed = KafkaFeed(settings, self.store)
         self.history = History.from_settings(settings) if archive else None
+        ing = settings.ingest
         self.state = ConsoleState(self.layout, self.store, self.history, self.feed,
                                   c.token.get_secret_value() if c.token else None,
-                                  int(c.query_max_range_s * 1000))
+                                  int(c.query_max_range_s * 1000),
+                                  store_marks=mark_storer(settings, live, archive), accept_marks=c.accept_marks,
+                                  marks_per_s=ing.marks_max_per_s, marks_per_source_per_s=ing.marks_max_per_source_per_s,
+                                  window_ms=int(settings.processors.window_s * 1000))
+        if self.feed is not None:
+            self.feed.marks = self.state.marks
         self.app = create_app(self.state)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -114,6 +121,9 @@ class ConsoleServer:
             time.sleep(0.05)
         if self.port == 0:  # an ephemeral port: read back the bound one
             self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        sources = [what for what, on in (("live from Kafka", self.feed is not None),
+                                         ("history from the archive", self.history is not None)) if on]
+        svc.mark_ready(f"serving {self.url} ({', '.join(sources) or 'no data sources'})")
         return self
 
     def _watch_archive(self) -> None:

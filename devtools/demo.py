@@ -10,25 +10,22 @@ with ``--no-ui``, one plain line per detection naming its kind.
 
 from __future__ import annotations
 
-import math
+import re
 import shutil
+import textwrap
 import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rich.console import Console, Group
-from rich.layout import Layout
+from rich.console import Console
 from rich.live import Live
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
 
-from .detections import Detection, DetectionFeed, MatrixView, _fmt_bps
-from .runner import LocalPipeline, PipelineError
+from .demo_view import Screen
+from .detections import Detection, DetectionFeed
+from .runner import LocalPipeline, PipelineError, PipelinePorts
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
-SHADES = ["grey23", "blue", "cyan", "green", "yellow", "dark_orange", "red"]
 
 
 def _iso(t: float) -> str:
@@ -38,6 +35,21 @@ def _iso(t: float) -> str:
 
 def _ts(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S")
+
+
+def status_lines(scenario: str, speed: float, detections: int, messages: int, left_s: float, pipe: LocalPipeline
+                 ) -> list[list[str]]:
+    """The screen's status lines, each from its longest to its shortest variant (the first that fits is shown)."""
+    left = f"{left_s:.0f}s left"
+    return [
+        [f"fabricflow demo | {scenario} at {speed:g}x | {detections} detections | {messages} output messages | "
+         f"{left} | Ctrl-C to stop",
+         f"fabricflow demo | {scenario} at {speed:g}x | {detections} detections | {left} | Ctrl-C to stop",
+         f"demo {scenario} {speed:g}x | {detections} detections | {left} | Ctrl-C stops",
+         f"{detections} detections | {left}"],
+        [f"console {pipe.console_url}   metrics {pipe.metrics_url}   logs {_shown(pipe.state_dir)}",
+         f"console {pipe.console_url}   metrics {pipe.metrics_url}", f"console {pipe.console_url}"],
+    ]
 
 
 def scenario_path(name: str) -> Path:
@@ -51,59 +63,6 @@ def scenario_path(name: str) -> Path:
     raise PipelineError(f"scenario {name!r} not found (a file, or one of: {known})")
 
 
-def heatmap(view: MatrixView) -> Panel:
-    ws, cells = view.latest()
-    if not cells:
-        return Panel(Text("waiting for the first traffic-matrix window ...", style="dim"), title="traffic matrix")
-    nodes = sorted({s for s, _ in cells} | {d for _, d in cells})[:20]
-    peak = max(cells.values()) or 1
-    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, padding=(0, 0))
-    t.add_column("src\\dst", style="bold", no_wrap=True)
-    for n in nodes:
-        t.add_column(n[-5:], justify="center", no_wrap=True, width=5)
-    for s in nodes:
-        row = []
-        for d in nodes:
-            b = cells.get((s, d), 0)
-            if b <= 0:
-                row.append(Text("  .  ", style="grey30"))
-                continue
-            level = min(len(SHADES) - 1, max(0, int(len(SHADES) * math.log10(1 + b) / math.log10(1 + peak)) - 1))
-            row.append(Text("  #  ", style=f"bold {SHADES[level]}"))
-        t.add_row(s, *row)
-    title = f"traffic matrix (node x node, estimated bytes) window {_ts(ws)} + {view.window_ms // 1000}s"
-    return Panel(t, title=title)
-
-
-def talkers(view: MatrixView) -> Panel:
-    t = Table(box=None)
-    t.add_column("src")
-    t.add_column("dst")
-    t.add_column("est. rate", justify="right")
-    span = max(1, len(view.windows)) * view.window_ms / 1000
-    for s, d, b in view.top_talkers(10):
-        t.add_row(s, d, _fmt_bps(b * 8 / span))
-    return Panel(t, title="top talkers (last windows)")
-
-
-def events_panel(events: list[Detection]) -> Panel:
-    t = Table(box=None, show_header=True)
-    t.add_column("event time")
-    t.add_column("kind", style="bold")
-    t.add_column("what")
-    colors = {"critical": "red", "warning": "yellow", "info": "cyan"}
-    for d in events[-14:]:
-        t.add_row(_ts(d.time_ms), Text(d.kind, style=colors.get(d.severity, "white")), d.summary)
-    return Panel(t if events else Text("no detections yet", style="dim"), title="detections")
-
-
-def render(view: MatrixView, events: list[Detection], status: str) -> Layout:
-    lay = Layout()
-    lay.split_column(Layout(Text(status, style="bold"), size=1), Layout(name="top"), Layout(events_panel(events), size=17))
-    lay["top"].split_row(Layout(heatmap(view), ratio=3), Layout(talkers(view), ratio=2))
-    return lay
-
-
 def run_demo(
     scenario: str = "mixed",
     duration_s: float = 90.0,
@@ -111,19 +70,27 @@ def run_demo(
     no_ui: bool = False,
     state_dir: str = ".fabricflow/demo",
     console: Console | None = None,
+    ports: PipelinePorts | None = None,
 ) -> int:
+    """Run the demo; raises :class:`PipelineError` (a service failed, a port is taken) and
+    :class:`~fabricflow.statedir.StateDirError` (``state_dir`` not writable)."""
+    from fabricflow.logs import process_age_s
+    from fabricflow.statedir import writable_dir
+
     from .simulator.cli import run_simulate
 
     console = console or Console()
     say = (lambda msg: print(msg, flush=True)) if no_ui else console.print
     scen = scenario_path(scenario)
     state = Path(state_dir).resolve()
-    if state.exists():
-        shutil.rmtree(state)
+    writable_dir(state, "--state-dir", "choose another with fabricflow demo --state-dir DIR")
+    shutil.rmtree(state)
     archive_dir = state / "archive"
     pipe = LocalPipeline(
         state,
         inventory=str(scen),
+        ports=ports or PipelinePorts(),
+        move_ports="; or choose other ports in the settings (fabricflow demo --help)",
         console=True,
         extra={
             # files every minute (not every 15): the console's drill-down into an event reads the archive
@@ -135,7 +102,7 @@ def run_demo(
             "processors": {"detector_protocols": ["sflow5"]},
         },
     )
-    t0 = time.monotonic()
+    t0 = time.monotonic() - process_age_s()  # the figures below count from the command's start
     say(f"fabricflow demo: scenario {scen.stem}, {duration_s:.0f}s at {speed:g}x; starting broker, object store, ingest, "
         "processors, archive sink, flow-metrics sink, console ...")
     sim_rc: list[int] = []
@@ -177,15 +144,15 @@ def run_demo(
             while time.monotonic() < end and not stop.is_set():
                 step()
         else:
-            with Live(render(feed.matrix, detections, "starting ..."), console=console, refresh_per_second=2, screen=False) as live:
+            def screen() -> Screen:
+                left = max(0, end - time.monotonic())
+                return Screen(feed.matrix, detections,
+                              status_lines(scen.stem, speed, len(detections), feed.messages, left, pipe))
+
+            with Live(screen(), console=console, refresh_per_second=2, screen=False) as live:
                 while time.monotonic() < end:
                     step()
-                    left = max(0, end - time.monotonic())
-                    status = (
-                        f"fabricflow demo | {scen.stem} at {speed:g}x | {len(detections)} detections | "
-                        f"{feed.messages} output messages | {left:.0f}s left | Ctrl-C to stop"
-                    )
-                    live.update(render(feed.matrix, detections, status))
+                    live.update(screen())
         feed.close()
     except KeyboardInterrupt:
         say("interrupted: stopping everything ...")
@@ -196,22 +163,72 @@ def run_demo(
     finally:
         stop.set()
         pipe.stop()
-    kinds: dict[str, int] = {}
-    for d in detections:
-        kinds[d.kind] = kinds.get(d.kind, 0) + 1
-    cfg = pipe.config_path
-    lines = [
-        "",
-        f"summary: {len(detections)} detections: " + (", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "none"),
-        f"first detection {first:.0f}s after start" if first is not None else "no detection (try a longer --duration)",
-        f"archive (hourly Parquet): {archive_dir}",
-        "try:",
-        f"  fabricflow --config {cfg} query top-talkers",
-        f"  fabricflow --config {cfg} query matrix --level group --format csv",
-        f"  fabricflow --config {cfg} query sql \"SELECT category, sum(bytes_est) FROM flows_enriched GROUP BY 1\"",
-        f"  fabricflow --config {cfg} replay --from {_iso(sim_start - 60)} --to {_iso(sim_start + duration_s * speed + 60)} "
-        "--set incast.min_sources=3 --report replay.json",
-    ]
-    for line in lines:
+    sim_end = sim_start + duration_s * speed
+    width = None if no_ui else console.width
+    for line in closing_lines(detections, first, archive_dir, pipe.config_path, sim_start, sim_end, width):
         print(line, flush=True)
     return 0
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it (shorter to copy), else absolute."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _command() -> str:
+    """How to call fabricflow from here: ``fabricflow`` when that is what the PATH finds, else the path of the
+    one running (``make demo`` runs ``.venv/bin/fabricflow``, which a fresh shell does not find)."""
+    import sys
+
+    mine = Path(sys.executable).parent / "fabricflow"
+    found = shutil.which("fabricflow")
+    if (found and Path(found).resolve() == mine.resolve()) or not mine.exists():
+        return "fabricflow"
+    return _shown(mine)
+
+
+def closing_lines(detections: list[Detection], first: float | None, archive_dir: Path, config: Path,
+                  sim_from: float, sim_to: float, width: int | None = None) -> list[str]:
+    """What the demo prints when it ends: the detections by kind, the archive, and commands to try on it. A
+    command wider than ``width`` continues on a second line (``\\``), so a terminal does not break it mid-word."""
+    from sinks.query import EXAMPLE_SQL
+
+    kinds: dict[str, int] = {}
+    found = [d for d in detections if d.kind != "diagnosis"]  # diagnosis lines name a verdict, they detect nothing
+    for d in found:
+        kinds[d.kind] = kinds.get(d.kind, 0) + 1
+    said = len(detections) - len(found)
+    ff = f"{_command()} --config {_shown(config)}"
+
+    def cmd(args: str) -> str:
+        line = f"  {ff} {args}"
+        if width is None or len(line) <= width:
+            return line
+        lines = [f"  {ff}"]
+        for word in re.findall(r'"[^"]*"|\S+', args):  # a quoted SQL stays one word
+            if len(lines) > 1 and len(f"{lines[-1]} {word} \\") <= width:
+                lines[-1] += f" {word}"
+            else:
+                lines.append(f"      {word}")
+        return " \\\n".join(lines)
+
+    summary = f"summary: {len(found)} detections: " + (
+        ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "none") + (
+        f"; {said} diagnosis {'line' if said == 1 else 'lines'} (the console's events view has every diagnosis)"
+        if said else "")
+    return [
+        "",
+        "\n".join(textwrap.wrap(summary, width, subsequent_indent="  ")) if width else summary,
+        f"first detection {first:.0f}s after the start of fabricflow demo" if first is not None else "no detection (try a longer --duration)",
+        f"archive (hourly Parquet): {_shown(archive_dir)}",
+        "try (each packet counted once, however many exporters saw it):",
+        cmd("query top-talkers"),
+        cmd("query matrix --level group"),
+        cmd(f"query sql \"{EXAMPLE_SQL}\""),
+        cmd(f"replay --from {_iso(sim_from - 60)} --to {_iso(sim_to + 60)} --set incast.min_sources=3 "
+            "--report replay.json"),
+        "  (flows: each packet once; flow_observations: every exporter's record)",
+    ]

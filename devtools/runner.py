@@ -3,7 +3,8 @@
 Used by ``fabricflow demo``, the end-to-end tests and ``bench/detection.py``.
 Every service runs as its own ``fabricflow`` subprocess with one generated
 config file (``<state_dir>/pipeline.yaml``) and a log file, exactly as an
-operator would run them; :class:`LocalPipeline` starts them in order, waits
+operator would run them; :class:`LocalPipeline` starts the embedded stack (the
+object store only for an ``s3://`` archive), then every service at once, waits
 until each is ready and stops them all (SIGTERM, then SIGKILL) on exit.
 """
 
@@ -24,6 +25,9 @@ from fabricflow.settings import Settings, load_settings
 from .stack import EmbeddedStack, StackError, port_free, tail
 
 
+DRAIN_AFTER_INGEST_S = 2.0  # stop(): time the consumers get to read what ingest published as it stopped
+
+
 class PipelineError(Exception):
     """A pipeline service failed to start; the message names it and shows its log tail."""
 
@@ -36,6 +40,7 @@ class PipelinePorts:
     sflow: int = 6343
     netflow: int = 2055
     ipfix: int = 4739
+    marks: int = 6344
     ingest_metrics: int = 9180
     processors_web: int = 6066
     archive_metrics: int = 9182
@@ -49,6 +54,33 @@ class PipelinePorts:
         d = cls()
         return cls(**{k: v + delta for k, v in d.__dict__.items()})
 
+    @classmethod
+    def from_settings(cls, s: Settings) -> "PipelinePorts":
+        """The ports of ``s`` (``fabricflow demo --config FILE`` / ``FABRICFLOW_...``): the embedded stack's
+        ``stack.*_port``, the ``ingest.listen`` ports by scheme, every service's metrics port and the console's
+        ``console.listen`` port; the defaults give the defaults above. A metrics port of 0 (off) keeps the
+        default: the demo waits on the services' /healthz."""
+        from ingest.listener import parse_listen
+
+        d = cls()
+        udp = {spec.scheme: spec.port for spec in map(parse_listen, s.ingest.listen)}
+        return cls(
+            kafka=s.stack.kafka_port, s3=s.stack.s3_port, s3_base=s.stack.s3_base_port,
+            sflow=udp.get("sflow", d.sflow), netflow=udp.get("netflow", d.netflow), ipfix=udp.get("ipfix", d.ipfix),
+            marks=udp.get("marks", d.marks),
+            ingest_metrics=s.ingest.metrics_port or d.ingest_metrics, processors_web=s.processors.web_port,
+            archive_metrics=s.archive.metrics_port or d.archive_metrics,
+            processors_metrics=s.processors.metrics_port or d.processors_metrics,
+            flow_metrics=s.metrics.port or d.flow_metrics,
+            console=int(s.console.listen.rpartition(":")[2]),
+            console_metrics=s.console.metrics_port or d.console_metrics,
+        )
+
+    def required_tcp(self) -> dict[str, int]:
+        """The TCP ports without which the pipeline does not start: the ones it waits on and the Faust web server
+        (the stack checks its own; a service whose own /metrics port is taken runs without it, with a warning)."""
+        return {name: getattr(self, name) for name in ("ingest_metrics", "processors_web", "flow_metrics", "console")}
+
 
 @dataclass
 class LocalPipeline:
@@ -61,6 +93,7 @@ class LocalPipeline:
     console: bool = False  # the web console (fabricflow console)
     extra: dict = field(default_factory=dict)  # settings overrides, by section
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    move_ports: str = ""  # appended to a port-in-use error: how the caller moves the ports
 
     def __post_init__(self):
         self.state_dir = Path(self.state_dir).resolve()
@@ -74,7 +107,8 @@ class LocalPipeline:
         d = {
             "kafka": {"bootstrap_servers": f"127.0.0.1:{p.kafka}", "partitions": 4},
             "ingest": {
-                "listen": [f"sflow://127.0.0.1:{p.sflow}", f"netflow://127.0.0.1:{p.netflow}", f"ipfix://127.0.0.1:{p.ipfix}"],
+                "listen": [f"sflow://127.0.0.1:{p.sflow}", f"netflow://127.0.0.1:{p.netflow}", f"ipfix://127.0.0.1:{p.ipfix}",
+                           f"marks://127.0.0.1:{p.marks}"],
                 "metrics_port": p.ingest_metrics,
                 "allowlist": ["127.0.0.0/8", "::1/128"],
                 "batch_max_delay_ms": 200,
@@ -129,20 +163,27 @@ class LocalPipeline:
         data = self.settings_dict()
         self.config_path.write_text(yaml.safe_dump(data, sort_keys=False))
         s = self.settings()
-        for name, port in (("sflow", self.ports.sflow), ("netflow", self.ports.netflow), ("ipfix", self.ports.ipfix)):
+        for name, port in (("sflow", self.ports.sflow), ("netflow", self.ports.netflow), ("ipfix", self.ports.ipfix),
+                           ("marks", self.ports.marks)):
             if not _udp_free(port):
-                raise PipelineError(f"ingest: UDP port 127.0.0.1:{port} ({name}) is in use; stop whatever listens there")
-        self.stack = EmbeddedStack(s, with_s3=True)
+                raise PipelineError(f"ingest: UDP port 127.0.0.1:{port} ({name}) is in use; stop whatever listens there"
+                                    f"{self.move_ports}")
+        for name, port in self.ports.required_tcp().items():
+            if not port_free(port):
+                raise PipelineError(f"port 127.0.0.1:{port} ({name.replace('_', ' ')}) is in use; stop whatever listens "
+                                    f"there{self.move_ports}")
+        # the object store only when something uses it (an s3:// archive, Tansu's s3 engine): ~1 s less at start
+        self.stack = EmbeddedStack(s, with_s3=s.archive.url.startswith("s3://"))
         try:
             self.stack.up()
         except StackError as e:
             self.stack.down()
             raise PipelineError(str(e)) from None
-        from fabricflow.streams import ensure_topics
+        from fabricflow.kafka import ensure_topics
 
         ensure_topics(s.kafka)
+        # All at once: each waits for what it needs itself (Kafka, the group join), so their starts overlap.
         self._spawn("ingest", ["ingest"])
-        self._wait_http("ingest", f"http://127.0.0.1:{self.ports.ingest_metrics}/healthz")
         self._spawn("processors", ["process"])
         if self.archive:
             self._spawn("archive", ["sink", "archive"])
@@ -150,7 +191,8 @@ class LocalPipeline:
             self._spawn("metrics", ["sink", "metrics"])
         if self.console:
             self._spawn("console", ["console"])
-        self._wait_log("processors", "Worker ready", 90)
+        self._wait_http("ingest", f"http://127.0.0.1:{self.ports.ingest_metrics}/healthz")
+        self._wait_log("processors", "processors ready in", 90)
         if self.metrics:
             self._wait_http("metrics", f"{self.metrics_url.rsplit('/', 1)[0]}/healthz")
         if self.console:
@@ -167,22 +209,37 @@ class LocalPipeline:
         return f"http://127.0.0.1:{self.ports.console}/"
 
     def stop(self) -> None:
-        for name in ("ingest", "processors", "archive", "metrics", "console"):
+        """Ingest first: at exit it publishes its last batches and quality windows; then, after
+        ``DRAIN_AFTER_INGEST_S`` for the consumers to read them, every other service at once."""
+        ingest = self.procs.get("ingest")
+        if ingest is not None and ingest.poll() is None:
+            self._term(ingest)
+            self._reap(ingest)
+            time.sleep(DRAIN_AFTER_INGEST_S)
+        for name in ("processors", "archive", "metrics", "console"):
             proc = self.procs.get(name)
             if proc is not None and proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for name, proc in self.procs.items():
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+                self._term(proc)
+        for proc in self.procs.values():
+            self._reap(proc)
         self.procs.clear()
         if self.stack is not None:
             self.stack.down()
+
+    @staticmethod
+    def _term(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    @staticmethod
+    def _reap(proc: subprocess.Popen) -> None:
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
     def __enter__(self) -> "LocalPipeline":
         try:
@@ -252,7 +309,8 @@ class LocalPipeline:
 
     def targets(self) -> dict[str, str]:
         p = self.ports
-        return {"sflow": f"127.0.0.1:{p.sflow}", "netflow9": f"127.0.0.1:{p.netflow}", "ipfix": f"127.0.0.1:{p.ipfix}"}
+        return {"sflow": f"127.0.0.1:{p.sflow}", "netflow9": f"127.0.0.1:{p.netflow}", "ipfix": f"127.0.0.1:{p.ipfix}",
+                "marks": f"127.0.0.1:{p.marks}"}
 
 
 def _udp_free(port: int) -> bool:

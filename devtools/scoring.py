@@ -50,6 +50,7 @@ class Observed:
     time_ms: int
     summary: str = ""
     explained_by: str = ""  # the product's own cause link (straggler: key ``exporter|if_index`` of a link event)
+    diagnosis: str = ""  # the verdict of the detection's final diagnosis ("" when it carried none)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Fault:
     end_ms: int
     entities: Mapping[str, Any]
     params: Mapping[str, Any]
+    diagnosis: str | None = None  # the bottleneck class the fault is (truth label), None when none applies
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,8 @@ def faults_from_truth(truth: list[dict]) -> list[Fault]:
     for line in truth:
         if line.get("type") == "fault":
             out.append(Fault(len(out), line["kind"], int(line["start_ms"]), int(line["end_ms"]),
-                             dict(line.get("entities") or {}), dict(line.get("params") or {})))  # fmt: skip
+                             dict(line.get("entities") or {}), dict(line.get("params") or {}),
+                             line.get("diagnosis")))  # fmt: skip
     return out
 
 
@@ -225,6 +228,8 @@ def expected_detections(
             exp.append(Expected("link_downgrade", f, frozenset([port])))
             if float(p.get("crc_errors_per_s", 0) or 0) >= error_burst_per_s:
                 exp.append(Expected("error_burst", f, frozenset([port])))
+        elif f.kind == "link_flap":
+            exp.append(Expected("oper_down", f, frozenset([f"{e['switch']}/if{e['if_index']}"])))
         elif f.kind == "segmentation_violation":
             exp.append(Expected("segmentation", f, frozenset([inv.group_of(e["src"]), inv.group_of(e["dst"])])))
         elif f.kind == "exfiltration":
@@ -290,9 +295,19 @@ def explain(
         if not lo <= t <= hi:
             continue
         e = f.entities
-        if det.kind == "straggler" and f.kind == "link_downgrade":
+        if det.kind == "straggler" and f.kind in ("link_downgrade", "link_flap"):
             if det.explained_by and det.explained_by == inv.port_key(e["switch"], e["if_index"]):
-                return f, f"explained_by {det.explained_by}: link {e['switch']}/if{e['if_index']} of {e['node']} was downgraded"
+                what = "was downgraded" if f.kind == "link_downgrade" else "flapped"
+                return f, f"explained_by {det.explained_by}: link {e['switch']}/if{e['if_index']} of {e['node']} {what}"
+        elif det.kind == "straggler" and f.kind == "incast" and f.params.get("transport") == "roce":
+            members = next((set(m) for m in inv.jobs.values() if det.entity in m), set())
+            if e["destination"] in members and set(e["sources"]) & members:
+                return f, (f"the RoCEv2 incast of its job into {e['destination']} inflates its peers' busiest-link "
+                           "bytes (the straggler detector compares busiest links)")
+        elif det.kind == "congestion" and f.kind == "incast" and float(f.params.get("ce_fraction", 0) or 0) > 0:
+            members = set(inv.jobs.get(next(iter(toks - {"ecn_ce", "cnp"}), ""), []))
+            if e["destination"] in members:
+                return f, f"the incast into {e['destination']} is CE-marked: its job's ECN-CE / CNP shares rise"
         elif det.kind == "discard_burst" and f.kind == "incast":
             if det.entity == f"{e.get('switch')}/if{e.get('if_index')}":
                 return f, f"the incast to {e['destination']} overflows its port"

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fabricflow.settings import Settings, StackSettings
+from fabricflow.statedir import writable_dir
 
 
 class StackError(Exception):
@@ -180,7 +181,7 @@ class EmbeddedStack:
         }
 
     def up(self) -> dict:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        writable_dir(self.state_dir, "stack.state_dir")  # StateDirError: one line
         if self.with_s3:
             self._start_seaweedfs()
         self._start_tansu()

@@ -1,8 +1,10 @@
-"""Logging set-up and a rate-limited logger for bad input (count everything, log a sample)."""
+"""Logging set-up, the "ready" line every service logs, and a rate-limited logger for bad input (count
+everything, log a sample). Standard library only: ingest logs "ready" before it loads anything heavy."""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 
@@ -14,6 +16,29 @@ def setup_logging(level: str = "INFO") -> None:
         stream=sys.stderr,
         force=True,
     )
+
+
+_IMPORTED = time.monotonic()
+
+
+def process_age_s() -> float:
+    """Seconds since this process was started (exec), from ``/proc``; where that cannot be read, since this
+    module was imported."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            start_ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22, after the command name
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
+
+
+def log_ready(name: str, detail: str) -> float:
+    """Log the one line that says a service is ready (``<name> ready in 1.23 s: <detail>``); returns the age."""
+    age = process_age_s()
+    logging.getLogger("fabricflow.service").info("%s ready in %.2f s: %s", name, age, detail)
+    return age
 
 
 class RateLimitedLog:

@@ -117,8 +117,10 @@ def _kafka_probe(kafka: KafkaSettings) -> Callable[[], str | None]:
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
+        from .kafka import client_config
+
         errors: list[str] = []
-        conf = kafka.client_config()
+        conf = client_config(kafka)
         conf.update({"logger": _quiet, "error_cb": lambda err: errors.append(err.str()),
                      "socket.connection.setup.timeout.ms": 5000})
         admin = AdminClient(conf)

@@ -4,7 +4,10 @@ A :class:`Service` holds what a process keeps open (HTTP server, Kafka clients, 
 of stop callbacks, turns SIGTERM/SIGINT into a stop request, serves ``/metrics`` and ``/healthz``,
 waits for Kafka and the object store at start (:mod:`fabricflow.readiness`), creates the catalog's
 topics, and keeps a health flag: ``/healthz`` answers 503 once the loop has not called
-:meth:`Service.beat` for ``stall_s`` (or an added check fails). Typical use::
+:meth:`Service.beat` for ``stall_s`` (or an added check fails). Readiness is separate:
+:meth:`Service.mark_ready` logs one ``<name> ready in N s: ...`` line (N: since the process started) and
+turns ``/readyz`` from 503 to 200; what "ready" means per service is in docs/operations.md ("Start-up and
+readiness"). Typical use::
 
     svc = Service("ingest", registry=metrics.registry); svc.serve_http(bind, port)
     with svc.signals():
@@ -23,6 +26,8 @@ from collections.abc import Callable, Iterator
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from .logs import log_ready
+
 log = logging.getLogger("fabricflow.service")
 
 Check = Callable[[], "bool | str | None"]
@@ -37,11 +42,13 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a slow scrape does not hold /healthz
 
 
-def serve_http(registry, host: str, port: int, health: Callable[[], tuple[bool, str]], scrape=None):
-    """Serve ``/metrics`` and ``/healthz`` in a daemon thread; port 0 takes a free port (``server_port``).
+def serve_http(registry, host: str, port: int, health: Callable[[], tuple[bool, str]], scrape=None,
+               ready: Callable[[], tuple[bool, str]] | None = None):
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` in a daemon thread; port 0 takes a free port (``server_port``).
 
     ``/metrics`` is the Prometheus text of ``registry``, or ``scrape()`` (bytes) when given.
-    ``health()`` returns (ok, reason). Returns the server (``.shutdown()`` and ``.server_close()`` to stop).
+    ``health()`` and ``ready()`` return (ok, reason); without ``ready`` ``/readyz`` answers as ``/healthz``.
+    Returns the server (``.shutdown()`` and ``.server_close()`` to stop).
     """
     from prometheus_client import CONTENT_TYPE_LATEST, make_wsgi_app
 
@@ -59,10 +66,14 @@ def serve_http(registry, host: str, port: int, health: Callable[[], tuple[bool, 
             ok, reason = health()
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
             return [b"ok\n" if ok else f"unhealthy: {reason}\n".encode()]
+        if path == "/readyz":
+            ok, reason = (ready or health)()
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"ready\n" if ok else f"not ready: {reason}\n".encode()]
         if path in ("/metrics", "/"):
             return metrics_app(environ, start_response)
         start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found: try /metrics or /healthz\n"]
+        return [b"not found: try /metrics, /healthz or /readyz\n"]
 
     server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
@@ -80,6 +91,8 @@ class Service:
         self.last_beat = clock()
         self.http = None
         self._stopping = threading.Event()
+        self._ready = threading.Event()
+        self.not_ready_reason = "starting"
         self._stops: list[tuple[str, Callable[[], object]]] = []
         self._checks: list[tuple[str, Check]] = []
 
@@ -133,6 +146,30 @@ class Service:
     def healthy(self) -> bool:
         return self.health()[0]
 
+    # -- readiness
+
+    @property
+    def is_ready(self) -> bool:
+        return self._ready.is_set()
+
+    def mark_ready(self, detail: str) -> bool:
+        """The service does its job from now on: log ``<name> ready in N s: <detail>`` once and answer
+        ``/readyz`` with 200 (False: it was ready already)."""
+        if self._ready.is_set():
+            return False
+        self._ready.set()
+        log_ready(self.name, detail)
+        return True
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready and healthy, reason): what ``/readyz`` answers."""
+        if not self._ready.is_set():
+            return False, self.not_ready_reason
+        return self.health()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout)
+
     # -- resources
 
     def on_stop(self, fn: Callable[[], object], name: str = "") -> None:
@@ -146,7 +183,7 @@ class Service:
         if not port and not required:
             return False
         try:
-            self.http = serve_http(registry or self.registry, bind, port or 0, self.health, scrape)
+            self.http = serve_http(registry or self.registry, bind, port or 0, self.health, scrape, self.readiness)
         except OSError as e:  # e.g. a second worker on the same host: run without metrics, say so
             if required:
                 raise
@@ -174,7 +211,7 @@ class Service:
 
     def ensure_topics(self, kafka, required: bool = True) -> None:
         """Create the catalog's topics; ``required=False``: log and go on when that fails (managed elsewhere)."""
-        from .streams import ensure_topics
+        from .kafka import ensure_topics
 
         try:
             ensure_topics(kafka)

@@ -44,7 +44,7 @@ class KafkaSettings(_Section):
     """Where the brokers are and how to reach them (SASL and TLS: docs/operations.md, "Secured Kafka").
 
     The security settings reach every client through :mod:`fabricflow.kafka_security`: confluent-kafka
-    (:meth:`client_config`) and Faust/aiokafka (the processors). File paths are checked at start.
+    (:func:`fabricflow.kafka.client_config`) and Faust/aiokafka (the processors). File paths are checked at start.
     """
 
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma separated")
@@ -81,30 +81,36 @@ class KafkaSettings(_Section):
             raise ValueError("ssl_cert_file and ssl_key_file go together (TLS client authentication)")
         return self
 
-    def client_config(self) -> dict[str, Any]:
-        """librdkafka configuration shared by producers, consumers and admin clients."""
-        from .kafka_security import librdkafka_config
-
-        return librdkafka_config(self)
-
 
 class ProducerSettings(_Section):
-    compression: Literal["lz4", "zstd", "snappy", "gzip", "none"] = Field("lz4", description="Message compression")
-    linger_ms: int = Field(20, ge=0, le=5000, description="Producer linger (batching delay)")
+    """``ingest.producer``: the one producer configuration (:func:`fabricflow.kafka.producer_config`) of ingest,
+    the processors' output producer and replay's publisher."""
+
+    compression: Literal["lz4", "zstd", "snappy", "gzip", "none"] = Field(
+        "lz4", description="Message compression (ingest, the processors' output producer and replay)")
+    linger_ms: int = Field(20, ge=0, le=5000, description="Producer linger (batching delay); the processors use "
+                           "processors.output_linger_ms")
     batch_bytes: int = Field(1_000_000, ge=1024, description="Max producer batch size in bytes")
-    queue_max_messages: int = Field(100_000, ge=100, description="librdkafka buffer bound in messages; beyond it records are dropped and counted")
-    queue_max_kbytes: int = Field(262_144, ge=1024, description="librdkafka buffer bound in KiB")
+    queue_max_messages: int = Field(100_000, ge=100, description="librdkafka buffer bound in messages; beyond it ingest "
+                                    "drops and counts records, the processors and replay wait")
+    queue_max_kbytes: int = Field(262_144, ge=1024, description="librdkafka buffer bound in KiB (as queue_max_messages)")
     message_timeout_ms: int = Field(300_000, ge=1000, description="Give up delivering a message after this long (counted as failed)")
     flush_timeout_s: float = Field(10.0, ge=0, description="On shutdown, flush with this deadline; undelivered records are reported")
 
 
 class IngestSettings(_Section):
     listen: list[str] = Field(
-        default_factory=lambda: ["sflow://0.0.0.0:6343", "netflow://0.0.0.0:2055", "ipfix://0.0.0.0:4739"],
-        description="Listener URLs: sflow://HOST:PORT, netflow://HOST:PORT (v5/v9/IPFIX by version field), ipfix://HOST:PORT; [::] for IPv6",
+        default_factory=lambda: ["sflow://0.0.0.0:6343", "netflow://0.0.0.0:2055", "ipfix://0.0.0.0:4739",
+                                 "marks://0.0.0.0:6344"],
+        description="Listener URLs: sflow://HOST:PORT, netflow://HOST:PORT (v5/v9/IPFIX by version field), ipfix://HOST:PORT; "
+        "marks://HOST:PORT takes training-step and change mark lines (JSON, docs/closed-loop.md); [::] for IPv6",
     )
     rcvbuf_bytes: int = Field(33_554_432, ge=65536, description="SO_RCVBUF per socket (warned when the kernel caps it)")
     workers: int = Field(1, ge=1, le=64, description="Worker processes per listener port (SO_REUSEPORT; one exporter stays on one worker)")
+    startup_buffer_mb: int = Field(
+        64, ge=0, le=65536, description="While ingest starts (Kafka, topics, decoders) its sockets are already bound and "
+        "read into memory, up to this many MiB; beyond it the kernel socket buffer holds datagrams, then drops them (counted)",
+    )
     allowlist: list[str] = Field(
         default_factory=list, description="Exporter CIDRs allowed to send; empty = accept all (a warning is logged)"
     )
@@ -129,6 +135,20 @@ class IngestSettings(_Section):
         60.0, ge=0, description="Publish data quality per exporter (sequence loss, records without sampling rate, clock skew) "
         "to ingest.quality.v1 for windows of this many seconds of receive time (0 = off)",
     )
+    marks_allowlist: list[str] = Field(
+        default_factory=list, description="Sender CIDRs allowed on the marks:// listener; empty = accept all (training "
+        "nodes send there, not only exporters)",
+    )
+    marks_max_per_s: float = Field(1000.0, ge=0, description="Mark lines per second accepted on the marks:// listener "
+                                   "in all (more are counted as rate_limited and dropped; 0 = unbounded)")
+    marks_max_per_source_per_s: float = Field(100.0, ge=0, description="Mark lines per second accepted from one sender "
+                                              "address (0 = unbounded)")
+    capture_path: str | None = Field(
+        None, description="Also write every datagram received on the flow listeners to this pcap file, stamped with "
+        "the receive time ingest used, for `fabricflow backfill` or a bug report (worker i of several: NAME.wi.pcap)",
+    )
+    capture_max_bytes: int = Field(1_073_741_824, ge=0, description="Stop capturing (logged once) once the capture "
+                                   "file reaches this size")
     metrics_bind: str = Field("127.0.0.1", description="Address for the /metrics and /healthz HTTP server")
     metrics_port: int = Field(9180, ge=0, le=65535, description="Port for /metrics and /healthz (0 = disabled)")
     producer: ProducerSettings = Field(default_factory=ProducerSettings)
@@ -337,6 +357,8 @@ class ConsoleSettings(_Section):
     lookback_s: float = Field(3600.0, ge=0, description="On start, the live reader skips records older than this "
                               "(where the broker supports offsets by time)")
     query_max_range_s: float = Field(7 * 86400.0, gt=0, description="Longest time range one archive query may span")
+    accept_marks: bool = Field(True, description="Accept change markers and step marks over HTTP (POST /api/marks/"
+                               "change and /api/marks/step; with a token set they need it, like every request)")
     metrics_bind: str = Field("127.0.0.1", description="Address for the console's /metrics and /healthz")
     metrics_port: int = Field(9184, ge=0, le=65535, description="Port for the console's /metrics and /healthz "
                               "(0 = disabled)")

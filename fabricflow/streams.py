@@ -1,4 +1,4 @@
-"""The one catalog of fabricflow's Kafka streams, and topic creation.
+"""The one catalog of fabricflow's Kafka streams.
 
 Each :class:`Stream` says what a topic carries (kind, Avro schema, what its key
 means), where it is archived (dataset, row schema, event-time column) and how
@@ -6,22 +6,28 @@ long it is kept. The topic settings (``kafka.topics``), the topic list, the arch
 datasets, the processors' output schemas and replay's tables are all derived from
 :data:`STREAMS`: adding an output kind means one entry here and its producer.
 
-Topics are created idempotently with their final partition count (the embedded
-broker cannot add partitions later). Compaction is never relied on.
+Topics are created from it (:func:`fabricflow.kafka.ensure_topics`) idempotently with their final
+partition count (the embedded broker cannot add partitions later). Compaction is never relied on.
 """
 
 from __future__ import annotations
 
-import logging
+import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # settings builds kafka.topics from STREAMS: no import of it at run time
-    from .settings import KafkaSettings
-
-log = logging.getLogger(__name__)
+from typing import Any, Protocol
 
 DAY_MS = 86_400_000
+
+
+class TopicSettings(Protocol):
+    """What this module reads of the ``kafka`` settings (:class:`fabricflow.settings.KafkaSettings`, whose
+    ``kafka.topics`` are built from this catalog: this module does not import settings)."""
+
+    @property
+    def topics(self) -> Any: ...
+
+    @property
+    def partitions(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,15 @@ STREAMS: tuple[Stream, ...] = (
            row_schema="ingest_quality", time_column="window_start_ms",
            topic="ingest.quality.v1", about="Data quality per exporter and window from ingest (loss, records "
            "without sampling rate, clock skew)"),
+    Stream("changes", "change_mark", "job, else node, else switch, else group pair, else 'cluster'",
+           "change markers: what an operator changed and when (fabricflow mark, console POST /api/marks/change)",
+           dataset="changes", row_schema="change_mark", time_column="time_ms", topic_days=365, archive_days=None,
+           partitions=1,
+           topic="changes.v1", about="Change markers (a tuning step, a configuration push) for before/after comparisons"),
+    Stream("steps", "step_mark", "job", "training step and phase marks sent by training jobs (ingest marks "
+           "listener, console POST /api/marks/step)", dataset="step_marks", row_schema="step_mark",
+           time_column="time_ms", topic_days=7, archive_days=90,
+           topic="steps.v1", about="Training step and phase marks (step N started/ended, checkpoint, eval) from training jobs"),
     Stream("summaries", "summary_hourly", "hour start (ms)", "hourly summaries", dataset="summaries_hourly",
            row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365, archive_days=365,
            topic="summaries.hourly.v1", about="Hourly summaries"),
@@ -141,13 +156,13 @@ OUTPUTS: dict[str, Stream] = {s.output: s for s in STREAMS if s.output}
 DATASETS: dict[str, Stream] = {s.dataset: s for s in STREAMS if s.dataset}
 
 
-def topic_of(kafka: KafkaSettings, stream: Stream | str) -> str:
+def topic_of(kafka: TopicSettings, stream: Stream | str) -> str:
     """The configured topic name of a stream (or of a stream name)."""
     s = BY_NAME[stream] if isinstance(stream, str) else stream
     return getattr(kafka.topics, s.name)
 
 
-def output_topics(kafka: KafkaSettings, prefix: str = "") -> dict[str, str]:
+def output_topics(kafka: TopicSettings, prefix: str = "") -> dict[str, str]:
     """Processor output kind -> topic name (``prefix`` + name: replay publishes to ``replay.<topic>``)."""
     return {kind: prefix + topic_of(kafka, s) for kind, s in OUTPUTS.items()}
 
@@ -162,7 +177,7 @@ class TopicSpec:
     doc: str = ""
 
 
-def topic_specs(kafka: KafkaSettings) -> list[TopicSpec]:
+def topic_specs(kafka: TopicSettings) -> list[TopicSpec]:
     """Every topic of the catalog with its configured name, partition count and retention."""
     return [
         TopicSpec(s.name, topic_of(kafka, s), s.partitions or kafka.partitions,
@@ -171,48 +186,17 @@ def topic_specs(kafka: KafkaSettings) -> list[TopicSpec]:
     ]
 
 
-def topic_names(kafka: KafkaSettings) -> dict[str, str]:
+def topic_names(kafka: TopicSettings) -> dict[str, str]:
     return {s.key: s.name for s in topic_specs(kafka)}
 
 
-def ensure_topics(
-    kafka: KafkaSettings,
-    specs: list[TopicSpec] | None = None,
-    timeout_s: float = 15.0,
-) -> dict[str, str]:
-    """Create missing topics; return {topic: "created" | "exists"}.
+def counter_shard(exporter: str | bytes, partitions: int) -> int:
+    """The detector shard (shuffle partition) that reports the link health of an exporter's counter samples:
+    CRC32 of the exporter address as text (``counters.raw``'s key, as ingest writes it) modulo ``partitions``.
 
-    An existing topic with fewer partitions than wanted is reported (not fixed:
-    the embedded broker cannot add partitions; on Apache Kafka use
-    ``kafka-topics --alter``).
+    The one rule for live and replay: the worker's ``prepare`` applies it to the message key, replay to the
+    text of each row's ``exporter_addr``. Every other shard keeps the same port state without reporting, so
+    which shard reports changes no value; one rule keeps a replay's per-shard work equal to live.
     """
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    specs = specs if specs is not None else topic_specs(kafka)
-    admin = AdminClient(kafka.client_config())
-    md = admin.list_topics(timeout=timeout_s)
-    result: dict[str, str] = {}
-    new = []
-    for s in specs:
-        existing = md.topics.get(s.name)
-        if existing is not None and existing.error is None:
-            have = len(existing.partitions)
-            result[s.name] = "exists"
-            if have < s.partitions:
-                log.warning("topic %s has %d partitions, configured %d; keys keep their placement", s.name, have, s.partitions)
-            continue
-        new.append(NewTopic(s.name, num_partitions=s.partitions, replication_factor=kafka.replication_factor, config=s.config))
-    if new:
-        futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
-        for name, fut in futures.items():
-            try:
-                fut.result(timeout=timeout_s)
-                result[name] = "created"
-            except KafkaException as e:
-                err = e.args[0]
-                if err.code() == 36:  # TOPIC_ALREADY_EXISTS: created concurrently
-                    result[name] = "exists"
-                else:
-                    raise
-    return result
+    key = exporter.encode() if isinstance(exporter, str) else bytes(exporter)
+    return zlib.crc32(key) % partitions if partitions > 1 else 0

@@ -1,6 +1,7 @@
 """Where decoded batches go: Kafka (confluent-kafka) or JSON lines on stdout.
 
-Kafka: idempotent producer, lz4/zstd, linger and batch tuned, bounded buffer.
+Kafka: the producer of :func:`fabricflow.kafka.producer_config` (idempotent, lz4/zstd, linger and batch
+tuned, bounded buffer).
 ``produce`` never blocks the receive loop: when librdkafka's buffer is full the
 batch is dropped and counted (``fabricflow_ingest_kafka_dropped_records_total``);
 delivery errors are counted per record. When the broker returns, librdkafka
@@ -18,6 +19,7 @@ from functools import partial
 import numpy as np
 from confluent_kafka import KafkaError, Producer
 
+from fabricflow.kafka import producer_config
 from schemas import codec
 from schemas.columns import PROTOCOL_NAMES, addr_str
 
@@ -30,19 +32,8 @@ class KafkaSink:
         t = kafka_settings.topics
         self.flows_topic, self.counters_topic, self.dlq_topic = t.flows_raw, t.counters_raw, t.dlq
         self.quality_topic = t.quality
-        conf = {
-            **kafka_settings.client_config(),
-            "enable.idempotence": True,
-            "acks": "all",
-            "compression.type": producer_settings.compression,
-            "linger.ms": producer_settings.linger_ms,
-            "batch.size": producer_settings.batch_bytes,
-            "queue.buffering.max.messages": producer_settings.queue_max_messages,
-            "queue.buffering.max.kbytes": producer_settings.queue_max_kbytes,
-            "message.timeout.ms": producer_settings.message_timeout_ms,
-            "partitioner": "murmur2_random",
-            "message.max.bytes": 8_000_000,
-        }
+        self.mark_topics = {"step": t.steps, "change": t.changes}
+        conf = producer_config(kafka_settings, producer_settings)  # idempotent, murmur2_random, bounded buffer
         self.flush_timeout_s = producer_settings.flush_timeout_s
         self.producer = producer_factory(conf)
         self.produced_records = 0
@@ -84,6 +75,12 @@ class KafkaSink:
     def publish_quality(self, exporter: str, value: bytes) -> bool:
         """One IngestQuality record (already encoded); not counted as records in the delivery metrics."""
         return self._produce(self.quality_topic, exporter.encode(), value, 0)
+
+    def publish_mark(self, kind: str, record: dict) -> bool:
+        """One step mark or change marker (``ingest.marks``); not counted as records in the delivery metrics."""
+        from .marks import encode_mark, mark_key
+
+        return self._produce(self.mark_topics[kind], mark_key(kind, record).encode(), encode_mark(kind, record), 0)
 
     def publish_counters(self, exporter: str, counters: np.ndarray) -> bool:
         return self._produce(self.counters_topic, exporter.encode(), codec.encode_batch("counter_batch", counters), len(counters))
@@ -145,6 +142,10 @@ class StdoutSink:
         for d in _jsonable(counters, "counter"):
             self.out.write(json.dumps(d) + "\n")
         self.produced_records += len(counters)
+        return True
+
+    def publish_mark(self, kind: str, record: dict) -> bool:
+        self.out.write(json.dumps({"type": f"{kind}_mark", **record}) + "\n")
         return True
 
     def publish_dlq(self, exporter, protocol, reason, datagram, detail="") -> bool:

@@ -17,16 +17,13 @@ the oldest has waited ``HOLD_MAX_S`` (at most a tenth of
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import selectors
-import signal
-import sys
 import time
 
 from fabricflow.service import Service
 from fabricflow.settings import Settings
 
-from .listener import ListenSpec, open_socket, parse_listen, socket_drops
+from .listener import ListenSpec, StartupReceiver, log_bound, open_sockets, socket_drops
 from .metrics import IngestMetrics
 from .pipeline import IngestPipeline
 from .publish import KafkaSink, StdoutSink
@@ -62,7 +59,15 @@ def tune_allocator(mmap_threshold: int = 16 << 20, trim_threshold: int = 64 << 2
 
 
 class IngestWorker:
-    def __init__(self, settings: Settings, specs: list[ListenSpec], stdout: bool = False, index: int = 0, sink=None, ready=None):
+    """One worker: its sockets, the receive loop, the pipeline and the sink (Kafka or stdout).
+
+    ``bound``: sockets opened before the worker was built (:func:`ingest.listener.open_sockets`, as
+    :mod:`ingest.start` does); ``startup``: the :class:`~ingest.listener.StartupReceiver` that read them
+    meanwhile, whose datagrams :meth:`run` handles first. Without them :meth:`open` binds ``specs`` itself.
+    """
+
+    def __init__(self, settings: Settings, specs: list[ListenSpec], stdout: bool = False, index: int = 0, sink=None,
+                 ready=None, bound: list | None = None, startup: StartupReceiver | None = None):
         self.settings = settings
         self.specs = specs
         tune_allocator()
@@ -81,22 +86,34 @@ class IngestWorker:
         self.service = Service(f"ingest worker {index}", self.metrics.registry, stall_s=10.0)
         self.service.add_check("kafka", lambda: not getattr(self.sink, "fatal", None) or "producer failed fatally")
         self.sockets = []
+        self._bound = bound
+        self.startup = startup
         self._ready = ready
         self._drops: dict[str, int] = {}
+        self.marks = None  # MarkReceiver of the marks:// listeners (ingest/marks.py)
+        if any(s.scheme == "marks" for s in specs):
+            from .marks import MarkReceiver
+
+            self.marks = MarkReceiver(self.sink, self.metrics.registry, allowlist=cfg.marks_allowlist,
+                                      max_per_s=cfg.marks_max_per_s, max_per_source_per_s=cfg.marks_max_per_source_per_s)
+        self.capture = None  # PcapWriter of ingest.capture_path (ingest/pcapwrite.py)
+        if cfg.capture_path:
+            from .pcapwrite import PcapWriter
+
+            path = cfg.capture_path if cfg.workers <= 1 else _worker_file(cfg.capture_path, index, ".pcap")
+            self.capture = PcapWriter(path, cfg.capture_max_bytes)
 
     def open(self) -> None:
+        """Bind the listeners (unless bound before) and serve /metrics."""
         cfg = self.settings.ingest
-        reuse = cfg.workers > 1
-        for spec in self.specs:
-            sock, granted = open_socket(spec, cfg.rcvbuf_bytes, reuseport=reuse)
+        bound = self._bound
+        self._bound = None
+        if bound is None:
+            bound = open_sockets(self.specs, cfg.rcvbuf_bytes, reuseport=cfg.workers > 1)[0]
+            log_bound(bound, cfg.rcvbuf_bytes, self.index)
+        for sock, spec, granted in bound:
             self.sockets.append((sock, spec))
             self.metrics.rcvbuf.labels(spec.url).set(granted)
-            if granted < cfg.rcvbuf_bytes:
-                log.warning(
-                    "%s: kernel granted SO_RCVBUF %d < requested %d; raise net.core.rmem_max (sysctl) to avoid drops under bursts",
-                    spec.url, granted, cfg.rcvbuf_bytes,
-                )
-            log.info("worker %d listening on %s (%s)", self.index, spec.url, sock.getsockname())
         if cfg.metrics_port:
             self.service.serve_http(cfg.metrics_bind, cfg.metrics_port + self.index)
         if not cfg.allowlist:
@@ -145,6 +162,7 @@ class IngestWorker:
         buf = bytearray(65536)
         mv = memoryview(buf)
         handle_many = self.pipeline.handle_many
+        self._take_startup(handle_many)
         # Datagrams are received into `held` and handled together (sFlow decoded by one
         # columnar call, whose fixed cost pays off from ~40 datagrams): when HOLD_MIN are
         # held or the oldest has waited `hold_s`. Latency added: at most hold_s.
@@ -163,6 +181,10 @@ class IngestWorker:
                 was_held = len(held)
                 for key, _ in events:
                     sock = key.fileobj
+                    if key.data.scheme == "marks":
+                        self._drain_marks(sock, buf, mv, now_ms)
+                        continue
+                    capture = self.capture
                     for _ in range(DRAIN_MAX):
                         try:
                             n, addr = sock.recvfrom_into(buf)
@@ -173,6 +195,8 @@ class IngestWorker:
                             break
                         held.append(bytes(mv[:n]))
                         held_src.append(addr[0])
+                        if capture is not None:
+                            capture.write(now_ms, addr[0], key.data.port, held[-1], addr[1])
                 if len(held) > was_held:
                     held_ms.extend([now_ms] * (len(held) - was_held))
                     if not was_held:
@@ -187,6 +211,8 @@ class IngestWorker:
                 if mono - last_housekeeping > 1.0:
                     self._update_socket_drops()
                     self.save_templates_if_due(mono)
+                    if self.capture is not None:
+                        self.capture.flush()
                     last_housekeeping = mono
                 if deadline and mono > deadline:
                     break
@@ -196,8 +222,37 @@ class IngestWorker:
                 handle_many(held, held_src, held_ms)
         return self.close()
 
+    def _drain_marks(self, sock, buf, mv, now_ms: int) -> None:
+        """Mark lines of a marks:// socket: parsed, bounded and published at once (a few per second)."""
+        for _ in range(DRAIN_MAX):
+            try:
+                n, addr = sock.recvfrom_into(buf)
+            except BlockingIOError:
+                return
+            except OSError as e:
+                log.debug("recv error: %s", e)
+                return
+            data = bytes(mv[:n])
+            self.marks.handle(data, addr[0], now_ms)
+            if self.capture is not None:
+                self.capture.write(now_ms, addr[0], sock.getsockname()[1], data, addr[1])
+
+    def _take_startup(self, handle_many) -> None:
+        """The datagrams the start-up receiver kept, handled first (with their receive times); then ready."""
+        kept = 0
+        if self.startup is not None:
+            datas, srcs, times = self.startup.take()
+            self.startup = None
+            kept = len(datas)
+            for i in range(0, kept, DRAIN_MAX):
+                handle_many(datas[i:i + DRAIN_MAX], srcs[i:i + DRAIN_MAX], times[i:i + DRAIN_MAX])
+        where = "stdout" if isinstance(self.sink, StdoutSink) else "Kafka"
+        self.service.mark_ready(f"decoding and publishing to {where} ({kept} datagrams kept while starting)")
+
     def close(self) -> dict:
         self.pipeline.close()
+        if self.capture is not None:
+            self.capture.close()
         report = self.sink.close()
         for sock, _ in self.sockets:
             sock.close()
@@ -206,66 +261,7 @@ class IngestWorker:
         return report
 
 
-def _report(report: dict, index: int) -> None:
-    undelivered = report.get("undelivered_records", 0)
-    msg = f"worker {index} stopped: " + ", ".join(f"{k}={v}" for k, v in report.items())
-    (log.warning if undelivered else log.info)(msg)
-    if undelivered:
-        log.warning("worker %d: %d records were NOT delivered to Kafka before the flush deadline", index, undelivered)
-
-
-def _worker_main(settings: Settings, urls: list[str], stdout: bool, index: int) -> None:
-    from fabricflow.logs import setup_logging
-
-    setup_logging(settings.log_level)
-    w = IngestWorker(settings, [parse_listen(u) for u in urls], stdout=stdout, index=index)
-    with w.service.signals():
-        w.open()
-        _report(w.run(), index)
-
-
-def run_ingest(settings: Settings, listen: list[str] | None = None, stdout: bool = False) -> int:
-    urls = listen or settings.ingest.listen
-    specs = [parse_listen(u) for u in urls]  # validate before forking
-    if stdout and settings.ingest.workers > 1:
-        log.warning("--stdout uses one worker")
-    n = 1 if stdout else settings.ingest.workers
-    if not stdout:
-        from fabricflow.kafka_security import check_files
-        from fabricflow.readiness import Unreachable, wait_for_kafka
-        from fabricflow.streams import ensure_topics
-
-        check_files(settings.kafka)  # SecurityFileError (a ValueError): exit 2 naming the setting and file
-        try:
-            wait_for_kafka(settings.kafka, log=log)
-        except Unreachable as e:
-            log.error("%s", e)
-            return 1
-        ensure_topics(settings.kafka)  # before forking: every worker publishes at once
-    if n == 1:
-        w = IngestWorker(settings, specs, stdout=stdout)
-        with w.service.signals():
-            w.open()
-            _report(w.run(), 0)
-        return 0
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker_main, args=(settings, urls, stdout, i), name=f"ingest-{i}") for i in range(n)]
-    for p in procs:
-        p.start()
-
-    def forward(signum, _frame):
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    rc = 0
-    for p in procs:
-        p.join()
-        rc = rc or (p.exitcode or 0)
-    return rc
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(run_ingest(Settings()))
+def _worker_file(path: str, index: int, suffix: str) -> str:
+    """``NAME.wi.SUFFIX`` beside ``path`` for worker ``i`` of several."""
+    base = path[: -len(suffix)] if path.endswith(suffix) else path
+    return f"{base}.w{index}{suffix}"

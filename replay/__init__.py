@@ -7,7 +7,7 @@ file, ``replay.*`` topics). The names below are the public API; docs/replay.md s
 
 from .archive_source import ArchiveSource, archive_source, open_archive, columns_from_table
 from .config import core_factory_from, parse_set
-from .core import DEFAULT_SLICE_MS, ReplayError, counter_shard_of, iso_utc, replay_batches, slice_batches
+from .core import DEFAULT_SLICE_MS, ReplayError, ShardedCores, counter_shard_of, iso_utc, replay_batches, slice_batches
 from .kafka_source import KafkaSource, find_offset_for_time, kafka_source, parse_offsets, partition_end
 from .outputs import canonical, encode_output, output_records, publish, replay_topic_names, write_report
 
@@ -15,6 +15,7 @@ __all__ = [
     "ReplayError",
     "DEFAULT_SLICE_MS",
     "replay_batches",
+    "ShardedCores",
     "counter_shard_of",
     "slice_batches",
     "iso_utc",

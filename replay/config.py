@@ -43,12 +43,12 @@ def core_factory_from(
 
     ``inventory``: an ``Inventory``, a path, or None (the settings' file, else empty).
     ``policy``: a path, a dict, or None (the settings' file, else defaults).
-    Problems raise :class:`ReplayError` with one line naming the culprit.
+    Files are read as the live worker reads them (:mod:`processors.config_files`). Problems raise
+    :class:`ReplayError` with one line naming the culprit.
     """
-    import yaml
-
-    from processors.logic.inventory import Inventory, InventoryError
-    from processors.logic.policy import load_policy_config
+    from processors.config_files import ConfigFileError, load_categories_file, load_policy_file, read_inventory
+    from processors.logic.enrich.inventory import Inventory, InventoryError
+    from processors.logic.rules.policy import PolicyConfig, policy_config
 
     try:
         config = engine_config(processors_settings, {k: dict(v) for k, v in (overrides or {}).items()})
@@ -61,32 +61,23 @@ def core_factory_from(
         inv = inv_src
     else:
         try:
-            inv = Inventory.load(inv_src)
+            inv = read_inventory(inv_src)
         except InventoryError as e:
             raise ReplayError(f"inventory: {str(e).splitlines()[0]}") from None
     pol_src = policy if policy is not None else processors_settings.policy
-    pol: dict | None = None
-    if isinstance(pol_src, Mapping):
-        pol = dict(pol_src)
-    elif pol_src is not None:
-        try:
-            with open(pol_src) as fh:
-                pol = yaml.safe_load(fh) or {}
-        except OSError as e:
-            raise ReplayError(f"policy file {pol_src}: {e.strerror or e}") from None
-        except yaml.YAMLError as e:
-            raise ReplayError(f"policy file {pol_src}: not valid YAML: {getattr(e, 'problem', e)}") from None
-    if pol is not None:
-        try:
-            load_policy_config(pol)
-        except Exception as e:  # pydantic ValidationError or ValueError: one line
-            first = str(e).splitlines()
-            raise ReplayError(f"policy: {' '.join(first[:3])}") from None
+    pol: PolicyConfig | None = None
+    try:
+        if isinstance(pol_src, Mapping):
+            pol = policy_config(dict(pol_src))
+        elif pol_src is not None:
+            pol = load_policy_file(pol_src)
+    except ConfigFileError as e:
+        raise ReplayError(f"policy file {e}") from None
+    except ValueError as e:  # pydantic ValidationError of a dict: one line
+        raise ReplayError(f"policy: {' '.join(str(e).splitlines()[:3])}") from None
 
     rules = None  # app-category rules: the settings' file (processors.categories) as a live worker uses it
     if getattr(processors_settings, "categories", None):
-        from processors.logic.config_files import ConfigFileError, load_categories_file
-
         try:
             rules = load_categories_file(processors_settings.categories)
         except ConfigFileError as e:

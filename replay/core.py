@@ -7,13 +7,14 @@ order both sources end in (docs/replay.md says why slices reproduce the live res
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 import numpy as np
 
+from fabricflow.streams import counter_shard
 from processors.logic.core import ProcessorCore, shard_of
+from schemas.columns import addr_str
 from processors.logic.engine import Output
 
 #: Event-time slice per replay batch (must divide an hour so slices stay inside one archive hour).
@@ -33,7 +34,8 @@ def iso_utc(ms: int) -> str:
 
 
 def counter_shard_of(counters: np.ndarray, partitions: int) -> np.ndarray:
-    """Shard per counter sample: CRC32 of the exporter address (all samples of an agent in one core).
+    """Shard per counter sample: :func:`fabricflow.streams.counter_shard` of the text of its exporter address,
+    the rule a live worker applies to the message key (all samples of an agent in one core).
 
     Link health keeps state per (agent, ifIndex); that core reports it, every other core applies the same
     samples to its port state only (what the flow detectors read), so which core runs it does not change
@@ -44,7 +46,7 @@ def counter_shard_of(counters: np.ndarray, partitions: int) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
     addrs = np.ascontiguousarray(counters["exporter_addr"], dtype=np.uint8)
     uniq, inv = np.unique(addrs.view(np.dtype((np.void, 16))).ravel(), return_inverse=True)
-    h = np.array([zlib.crc32(u.tobytes()) % partitions for u in uniq], dtype=np.int64)
+    h = np.array([counter_shard(addr_str(u.tobytes()), partitions) for u in uniq], dtype=np.int64)
     return h[inv.ravel()]
 
 
@@ -80,6 +82,55 @@ def _merged(flow_batches: Iterable[np.ndarray], counter_batches: Iterable[np.nda
             c = next(ci, None)
 
 
+class ShardedCores:
+    """One :class:`ProcessorCore` per shard, fed as a live worker feeds them (the loop of :func:`replay_batches`
+    and of ``fabricflow backfill``). Pass ``cores`` (a list of ``partitions`` cores) to inspect them afterwards."""
+
+    def __init__(self, core_factory: Callable[[], ProcessorCore], partitions: int,
+                 cores: list[ProcessorCore] | None = None):
+        partitions = int(partitions)
+        if partitions < 1:
+            raise ValueError("partitions must be >= 1")
+        if cores is None:
+            cores = [core_factory() for _ in range(partitions)]
+        elif len(cores) != partitions:
+            raise ValueError(f"{len(cores)} cores for {partitions} partitions")
+        for shard, core in enumerate(cores):  # output keys name the shard, as a live worker's do
+            core.engine.shard = shard
+        self.partitions = partitions
+        self.cores = cores
+        self.front = core_factory()  # enrichment only (stateless apart from its counters)
+
+    def enrich(self, flows: np.ndarray):
+        """Raw flow rows -> enriched rows (``LabeledFlows``: no string objects, cheap to split)."""
+        return self.front.enrich_labels(flows)
+
+    def flows(self, enriched) -> list[Output]:
+        """Enriched rows -> ``shard_of`` -> each shard's rows (in input order) to its core."""
+        by_src = self.front.unregistered_sources(enriched)  # an unregistered host's sightings: one shard
+        out: list[Output] = []
+        for s, rows in _split(enriched, shard_of(enriched, self.partitions, by_src=by_src)):
+            out.extend(self.cores[s].process_enriched(rows))
+        return out
+
+    def counters(self, batch: np.ndarray) -> list[Output]:
+        """Counter samples -> the exporter's shard reports link health; every other shard keeps the port state."""
+        out: list[Output] = []
+        for s, rows in _split(batch, counter_shard_of(batch, self.partitions)):
+            for other in range(self.partitions):  # as live: every shard keeps the port state
+                if other != s:
+                    self.cores[other].process_counters(rows, emit=False)
+            out.extend(self.cores[s].process_counters(rows))
+        return out
+
+    def flush(self) -> list[Output]:
+        """Close every open window (end of the input), shard 0 first."""
+        out: list[Output] = []
+        for core in self.cores:
+            out.extend(core.flush())
+        return out
+
+
 def replay_batches(
     flow_batches: Iterable[np.ndarray],
     counter_batches: Iterable[np.ndarray],
@@ -98,34 +149,17 @@ def replay_batches(
     rows)`` is called after each batch (progress). Pass ``cores`` (a list of
     ``partitions`` cores) to inspect them afterwards.
     """
-    partitions = int(partitions)
-    if partitions < 1:
-        raise ValueError("partitions must be >= 1")
-    if cores is None:
-        cores = [core_factory() for _ in range(partitions)]
-    elif len(cores) != partitions:
-        raise ValueError(f"{len(cores)} cores for {partitions} partitions")
-    for shard, core in enumerate(cores):  # output keys name the shard, as a live worker's do
-        core.engine.shard = shard
-    front = core_factory()  # enrichment only (stateless apart from its counters)
+    sharded = ShardedCores(core_factory, partitions, cores)
     out: list[Output] = []
     for kind, batch in _merged(flow_batches, counter_batches):
         if len(batch):
             if kind == "flows":
-                enriched = front.enrich_labels(batch)  # rows without string objects: cheap to split
-                by_src = front.unregistered_sources(enriched)  # an unregistered host's sightings: one shard
-                for s, rows in _split(enriched, shard_of(enriched, partitions, by_src=by_src)):
-                    out.extend(cores[s].process_enriched(rows))
+                out.extend(sharded.flows(sharded.enrich(batch)))
             else:
-                for s, rows in _split(batch, counter_shard_of(batch, partitions)):
-                    for other in range(partitions):  # as live: every shard keeps the port state
-                        if other != s:
-                            cores[other].process_counters(rows, emit=False)
-                    out.extend(cores[s].process_counters(rows))
+                out.extend(sharded.counters(batch))
         if on_batch is not None:
             on_batch(kind, len(batch))
-    for core in cores:
-        out.extend(core.flush())
+    out.extend(sharded.flush())
     return out
 
 

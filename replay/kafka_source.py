@@ -255,7 +255,9 @@ def kafka_source(
 
 
 def _replay_consumer_config(kafka_settings, fetch_wait_ms: int) -> dict:
-    conf = kafka_settings.client_config()
+    from fabricflow.kafka import client_config
+
+    conf = client_config(kafka_settings)
     conf.update({"group.id": f"{kafka_settings.client_id}-replay", "enable.auto.commit": False,
                  "auto.offset.reset": "error", "enable.partition.eof": True,
                  "fetch.wait.max.ms": fetch_wait_ms,

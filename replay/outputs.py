@@ -60,14 +60,18 @@ def encode_output(o: Output) -> bytes:
     return encode_outputs(o.kind, [o.value])[0]
 
 
-def publish(outputs: Sequence[Output], kafka_settings, *, producer=None, timeout_s: float = 30.0) -> dict[str, int]:
+def publish(outputs: Sequence[Output], kafka_settings, *, producer=None, producer_settings=None,
+            timeout_s: float = 30.0) -> dict[str, int]:
     """Create the ``replay.*`` topics (idempotent) and produce every output to them; returns counts per topic.
 
-    Keys are the outputs' keys; ``partitioner=murmur2_random`` as for the live topics.
+    Keys are the outputs' keys; the producer is the live one's (:func:`fabricflow.kafka.producer_config` with
+    ``producer_settings``, ``ingest.producer``; its defaults when None), so keys land on the same partitions.
     """
     from confluent_kafka import Producer
 
-    from fabricflow.streams import TopicSpec, ensure_topics, topic_specs
+    from fabricflow.kafka import ensure_topics, producer_config
+    from fabricflow.settings import ProducerSettings
+    from fabricflow.streams import TopicSpec, topic_specs
 
     names = replay_topic_names(kafka_settings)
     live = {s.key: s for s in topic_specs(kafka_settings)}
@@ -77,9 +81,7 @@ def publish(outputs: Sequence[Output], kafka_settings, *, producer=None, timeout
     ensure_topics(kafka_settings, specs)
     own = producer is None
     if own:
-        conf = kafka_settings.client_config()
-        conf.update({"partitioner": "murmur2_random", "linger.ms": 20, "enable.idempotence": True})
-        producer = Producer(conf)
+        producer = Producer(producer_config(kafka_settings, producer_settings or ProducerSettings()))
     counts: dict[str, int] = {}
     errors: list[str] = []
 

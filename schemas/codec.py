@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 
-from .columns import dtype_for, empty_flows, load_avsc
+from fabricflow.compiled import load
+
+from .columns import dtype_for, load_avsc
 from .registry import (
     BATCHES,
     HEADER_LEN,
@@ -38,8 +41,10 @@ from .registry import (
     write_batch_schemas,
     writer_schema,
 )
-from .strings import StringTable, decode_strings, encode_strings
-from .varint import Message, decode_varints, encode_long, encode_long_column, read_long
+from .strings import StringTable, decode_texts, encode_strings
+from .varint import encode_long, encode_long_column
+
+_compiled = load("schemas._batch_compiled")
 
 __all__ = [  # the batch codec, and the framing and schema names of schemas.registry
     "BATCHES",
@@ -49,6 +54,7 @@ __all__ = [  # the batch codec, and the framing and schema names of schemas.regi
     "CodecError",
     "Coded",
     "StringTable",
+    "batch_plan",
     "batch_to_records",
     "coded_rows",
     "decode_batch",
@@ -179,145 +185,97 @@ def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None, verbat
     return b"".join(parts)
 
 
-def decode_batch(message: bytes, expect: str | None = None, spans: dict | None = None,
-                 jit: bool | None = None) -> np.ndarray:
+def decode_batch(message: bytes, expect: str | None = None, spans: dict | None = None) -> np.ndarray:
     """Decode a batch message into a structured array of the record dtype.
 
     Accepts any valid Avro encoding of the batch schema (several blocks per
-    array, negative block counts with sizes), not only what we write.
-    ``spans``: a dict to receive field -> (start, end) of its whole encoding in ``message``.
-    ``jit``: batches without strings in the current schema version go through the numba walk
-    (:mod:`schemas._batch_jit`) when numba is installed (default); False: the numpy walk, the reference.
-    Both give the same rows; anything the numba walk does not accept is the numpy walk's to decode or reject.
+    array, negative block counts with sizes), not only what we write, and
+    batches written with an earlier compatible schema version (fields added
+    since take their defaults). ``spans``: a dict to receive field -> (start,
+    end) of its whole encoding in ``message``. The column walk is compiled
+    (:mod:`schemas._batch_compiled`); it raises only ``CodecError`` on corrupt
+    input, with the text the readable reference (``schemas.reference.batch``) gives.
     """
     name = schema_of(message)
     if name not in BATCHES:
         raise CodecError(f"{name} is not a batch schema")
     if expect is not None and name != expect:
         raise CodecError(f"expected {expect}, got {name}")
-    old = writer_schema(message)  # an earlier compatible version of the batch's record schema
-    if old is None and jit is not False:
-        out = _decode_jit(name, message, spans)
-        if out is not None:
-            return out
-    plan = _plan(name) if old is None else _old_plan(name, bytes(message[2:HEADER_LEN]), old)
-    m = Message(message)
-    mv = memoryview(message)
-    buf = m.buf
-    size = len(buf)
-    pos = HEADER_LEN
-    cols: dict[str, np.ndarray] = {}
-    n_expected: int | None = None
-    last_long = (0, 0, None)  # (start, end, values) of the previous long block
-    for fname, kind in plan:
-        chunks = []
-        total = 0
-        fstart = pos
-        while True:
-            cnt, pos = read_long(mv, pos)
-            if cnt == 0:
-                break
-            if cnt < 0:
-                cnt = -cnt
-                _, pos = read_long(mv, pos)  # block size in bytes, not needed
-            if cnt > size:
-                raise CodecError(f"{fname}: block count {cnt} larger than the message")
-            if kind == "long":
-                start, end, prev = last_long
-                if prev is not None and len(prev) == cnt and message[pos : pos + end - start] == message[start:end]:
-                    vals, pos = prev, pos + end - start  # the same bytes as the block before (sFlow's four times)
-                else:
-                    begin = pos
-                    vals, pos = decode_varints(m, pos, cnt)
-                    last_long = (begin, pos, vals)
-            elif kind == "bool":
-                if pos + cnt > size:
-                    raise CodecError(f"{fname}: truncated")
-                vals = buf[pos : pos + cnt] != 0
-                pos += cnt
-            elif kind == "fixed16":
-                if pos + 16 * cnt > size:
-                    raise CodecError(f"{fname}: truncated")
-                vals = buf[pos : pos + 16 * cnt].reshape(cnt, 16)
-                pos += 16 * cnt
-            elif kind == "double":
-                if pos + 8 * cnt > size:
-                    raise CodecError(f"{fname}: truncated")
-                vals = np.frombuffer(message, dtype="<f8", count=cnt, offset=pos)
-                pos += 8 * cnt
-            else:
-                vals, pos = decode_strings(m, pos, cnt, fname)
-            chunks.append(vals)
-            total += cnt
-        if n_expected is None:
-            n_expected = total
-        elif total != n_expected:
-            raise CodecError(f"{fname}: {total} elements, expected {n_expected}")
-        cols[fname] = np.concatenate(chunks) if len(chunks) > 1 else (chunks[0] if chunks else None)
-        if spans is not None:
-            spans[fname] = (fstart, pos)
-    if pos != size:
-        raise CodecError(f"{size - pos} trailing bytes")
-    # np.zeros, not np.empty: numpy fills the object fields of an empty structured array one by one (~20x slower)
-    out = np.zeros(n_expected or 0, dtype=dtype_for(BATCHES[name]))
-    if n_expected:
-        for fname, col in cols.items():
-            if fname in out.dtype.names:
-                out[fname] = col
-        if old is not None:  # fields added since that writer: their schema defaults
-            for fname, default in _defaults(name).items():
-                if fname not in cols:
-                    if isinstance(default, str) and out.dtype[fname].kind != "O":  # fixed: JSON code points
-                        default = np.frombuffer(default.encode("latin-1"), dtype=np.uint8)
-                    out[fname] = default
-    return out
-
-
-@cache
-def _jit_layout(name: str):
-    """(the numba walk's module, kinds, offsets, widths, dtype) for batch ``name``; None: numpy walk only."""
-    try:
-        from . import _batch_jit
-    except ImportError:  # pragma: no cover - numba is a declared dependency
-        return None
-    dtype = dtype_for(BATCHES[name])
-    lay = _batch_jit.layout(_plan(name), dtype)
-    return None if lay is None or not len(lay[0]) else (_batch_jit, *lay, dtype)
-
-
-def _decode_jit(name: str, message: bytes, spans: dict | None) -> np.ndarray | None:
-    """The rows of ``message`` by the numba walk, or None when the numpy walk must decode (or reject) it."""
-    lay = _jit_layout(name)
-    if lay is None:
-        return None
-    jit, kinds, offs, widths, dtype = lay
+    lay = _layout(name, bytes(message[2:HEADER_LEN]))
     buf = np.frombuffer(message, dtype=np.uint8)
-    n = jit.rows(buf, HEADER_LEN, kinds[0])
+    err = np.zeros(4, dtype=np.int64)
+    n = _compiled.rows(buf, HEADER_LEN, lay.kinds[0], err) if len(lay.kinds) else 0
     if n < 0:
-        return None
-    out = np.zeros(n, dtype=dtype)
-    where = np.zeros((len(kinds), 2), dtype=np.int64)
-    if jit.walk(buf, HEADER_LEN, kinds, offs, widths, out.view(np.uint8), dtype.itemsize, n, where) < 0:
-        return None
+        raise _error(err, lay.plan)
+    # np.zeros, not np.empty: numpy fills the object fields of an empty structured array one by one (~20x slower)
+    out = np.zeros(n, dtype=lay.dtype)
+    where = np.empty((len(lay.kinds), 2), dtype=np.int64)
+    nstr = len(lay.strings)
+    toffs = np.empty((nstr, n + 1), dtype=np.int32)
+    text = np.empty(len(buf) if nstr else 0, dtype=np.uint8)
+    tspans = np.empty((nstr, 2), dtype=np.int64)
+    if _compiled.walk(buf, HEADER_LEN, lay.kinds, lay.offs, lay.widths, out, where, toffs, text, tspans, err) < 0:
+        raise _error(err, lay.plan)
+    for slot, fname in lay.strings:
+        a, b = tspans[slot].tolist()
+        out[fname] = decode_texts(text[a:b], toffs[slot], n)
+    if n and lay.defaults:  # fields added since an earlier writer: their schema defaults
+        for fname, default in lay.defaults:
+            out[fname] = default
     if spans is not None:
-        for (fname, _k), (a, b) in zip(_plan(name), where.tolist()):
+        for (fname, _kind), (a, b) in zip(lay.plan, where.tolist()):
             spans[fname] = (a, b)
     return out
 
 
-def warm_up() -> None:
-    """Compile (or load from numba's cache) the numba walk now, not on the first batch a service decodes."""
-    decode_batch(encode_batch("flow_batch", empty_flows(2)))
+def _error(err: np.ndarray, plan: tuple) -> CodecError:
+    code, field, a, b = err.tolist()
+    return CodecError(_compiled.ERRORS[code].format(f=plan[field][0] if plan else "", a=a, b=b))
 
 
-_OLD_PLANS: dict[bytes, tuple] = {}
+class _Layout(NamedTuple):
+    """How the compiled walk decodes one writer's batches into the current record dtype."""
+
+    plan: tuple  # the writer's (field, kind)
+    kinds: np.ndarray
+    offs: np.ndarray
+    widths: np.ndarray
+    strings: tuple  # (string slot, field) of the string fields the dtype has
+    dtype: np.dtype
+    defaults: tuple  # (field, default) of the dtype's fields the writer did not have
 
 
-def _old_plan(name: str, fp: bytes, writer) -> tuple:
-    plan = _OLD_PLANS.get(fp)
-    if plan is None:
-        plan = _OLD_PLANS[fp] = _plan_of(writer, name)
-    return plan
+_LAYOUTS: dict[bytes, _Layout] = {}
+
+
+def _layout(name: str, fp: bytes) -> _Layout:
+    """The layout of batches with schema fingerprint ``fp`` (``name``'s current version or an earlier one)."""
+    lay = _LAYOUTS.get(fp)
+    if lay is None:
+        old = writer_schema(MAGIC + fp)
+        plan = _plan(name) if old is None else _plan_of(old, name)
+        dtype = dtype_for(BATCHES[name])
+        kinds, offs, widths = _compiled.layout(plan, dtype)
+        strings = tuple((int(o), f) for (f, k), o in zip(plan, offs) if k == "string" and o >= 0)
+        given = {f for f, _k in plan}
+        defaults = []
+        for fname, default in _defaults(name).items():
+            if fname not in given:
+                if isinstance(default, str) and dtype[fname].kind != "O":  # fixed: JSON code points
+                    default = np.frombuffer(default.encode("latin-1"), dtype=np.uint8)
+                defaults.append((fname, default))
+        lay = _LAYOUTS[fp] = _Layout(plan, kinds, offs, widths, strings, dtype, tuple(defaults))
+    return lay
+
+
+def batch_plan(message: bytes) -> tuple[str, tuple, tuple]:
+    """(batch name, the writer's (field, kind) plan, (field, default) of the fields added since that writer)
+    of a batch message; for decoders other than :func:`decode_batch` (the readable reference)."""
+    name = schema_of(message)
+    if name not in BATCHES:
+        raise CodecError(f"{name} is not a batch schema")
+    lay = _layout(name, bytes(message[2:HEADER_LEN]))
+    return name, lay.plan, lay.defaults
 
 
 @cache

@@ -3,7 +3,8 @@
 ``encode_records(name, records)`` is ``[encode_record(name, r) for r in records]``,
 byte for byte, computed column by column: each field becomes a byte stream plus
 the length of every record's piece of it, the pieces are scattered to their
-places in one buffer and the buffer is cut per record. Schemas that are not
+places in one buffer and the buffer is cut per record. An optional ``["null", T]``
+field (default null) counts as flat while every record leaves it null. Schemas that are not
 flat, short lists and records with a value of an unexpected type go through
 ``encode_record`` (fastavro), so behaviour, errors included, stays the same.
 Why, and what it costs: docs/schemas.md#many-flat-records-at-once-detector-outputs.
@@ -45,6 +46,8 @@ def flat_plan(name: str) -> tuple | None:
             plan.append((f["name"], t, None, default))
         elif isinstance(t, dict) and t.get("type") == "enum":
             plan.append((f["name"], "enum", {s: i for i, s in enumerate(t["symbols"])}, default))
+        elif isinstance(t, list) and t and t[0] == "null" and default is None:
+            plan.append((f["name"], "null", None, default))  # an optional nested value: fast while it is null
         else:
             return None
     return tuple(plan)
@@ -79,6 +82,10 @@ def _parts(values: list, kind: str, symbols: dict | None) -> list[tuple[np.ndarr
         return [_varints(zigzag(np.array(values, dtype=np.int64)))]
     if kind == "enum":
         return [_varints(zigzag(np.array([symbols[v] for v in values], dtype=np.int64)))]
+    if kind == "null":
+        if any(v is not None for v in values):  # a value in the union's other branch: fastavro writes these records
+            raise TypeError("not null")
+        return [(np.zeros(n, dtype=np.uint8), np.ones(n, dtype=np.int64))]  # union branch 0 (null): one byte 0
     if kind == "double":
         if not all(isinstance(v, float) or type(v) is int for v in values):
             raise TypeError("not a number")

@@ -44,7 +44,7 @@ HEADER_LEN = 10
 # Batch schema name -> per-record schema it is derived from.
 BATCHES = {"flow_batch": "flow_record", "counter_batch": "counter_sample", "flow_enriched_batch": "flow_enriched"}
 RECORD_SCHEMAS = ("matrix_cell", "incast_event", "straggler_score", "link_health", "alert", "summary_hourly", "pattern",
-                  "ingest_quality")
+                  "ingest_quality", "change_mark", "step_mark")
 
 
 class CodecError(Exception):

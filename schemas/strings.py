@@ -1,25 +1,25 @@
-"""Avro string columns: encode and decode whole columns of UTF-8 strings.
+"""Avro string columns: encode whole columns of UTF-8 strings, and make the str objects of decoded ones.
 
 Encode: pyarrow converts the object column to one UTF-8 buffer plus offsets;
 the zig-zag varint of every length is interleaved in front of its bytes with
 numpy. A column gathered from a small table (the enriched label columns) is
 encoded from its codes by a :class:`StringTable` instead (same bytes).
-Decode: the length prefixes are walked to find where each string starts; the
-column's bytes are then viewed as an Arrow array, UTF-8 validated and turned
-into str objects by pyarrow. A few strings, or corrupt input, go one at a
-time, which names the error (``CodecError``).
+Decode: the compiled column walk (:mod:`schemas._batch_compiled`) validates
+and gathers each string column's UTF-8; :func:`decode_texts` makes the objects.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from .registry import CodecError
-from .varint import Message, read_long, varint, varint_bytes, varint_widths
+from fabricflow.compiled import load
 
-__all__ = ["StringTable", "decode_strings", "encode_strings", "utf8_buffers"]
+from .varint import varint, varint_bytes, varint_widths
+
+__all__ = ["StringTable", "decode_texts", "encode_strings", "utf8_buffers"]
+
+_texts_one_by_one = load("schemas._batch_compiled").texts
 
 # Columns of at most this many strings are coded one string at a time (less fixed cost than pyarrow calls).
 _SMALL_STRINGS = 64
@@ -115,122 +115,17 @@ class StringTable:
         return m.tobytes() if self._keep is None else m[self._keep.take(codes, axis=0)].tobytes()
 
 
-# Step from a string's start to the next one when its length prefix is the single byte b (< 0x80, even).
-_SHORT_STEP = [1 + (b >> 1) for b in range(256)]
+def decode_texts(text: np.ndarray, offs: np.ndarray, n: int) -> np.ndarray:
+    """Object array of the ``n`` strings ``text[offs[i]:offs[i + 1]]`` (UTF-8 the compiled walk validated).
 
-
-def _walk_short_strings(raw, pos: int, count: int) -> list[int] | None:
-    """Start positions of ``count`` strings (plus the end) assuming 1-byte length prefixes; None if out of bounds.
-
-    The caller checks afterwards that every prefix really was one byte (< 0x80) and even.
+    Enrichment columns repeat a few hundred names: through an Arrow dictionary, one str object is made per
+    distinct value (cheaper, and equal names share one object with its cached hash). Few strings, or
+    high-cardinality columns, are made one by one.
     """
-    starts = [0] * (count + 1)
-    step = _SHORT_STEP
-    try:
-        for i in range(count):
-            starts[i] = pos
-            pos += step[raw[pos]]
-    except IndexError:
-        return None
-    starts[count] = pos
-    return starts
-
-
-def _decode_strings_fast(m: Message, pos: int, count: int) -> tuple[np.ndarray, int] | None:
-    walked = _walk_short_strings(m.raw, pos, count)
-    if walked is None:
-        return None
-    end = walked[-1]
-    if end > len(m.buf) or end - pos >= 2**31:
-        return None
-    starts = np.fromiter(walked, dtype=np.int64, count=count + 1)
-    heads = m.buf[starts[:-1]]
-    if int(heads.max()) >= 0x80 or (heads & 1).any():  # not a 1-byte non-negative length: general path
-        return None
-    offs = (starts - pos).astype(np.int32)
-    region = pa.py_buffer(memoryview(m.raw)[pos:end])
-    pieces = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offs), region])
-    return _texts(pieces), end
-
-
-def _texts(pieces: pa.Array) -> np.ndarray:
-    """Object array of str from (1 length byte + UTF-8 text) pieces; UTF-8 validated.
-
-    Enrichment columns repeat a few hundred names: through a dictionary, one str
-    object is made per distinct value (cheaper, and equal names share one object
-    with its cached hash). High-cardinality columns skip the dictionary.
-    """
-    try:
-        d = pieces.dictionary_encode()
-        if 4 * len(d.dictionary) > len(pieces):
-            return pc.binary_slice(pieces, 1, 1 << 30).cast(pa.string()).to_numpy(zero_copy_only=False)
-        texts = pc.binary_slice(d.dictionary, 1, 1 << 30).cast(pa.string()).to_numpy(zero_copy_only=False)
-    except pa.ArrowInvalid:
-        raise CodecError("invalid UTF-8 in a string column") from None
-    return texts.take(d.indices.to_numpy())
-
-
-def _decode_strings_any(m: Message, pos: int, count: int) -> tuple[np.ndarray, int] | None:
-    """Strings with any length prefixes (long strings, other writers); None if the walk fails."""
-    raw = m.raw
-    size = len(raw)
-    heads = [0] * count  # where each length prefix starts
-    texts = [0] * count  # where each string's bytes start
-    p = pos
-    try:
-        for i in range(count):
-            heads[i] = p
-            c = raw[p]
-            if c < 0x80:
-                if c & 1:
-                    return None
-                p += 1
-                texts[i] = p
-                p += c >> 1
-            else:
-                ln, p = read_long(raw, p)
-                if ln < 0:
-                    return None
-                texts[i] = p
-                p += ln
-    except (IndexError, CodecError):
-        return None
-    if p > size or p - pos >= 2**31:
-        return None
-    h = np.fromiter(heads, dtype=np.int64, count=count)
-    t = np.fromiter(texts, dtype=np.int64, count=count)
-    w = t - h  # prefix widths
-    is_text = np.ones(p - pos, dtype=bool)
-    before = np.cumsum(w) - w
-    is_text[np.repeat(h - pos - before, w) + np.arange(int(before[-1] + w[-1]))] = False
-    offs = np.empty(count + 1, dtype=np.int32)
-    offs[0] = 0
-    np.cumsum(np.diff(np.append(h, p)) - w, out=offs[1:])  # string lengths
-    data = m.buf[pos:p][is_text]
-    strs = pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offs), pa.py_buffer(data)])
-    try:
-        strs.validate(full=True)
-    except pa.ArrowInvalid:
-        raise CodecError("invalid UTF-8 in a string column") from None
-    return strs.to_numpy(zero_copy_only=False), p
-
-
-def decode_strings(m: Message, pos: int, count: int, fname: str) -> tuple[np.ndarray, int]:
-    """(``count`` strings from ``pos`` as an object array, the position after them); ``CodecError`` names ``fname``."""
-    if count > _SMALL_STRINGS:
-        done = _decode_strings_fast(m, pos, count) or _decode_strings_any(m, pos, count)
-        if done is not None:
-            return done
-    # a few strings, or corrupt input: one at a time, with the precise error
-    mv = memoryview(m.raw)
-    out = np.empty(count, dtype=object)
-    for i in range(count):
-        ln, pos = read_long(mv, pos)
-        if ln < 0 or pos + ln > len(mv):
-            raise CodecError(f"{fname}: bad string length")
-        try:
-            out[i] = str(mv[pos : pos + ln], "utf-8")
-        except UnicodeDecodeError:
-            raise CodecError(f"{fname}: invalid UTF-8") from None
-        pos += ln
-    return out, pos
+    if n <= _SMALL_STRINGS:
+        return _texts_one_by_one(text, offs, n)
+    strs = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offs), pa.py_buffer(text)])
+    d = strs.dictionary_encode()
+    if 4 * len(d.dictionary) > n:
+        return _texts_one_by_one(text, offs, n)
+    return d.dictionary.to_numpy(zero_copy_only=False).take(d.indices.to_numpy())

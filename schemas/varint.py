@@ -1,30 +1,20 @@
-"""Avro zig-zag varints: single values and whole numpy columns.
+"""Avro zig-zag varints, encoded: single values and whole numpy columns.
 
-Encode: zig-zag a whole column, count the bytes of every varint by comparing
-against the 7-bit-group thresholds, move the 7-bit groups of each value into
+Zig-zag a whole column, count the bytes of every varint by comparing against
+the 7-bit-group thresholds, move the 7-bit groups of each value into
 consecutive bytes of one machine word with a few shift/mask steps (SWAR), set
 the continuation bits from a table indexed by the byte count, and keep the
-first ``count`` bytes of each word.
-Decode: 1- and 2-byte varints are table lookups; wider ones load the 8 bytes
-at each varint start as one little-endian word, mask it to the varint's length
-and pack the 7-bit groups back together (reverse SWAR). Output is byte for
-byte what fastavro writes; corrupt input raises ``CodecError``.
+first ``count`` bytes of each word. Output is byte for byte what fastavro
+writes. (Decoding is the compiled column walk's, :mod:`schemas._batch_compiled`.)
 """
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 
-from .registry import CodecError
-
 __all__ = [
-    "Message",
-    "decode_varints",
     "encode_long",
     "encode_long_column",
-    "read_long",
     "varint",
     "varint_bytes",
     "varint_widths",
@@ -49,12 +39,6 @@ _CONT = {c: np.array([sum(0x80 << (8 * j) for j in range(min(w - 1, c))) for w i
          for c, (dt, _) in _SPREAD.items()}  # fmt: skip
 # varint width w -> (11, w) table: row k keeps the first k bytes
 _KEEP = {w: np.arange(w)[None, :] < np.arange(11)[:, None] for w in range(1, 11)}
-# decode: row k masks the 7-bit payload of the first min(k, 8) bytes of a little-endian word
-_PAYLOAD = np.array([int.from_bytes(b"\x7f" * min(k, 8) + b"\x00" * (8 - min(k, 8)), "little") for k in range(11)],
-                    dtype=np.uint64)  # fmt: skip
-_PACK = [(_U64(0x007F007F007F007F), _U64(0x7F007F007F007F00), _U64(1)),
-         (_U64(0x00003FFF00003FFF), _U64(0x3FFF00003FFF0000), _U64(2)),
-         (_U64(0x000000000FFFFFFF), _U64(0x0FFFFFFF00000000), _U64(4))]  # fmt: skip
 
 
 def zigzag(values: np.ndarray) -> np.ndarray:
@@ -154,182 +138,6 @@ def encode_long_column(col: np.ndarray) -> bytes:
     if hi < 0:
         return varint_bytes(u, _zz(hi), _zz(lo))
     return varint_bytes(u, None, max(_zz(lo), _zz(hi)))
-
-
-class Message:
-    """A batch message being decoded: the bytes, a uint8 view and unaligned 8-byte word loads."""
-
-    __slots__ = ("raw", "buf", "_padded", "_words", "_direct")
-
-    def __init__(self, message: bytes):
-        self.raw = message
-        self.buf = np.frombuffer(message, dtype=np.uint8)
-        self._padded = None
-        self._words = None
-        self._direct = None
-
-    def terminators(self, pos: int, count: int, guess: int) -> np.ndarray:
-        """Positions of the first ``count`` bytes < 0x80 from ``pos`` (fewer if the message ends first).
-
-        Scans a window sized for the column (``guess``, then 10 bytes per
-        varint) instead of the whole message, most of which may be strings.
-        """
-        size = len(self.buf)
-        for span in (guess * count + 16, 10 * count):
-            end = min(size, pos + span)
-            t = np.flatnonzero(self.buf[pos:end] < 0x80)
-            if len(t) >= count or end == size:
-                break
-        return t[:count] + pos
-
-    def words(self, starts: np.ndarray) -> np.ndarray:
-        """The 8 bytes at each of ``starts`` (ascending) as little-endian uint64 (zeros past the end).
-
-        Read in place while no word runs past the end (the usual case: a
-        column is followed by others); else from a zero-padded copy.
-        """
-        n = len(self.buf)
-        if len(starts) and int(starts[-1]) <= n - 8:
-            if self._direct is None:  # one (unaligned) uint64 starting at every byte offset but the last 7
-                self._direct = np.ndarray(shape=(n - 7,), dtype="<u8", buffer=self.raw, strides=(1,))
-            return self._direct[starts]
-        return self._padded_words()[starts]
-
-    def strided_words(self, pos: int, count: int, width: int) -> np.ndarray:
-        """``words(arange(pos, pos + count * width, width))`` as a contiguous copy of a strided view."""
-        if pos + (count - 1) * width > len(self.buf) - 8:
-            return self.words(np.arange(pos, pos + count * width, width, dtype=np.int64))
-        return np.ndarray(shape=(count,), dtype="<u8", buffer=self.raw, offset=pos, strides=(width,)).copy()
-
-    def _padded_words(self) -> np.ndarray:
-        if self._words is None:
-            n = len(self.buf)
-            self._padded = np.zeros(n + 16, dtype=np.uint8)
-            self._padded[:n] = self.buf
-            # one (unaligned) uint64 starting at every byte offset
-            self._words = np.ndarray(shape=(n + 8,), dtype="<u8", buffer=self._padded, strides=(1,))
-        return self._words
-
-    def short_varints(self, ends: np.ndarray) -> np.ndarray:
-        """Values of 1- or 2-byte zig-zag varints ending at ``ends`` (int64).
-
-        The 16-bit word (byte before, last byte) decides: a byte before >= 0x80
-        is this varint's first byte, one < 0x80 ends the previous varint (or the
-        block count before the column), so the varint is the last byte alone.
-        """
-        word = self.buf.take(ends).astype(np.intp) << 8  # two byte gathers beat one unaligned 16-bit gather
-        word |= self.buf.take(ends - 1)
-        return _short_table().take(word).astype(np.int64)
-
-    def byte_at(self, idx: np.ndarray) -> np.ndarray:
-        """The byte at each of ``idx`` (0 past the end)."""
-        self._padded_words()
-        return self._padded[idx]
-
-
-_ONE = _U64(1)
-# 1-byte zig-zag varint -> value
-_UNZZ8 = np.array([(b >> 1) ^ -(b & 1) for b in range(128)], dtype=np.int64)
-
-
-@cache
-def _short_table() -> np.ndarray:
-    """int16 value of the 1- or 2-byte varint ending at byte ``hi`` for every little-endian (lo, hi) word."""
-    w = np.arange(1 << 16)
-    lo, hi = w & 0xFF, w >> 8
-    u = np.where(lo >= 0x80, (hi << 7) | (lo & 0x7F), hi)  # hi < 0x80 for every word looked up
-    return ((u >> 1) ^ -(u & 1)).astype(np.int16)
-
-
-def _unzigzag(u: np.ndarray) -> np.ndarray:
-    """Zig-zag decode a fresh uint64 array in place; returns it as int64."""
-    sign = (u & _ONE).view(np.int64)
-    np.negative(sign, out=sign)
-    np.right_shift(u, _ONE, out=u)
-    v = u.view(np.int64)
-    np.bitwise_xor(v, sign, out=v)
-    return v
-
-
-def decode_varints(m: Message, pos: int, count: int) -> tuple[np.ndarray, int]:
-    """Decode ``count`` zig-zag varints starting at ``pos``; returns (int64 values, next position)."""
-    if count <= _SMALL:  # a few values: plain Python beats a dozen numpy calls
-        vals = [0] * count
-        for i in range(count):
-            vals[i], pos = read_long(m.raw, pos)
-        return np.array(vals, dtype=np.int64), pos
-    buf = m.buf
-    size = len(buf)
-    if pos + count <= size and int(buf[pos : pos + count].max()) < 0x80:  # all 1-byte varints
-        return _UNZZ8.take(buf[pos : pos + count]), pos + count
-    w0 = 1  # width of the first varint
-    while pos + w0 <= size and w0 <= 10 and buf[pos + w0 - 1] >= 0x80:
-        w0 += 1
-    end = pos + w0 * count
-    grid = buf[pos:end].reshape(count, w0) if end <= size and w0 <= 10 else None
-    if grid is not None and (grid[:, -1] < 0x80).all() and np.count_nonzero(buf[pos:end] < 0x80) == count:
-        # every varint has the first one's width (timestamps, sequence numbers, ports)
-        if w0 == 2:
-            return m.short_varints(np.arange(pos + 1, end, 2, dtype=np.int64)), end
-        if w0 <= 8:
-            x = m.strided_words(pos, count, w0)
-            x &= _PAYLOAD[w0]
-            return _unzigzag(_pack(x, w0)), end
-        starts = np.arange(pos, end, w0, dtype=np.int64)
-        lens = np.full(count, w0, dtype=np.int64)
-        lmax = w0
-    else:
-        ends = m.terminators(pos, count, w0 + 1)
-        if len(ends) < count:
-            raise CodecError("truncated varint array (or a varint longer than 10 bytes)")
-        lens = np.empty(count, dtype=np.int64)
-        lens[0] = ends[0] - pos + 1
-        np.subtract(ends[1:], ends[:-1], out=lens[1:])
-        lmax = int(lens.max())
-        if lmax > 10:
-            raise CodecError("varint longer than 10 bytes")
-        end = int(ends[-1]) + 1
-        if lmax == 2:  # 1- and 2-byte varints (ports, interface indexes, tos): one table lookup each
-            return m.short_varints(ends), end
-        starts = ends - lens + 1
-    x = m.words(starts)
-    x &= _PAYLOAD.take(lens)
-    _pack(x, lmax)
-    if lmax > 8:  # bits 56..63 from bytes 8 and 9 (excess bits of a 10th byte are ignored)
-        b8 = (m.byte_at(starts + 8) & 0x7F).astype(np.uint64) * (lens > 8)
-        b9 = (m.byte_at(starts + 9) & 0x7F).astype(np.uint64) * (lens > 9)
-        x |= (b8 << _U64(56)) | (b9 << _U64(63))
-    return _unzigzag(x), end
-
-
-def _pack(x: np.ndarray, lmax: int) -> np.ndarray:
-    """Squeeze the 7-bit payloads of the first min(lmax, 8) bytes of each word together, in place."""
-    t = np.empty_like(x)
-    for keep, move, shift in _PACK[: 1 if lmax <= 2 else 2 if lmax <= 4 else 3]:
-        np.bitwise_and(x, move, out=t)
-        np.right_shift(t, shift, out=t)
-        np.bitwise_and(x, keep, out=x)
-        np.bitwise_or(x, t, out=x)
-    return x
-
-
-def read_long(mv, pos: int) -> tuple[int, int]:
-    """(Avro ``long`` at ``pos``, the position after it); ``CodecError`` if truncated or longer than 10 bytes."""
-    shift = 0
-    u = 0
-    while True:
-        if pos >= len(mv):
-            raise CodecError("truncated varint")
-        b = mv[pos]
-        pos += 1
-        u |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise CodecError("varint longer than 10 bytes")
-    u &= 0xFFFFFFFFFFFFFFFF  # a 10th byte's bits above bit 63 are ignored, as in the column decoder and fastavro
-    return (u >> 1) ^ -(u & 1), pos
 
 
 def varint_widths(u: np.ndarray, umax: int) -> np.ndarray:

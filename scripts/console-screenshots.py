@@ -10,8 +10,16 @@ downgrade are in the console, then photographs each view in headless Chromium:
     docs/images/console-jobs.png       train-a: node rates (all traffic, to peers), phase bands, stragglers
     docs/images/console-events.png     every detection on one axis, the incast opened with its flows
     docs/images/console-topn.png       group -> category -> group Sankey and top talkers
+    docs/images/console-diagnosis.png  the straggler gpu03 opened at its diagnosis (verdict, next step, limits,
+                                       evidence)
 
-Usage: .venv/bin/python scripts/console-screenshots.py [--out docs/images] [--base-port 31300]
+With ``--closed-loop``, instead: the ``tuning`` scenario is simulated into a capture, backfilled into a scratch
+archive (no broker) and served by a console without Kafka:
+
+    docs/images/console-compare.png       the Compare view: train-b around its change marker
+    docs/images/console-jobs-change.png   the jobs view of train-b with the change marker
+
+Usage: .venv/bin/python scripts/console-screenshots.py [--out docs/images] [--base-port 31300] [--closed-loop]
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ def main() -> int:
     ap.add_argument("--out", default=str(REPO / "docs" / "images"))
     ap.add_argument("--base-port", type=int, default=31300)
     ap.add_argument("--duration", type=float, default=260.0, help="Scenario seconds to send (at 10x).")
+    ap.add_argument("--closed-loop", action="store_true", help="The Compare and change-marker shots from a "
+                    "backfilled tuning scenario instead.")
     args = ap.parse_args()
     why = available()
     if why:
@@ -42,6 +52,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     _ports, _console, driver_port = ports_in_block(args.base_port)
+    if args.closed_loop:
+        return closed_loop(out, args.base_port, driver_port)
     with tempfile.TemporaryDirectory(prefix="fabricflow-shots-") as tmp:
         with scenario_with_console("mixed", Path(tmp) / "mixed", base_port=args.base_port,
                                    duration_s=args.duration) as run:
@@ -50,7 +62,10 @@ def main() -> int:
             def have(t, sub=None):
                 return [e for e in run.console.store.events() if e["type"] == t and (sub is None or e["subtype"] == sub)]
 
-            wait_for(lambda: have("incast") and have("straggler") and have("link", "link_downgrade"), 120,
+            def gpu03():  # the injected straggler, once its diagnosis is in
+                return [e for e in have("straggler") if e["entity"] == "gpu03" and e.get("diagnosis")]
+
+            wait_for(lambda: have("incast") and gpu03() and have("link", "link_downgrade"), 120,
                      "incast, straggler and link downgrade in the console", check=run.pipe.check)
             time.sleep(15)  # the archive sink flushes idle partitions after archive.idle_flush_s (10 s)
             incast = have("incast")[0]
@@ -73,10 +88,53 @@ def main() -> int:
                     path = out / f"console-{view}.png"
                     d.save_screenshot(str(path))
                     print(f"wrote {path}")
+                d.get(run.url + f"#view=events&event={gpu03()[0]['id']}{rng}")
+                wait_rendered(d, "events")
+                time.sleep(1.5)
+                d.execute_script("document.getElementById('e-diagnosis').scrollIntoView({block: 'start'})")
+                time.sleep(0.5)
+                path = out / "console-diagnosis.png"
+                d.save_screenshot(str(path))
+                print(f"wrote {path}")
                 errs = console_errors(d)
                 if errs:
                     print("browser console errors:\n  " + "\n  ".join(errs), file=sys.stderr)
                     return 1
+    return 0
+
+
+def closed_loop(out: Path, base_port: int, driver_port: int) -> int:
+    """console-compare.png and console-jobs-change.png from the tuning scenario, backfilled offline."""
+    from console.server import ConsoleServer
+    from devtools.simulator.engine import Simulation
+    from devtools.simulator.exporters.pcap import DistinctSources, write_pcap
+    from fabricflow.settings import load_settings
+    from replay.backfill import Backfill
+    from replay.config import core_factory_from
+
+    inv = str(REPO / "scenarios" / "tuning.yaml")
+    with tempfile.TemporaryDirectory(prefix="fabricflow-shots-") as tmp:
+        sim = Simulation("tuning", kinds={"sflow", "netflow9", "ipfix", "marks"})
+        cap = Path(tmp) / "tuning.pcap"
+        write_pcap(cap, sim.run(), sources=DistinctSources())
+        s = load_settings(None, archive={"url": f"file://{tmp}/archive"}, processors={"inventory": inv},
+                          console={"metrics_port": base_port + 33})
+        Backfill(s, str(cap), root=f"{tmp}/archive", core_factory=core_factory_from(s.processors)).run()
+        lo, hi = sim.start_ms, sim.start_ms + sim.duration_ms
+        shots = {"console-compare.png": ("compare", "#view=compare&centity=train-b", 1000),
+                 "console-jobs-change.png": ("jobs", f"#view=jobs&job=train-b&mode=range&from={lo}&to={hi}", 640)}
+        with ConsoleServer(s, listen=f"127.0.0.1:{base_port + 34}", live=False) as svc:
+            for name, (view, frag, height) in shots.items():
+                with browser(1600, height, driver_port=driver_port) as d:
+                    d.get(svc.url + frag)
+                    wait_rendered(d, view)
+                    time.sleep(1.5)
+                    d.save_screenshot(str(out / name))
+                    print(f"wrote {out / name}")
+                    errs = console_errors(d)
+                    if errs:
+                        print("browser console errors:\n  " + "\n  ".join(errs), file=sys.stderr)
+                        return 1
     return 0
 
 

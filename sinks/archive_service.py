@@ -104,7 +104,7 @@ class ArchiveService:
         a = settings.archive
         injected_fs = fs is not None
         if fs is None:
-            fs, root = archive_filesystem(a)
+            fs, root = archive_filesystem(a, write=True)
         self.fs, self.root = fs, root
         self.writer = ParquetWriter(fs, root)
         if write_queue_rows is None:
@@ -124,7 +124,7 @@ class ArchiveService:
         # retention on a schedule (archive.retention_interval_s); a bad retention_days fails here, at start
         fresh_client = not injected_fs and a.url.startswith("s3://")  # s3fs: one client per thread
         self.retention = RetentionSchedule(
-            (lambda: archive_filesystem(a)[0]) if fresh_client else (lambda: self.fs),
+            (lambda: archive_filesystem(a, write=True)[0]) if fresh_client else (lambda: self.fs),
             self.root, retention_policy(a.retention_days), a.retention_interval_s, log, self.metrics,
         )
         # rollup compaction on a schedule (archive.compaction_interval_s), never at once with retention
@@ -178,6 +178,8 @@ class ArchiveService:
             if p.offset >= 0:
                 self.ledger.committed[tp] = p.offset
                 self.summaries.assigned(tp, self.routes.get(p.topic), p.offset)
+        self.service.mark_ready(f"consuming {len(tps)} partitions of {len(self.routes)} topics as a member of "
+                                f"consumer group {self.group_id}, archive {self.settings.archive.url}")
 
     def _on_revoke(self, consumer, partitions) -> None:
         tps = {(p.topic, p.partition) for p in partitions}

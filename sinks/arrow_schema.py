@@ -240,8 +240,11 @@ def table_from_dicts(rows: Iterable[Mapping], avsc: str | Mapping, *, text_addre
             raise KeyError(f"row {i} lacks field(s) {missing}")
     arrays: dict = {}
     for f in base:
-        d = defaults.get(f.name)
-        values = [r[f.name] for r in rows] if d is None else [r.get(f.name, d) for r in rows]
+        if f.name in defaults:  # a default of null (an optional record) is a default too
+            d = defaults[f.name]
+            values = [r.get(f.name, d) for r in rows]
+        else:
+            values = [r[f.name] for r in rows]
         if not f.nullable and any(v is None for v in values):
             raise ValueError(f"field {f.name!r} is not nullable")
         if pa.types.is_map(f.type):

@@ -1,7 +1,9 @@
 """The archive's filesystem from the settings: ``archive.url`` -> (fsspec filesystem, root).
 
 * ``file://DIR``: local directory, relative to the current directory unless
-  absolute (``file:///var/lib/...``); created if missing.
+  absolute (``file:///var/lib/...``). A writer (``write=True``: the archive sink,
+  retention, compaction) creates it if missing and checks it is writable (one line,
+  :class:`~fabricflow.statedir.StateDirError`, otherwise); a reader leaves it as it is.
 * ``s3://BUCKET/PREFIX``: s3fs with ``archive.s3_endpoint`` / keys / region
   (no endpoint = AWS); the bucket must exist. A fresh client per call
   (``skip_instance_cache``) so settings never leak between instances.
@@ -17,20 +19,24 @@ import os
 
 import fsspec
 
+from fabricflow.statedir import writable_dir
+
 
 class ArchiveUrlError(ValueError):
     """``archive.url`` cannot be used (message names the setting)."""
 
 
-def archive_filesystem(archive) -> tuple[fsspec.AbstractFileSystem, str]:
-    """(filesystem, root) for :class:`fabricflow.settings.ArchiveSettings` ``archive``."""
+def archive_filesystem(archive, write: bool = False) -> tuple[fsspec.AbstractFileSystem, str]:
+    """(filesystem, root) for :class:`fabricflow.settings.ArchiveSettings` ``archive``; ``write``: the caller
+    writes there (a local directory is created and checked)."""
     url = archive.url
     if url.startswith("file://"):
         path = url[len("file://"):]
         if not path:
             raise ArchiveUrlError("archive.url: file:// needs a directory (file://./var/archive or file:///abs/dir)")
         root = os.path.abspath(path)
-        os.makedirs(root, exist_ok=True)
+        if write:
+            writable_dir(root, "archive.url")  # StateDirError (a ValueError): one line naming the setting
         return fsspec.filesystem("file"), root
     if url.startswith("s3://"):
         import s3fs

@@ -4,7 +4,9 @@
 into a DuckDB view (``flows_enriched``, ``matrix_windows``, ...) backed by a
 ``pyarrow.dataset`` with Hive partitioning (``dt`` string, ``hour`` int32).
 No DuckDB extension is loaded: files are read through the fsspec filesystem
-(local, s3fs, ...) by Arrow.
+(local, s3fs, ...) by Arrow. Beside them, the views of :data:`VIEWS`: ``flows``
+(each packet once), ``flow_observations`` (every exporter's record), ``flows_1m`` /
+``flows_1h`` (the rollups, each packet once).
 
 Time pruning: given ``frm``/``to``, only the ``dt=`` directories of the days in
 range are listed and only the files of the hours in range are read; the views
@@ -18,6 +20,7 @@ import json
 import posixpath
 import re
 from datetime import UTC, datetime
+from decimal import Decimal
 
 import duckdb
 import pyarrow as pa
@@ -82,6 +85,38 @@ DESCRIPTIONS = {"traffic_1h": "1-hour rollups", "traffic_1m": "1-minute rollups"
 def describe(answered: list[tuple]) -> str:
     """``1-hour rollups + 1-minute rollups + matrix windows`` from :attr:`ArchiveQuery.answered`."""
     return " + ".join(DESCRIPTIONS.get(d, d) for d in dict.fromkeys(a[0] for a in answered))
+
+
+#: Views of :meth:`ArchiveQuery.sql` beside the datasets: name -> (dataset, rows kept). A packet seen by several
+#: exporters is a row per exporter in ``flows_enriched`` and the traffic rollups, all but one marked ``duplicate``
+#: (docs/detectors.md, "Counting each packet once"): ``flows`` is the name to sum, ``flow_observations`` says
+#: what it holds. docs/archive.md, "Which name to query".
+VIEWS = {
+    "flows": ("flows_enriched", "NOT coalesce(duplicate, false)"),
+    "flow_observations": ("flows_enriched", None),
+    "flows_1m": ("traffic_1m", "NOT duplicate"),
+    "flows_1h": ("traffic_1h", "NOT duplicate"),
+}
+#: The first query to show an analyst (the demo's closing lines, ``fabricflow query sql --help``).
+EXAMPLE_SQL = "SELECT category, sum(bytes_est) AS bytes_est FROM flows GROUP BY 1 ORDER BY 2 DESC"
+#: Datasets whose sums count a packet once per exporter that saw it (-> the view that counts it once).
+EVERY_OBSERVATION = {"flows_raw": "flows", "flows_enriched": "flows", "traffic_1m": "flows_1m",
+                     "traffic_1h": "flows_1h"}
+
+
+def observation_note(query: str) -> str | None:
+    """A one-line note when ``query`` sums a dataset of :data:`EVERY_OBSERVATION` without saying which records
+    count (it names neither ``duplicate`` nor ``exporter``), else None: ``fabricflow query sql`` prints it."""
+    if re.search(r"\b(duplicate|exporter)\b", query, re.I):
+        return None
+    named = [d for d in EVERY_OBSERVATION if re.search(rf"\b{d}\b", query)]
+    if not named:
+        return None
+    d = named[0]
+    fix = "" if d == "flows_raw" else " or add WHERE NOT duplicate"
+    return (f"note: {d} has a row for every exporter that saw a packet (seen by ToR sFlow and core NetFlow: "
+            f"twice); to count each packet once, query {EVERY_OBSERVATION[d]}{fix} (docs/archive.md, "
+            "\"Which name to query\")")
 
 
 #: ``--source`` of the flow reports -> the dataset it reads (``auto``: :func:`plan_sources`).
@@ -157,6 +192,16 @@ def _is_address(name: str) -> bool:
     return True
 
 
+def connect_duckdb() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB that spills large sorts and joins to ``$TMPDIR/fabricflow-duckdb-<pid>`` (created only
+    when it spills, removed when the connection closes) instead of DuckDB's default ``.tmp`` in the current
+    directory, which a read-only working directory refuses and which would leave files where the user stands."""
+    import os
+    import tempfile
+
+    return duckdb.connect(config={"temp_directory": os.path.join(tempfile.gettempdir(), f"fabricflow-duckdb-{os.getpid()}")})
+
+
 class ArchiveQuery:
     """Read-only query access to the archive at ``root`` on fsspec filesystem ``fs``."""
 
@@ -165,7 +210,7 @@ class ArchiveQuery:
 
         self.fs = _fs(fs)
         self.root = _root(self.fs, root)
-        self.con = con or duckdb.connect()
+        self.con = con or connect_duckdb()
         self.listed: list[str] = []  # directories listed (for pruning checks)
         self.files_used: dict[str, list[str]] = {}  # dataset -> files behind its current view
         self._present = self._discover()
@@ -353,17 +398,39 @@ class ArchiveQuery:
         return done
 
     def sql(self, query: str, frm=None, to=None, params=None) -> pa.Table:
-        """Run SQL over the dataset views; with a range, the views only cover [frm, to).
+        """Run SQL over the dataset views and :data:`VIEWS`; with a range, the views only cover [frm, to).
 
-        Every dataset the query names gets a view over that range first.
+        Every dataset the query names gets a view over that range first, and so does the dataset of every view
+        of :data:`VIEWS` it names; a view whose dataset is not in the archive is left undefined, one whose
+        dataset has nothing in range raises :class:`EmptyRange` only if the query reads it (``flows`` is also a
+        column of ``alerts``).
         """
-        for n in self._present:
-            if re.search(rf"\b{n}\b", query):
-                self.register(n, frm, to)
+        named = [n for n in self._present if re.search(rf"\b{n}\b", query)]
+        views = [v for v, (d, _) in VIEWS.items() if d in self._present and re.search(rf"\b{v}\b", query)]
+        for n in named:
+            self.register(n, frm, to)
+        empty: dict[str, EmptyRange] = {}
+        for v in views:
+            d, rows = VIEWS[v]
+            try:
+                self.register(d, frm, to)
+            except EmptyRange as e:
+                empty[v] = e
+                self.con.execute(f"DROP VIEW IF EXISTS {v}")
+                continue
+            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {v} AS SELECT * FROM {d}{f' WHERE {rows}' if rows else ''}")
         try:
             return self.con.sql(query, params=params).to_arrow_table()
         except duckdb.CatalogException as e:
-            raise ArchiveError(f"{e} (datasets present: {', '.join(self._present) or 'none'})") from None
+            missing = next((v for v in empty if re.search(rf"\b{v}\b", str(e))), None)
+            if missing is not None:
+                raise empty[missing] from None
+            raise ArchiveError(f"{e} ({self._names_present()})") from None
+
+    def _names_present(self) -> str:
+        views = [v for v, (d, _) in VIEWS.items() if d in self._present]
+        present = f"datasets present: {', '.join(self._present) or 'none'}"
+        return present + (f"; views: {', '.join(views)}" if views else "")
 
     def _sql(self, query: str, params) -> pa.Table:
         """Run a report over views already registered (:meth:`_flows`)."""
@@ -616,6 +683,19 @@ def _jsonable(v):
     return str(v)
 
 
+def _cell(v) -> str:
+    """A value as the ``table`` format shows it: integers (DuckDB's ``sum`` of BIGINT is a 38-digit decimal) with
+    thousands separators."""
+    if v is None:
+        return ""
+    if isinstance(v, bytes):
+        return _jsonable(v)
+    integral = isinstance(v, Decimal) and v.is_finite() and v == v.to_integral_value()
+    if integral or isinstance(v, int) and not isinstance(v, bool):
+        return f"{int(v):,}"
+    return str(v)
+
+
 def render(table: pa.Table, fmt: str = "table", path: str | None = None, title: str | None = None) -> str:
     """Render a result: ``table`` (rich text), ``csv``, ``json`` (array of objects) as a string;
     ``parquet`` writes ``path`` and returns it."""
@@ -640,13 +720,11 @@ def render(table: pa.Table, fmt: str = "table", path: str | None = None, title: 
         from rich.table import Table
 
         rt = Table(title=title)
-        for name in table.column_names:
-            rt.add_column(name, justify="right" if pa.types.is_integer(table.schema.field(name).type)
-                          or pa.types.is_floating(table.schema.field(name).type) else "left")
+        for f in table.schema:
+            numeric = pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
+            rt.add_column(f.name, justify="right" if numeric else "left")
         for row in table.to_pylist():
-            rt.add_row(*["" if v is None else (_jsonable(v) if isinstance(v, bytes) else
-                                                (f"{v:,}" if isinstance(v, int) and not isinstance(v, bool)
-                                                 else str(v))) for v in row.values()])
+            rt.add_row(*[_cell(v) for v in row.values()])
         out = io.StringIO()
         Console(file=out, width=200, force_terminal=False, color_system=None).print(rt)
         if table.num_rows == 0:
@@ -664,7 +742,7 @@ def segmentation_review(q, cfg, frm=None, to=None, exporter: str | None = None):
     taken into account (flows grouped by destination and source port) only when
     some allow rule restricts ports.
     """
-    from processors.logic.policy import segmentation_matrix  # the policy's own matcher: same verdicts as live
+    from processors.logic.rules.policy import segmentation_matrix  # the policy's own matcher: same verdicts as live
 
     seg = cfg.segmentation
     by_port = any(r.ports for r in seg.allow)

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from processors.logic.groupby import GroupBy, combined_key
+from processors.logic.windows.groupby import GroupBy, combined_key
 from sinks import layout
 from sinks.arrow_schema import addr_text_array
 

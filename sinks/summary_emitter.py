@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaException, Producer
 
+from fabricflow.kafka import client_config
 from fabricflow.logs import RateLimitedLog
 from schemas import codec
 from sinks import layout
@@ -186,7 +187,7 @@ class SummaryEmitter:
     def _producer_config(self) -> dict:
         k = self.settings.kafka
         p = self.settings.ingest.producer
-        conf = k.client_config()
+        conf = client_config(k)
         conf.update({
             "client.id": f"{k.client_id}-archive-summaries",
             "enable.idempotence": True,

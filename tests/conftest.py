@@ -150,3 +150,17 @@ def _drop_closed_log_handlers():
     for handler in list(root.handlers):
         if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
             root.removeHandler(handler)
+
+
+@pytest.fixture(scope="session")
+def scenario_archive(tmp_path_factory):
+    """``get(doc, seed, duration_s) -> (archive dir, inventory file)``: a simulator scenario backfilled offline,
+    once per session (tests/scenario_archives.py)."""
+    from tests import scenario_archives
+
+    root = tmp_path_factory.mktemp("scenario-archives")
+
+    def get(doc: dict, seed: int | None = None, duration_s: float | None = None):
+        return scenario_archives.build(root, doc, seed, duration_s)
+
+    return get

@@ -140,6 +140,9 @@ class _Collector:
         yield counter("flow_alerts", "alerts fired", ["rule", "severity"], [((r, s), 0.01) for r, s, _ in rules])
         yield gauge("flow_alerts_firing", "firing", ["rule", "severity"], [((r, s), v) for r, s, v in rules])
         yield gauge("job_iteration_period_seconds", "period", ["job"], [((JOB,), 2.0)])
+        yield counter("change_markers", "changes", ["job", "scope"], [((JOB, "job"), 1.0), (("", "cluster"), 1.0)])
+        yield gauge("change_marker_timestamp_seconds", "unix s", ["job", "scope"],
+                    [((JOB, "job"), time.time() - 600), (("", "cluster"), time.time() - 1200)])
 
         fams = ("node_to_node_flow_traffic_bytes_total", "group_to_group_flow_traffic_bytes_total")
         yield gauge("fabricflow_metrics_series", "series", ["family"], [((f,), 100) for f in fams])

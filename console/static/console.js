@@ -1,4 +1,4 @@
-/* fabricflow console: one page, five views; the URL hash keeps the whole view state.
+/* fabricflow console: one page, six views (the Compare view in compare.js); the URL hash keeps the whole view state.
  * Every name from inventories, policies and flows goes into the page as text (textContent, canvas
  * fillText, ECharts' canvas renderer); nothing from the data is ever parsed as HTML. */
 (function () {
@@ -11,7 +11,8 @@
   const PHASE_COLOR = { communication: "rgba(79,163,224,0.16)", dataset_read: "rgba(62,207,142,0.09)",
     checkpoint_write: "rgba(240,180,41,0.30)" };
   const DEFAULTS = { view: "matrix", mode: "live", window: "", from: "", to: "", level: "node", cat: "",
-    nlevel: "group", n: "10", ncat: "", job: "", event: "", port: "", types: "", q: "" };
+    nlevel: "group", n: "10", ncat: "", job: "", event: "", port: "", types: "", q: "",
+    cscope: "job", centity: "", cb: "", ca: "" };
 
   let state = Object.assign({}, DEFAULTS);
   let status = null;
@@ -147,7 +148,8 @@
     es.addEventListener("update", (m) => {
       const d = JSON.parse(m.data);
       refreshStatus();
-      if (state.mode === "live" && !state.window) scheduleRefresh(400);
+      // the Compare view reads the archive for its periods: it does not follow the live window
+      if (state.mode === "live" && !state.window && state.view !== "compare") scheduleRefresh(400);
       else if (state.view === "matrix") loadWindows();
       void d;
     });
@@ -382,6 +384,8 @@
     $("o-port-title").textContent = sw + " if" + idx + (d.node ? " → " + d.node : "") + " (" + d.source + (d.answered ? ", from " + d.answered : "") + ")";
     const s = d.series; const t = s.time_ms;
     const pts = (arr) => t.map((x, k) => [x, arr[k] === null ? null : arr[k]]);
+    const mk = await marksFor({ switch: sw, if_index: idx, node: d.node || "" });
+    const lines = window.fabricflowMarks.changeLines(mk.changes.filter((c) => !t.length || (c.time_ms >= t[0] && c.time_ms <= t[t.length - 1])));
     chart("o-port-chart").setOption({
       backgroundColor: "transparent", animation: false, textStyle: { color: "#d8dee6" },
       tooltip: { trigger: "axis" }, legend: { textStyle: { color: "#d8dee6" } },
@@ -391,7 +395,7 @@
         { type: "value", name: "speed", gridIndex: 0, position: "right", axisLabel: { formatter: (v) => fmtRate(v) } },
         { type: "value", name: "per s", gridIndex: 1 }],
       series: [
-        { name: "util in", type: "line", data: pts(s.util_in), showSymbol: false },
+        { name: "util in", type: "line", data: pts(s.util_in), showSymbol: false, markLine: { silent: true, symbol: "none", data: lines } },
         { name: "util out", type: "line", data: pts(s.util_out), showSymbol: false },
         { name: "if speed", type: "line", step: "end", yAxisIndex: 1, data: pts(s.if_speed), showSymbol: false, lineStyle: { type: "dashed" } },
         { name: "errors/s", type: "line", xAxisIndex: 1, yAxisIndex: 2, data: pts(s.errors_per_s), showSymbol: false },
@@ -416,6 +420,9 @@
       (jobs.find((j) => j.live_scores > 0) || jobs[0]).name;
     sel.value = name;
     const d = await api("job", Object.assign({ name }, timeParams()));
+    // change markers, and for an archive range the job's steps: fetched before anything is drawn
+    const mk = await marksFor({ job: name });
+    const st = state.mode === "range" ? await api("steps", Object.assign({ job: name }, timeParams())).catch(() => null) : null;
     // the small multiples: each node's send/receive rate over all its traffic (d.traffic, every job with nodes);
     // the rates its straggler scores carry (traffic to the job's peers) are thinner lines where it was scored
     const tr = d.traffic;
@@ -439,6 +446,14 @@
     const c = chart("j-chart"); c.resize();
     const grids = [], xs = [], ys = [], series = [];
     const bands = d.bands.map((b) => [{ xAxis: b.start_ms, itemStyle: { color: PHASE_COLOR[b.phase] } }, { xAxis: b.end_ms }]);
+    const changeLines = window.fabricflowMarks.changeLines(mk.changes.filter((c) => c.time_ms >= d.start_ms && c.time_ms <= d.end_ms));
+    let stepInfo = "";
+    if (st && st.total) {  // steps aligned with the flows (only from the archive): stretched ones in red
+      for (const r of st.steps) if (r.stretched) bands.push([{ xAxis: r.start_ms, itemStyle: { color: "rgba(255,90,95,0.35)" } }, { xAxis: r.end_ms }]);
+      stepInfo = " · " + st.total + " steps from step marks, " + st.stretched + " with a stretched communication phase (red)";
+    }
+    if (mk.changes.length) stepInfo += " · " + mk.changes.length + " change" + (mk.changes.length > 1 ? "s" : "") + " (amber lines)";
+    $("j-info").textContent += stepInfo;
     const names = { sent: "sent (all traffic)", recv: "received (all traffic)", psent: "sent to job peers", precv: "received from job peers" };
     nodes.forEach((n, k) => {
       const sc = scoredBy.get(n.node) || { t: [], sent_bps: [], recv_bps: [], score: [], straggler: [] };
@@ -450,7 +465,8 @@
       const strag = [];
       sc.t.forEach((t, i) => { if (sc.straggler[i]) strag.push([{ xAxis: t, itemStyle: { color: "rgba(255,90,95,0.25)" } }, { xAxis: t + (d.bin_ms > 10000 ? d.bin_ms : 10000) }]); });
       series.push({ name: names.sent, type: "line", xAxisIndex: k, yAxisIndex: k, showSymbol: false, data: tr.t.map((t, i) => [t, n.sent_bps[i]]),
-        lineStyle: { color: "#4fa3e0" }, itemStyle: { color: "#4fa3e0" }, markArea: { silent: true, data: bands.concat(strag) } });
+        lineStyle: { color: "#4fa3e0" }, itemStyle: { color: "#4fa3e0" }, markArea: { silent: true, data: bands.concat(strag) },
+        markLine: { silent: true, symbol: "none", data: k === 0 ? changeLines : changeLines.map((l) => Object.assign({}, l, { label: { show: false } })) } });
       series.push({ name: names.recv, type: "line", xAxisIndex: k, yAxisIndex: k, showSymbol: false, data: tr.t.map((t, i) => [t, n.recv_bps[i]]),
         lineStyle: { color: "#3ecf8e", type: "dashed" }, itemStyle: { color: "#3ecf8e" } });
       if (sc.t.length) {
@@ -478,7 +494,8 @@
     for (const e of EVENTS.slice().reverse()) {
       const tr = el("tr", { "data-id": e.id, class: state.event === e.id ? "selected" : "" },
         el("td", {}, fmtTime(e.start_ms)), el("td", { class: "sev-" + e.severity }, e.type + (e.subtype && e.subtype !== e.type ? " / " + e.subtype : "")),
-        el("td", {}, e.entity), el("td", {}, e.summary));
+        el("td", {}, e.entity), el("td", { class: e.diagnosis ? "dg-" + e.diagnosis.verdict : "muted" }, e.diagnosis ? e.diagnosis.title : ""),
+        el("td", {}, e.summary));
       tr.addEventListener("click", () => setState({ event: e.id }));
       tb.appendChild(tr);
     }
@@ -495,10 +512,12 @@
       });
       laneCount[t] = Math.max(1, ends.length);
     }
+    const mk = await marksFor({});  // every change marker of the range (cluster-wide ones and all scoped ones)
     chart("e-chart").setOption({ backgroundColor: "transparent", animation: false, textStyle: { color: "#d8dee6" },
-      grid: { left: 80, right: 20, top: 10, bottom: 30 },
+      grid: { left: 80, right: 20, top: 18, bottom: 30 },
       tooltip: { trigger: "item", formatter: (p) => { const e = EVENTS[p.dataIndex]; return e ? tipBox(e.type + " · " + e.entity, [["start", fmtTime(e.start_ms)], ["end", fmtTime(e.end_ms)], ["", e.summary]]) : ""; } },
-      xAxis: { type: "time" }, yAxis: { type: "category", data: ys },
+      xAxis: Object.assign({ type: "time" }, state.mode === "range" && state.from ? { min: +state.from, max: +state.to } : {}),
+      yAxis: { type: "category", data: ys },
       series: [{ type: "custom", renderItem: (params, api2) => {
         const s = api2.coord([api2.value(0), api2.value(2)]); const e = api2.coord([api2.value(1), api2.value(2)]);
         const band = api2.size([0, 1])[1] * 0.7; const n = api2.value(4); const h = band / n;
@@ -507,7 +526,8 @@
           style: { fill: api2.visual("color") } };
       }, encode: { x: [0, 1], y: 2 },
       data: EVENTS.map((e, k) => ({ value: [e.start_ms, e.end_ms, ys.indexOf(e.type), lanes[k], laneCount[e.type]],
-        itemStyle: { color: TYPE_COLOR[e.type] } })) }],
+        itemStyle: { color: TYPE_COLOR[e.type] } })),
+        markLine: { silent: true, symbol: "none", data: window.fabricflowMarks.changeLines(mk.changes) } }],
     }, true);
     if (state.event) await renderEventDetail(); else $("e-detail").hidden = true;
   }
@@ -526,6 +546,31 @@
     }
     return t;
   }
+  function fmtEvidence(x) {
+    const f = (v) => (/bps$/.test(x.signal) ? fmtRate(v) : /(share|utilisation)$/.test(x.signal) ? fmtPct(v) :
+      Math.abs(v) >= 100 ? String(Math.round(v)) : String(+v.toFixed(3)));
+    return f(x.value) + (x.low !== x.high ? " (" + f(x.low) + " – " + f(x.high) + ")" : "");
+  }
+  function diagnosisBox(dg) {
+    // the bottleneck diagnosis: verdict, why, next step, what the data cannot tell, what is missing, evidence
+    const box = el("div", { class: "diagnosis dg-" + dg.verdict, id: "e-diagnosis" });
+    box.appendChild(el("h4", {}, "Diagnosis: " + dg.title));
+    box.appendChild(el("div", {}, dg.summary));
+    if (dg.missing && dg.missing.length) {
+      box.appendChild(el("div", { class: "dg-label" }, "Missing or contradictory"));
+      const ul = el("ul", {}); for (const m of dg.missing) ul.appendChild(el("li", {}, m)); box.appendChild(ul);
+    }
+    box.appendChild(el("div", { class: "dg-label" }, "Next step")); box.appendChild(el("div", {}, dg.next_step));
+    box.appendChild(el("div", { class: "dg-label" }, "What flow data cannot tell")); box.appendChild(el("div", { class: "muted" }, dg.cannot_tell));
+    const t = el("table", { class: "dg-evidence" });
+    t.appendChild(el("tr", {}, ...["signal", "of", "value (bounds)", "source", "measured"].map((h) => el("th", {}, h))));
+    for (const x of dg.evidence || []) {
+      t.appendChild(el("tr", {}, el("td", {}, x.signal), el("td", {}, x.subject), el("td", { class: "num" }, fmtEvidence(x)),
+        el("td", {}, x.source), el("td", { class: "muted" }, x.note)));
+    }
+    box.appendChild(t);
+    return box;
+  }
   async function renderEventDetail() {
     const box = $("e-detail");
     let d;
@@ -536,6 +581,7 @@
     box.appendChild(el("h3", { class: "sev-" + e.severity }, e.type + " · " + e.entity));
     box.appendChild(el("div", {}, e.summary));
     box.appendChild(el("div", { class: "muted" }, fmtTime(e.start_ms) + " – " + fmtTime(e.end_ms) + " · " + e.state));
+    if (e.diagnosis) box.appendChild(diagnosisBox(e.diagnosis));
     box.appendChild(el("h4", {}, "Evidence")); box.appendChild(kvTable(e.evidence));
     box.appendChild(el("h4", {}, "Uncertainty")); box.appendChild(kvTable(e.uncertainty));
     box.appendChild(el("h4", {}, "Related events (" + d.related.length + ")"));
@@ -602,11 +648,13 @@
     rendering = true;
     try {
       if (!fromLive || state.view === "matrix") await loadWindows();
-      const fn = { matrix: renderMatrix, topology: renderTopology, jobs: renderJobs, events: renderEvents, topn: renderTopn }[state.view];
+      const extra = (window.fabricflowViews || {})[state.view];  // compare.js
+      const fn = { matrix: renderMatrix, topology: renderTopology, jobs: renderJobs, events: renderEvents, topn: renderTopn }[state.view] ||
+        (extra && (() => extra(helpers())));
       await fn();
       document.body.dataset.rendered = state.view;
     } catch (e) {
-      const info = $({ matrix: "m-info", topology: "o-info", jobs: "j-info", events: "e-info", topn: "n-info" }[state.view]);
+      const info = $({ matrix: "m-info", topology: "o-info", jobs: "j-info", events: "e-info", topn: "n-info", compare: "c-info" }[state.view]);
       if (info) info.textContent = "could not load: " + e.message;
       document.body.dataset.rendered = state.view + ":error";
     } finally {
@@ -657,6 +705,12 @@
     window.addEventListener("resize", () => { for (const c of Object.values(charts)) c.resize(); if (M && state.view === "matrix") drawMatrix(M); });
   }
   function stopPlay() { if (playing) { clearInterval(playing); playing = null; } }
+  function helpers() {  // what the views of compare.js use
+    return { api, el, clear, chart, state, setState, fmtBytes, fmtRate, fmtTime, toLocalInput, fromLocalInput, token: TOKEN };
+  }
+  async function marksFor(params) {  // change markers (and step marks) for a time chart; none when the API fails
+    try { return await api("marks", Object.assign(params, timeParams())); } catch (e) { return { changes: [], steps: [] }; }
+  }
 
   window.fabricflowConsole = { matrix: () => M, state: () => Object.assign({}, state) };  // for tests and benchmarks
   state = readHash();

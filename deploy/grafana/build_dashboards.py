@@ -138,6 +138,16 @@ def checkpoint_annotation(expr="fabricflow:checkpoint_quiet:any"):
             "useValueForTime": False}
 
 
+def change_annotation(expr="change_marker_timestamp_seconds * 1000"):
+    """Change markers (fabricflow mark): the sink's gauge holds when the latest change of each job and scope took
+    effect; with the value as the time, every change in the dashboard's range is one annotation. The change's
+    text is not a label (unbounded): the console's Compare view and GET /api/marks have it."""
+    return {"name": "Changes (fabricflow mark)", "datasource": DS, "enable": True, "iconColor": "orange",
+            "expr": expr, "step": "60s", "titleFormat": "change: {{scope}} {{job}}",
+            "textFormat": "a change marker (fabricflow mark); its text and the before/after comparison: "
+                          "the console's Compare view", "useValueForTime": True}
+
+
 def layout(panels: list[dict]) -> list[dict]:
     """Left-to-right, top-to-bottom placement in Grafana's 24-column grid; ids 1..n."""
     x = y = row_h = 0
@@ -246,7 +256,7 @@ def overview() -> dict:
                      "Traffic matrix, top talkers, traffic by app category, storage against capacity, GPU beside "
                      "the network.", panels,
                      [variable("node", "label_values(node_direction:app_flow_traffic_bytes:rate5m, node)")],
-                     [checkpoint_annotation()])
+                     [checkpoint_annotation(), change_annotation()])
 
 
 def job() -> dict:
@@ -291,7 +301,8 @@ def job() -> dict:
                      "Per-node send rate, straggler scores, iteration period, GPU beside the network.", panels,
                      [variable("job", "label_values(straggler_score, job)", include_all=False, multi=False),
                       variable("node", 'label_values(straggler_score{job=~"$job"}, node)')],
-                     [checkpoint_annotation('job:fabricflow_checkpoint_quiet:max5m{job=~"$job"}')])
+                     [checkpoint_annotation('job:fabricflow_checkpoint_quiet:max5m{job=~"$job"}'),
+                      change_annotation('change_marker_timestamp_seconds{job=~"$job|"} * 1000')])
 
 
 def links() -> dict:

@@ -9,7 +9,9 @@ import time
 from typing import Callable
 
 from .engine import Simulation
-from .exporters.pcap import write_pcap
+
+ALL_KINDS = {"sflow", "netflow9", "ipfix", "marks"}  # marks go to a marks= target and into a capture
+from .exporters.pcap import DistinctSources, write_pcap
 from .model import ScenarioError, parse_time_ms
 from .sender import TargetError, UdpSender, pace_and_send, parse_targets
 
@@ -40,14 +42,22 @@ def run_simulate(
     try:
         if start_ms is None and start_now:
             start_ms = int(time.time()) * 1000
-        sim = Simulation(scenario, seed=seed, start_ms=start_ms, duration_s=duration_s)
+        tgt = None if targets == [] else parse_targets(targets, allow_remote=allow_remote)
+        # marks (step marks, changes) into a capture, or to a marks= target; never generated for nobody
+        kinds = ALL_KINDS if pcap_out or (tgt is not None and "marks" in tgt) else ALL_KINDS - {"marks"}
+        sim = Simulation(scenario, seed=seed, start_ms=start_ms, duration_s=duration_s, kinds=kinds)
         stream = sim.run(max_datagrams)
-        if pcap_out and targets == []:
-            n = write_pcap(pcap_out, stream)
-            echo(f"wrote {n} datagrams to {pcap_out}")
+        if tgt is None:  # --no-send: only the capture and/or the truth
+            if not pcap_out and not truth_out:
+                raise ValueError("--no-send writes nothing without --pcap or --truth")
+            if pcap_out:
+                n = write_pcap(pcap_out, stream, sources=DistinctSources())
+                echo(f"wrote {n} datagrams to {pcap_out}")
+            else:
+                for _ in stream:
+                    pass
             stats_errors = 0
         else:
-            tgt = parse_targets(targets, allow_remote=allow_remote)
             sender = UdpSender(tgt, distinct_sources=distinct_sources)
             if pcap_out:
                 captured: list = []
@@ -69,7 +79,9 @@ def run_simulate(
                 sender.close()
             if pcap_out:
                 write_pcap(pcap_out, captured, ports={k: p for k, (_, p) in tgt.items()}, sources=sender.source_of)
-            echo(f"sent {st.sent} datagrams {st.by_kind} in {st.wall_s:.1f} s, {st.errors} errors")
+            echo(f"sent {st.sent - sum(sender.skipped.values())} datagrams {st.by_kind} in {st.wall_s:.1f} s, "
+                 f"{st.errors} errors" + "".join(f"; {n} {k} not sent (no {k}=HOST:PORT target)"
+                                                 for k, n in sorted(sender.skipped.items())))
             stats_errors = st.errors
         if truth_out:
             sim.truth.write(truth_out)
@@ -84,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m devtools.simulator", description=__doc__)
     ap.add_argument("scenario", help="scenario YAML path or shipped name (healthy, straggler, ...)")
     ap.add_argument("--target", action="append", default=None,
-                    help="kind=host:port or host:port (all kinds); repeatable; default loopback 6343/2055/4739")
+                    help="kind=host:port or host:port (all export kinds); repeatable; default loopback 6343/2055/4739; "
+                         "marks=host:port sends the training jobs' step marks and the scenario's changes")
     ap.add_argument("--speed", type=float, default=1.0, help="scenario seconds per wall second (0 = unpaced)")
     ap.add_argument("--duration", type=float, default=None, help="scenario seconds to run (default: scenario's)")
     ap.add_argument("--seed", type=int, default=None)

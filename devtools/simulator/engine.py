@@ -20,12 +20,13 @@ from .exporters.ipfix import IpfixExporter
 from .exporters.netflow9 import Netflow9Exporter
 from .exporters.sflow import SflowAgent, mac_for
 from .faults import FaultEffects
+from .marks import chunk_marks
 from .model import Scenario, find_scenario, ip_int, load_scenario, stable_hash
 from .traffic import SegBuilder, TrafficModel, finalize
 from .truth import TruthRecorder
 
 CHUNK_MS = 1000
-KIND_ORDER = {"sflow": 0, "netflow9": 1, "ipfix": 2}
+KIND_ORDER = {"sflow": 0, "netflow9": 1, "ipfix": 2, "marks": 3}
 
 
 class SimDatagram(tuple):
@@ -70,6 +71,8 @@ class Simulation:
         self.seed = scen.seed if seed is None else int(seed)
         self.start_ms = (scen.start_ms if start_ms is None else int(start_ms)) // 1000 * 1000
         self.duration_ms = int((scen.duration_s if duration_s is None else duration_s) * 1000)
+        # "marks" (the training jobs' step marks and the scenario's changes) only when asked for: the export kinds
+        # are what the decoders take
         self.kinds = {"sflow", "netflow9", "ipfix"} if kinds is None else set(kinds)
         window_ms = int(scen.window_s * 1000)
         if window_ms <= 0 or window_ms % CHUNK_MS:
@@ -171,6 +174,9 @@ class Simulation:
             skew = self.effects.skew_ms(fe.name, t1 - 1)
             for t, data in exp.export(t1, self.start_ms, skew, flush=last):
                 out.append((t, 1 + ei, 0, fe.protocol, data, fe.name))
+        if "marks" in self.kinds:
+            for t, data, node in chunk_marks(self.scen, self.start_ms, t0, t1, self.effects):
+                out.append((t, 1 + len(self.flow_exporters), 0, "marks", data, node))
         out.sort(key=lambda r: (r[0], r[1], r[2]))
         return out
 
@@ -208,6 +214,12 @@ class Simulation:
         for t0 in range(0, self.duration_ms, CHUNK_MS):
             t1 = min(t0 + CHUNK_MS, self.duration_ms)
             for t_abs, _, _, kind, data, name in self._chunk(t0, t1, t1 >= self.duration_ms):
+                if kind == "marks":  # not exported telemetry: no loss, not in the truth's datagram counts
+                    yield SimDatagram(t_abs, kind, data, name)
+                    emitted += 1
+                    if max_datagrams is not None and emitted >= max_datagrams:
+                        return
+                    continue
                 frac = self.effects.loss_fraction(name, t_abs - self.start_ms)
                 dropped = bool(frac) and self.loss_rng[name].random() < frac
                 self.truth.count_datagram(name, kind, dropped)
@@ -232,7 +244,8 @@ def generate(
     """Pure generator of ``(send_time_ms, target_kind, datagram_bytes)`` for a scenario.
 
     ``send_time_ms`` is the event time in unix ms (scenario start + offset).
-    ``target_kind`` is ``sflow``, ``netflow9`` or ``ipfix``. Pass a list as ``truth``
+    ``target_kind`` is ``sflow``, ``netflow9`` or ``ipfix`` (and ``marks`` when ``kinds`` names it: JSON mark
+    lines, devtools/simulator/marks.py). Pass a list as ``truth``
     to receive the run's :class:`TruthRecorder` (appended before the first datagram).
     """
     sim = Simulation(scenario, seed=seed, start_ms=start_ms, duration_s=duration_s, kinds=kinds)

@@ -9,9 +9,11 @@ parameters, effect and label: docs/simulator.md, "Faults (and the truth label ea
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .model import Fault, Scenario, Workload, ip_int, parse_speed
+from .model import Fault, Scenario, Workload, ip_int, parse_speed, stable_hash
 from .traffic import ROCE_PORT, TCP, UDP, SegBuilder, eph_port
 
 
@@ -84,18 +86,7 @@ class FaultEffects:
                 continue
             p = f.params
             if f.kind == "incast":
-                period, burst = int(p.get("period_ms", 1000)), int(p.get("burst_ms", 200))
-                rate = float(p.get("gbps_per_source", 3.0)) * 1e9 / 8
-                dst = scen.cluster.nodes[p["destination"]]
-                dport = int(p.get("dport", 50051))
-                k0 = (a0 - f.start_ms) // period
-                for k in range(k0, (a1 - f.start_ms) // period + 1):
-                    b0, b1 = max(a0, f.start_ms + k * period), min(a1, f.start_ms + k * period + burst)
-                    if b1 <= b0:
-                        continue
-                    for src in p["sources"]:
-                        s = ip_int(scen.cluster.nodes[src].ip)
-                        b.tcp_bulk(b0, b1, s, ip_int(dst.ip), eph_port("incast", src, k), dport, rate * (b1 - b0) / 1000, mtu)
+                self._incast(f, a0, a1, b, mtu)
             elif f.kind == "syn_storm":
                 node = ip_int(scen.cluster.nodes[p["node"]].ip)
                 targets = list(p["targets"])
@@ -120,6 +111,58 @@ class FaultEffects:
                 else:
                     b.add(a0, a1, src, dst, sport, dport, UDP, nbytes, min(mtu, 512))
 
+    def _incast(self, f: Fault, a0: int, a1: int, b: SegBuilder, mtu: int) -> None:
+        """Synchronized bursts into the destination (docs/simulator.md, ``incast``): TCP or RoCEv2, with an ECN
+        codepoint or none, a part of the packets marked CE by the destination's queue and CNPs answering the
+        marked RoCEv2 packets; with ``dcqcn`` the senders hold the aggregate at ``fill`` x the port's capacity."""
+        scen, p = self.scen, f.params
+        period, burst = int(p.get("period_ms", 1000)), int(p.get("burst_ms", 200))
+        sources = list(p["sources"])
+        dst = scen.cluster.nodes[p["destination"]]
+        rate = float(p.get("gbps_per_source", 3.0)) * 1e9 / 8
+        if p.get("dcqcn"):
+            rate = min(rate, float(p.get("fill", 0.95)) * dst.capacity_bps / 8 / len(sources))
+        roce = p.get("transport", "tcp") == "roce"
+        ecn = 2 if p.get("ecn", "ect" if roce else "none") == "ect" else 0  # ECT(0)
+        tos = (0x68 if roce else 0) | ecn  # RoCEv2 in DSCP 26, as the training workloads
+        ce, cnp_ratio = float(p.get("ce_fraction", 0.0)), float(p.get("cnp_ratio", 0.0))
+        dport = int(p.get("dport", 50051))
+        d = ip_int(dst.ip)
+        roce_size = 20 + 8 + 12 + scen.roce_payload + 4
+        k0 = (a0 - f.start_ms) // period
+        for k in range(k0, (a1 - f.start_ms) // period + 1):
+            b0, b1 = max(a0, f.start_ms + k * period), min(a1, f.start_ms + k * period + burst)
+            if b1 <= b0:
+                continue
+            for src in sources:
+                s = ip_int(scen.cluster.nodes[src].ip)
+                sport = eph_port("incast", src, k)
+                nbytes = rate * (b1 - b0) / 1000
+                for part, t in ((1 - ce, tos), (ce, tos | 3)):
+                    if part <= 0:
+                        continue
+                    if roce:
+                        b.add(b0, b1, s, d, sport, ROCE_PORT, UDP, nbytes * part, roce_size, 0, t,
+                              stable_hash("incast-qp", src) % (1 << 24))
+                    else:
+                        b.tcp_bulk(b0, b1, s, d, sport, dport, nbytes * part, mtu, tos=t)
+                if roce and ce > 0 and cnp_ratio > 0:  # the destination (notification point) answers the marks
+                    marked = math.ceil(nbytes * ce / roce_size)
+                    b.add(b0, b1, d, s, sport, ROCE_PORT, UDP, math.ceil(marked * cnp_ratio) * CNP_SIZE, CNP_SIZE,
+                          0, 0xC0, stable_hash("incast-qp", src) % (1 << 24), 0x81)
+
+    def oper_up(self, node: str, t: int) -> bool:
+        """False while a ``link_flap`` fault holds the node's link down at ``t`` (ms since the start)."""
+        for f in self.by_kind.get("link_flap", ()):
+            if f.params["node"] == node and f.start_ms <= t < f.end_ms and self._flap_down(f, t):
+                return False
+        return True
+
+    @staticmethod
+    def _flap_down(f: Fault, t: int) -> bool:
+        period, down = int(float(f.params.get("period_s", 40)) * 1000), int(float(f.params.get("down_s", 12)) * 1000)
+        return (t - f.start_ms) % period < down
+
     def cap_links(self, segs: np.ndarray, t0: int, t1: int, node_ip: dict[str, int]) -> np.ndarray:
         """Scale traffic to/from nodes whose link is downgraded so it fits the lower speed."""
         for f in self.by_kind.get("link_downgrade", ()):
@@ -139,14 +182,25 @@ class FaultEffects:
                 peak = float((rate[:, None] * (ov > 0)).sum(axis=0).max())
                 if peak > cap_bps:
                     segs["bytes"][m] = np.rint(s["bytes"] * (cap_bps / peak)).astype(np.int64)
+        for f in self.by_kind.get("link_flap", ()):  # no traffic to or from the node while its link is down
+            if not f.active(t0, t1) or len(segs) == 0:
+                continue
+            ip = node_ip[f.params["node"]]
+            m = np.flatnonzero((segs["src"] == ip) | (segs["dst"] == ip))
+            for i in m.tolist():
+                s0, s1 = int(segs["t0"][i]), int(segs["t1"][i])
+                up = sum(1 for t in range(s0, s1, 10) if not (f.start_ms <= t < f.end_ms and self._flap_down(f, t)))
+                n = len(range(s0, s1, 10))
+                if up < n:
+                    segs["bytes"][i] = int(round(segs["bytes"][i] * up / n))
         return segs
 
     def incast_excess_packets(self, node: str, a0: int, a1: int, segs: np.ndarray, node_ip: int, cap_bps: int, mtu: int) -> int:
         """Packets dropped at the destination's port because incast bursts exceed its capacity."""
         total = 0
         for f in self.by_kind.get("incast", ()):
-            if f.params["destination"] != node or not f.active(a0, a1):
-                continue
+            if f.params["destination"] != node or not f.active(a0, a1) or f.params.get("dcqcn"):
+                continue  # with dcqcn the senders keep the queue below the drop point
             m = segs["dst"] == node_ip
             sent = int(segs["bytes"][m].sum())
             burst_ms = int(f.params.get("burst_ms", 200))
@@ -212,7 +266,7 @@ def fault_labels(scen: Scenario, start_ms: int, duration_ms: int) -> list[dict]:
         ent: dict = {}
         if f.kind == "straggler":
             ent = {"node": p["node"], "job": p.get("job")}
-        elif f.kind == "link_downgrade":
+        elif f.kind in ("link_downgrade", "link_flap"):
             n = nodes[p["node"]]
             ent = {"node": n.name, "switch": n.switch, "if_index": n.if_index}
         elif f.kind == "incast":
@@ -245,6 +299,39 @@ def fault_labels(scen: Scenario, start_ms: int, duration_ms: int) -> list[dict]:
                 "end_ms": start_ms + min(f.end_ms, duration_ms),
                 "entities": ent,
                 "params": p,
+                "diagnosis": expected_diagnosis(scen, f),
             }
         )
     return out
+
+
+def expected_diagnosis(scen: Scenario, f: Fault) -> str | None:
+    """The bottleneck class the injected fault physically is (None: no class applies, e.g. a policy fault or
+    ECN marks on TCP, whose reaction no flow shows). Derived from what the simulator does, not from the
+    product's rules: drops happen when the bursts exceed the port (and no DCQCN holds them back), marks
+    and CNPs when the fault sets them. docs/simulator.md, "Faults"."""
+    p = f.params
+    if f.kind in ("link_downgrade", "link_flap"):
+        return "physical_link_fault"
+    if f.kind == "straggler":
+        link = any(g.kind in ("link_downgrade", "link_flap") and g.params.get("node") == p["node"]
+                   and g.start_ms < f.end_ms and f.start_ms < g.end_ms for g in scen.faults)
+        return "physical_link_fault" if link else "host_not_network"
+    if f.kind == "incast":
+        dst = scen.cluster.nodes[p["destination"]]
+        offered = float(p.get("gbps_per_source", 3.0)) * 1e9 * len(p["sources"])
+        roce = p.get("transport", "tcp") == "roce"
+        ect = p.get("ecn", "ect" if roce else "none") == "ect"
+        ce, cnp = float(p.get("ce_fraction", 0.0)), float(p.get("cnp_ratio", 0.0))
+        drops = offered > dst.capacity_bps and not p.get("dcqcn")
+        if roce and ce > 0 and cnp == 0:
+            return "congestion_control_not_reacting"  # marks, no notification back
+        if drops:
+            return "congestion_control_not_reacting" if ect and ce == 0 else "switch_buffer_microburst"
+        return "congestion_handled_by_dcqcn" if roce and ce > 0 and cnp > 0 else None
+    if f.kind == "congestion":
+        transport = next((w.transport for w in scen.workloads if w.job == p["job"]), "tcp")
+        if transport not in ("roce", "both"):
+            return None
+        return "congestion_handled_by_dcqcn" if float(p.get("cnp_ratio", 0.2)) > 0 else "congestion_control_not_reacting"
+    return None

@@ -38,6 +38,7 @@ FAULT_KINDS = frozenset(
         "clock_skew",
         "congestion",
         "syn_storm",
+        "link_flap",
     }
 )
 
@@ -207,6 +208,17 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class Change:
+    """A change an operator makes during the scenario: sent as a change mark line at ``at_ms`` (relative to the
+    scenario start). The traffic effect is the faults' doing (e.g. a fault whose ``end_s`` is the change)."""
+
+    at_ms: int
+    text: str
+    job: str = ""
+    node: str = ""
+
+
+@dataclass(frozen=True)
 class External:
     name: str
     ip: str
@@ -283,6 +295,8 @@ class Scenario:
     window_s: float = 10.0
     mtu: int = 1500
     roce_payload: int = 1024
+    changes: list[Change] = field(default_factory=list)
+    step_marks: bool = True  # training jobs send step / checkpoint marks to the marks target
 
     def resolve_ip(self, name_or_ip: str) -> str:
         """Node name, external name or literal IPv4 address -> IPv4 address."""
@@ -325,6 +339,19 @@ def _fault(d: dict) -> Fault:
         raise ScenarioError(f"fault {kind}: end_s must be after start_s")
     params = {k: v for k, v in d.items() if k not in ("kind", "start_s", "end_s")}
     return Fault(kind, int(start * 1000), int(end * 1000), params)
+
+
+def _change(d: dict, jobs: dict, nodes: dict) -> Change:
+    bad = set(d) - {"at_s", "text", "job", "node"}
+    if bad:
+        raise ScenarioError(f"change: unknown keys {sorted(bad)}")
+    c = Change(int(float(_req(d, "at_s", "change")) * 1000), str(_req(d, "text", "change")), str(d.get("job", "")),
+               str(d.get("node", "")))
+    if c.job and c.job not in jobs:
+        raise ScenarioError(f"change: unknown job {c.job!r}")
+    if c.node and c.node not in nodes:
+        raise ScenarioError(f"change: unknown node {c.node!r}")
+    return c
 
 
 def scenario_from_dict(doc: dict, source: str = "<dict>") -> Scenario:
@@ -415,6 +442,7 @@ def scenario_from_dict(doc: dict, source: str = "<dict>") -> Scenario:
         raise ScenarioError("flow exporters need distinct (agent, source_id)")
 
     faults = [_fault(f) for f in sim.get("faults") or []]
+    changes = [_change(c, jobs, nodes) for c in sim.get("changes") or []]
     scen = Scenario(
         name=str(sim.get("name", Path(source).stem)),
         description=str(sim.get("description", "")),
@@ -430,6 +458,8 @@ def scenario_from_dict(doc: dict, source: str = "<dict>") -> Scenario:
         window_s=float(sim.get("window_s", 10)),
         mtu=int(sim.get("mtu", 1500)),
         roce_payload=int(sim.get("roce_payload", 1024)),
+        changes=changes,
+        step_marks=bool(sim.get("step_marks", True)),
     )
     _check_faults(scen)
     return scen
@@ -451,6 +481,15 @@ def _check_faults(scen: Scenario) -> None:
             raise ScenarioError("congestion: needs job")
         if f.kind == "syn_storm" and (not p.get("targets") or "node" not in p):
             raise ScenarioError("syn_storm: needs node and targets")
+        if f.kind in ("link_flap", "link_downgrade", "straggler") and "node" not in p:
+            raise ScenarioError(f"{f.kind}: needs node")
+        if f.kind == "link_flap" and not 0 < float(p.get("down_s", 12)) < float(p.get("period_s", 40)):
+            raise ScenarioError("link_flap: needs 0 < down_s < period_s")
+        if f.kind == "incast":
+            if p.get("transport", "tcp") not in ("tcp", "roce") or p.get("ecn", "none") not in ("none", "ect"):
+                raise ScenarioError("incast: transport is tcp or roce, ecn is none or ect")
+            if not 0 <= float(p.get("ce_fraction", 0)) <= 1 or float(p.get("cnp_ratio", 0)) < 0:
+                raise ScenarioError("incast: ce_fraction in [0, 1], cnp_ratio >= 0")
         if "job" in p and p["job"] not in scen.cluster.jobs:
             raise ScenarioError(f"fault {f.kind}: unknown job {p['job']!r}")
         if f.kind in ("exporter_loss", "clock_skew"):

@@ -19,6 +19,8 @@ from typing import Callable, Iterable
 from fabricflow.net import is_loopback
 
 KINDS = ("sflow", "netflow9", "ipfix")
+#: Kinds sent only to a target given for them by name (``marks=HOST:PORT``): never to a default, never by ``all``.
+OPTIONAL_KINDS = ("marks",)
 DEFAULT_TARGETS = {"sflow": "127.0.0.1:6343", "netflow9": "127.0.0.1:2055", "ipfix": "127.0.0.1:4739"}
 
 
@@ -40,7 +42,8 @@ def parse_hostport(text: str) -> tuple[str, int]:
 
 def parse_targets(targets: dict[str, str] | list[str] | None, allow_remote: bool = False) -> dict[str, tuple[str, int]]:
     """Targets per kind. Dict ``{kind|"all": "host:port"}`` or list of ``kind=host:port`` / ``host:port``
-    (a bare ``host:port`` means every kind). Kinds not given use the default ports on 127.0.0.1."""
+    (a bare ``host:port`` means every export kind). Export kinds not given use the default ports on 127.0.0.1;
+    ``marks`` (step and change mark lines) is sent only where a ``marks=host:port`` target says."""
     items: list[tuple[str, str]] = []
     if isinstance(targets, dict):
         items = list(targets.items())
@@ -52,8 +55,8 @@ def parse_targets(targets: dict[str, str] | list[str] | None, allow_remote: bool
     for kind, hp in items:
         kinds = KINDS if kind in ("all", "*") else (kind,)
         for k in kinds:
-            if k not in KINDS:
-                raise TargetError(f"unknown target kind {k!r}; use one of {KINDS} or all")
+            if k not in KINDS + OPTIONAL_KINDS:
+                raise TargetError(f"unknown target kind {k!r}; use one of {KINDS + OPTIONAL_KINDS} or all")
             out[k] = parse_hostport(hp)
     for k in KINDS:
         out.setdefault(k, parse_hostport(DEFAULT_TARGETS[k]))
@@ -85,6 +88,7 @@ class UdpSender:
         self.distinct = distinct_sources
         self.socks: dict[tuple[str, int], socket.socket] = {}
         self.source_of: dict[str, str] = {}
+        self.skipped: dict[str, int] = {}  # datagrams of a kind without a target (marks), not sent
 
     def _sock(self, exporter: str, family: int) -> socket.socket:
         key = (exporter if self.distinct else "", family)
@@ -102,6 +106,9 @@ class UdpSender:
         return s
 
     def send(self, kind: str, data: bytes, exporter: str = "") -> None:
+        if kind not in self.targets:
+            self.skipped[kind] = self.skipped.get(kind, 0) + 1
+            return
         family, addr = self.targets[kind]
         if family == socket.AF_INET and self.distinct:
             dst_is_loop = ipaddress.ip_address(addr[0]).is_loopback

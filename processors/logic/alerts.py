@@ -3,7 +3,7 @@
 Rules report *conditions* (:class:`Condition`: "this keyed situation was seen, with this evidence");
 :class:`AlertManager` turns them into alert dicts matching ``schemas/avro/alert.avsc``: *pending* until
 the condition held for the rule's ``for``, then ``firing`` once, ``updated`` at most every
-``update_every`` windows (at once on a severity change), ``resolved`` after ``resolve_after`` (or the
+``update_every`` windows (at once on a severity or diagnosis verdict change), ``resolved`` after ``resolve_after`` (or the
 condition's ``hold_ms``) unseen. Evidence (bytes, flows, first/last seen, up to 5 sample 5-tuples)
 accumulates over the alert's life. The lifecycle: docs/alerts.md, "Alert lifecycle". Time comes in as
 arguments (watermarks); the state is plain data (:meth:`AlertManager.snapshot` / ``restore``).
@@ -45,6 +45,7 @@ class Condition:
     samples: list[str] = field(default_factory=list)
     severity: str | None = None  # None: the rule's configured severity
     hold_ms: int = 0  # condition-specific minimum quiet time before resolving
+    diagnosis: dict | None = None  # the bottleneck diagnosis (detector verdicts; None for policy rules)
 
     @property
     def dedup_key(self) -> str:
@@ -74,6 +75,7 @@ class _State:
     last_emit_window: int
     dirty: bool
     severity_changed: bool
+    diagnosis: dict | None = None  # the latest observation's (snapshots from before it have none)
 
 
 class AlertManager:
@@ -110,7 +112,7 @@ class AlertManager:
                 entities={str(k): str(v) for k, v in cond.entities.items()}, active_since_ms=first,
                 first_seen_ms=first, last_seen_ms=last, bytes_est=int(cond.bytes_est), flows=int(cond.flows),
                 samples=_merge_samples([], cond.samples), hold_ms=int(cond.hold_ms), last_emit_window=0,
-                dirty=True, severity_changed=False,
+                dirty=True, severity_changed=False, diagnosis=cond.diagnosis,
             )
             return
         if sev != s.severity:
@@ -125,6 +127,10 @@ class AlertManager:
         s.flows += int(cond.flows)
         s.samples = _merge_samples(s.samples, cond.samples)
         s.hold_ms = max(s.hold_ms, int(cond.hold_ms))
+        if cond.diagnosis is not None:
+            if s.diagnosis is not None and cond.diagnosis["verdict"] != s.diagnosis["verdict"]:
+                s.severity_changed = s.status == "firing" or s.severity_changed  # a new verdict is emitted at once
+            s.diagnosis = cond.diagnosis
         s.dirty = True
 
     def evaluate(self, now_ms: int) -> list[dict]:
@@ -168,6 +174,7 @@ class AlertManager:
             "bytes_est": int(s.bytes_est),
             "flows": int(s.flows),
             "sample_flows": list(s.samples),
+            "diagnosis": s.diagnosis,
         }
 
     def active(self) -> list[dict]:

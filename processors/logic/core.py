@@ -23,23 +23,24 @@ import pyarrow as pa
 from schemas.codec import Coded, coded_rows
 from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_SFLOW5, addr16
 
-from .categories import CategoryRules
-from .congestion import CongestionConfig
-from .connstorm import ConnStormConfig
+from .detectors.congestion import CongestionConfig
+from .detectors.connstorm import ConnStormConfig
+from .detectors.incast import IncastConfig
+from .detectors.lbskew import LbSkewConfig
+from .detectors.linkhealth import LinkHealthConfig
+from .detectors.pattern import PatternConfig
+from .detectors.storagebound import StorageBoundConfig
+from .detectors.straggler import StragglerConfig
+from .detectors.timeline import TimelineConfig
+from .diagnosis.catalog import DiagnosisConfig
 from .engine import Engine, EngineConfig, Output
-from .enrich import Enricher, LabeledFlows
-from .incast import IncastConfig
-from .inventory import Inventory
-from .lbskew import LbSkewConfig
-from .linkhealth import LinkHealthConfig
-from .matrix import MatrixConfig
+from .enrich.categories import CategoryRules
+from .enrich.enricher import Enricher, LabeledFlows
+from .enrich.inventory import Inventory
 from .params import ParamsError, build_params
-from .pattern import PatternConfig
-from .policy import PolicyEngine, load_policy_config
-from .storagebound import StorageBoundConfig
-from .straggler import StragglerConfig
-from .timeline import TimelineConfig
-from .windows import WindowConfig
+from .rules.policy import PolicyEngine, policy_config
+from .windows.matrix import MatrixConfig
+from .windows.tumbling import WindowConfig
 
 CORE_SNAPSHOT_VERSION = 1
 
@@ -54,6 +55,7 @@ _SECTIONS = {
     "timeline": TimelineConfig,
     "congestion": CongestionConfig,
     "conn_storm": ConnStormConfig,
+    "diagnosis": DiagnosisConfig,
 }
 
 
@@ -124,7 +126,7 @@ class ProcessorCore:
         self.engine = Engine(self.config, capacity_bps=caps, switch_name=self.inventory.switch_name,
                              port_info=_port_info(self.inventory), node_job=_node_job(self.inventory),
                              node_port=self.inventory.node_ports().get)
-        self.policy = PolicyEngine(load_policy_config(policy) if policy is not None else None, self.inventory.cluster_ranges)
+        self.policy = PolicyEngine(policy_config(policy) if policy is not None else None, self.inventory.cluster_ranges)
         self.rules = rules
         self.watermark_ms = 0
         self.stats = CoreStats()
@@ -162,13 +164,13 @@ class ProcessorCore:
         return mask
 
     def set_policy(self, policy) -> None:
-        """Policy reloaded (a PolicyConfig, dict, YAML text or file): new rules from now on, alert and rule state
+        """Policy reloaded (a PolicyConfig, dict or YAML text): new rules from now on, alert and rule state
         carried over where the new rules can take it (else they start fresh)."""
-        engine = PolicyEngine(load_policy_config(policy), self.inventory.cluster_ranges)
+        engine = PolicyEngine(policy_config(policy), self.inventory.cluster_ranges)
         try:
             engine.restore(self.policy.snapshot())
         except (KeyError, TypeError, ValueError):
-            engine = PolicyEngine(load_policy_config(policy), self.inventory.cluster_ranges)
+            engine = PolicyEngine(policy_config(policy), self.inventory.cluster_ranges)
         self.policy = engine
 
     def set_rules(self, rules: CategoryRules | None) -> None:

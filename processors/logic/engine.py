@@ -18,25 +18,29 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .incast import IncastAggregator, IncastConfig, IncastDetector, as_capacity, endpoint_codes
-from .congestion import CongestionConfig, CongestionDetector
-from .connstorm import ConnStormConfig, ConnStormDetector
-from .interning import Interner, RowInterner
-from .lbskew import LbSkewConfig, LbSkewDetector
-from .linkhealth import LinkHealthConfig, LinkHealthDetector
-from .matrix import KEY_COLUMNS, CellAggregator, MatrixConfig, matrix_cells, signal_columns
-from .pattern import PatternConfig, PatternDetector
-from .snapshots import from_bytes, to_bytes
-from .storagebound import StorageBoundConfig, StorageBoundDetector
-from .straggler import StragglerConfig, StragglerDetector
-from .timeline import PhaseAggregator, TimelineConfig, TimelineDetector
-from .windows import WindowConfig, WindowManager
+from .detectors.congestion import CongestionConfig, CongestionDetector
+from .detectors.connstorm import ConnStormConfig, ConnStormDetector
+from .detectors.incast import SIGNALS as INCAST_SIGNALS
+from .detectors.incast import IncastAggregator, IncastConfig, IncastDetector, as_capacity, endpoint_codes
+from .detectors.lbskew import LbSkewConfig, LbSkewDetector
+from .detectors.linkhealth import LinkHealthConfig, LinkHealthDetector
+from .detectors.pattern import PatternConfig, PatternDetector
+from .detectors.storagebound import StorageBoundConfig, StorageBoundDetector
+from .detectors.straggler import StragglerConfig, StragglerDetector
+from .detectors.timeline import PhaseAggregator, TimelineConfig, TimelineDetector
+from .diagnosis.catalog import DiagnosisConfig
+from .diagnosis.feed import Diagnoser
+from .windows.interning import Interner, RowInterner
+from .windows.matrix import KEY_COLUMNS, ROCE_CNP, CellAggregator, MatrixConfig, matrix_cells, signal_columns
+from .windows.snapshots import from_bytes, to_bytes
+from .windows.tumbling import WindowConfig, WindowManager
 
 __all__ = ["EngineConfig", "Engine", "Output", "KINDS", "DETECTORS"]
 
 KINDS = ("matrix", "incast", "straggler", "link", "pattern")  # output kinds of their own topics (plus "alert")
-# names in EngineConfig.enabled: lb_skew, storage_bound, congestion and conn_storm emit "alert", timeline emits "pattern"
-DETECTORS = (*KINDS, "lb_skew", "storage_bound", "timeline", "congestion", "conn_storm")
+# names in EngineConfig.enabled: lb_skew, storage_bound, congestion and conn_storm emit "alert", timeline emits "pattern";
+# diagnosis adds the bottleneck diagnosis to incast, straggler, link and congestion outputs
+DETECTORS = (*KINDS, "lb_skew", "storage_bound", "timeline", "congestion", "conn_storm", "diagnosis")
 MAIN_KINDS = {"matrix", "straggler", "pattern", "lb_skew", "storage_bound", "congestion", "conn_storm"}  # detectors on the main windows
 # string columns of a flow batch the detectors use, as interner codes (in this order: KEY_COLUMNS of a cell)
 CODED_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category", "src_rack", "dst_rack")
@@ -64,6 +68,7 @@ class EngineConfig:
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
     congestion: CongestionConfig = field(default_factory=CongestionConfig)
     conn_storm: ConnStormConfig = field(default_factory=ConnStormConfig)
+    diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     time_field: str = "time_end_ms"
     enabled: tuple[str, ...] = DETECTORS
 
@@ -96,7 +101,12 @@ class Engine:
         self.pattern = PatternDetector(cfg.pattern)
         self.lb_skew = LbSkewDetector(cfg.lb_skew, cfg.window.size_ms)
         self.storage_bound = StorageBoundDetector(cfg.storage_bound, cfg.window.size_ms, self.link.node_state)
-        self.congestion = CongestionDetector(cfg.congestion, cfg.window.size_ms, self.link.node_state, node_port)
+        self.diagnoser = None
+        if "diagnosis" in cfg.enabled:
+            self.diagnoser = Diagnoser(cfg.diagnosis, self.link.node_state, self.link.port_state)
+            self.link.diagnose = self.diagnoser.link
+        self.congestion = CongestionDetector(cfg.congestion, cfg.window.size_ms, self.link.node_state, node_port,
+                                             cfg.diagnosis if self.diagnoser is not None else None)
         self.conn_storm = ConnStormDetector(cfg.conn_storm, cfg.window.size_ms, self.link.node_state, node_port)
         self.phases = WindowManager(cfg.window, PhaseAggregator(cfg.timeline.slot_ms, cfg.window.size_ms))
         self.timeline = TimelineDetector(cfg.timeline, cfg.window.size_ms)
@@ -203,7 +213,8 @@ class Engine:
         if not len(idx):
             z = np.zeros(0, dtype=np.int64)
             return {"dst": z.astype(np.int32), "src": z.astype(np.int32), "dgrp": z.astype(np.int32),
-                    "rate_bps": z, "rate_sampled_bps": z, "samples": z, "samples_sampled": z, "max_rate": z}
+                    "rate_bps": z, "rate_sampled_bps": z, "samples": z, "samples_sampled": z, "max_rate": z,
+                    **{c: z for c in INCAST_SIGNALS}}
         # column by column: ``batch[idx]`` would copy whole ~300-byte records with their object fields
         dur = batch["time_end_ms"][idx] - batch["time_start_ms"][idx]
         rate = bytes_est * 8000 // np.maximum(dur, self.config.incast.window_ms)
@@ -218,7 +229,22 @@ class Engine:
             "samples": packets,
             "samples_sampled": np.where(sampled, packets, 0),
             "max_rate": sr,
+            **self._incast_signals(batch, idx, codes, packets),
         }
+
+    def _incast_signals(self, batch, idx, codes, packets) -> dict[str, np.ndarray]:
+        """Sampled packets for the incast diagnosis (IncastAggregator ``SIGNALS``): ECN codepoints, RoCEv2
+        CNPs inside one job (they land on the shard of the job's incast flows whatever the sharding), rocev2
+        category, BTH seen."""
+        zero = np.zeros(len(idx), dtype=np.int64)
+        ecn = batch["tos"][idx] & 3
+        op = batch["roce_opcode"][idx]
+        sj, dj = codes["src_job"][idx], codes["dst_job"][idx]
+        same_job = (sj == dj) & (sj != self.interner.code(""))
+        return {"n_ect": np.where(ecn != 0, packets, zero), "n_ce": np.where(ecn == 3, packets, zero),
+                "n_cnp": np.where((op == ROCE_CNP) & same_job, packets, zero),
+                "n_roce": np.where(codes["category"][idx] == self.interner.code("rocev2"), packets, zero),
+                "n_bth": np.where(op >= 0, packets, zero)}
 
     def _main_window(self, ws: int, we: int, cells: dict) -> list[Output]:
         en = self.config.enabled
@@ -231,6 +257,10 @@ class Engine:
             for s in self.straggler.on_window(ws, we, cells, self.interner):
                 if s["straggler"]:
                     s["explained_by"] = self._link_cause(s["job"], s["node"], we)
+                    if self.diagnoser is not None:
+                        peer = self.straggler.successor.get(f"{s['job']}\x00{s['node']}", "")
+                        s["diagnosis"] = self.diagnoser.straggler(s, peer, cells, self.interner,
+                                                                  self.config.straggler.categories)
                 out.append(Output("straggler", s["job"], s))
         if "pattern" in en:
             for p in self.pattern.on_window(ws, we, cells, self.interner):
@@ -288,6 +318,9 @@ class Engine:
             st = self.link.node_state(e["destination"], e["window_end_ms"], since_ms=start)
             if st is not None:
                 e["dst_port"], e["dst_out_discards_per_s"] = st["port"], st["out_discards_per_s"]
+            if self.diagnoser is not None:
+                e["diagnosis"] = self.diagnoser.incast(e, start)
+            del e["_signals"]
             out.append(Output("incast", e["destination"], e))
         return out
 

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 import faust
+from faust.tables import TableManager as FaustTableManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from fabricflow.kafka_security import faust_credentials
@@ -70,14 +71,34 @@ class _FetchWaitTransport(faust_aiokafka.Transport):
     Consumer = FetchWaitConsumer
 
 
+class TableManager(FaustTableManager):
+    """Faust's table manager without its fixed one-second pause at start.
+
+    Faust waits a second there so that tables declared in modules imported later can still register. Ours
+    are all declared by :func:`make_app` before the worker starts, so the pause only delayed the consumer's
+    subscription (and with it the group join) by a second at every start.
+    """
+
+    async def on_start(self) -> None:
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
+
+
 class App(faust.App):
-    """faust.App whose Kafka transport uses :class:`FetchWaitConsumer`."""
+    """faust.App whose Kafka transport uses :class:`FetchWaitConsumer`, and that says when it is ready."""
 
     fetch_max_wait_ms: int | None = None
     outputs_delivered = None  # () -> bool, called before every offset commit (see FetchWaitConsumer)
+    on_ready = None  # () -> None, once the worker consumes: partitions assigned, tables recovered, fetcher running
 
     def _new_transport(self):
         return _FetchWaitTransport(self.conf.broker_consumer, self)
+
+    async def on_started_init_extra_services(self) -> None:
+        await super().on_started_init_extra_services()  # Faust calls this once recovery has completed
+        if self.on_ready is not None:
+            self.on_ready()
 
 
 def _freeze_startup_objects() -> None:
@@ -100,9 +121,13 @@ def make_app(proc: Processors) -> App:
         broker_credentials=faust_credentials(s.kafka),  # SASL / TLS as for the confluent-kafka clients
         store=p.table_store,
         datadir=p.datadir,
+        TableManager=TableManager,
         topic_partitions=partitions,
         topic_replication_factor=s.kafka.replication_factor,
         broker_session_timeout=s.kafka.session_timeout_ms / 1000.0,
+        # a third of the session, as the confluent-kafka clients (fabricflow/kafka.py); Faust's fixed 3 s would
+        # let a session shorter than 3 s expire between two heartbeats
+        broker_heartbeat_interval=s.kafka.session_timeout_ms / 3000.0,
         producer_max_batch_size=1,  # one changelog record per batch: Tansu's high watermark fault
         producer_max_request_size=8_000_000,
         consumer_max_fetch_size=8_000_000,

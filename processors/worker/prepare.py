@@ -12,17 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
 from typing import NamedTuple
 
 import numpy as np
 
+from fabricflow.streams import counter_shard
 from schemas import codec
 from schemas.columns import concat_rows
 
 from ..logic.core import ProcessorCore, shard_of
-from ..logic.enrich import LabeledFlows
-from ..logic.inventory import Inventory
+from ..logic.enrich.enricher import LabeledFlows
+from ..logic.enrich.inventory import Inventory
 from . import shuffle
 from .metrics import ProcessorMetrics
 from .publish import OutputPublisher
@@ -168,7 +168,7 @@ class Prepare:
     def _shuffle_counters(self, items: list[tuple[str, int, bytes, bytes]]) -> None:
         """The counter batches taken together: ONE shuffle message per shard for all of them.
 
-        The owner shard of a batch (CRC32 of its exporter key) reports its link health; every other shard only
+        The owner shard of a batch (:func:`fabricflow.streams.counter_shard` of its exporter key) reports its link health; every other shard only
         updates its port state with it (storage_bound headroom, cause links, live incast capacity). The batches
         travel unchanged (:func:`shuffle.frame_counters` when there are several), with a ``seg`` header (one
         piece per raw message) and a ``role`` header saying per piece whether the shard owns it
@@ -176,7 +176,7 @@ class Prepare:
         """
         value = shuffle.frame_counters([v for *_x, v in items])
         pieces = [(src, (offset, 0), 0) for src, offset, _k, _v in items]
-        owners = [zlib.crc32(key) % self.partitions for _s, _o, key, _v in items]
+        owners = [counter_shard(key, self.partitions) for _s, _o, key, _v in items]
         src, (offset, chunk), _n = pieces[-1]
         head = [shuffle.src_header(src, offset, chunk)]
         if len(pieces) > 1:

@@ -12,6 +12,7 @@ import numpy as np
 from confluent_kafka import Producer
 
 from fabricflow import streams
+from fabricflow.kafka import producer_config
 from fabricflow.settings import Settings
 from schemas import codec
 from schemas.outputs import encode_outputs
@@ -22,24 +23,22 @@ log = logging.getLogger("fabricflow.processors")
 class OutputPublisher:
     """confluent-kafka producer for the shuffle, enriched flows and detector outputs (never drops a message)."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, producer=None):
+        """``producer``: a stand-in with confluent-kafka's ``produce``/``poll``/``flush`` (``fabricflow backfill``
+        writes into memory); default a confluent-kafka producer of the settings."""
         k = settings.kafka
         self.topics = k.topics
         self.output_topics = streams.output_topics(k)
-        self.producer = Producer(
-            {
-                **k.client_config(),
-                "enable.idempotence": True,
-                "compression.type": settings.ingest.producer.compression,
-                "linger.ms": settings.processors.output_linger_ms,
-                "partitioner": "murmur2_random",
-                "message.max.bytes": 8_000_000,
-                # delivery reports only for failures, to one callback set here: no callable kept per message
-                "delivery.report.only.error": True,
-                "on_delivery": self._cb,
-            }
-        )
         self.failed = 0
+        if producer is not None:
+            self.producer = producer
+            return
+        self.producer = Producer(producer_config(
+            k, settings.ingest.producer,
+            **{"linger.ms": settings.processors.output_linger_ms,
+               # delivery reports only for failures, to one callback set here: no callable kept per message
+               "delivery.report.only.error": True, "on_delivery": self._cb},
+        ))
 
     def _cb(self, err, _msg):
         if err is not None:

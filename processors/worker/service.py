@@ -1,20 +1,17 @@
-"""A processor worker: the stages, the shards and the checkpoint put together, and ``run_processors``.
+"""A processor worker: the stages, the shards and the checkpoint put together.
 
-:class:`Processors` is what the Faust wiring (:mod:`processors.worker.faust_app`) drives and what the tests
-and the benchmark call without Faust.
+:class:`Processors` is what the Faust wiring (:func:`processors.worker.faust_app.make_app`) drives and what
+the tests and the benchmark call without Faust; :mod:`processors.worker.run` builds both and runs them.
 """
 
 from __future__ import annotations
 
 import logging
 
-import faust
-
 from fabricflow.service import Service
 from fabricflow.settings import Settings
-from schemas import codec
 
-from ..logic.config_files import (
+from ..config_files import (
     ConfigFiles,
     ConfigFileWatcher,
     load_categories_file,
@@ -23,10 +20,9 @@ from ..logic.config_files import (
     load_policy_file,
 )
 from ..logic.core import ProcessorCore, engine_config
-from ..logic.inventory import Inventory
+from ..logic.enrich.inventory import Inventory
 from .checkpoint import Checkpoint
 from .detect import Detect
-from .faust_app import make_app
 from .metrics import ProcessorMetrics
 from .prepare import Prepare, ReuseCache
 from .publish import OutputPublisher
@@ -68,7 +64,6 @@ class Processors:
                                self.shards, self.reuse,
                                self.publisher, self.metrics)
         self.detect = Detect(s, self.shards, self.reuse, self.publisher, self.metrics)
-        self.app = make_app(self)
 
     def _new_core(self) -> ProcessorCore:
         p = self.settings.processors
@@ -166,41 +161,3 @@ class Processors:
                 self.reuse.forget(shard)
                 dropped.append(shard)
         await self.checkpoint.hand_over(dropped, changelog_producer, revoked=bool(partitions))
-
-
-def run_processors(settings: Settings) -> int:
-    """Check the settings' files, wait for Kafka, then run one worker until Faust stops it (SIGTERM/SIGINT are
-    Faust's); flush the outputs on the way out.
-
-    A bad inventory, policy, category rules or TLS file raises (one line, exit 2) before any connection;
-    a broker that does not answer within ``kafka.wait_timeout_s`` is logged and gives exit status 1.
-    """
-    from fabricflow.kafka_security import check_files
-    from fabricflow.readiness import Unreachable, wait_for_kafka
-
-    files = load_config_files(settings.processors)
-    check_files(settings.kafka)
-    try:  # before any client exists: no librdkafka reconnect noise while the broker is down
-        wait_for_kafka(settings.kafka, log=log)
-    except Unreachable as e:
-        log.error("%s", e)
-        return 1
-    codec.warm_up()  # the compiled batch walk, before the first raw message
-    proc = Processors(settings, files=files)
-    p = settings.processors
-    svc = proc.service
-    svc.ensure_topics(settings.kafka)
-    svc.serve_http(p.web_bind, p.metrics_port)
-    svc.on_stop(lambda: _flush_on_exit(proc.publisher), "output producer")
-    worker = faust.Worker(proc.app, loglevel=settings.log_level.lower(), quiet=True)
-    try:
-        worker.execute_from_commandline()
-    finally:
-        svc.stop()
-    return 0
-
-
-def _flush_on_exit(publisher: OutputPublisher) -> None:
-    left = publisher.flush(10)
-    if left:
-        log.warning("%d output messages were not delivered before shutdown", left)

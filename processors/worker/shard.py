@@ -21,8 +21,8 @@ from schemas import codec
 from schemas.columns import concat_rows
 
 from ..logic.core import ProcessorCore
-from ..logic.enrich import LabeledFlows
-from ..logic.inventory import Inventory
+from ..logic.enrich.enricher import LabeledFlows
+from ..logic.enrich.inventory import Inventory
 
 log = logging.getLogger("fabricflow.processors")
 

@@ -24,7 +24,8 @@ from fabricflow import streams
 from fabricflow.kafka import consumer_config
 from fabricflow.logs import RateLimitedLog
 from fabricflow.service import Service
-from processors.logic.inventory import Inventory, InventoryWatcher
+from processors.config_files import InventoryWatcher
+from processors.logic.enrich.inventory import Inventory
 
 from .decode import STREAM_OF
 from .state import KINDS, MetricsState
@@ -144,6 +145,8 @@ class MetricsService:
                 self._committed[(p.topic, p.partition)] = p.offset
         log.info("assigned %d partitions (%d without committed offsets: messages older than %.0f s skipped)",
                  len(partitions), len(fresh), self.lookback_ms / 1000)
+        self.service.mark_ready(f"serving {self.url}, consuming {len(partitions)} partitions as a member of consumer "
+                                f"group {self.group}")
         if fresh and self.lookback_ms >= 0:
             self._seek_fresh(consumer, partitions, {(p.topic, p.partition) for p in fresh})
 

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from processors.logic.inventory import Inventory
+from processors.logic.diagnosis.catalog import VERDICTS
+from processors.logic.enrich.inventory import Inventory
 from schemas.columns import addr16
 
 from .budget import PairBudget
@@ -177,10 +178,17 @@ class MetricsState:
         self.incast_active = F("incast_active", "1 while an incast event at the destination is open", dn, GAUGE, t)
         self.incast_fraction = F("incast_capacity_fraction", "Aggregate incast rate / destination link capacity (latest incast window)", dn, GAUGE, t)
         self.link_events = F("link_events_total", "Link health events (link.health.v1 kinds other than sample)", (*port, "kind"), COUNTER)
+        self.diagnoses = F("event_diagnoses_total", "Events (incast, straggler episode, link event, congestion alert) that reached a diagnosis verdict, each counted once per verdict", ("event", "diagnosis"), COUNTER)
         self.link_util = F("link_utilization_ratio", "Port utilisation 0..1 between the last two counter samples", (*port, "direction"), GAUGE, t)
         self.alerts_total = F("flow_alerts_total", "Flow alerts fired", ("rule", "severity"), COUNTER)
         self.alerts_firing = F("flow_alerts_firing", "Flow alerts currently firing", ("rule", "severity"), GAUGE)
         self.period = F("job_iteration_period_seconds", "Detected training iteration (compute/communication cycle) period", ("job",), GAUGE, t)
+        # change markers (changes.v1): for Grafana annotations (deploy/grafana) and alert silences
+        scope = ("job", "scope")
+        self.changes = F("change_markers_total", "Change markers recorded (fabricflow mark, console), by job and scope "
+                         "(job, node, link, pair, cluster)", scope, COUNTER)
+        self.change_time = F("change_marker_timestamp_seconds", "Unix time the latest change marker of the job and "
+                             "scope took effect (a Grafana annotation: the series value as the time)", scope, GAUGE)
         # own health
         self.series_gauge = F("fabricflow_metrics_series", "Series exported per family", ("family",), GAUGE)
         self.folded = F("fabricflow_metrics_series_folded_total", "Window cells folded into src_node=dst_node=\"other\" by the series budget", ("family",), COUNTER)
@@ -197,6 +205,9 @@ class MetricsState:
         self._incast_seen = _Seen()
         self._link_seen = _Seen()
         self._alert_seen = _Seen()
+        self._change_seen = _Seen()
+        self._diag_seen = _Seen()
+        self._straggling: dict[tuple[str, str], int] = {}  # (job, node) flagged -> end of its first flagged window
         self._cell_seen = _CellKeys(int(duplicate_horizon_s * 1000))
         self._firing: dict[str, tuple[tuple[str, str], float]] = {}  # dedup key -> ((rule, severity), last update)
         self._window_ms: dict[str, int] = {}
@@ -266,7 +277,7 @@ class MetricsState:
     @property
     def _adders(self):
         return {"link": self.add_link_health, "incast": self.add_incast, "straggler": self.add_straggler,
-                "alerts": self.add_alerts, "patterns": self.add_patterns}
+                "alerts": self.add_alerts, "patterns": self.add_patterns, "changes": self.add_changes}
 
     # ------------------------------------------------------------------ matrix.windows.v1
 
@@ -406,7 +417,7 @@ class MetricsState:
 
     def add_link_health(self, recs: Iterable[Mapping], now: float) -> int:
         def apply(r):
-            kind = _name(r, "kind")
+            kind, verdict = _name(r, "kind"), self._verdict(r)
             exporter, ifx, t = _str(r, "exporter"), _int(r, "if_index"), _int(r, "time_ms")
             switch = node_label(_str(r, "switch"))
             key = (switch, str(ifx), self._peer(exporter, ifx))
@@ -417,15 +428,33 @@ class MetricsState:
                     self.link_util.set((*key, "tx"), uo, now)
             elif self._link_seen.add((exporter, ifx, kind, t)):
                 self.link_events.inc((*key, kind), 1)
+                self._diagnosis("link", (exporter, ifx, kind, t), verdict)
             else:
                 self.count_skipped("link", "duplicate")
             self._window("link", t)
 
         return self._each("link", recs, apply)
 
+    @staticmethod
+    def _verdict(rec: Mapping) -> str | None:
+        """The record's diagnosis verdict (None: no diagnosis); BadRecord when it is not one of VERDICTS. Read
+        before a record changes anything, so a bad one is skipped whole."""
+        d = rec.get("diagnosis")
+        if d is None:
+            return None
+        verdict = d.get("verdict") if isinstance(d, Mapping) else None
+        if verdict not in VERDICTS:
+            raise BadRecord(f"diagnosis verdict {verdict!r}")
+        return verdict
+
+    def _diagnosis(self, event: str, ref, verdict: str | None) -> None:
+        """Count ``verdict`` the first time its event (``ref``) reaches it."""
+        if verdict is not None and self._diag_seen.add((event, ref, verdict)):
+            self.diagnoses.inc((event, verdict), 1)
+
     def add_incast(self, recs: Iterable[Mapping], now: float) -> int:
         def apply(r):
-            state, ev = _str(r, "state"), _str(r, "event_id")
+            state, ev, verdict = _str(r, "state"), _str(r, "event_id"), self._verdict(r)
             key = (node_label(_str(r, "destination")), node_label(_str(r, "destination_group")))
             fraction, end = _float(r, "fraction"), _int(r, "window_end_ms")
             if state not in ("open", "update", "close"):
@@ -435,6 +464,7 @@ class MetricsState:
                     self.count_skipped("incast", "duplicate")  # re-delivered: neither counted nor shown again
                     return
                 self.incast_events.inc(key, 1)
+            self._diagnosis("incast", ev, verdict)
             self.incast_active.set(key, 0 if state == "close" else 1, now)
             self.incast_fraction.set(key, fraction, now)
             self._window("incast", end)
@@ -445,8 +475,14 @@ class MetricsState:
         def apply(r):
             key = (node_label(_str(r, "job")), node_label(_str(r, "node")))
             score, flagged, end = _float(r, "score"), r["straggler"], _int(r, "window_end_ms")
+            verdict = self._verdict(r)
             if type(flagged) is not bool:
                 raise BadRecord("straggler is not a boolean")
+            if flagged:
+                start = self._straggling.setdefault(key, end)  # the episode: from its first flagged window
+                self._diagnosis("straggler", (*key, start), verdict)
+            else:
+                self._straggling.pop(key, None)
             self.straggler_score.set(key, score, now)
             self.straggler_flagged.set(key, 1 if flagged else 0, now)
             self._window("straggler", end)
@@ -457,7 +493,10 @@ class MetricsState:
         def apply(r):
             rule, sev, state = _name(r, "rule"), _name(r, "severity"), _str(r, "state")
             dk, first, end = _str(r, "dedup_key"), _int(r, "first_seen_ms"), _int(r, "window_end_ms")
-            key = (rule, sev)
+            key, verdict = (rule, sev), self._verdict(r)
+            if state not in ("firing", "updated", "resolved"):
+                raise BadRecord(f"alert state {state!r}")
+            self._diagnosis(rule, (dk, first), verdict)
             if state == "firing":
                 if self._alert_seen.add((dk, first)):
                     self.alerts_total.inc(key, 1)
@@ -490,6 +529,21 @@ class MetricsState:
             self._window("patterns", end)
 
         return self._each("patterns", recs, apply)
+
+    def add_changes(self, recs: Iterable[Mapping], now: float) -> int:
+        def apply(r):
+            mark, t = _str(r, "mark_id"), _int(r, "time_ms")
+            job = node_label(_str(r, "job")) if r.get("job") else ""
+            scope = ("job" if r.get("job") else "node" if r.get("node") else "link" if r.get("switch")
+                     else "pair" if r.get("src_group") else "cluster")
+            if not self._change_seen.add(mark):
+                self.count_skipped("changes", "duplicate")
+                return False
+            self.changes.inc((job, scope), 1)
+            if t / 1000.0 > self.change_time.values.get((job, scope), -1):
+                self.change_time.set((job, scope), t / 1000.0)
+
+        return self._each("changes", recs, apply)
 
     # ------------------------------------------------------------------ exposition
 

@@ -8,14 +8,12 @@ Debian's chromium / chromium-driver are not installed, unless FABRICFLOW_REQUIRE
 from __future__ import annotations
 
 import os
-import threading
-import time
 
 import fsspec
 import pytest
-import uvicorn
 
-from devtools.browser import available, browser, click, console_errors, wait_rendered
+from tests.browser.serve import need_browser, serve
+from devtools.browser import browser, click, console_errors, wait_rendered
 from bench.console_run import wait_for
 from console.app import ConsoleState, create_app
 from console.history import History
@@ -36,27 +34,14 @@ def archive_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page_url(archive_root):
-    why = available()
-    if why:
-        if os.environ.get("FABRICFLOW_REQUIRE_BROWSER") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+    need_browser()
     root = archive_root
     L = layout()
     store = LiveStore(L)
     fill_store(store)
     app = create_app(ConsoleState(L, store, History(fsspec.filesystem("file"), root), None))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=PORT, log_level="warning", lifespan="off"))
-    server.install_signal_handlers = lambda: None
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, f"console test server did not start on 127.0.0.1:{PORT}"
-    yield f"http://127.0.0.1:{PORT}/"
-    server.should_exit = True
-    t.join(10)
+    with serve(app, PORT) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +142,7 @@ def test_jobs_view_opens_on_a_job_with_rates_and_draws_every_jobs_nodes(drv, arc
     straggler detector does not score still gets each node's send/receive small multiples (all the node's
     traffic), live and for an archive range, says that it has no scores, and says what the lines count."""
     from console.layout import Layout
-    from processors.logic.inventory import Inventory
+    from processors.logic.enrich.inventory import Inventory
     from tests.unit.console.fixtures import INVENTORY, WS, cell
 
     inv = dict(INVENTORY, jobs=[{"name": "a-idle", "nodes": ["stor01"]}, *INVENTORY["jobs"]])
@@ -167,41 +152,37 @@ def test_jobs_view_opens_on_a_job_with_rates_and_draws_every_jobs_nodes(drv, arc
     store.add("matrix", cell(WS, "gpu01", "stor01", "storage", 1_000_000))  # a checkpoint write to stor01
     store.last_record_ms -= 2000  # as if the last record came 2 s ago: the newest window is complete
     hist = History(fsspec.filesystem("file"), archive_root)
-    server = uvicorn.Server(uvicorn.Config(create_app(ConsoleState(L, store, hist, None)), host="127.0.0.1",
-                                           port=PORT + 1, log_level="warning", lifespan="off"))
-    server.install_signal_handlers = lambda: None
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    try:
-        wait_for(lambda: server.started, 10, f"a console test server on 127.0.0.1:{PORT + 1}")
-        url = f"http://127.0.0.1:{PORT + 1}/"
-        drv.get(url + "#view=jobs")
-        wait_rendered(drv, "jobs")
-        assert drv.find_element("id", "j-job").get_attribute("value") == "train-a"
-        assert "no straggler scores" not in drv.find_element("id", "j-info").text
-        assert "thin dotted: to / from the job's peers" in drv.find_element("id", "j-caption").text
+    with serve(create_app(ConsoleState(L, store, hist, None)), PORT + 1) as url:
+        try:
+            _idle_job_view(drv, url)
+        finally:
+            drv.get("about:blank")  # closes the page's event stream: the server stops at once instead of after 10 s
 
-        drv.get(url + "#view=jobs&job=a-idle")
-        wait_rendered(drv, "jobs")
-        wait_for(lambda: "no straggler scores" in drv.find_element("id", "j-info").text, 10, "the no-scores note")
-        caption = drv.find_element("id", "j-caption").text
-        assert caption.startswith("sent / received: all traffic of each node") and "per matrix window" in caption
-        drawn = _job_chart(drv)
-        assert drawn["names"] == ["stor01"]
-        assert drawn["series"] == [["sent (all traffic)", 0, 3, 1_600_000], ["received (all traffic)", 0, 3, 800_000]]
-        assert drv.find_element("id", "j-chart").size["height"] > 100
-        _no_injection(drv)
 
-        # an archive range: the hour of the later flows (stor01 -> gpu04, 3 MB, in one 6 s bin of the raw flows)
-        drv.get(url + f"#view=jobs&job=a-idle&mode=range&from={LATER}&to={LATER + 3_600_000}")
-        wait_rendered(drv, "jobs")
-        wait_for(lambda: "per 6 s bin from raw flows" in drv.find_element("id", "j-caption").text, 10,
-                 "the archive caption")
-        drawn = _job_chart(drv)
-        assert drawn["names"] == ["stor01"]
-        assert drawn["series"] == [["sent (all traffic)", 0, 600, 4_000_000], ["received (all traffic)", 0, 600, 0]]
-        assert console_errors(drv) == []
-    finally:
-        drv.get("about:blank")  # closes the page's event stream: the server stops at once instead of after 10 s
-        server.should_exit = True
-        t.join(10)
+def _idle_job_view(drv, url):
+    drv.get(url + "#view=jobs")
+    wait_rendered(drv, "jobs")
+    assert drv.find_element("id", "j-job").get_attribute("value") == "train-a"
+    assert "no straggler scores" not in drv.find_element("id", "j-info").text
+    assert "thin dotted: to / from the job's peers" in drv.find_element("id", "j-caption").text
+
+    drv.get(url + "#view=jobs&job=a-idle")
+    wait_rendered(drv, "jobs")
+    wait_for(lambda: "no straggler scores" in drv.find_element("id", "j-info").text, 10, "the no-scores note")
+    caption = drv.find_element("id", "j-caption").text
+    assert caption.startswith("sent / received: all traffic of each node") and "per matrix window" in caption
+    drawn = _job_chart(drv)
+    assert drawn["names"] == ["stor01"]
+    assert drawn["series"] == [["sent (all traffic)", 0, 3, 1_600_000], ["received (all traffic)", 0, 3, 800_000]]
+    assert drv.find_element("id", "j-chart").size["height"] > 100
+    _no_injection(drv)
+
+    # an archive range: the hour of the later flows (stor01 -> gpu04, 3 MB, in one 6 s bin of the raw flows)
+    drv.get(url + f"#view=jobs&job=a-idle&mode=range&from={LATER}&to={LATER + 3_600_000}")
+    wait_rendered(drv, "jobs")
+    wait_for(lambda: "per 6 s bin from raw flows" in drv.find_element("id", "j-caption").text, 10,
+             "the archive caption")
+    drawn = _job_chart(drv)
+    assert drawn["names"] == ["stor01"]
+    assert drawn["series"] == [["sent (all traffic)", 0, 600, 4_000_000], ["received (all traffic)", 0, 600, 0]]
+    assert console_errors(drv) == []

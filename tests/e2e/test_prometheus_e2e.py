@@ -49,6 +49,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 PORTS = PipelinePorts(
     kafka=31900, s3=31901, sflow=31902, netflow=31903, ipfix=31904, ingest_metrics=31905, processors_web=31906,
     archive_metrics=31907, processors_metrics=31908, flow_metrics=31909, s3_base=31910, console=31920,
+    marks=31921,
 )  # fmt: skip
 PROM_PORT = 31930
 SPEED = 10.0

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ingest.decode import DecodeResult, TemplateCache
-from ingest.decode.sflow_batch import decode_sflow_many
+from ingest.decode.sflow import decode_sflow_many
 from ingest.pcapread import read_udp
 from schemas.columns import addr_str
 

@@ -1,7 +1,8 @@
 """pmacctd sfprobe captures decoded record for record against the tshark summaries.
 
-Every check runs on both decoding paths: one datagram per ``decode`` call, and
-the columnar ``decode_sflow_many`` on groups of 64 datagrams as ingest uses it.
+Every check runs on both ways the compiled decoder is called -- one datagram
+per ``decode`` call, and ``decode_sflow_many`` on groups of 64 datagrams as
+ingest uses it -- and on the readable reference the differential tests hold it to.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import numpy as np
 import pytest
 
 from ingest.decode import DecodeResult, TemplateCache, decode
-from ingest.decode.sflow_batch import decode_sflow_many
+from ingest.decode.reference.sflow import decode_sflow as decode_sflow_reference
+from ingest.decode.sflow import decode_sflow_many
 from ingest.pcapread import read_udp
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5, addr_str
 from tests.fixtures_path import SHARED_FIXTURES
@@ -30,8 +32,9 @@ pytestmark = pytest.mark.skipif(not EXPORTS.is_dir(), reason="shared fixtures no
 def _decode_all(name, path="datagram", group=64):
     cache = TemplateCache()
     pkts = list(read_udp(EXPORTS / f"{name}.pcap"))
-    if path == "datagram":
-        return [decode(p.payload, p.src_ip, int(p.timestamp_s * 1000), cache) for p in pkts]
+    if path in ("datagram", "reference"):
+        one = decode if path == "datagram" else decode_sflow_reference
+        return [one(p.payload, p.src_ip, int(p.timestamp_s * 1000), cache) for p in pkts]
     results = []
     for i in range(0, len(pkts), group):
         part = pkts[i : i + group]
@@ -41,7 +44,7 @@ def _decode_all(name, path="datagram", group=64):
     return results
 
 
-@pytest.fixture(scope="module", params=[(n, path) for n in sorted(CASES) for path in ("datagram", "batch")],
+@pytest.fixture(scope="module", params=[(n, path) for n in sorted(CASES) for path in ("datagram", "batch", "reference")],
                 ids=lambda p: f"{p[0]}-{p[1]}")
 def decoded(request):
     name, path = request.param

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from fabricflow.settings import load_settings
-from fabricflow.streams import ensure_topics
+from fabricflow.kafka import ensure_topics
 from schemas import codec
 
 

@@ -8,7 +8,8 @@ from confluent_kafka import Producer
 
 from fabricflow.settings import load_settings
 from devtools.stack import EmbeddedStack, StackError
-from fabricflow.streams import STREAMS, ensure_topics, topic_specs
+from fabricflow.kafka import ensure_topics
+from fabricflow.streams import STREAMS, topic_specs
 from schemas import codec
 from schemas.columns import empty_flows, v4_column_to_addr16
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from fabricflow.kafka import client_config
 from fabricflow.settings import KafkaSettings
 
 pytestmark = pytest.mark.integration
@@ -160,7 +161,7 @@ def test_confluent_kafka_over_mutual_tls(pki, tls_broker):
 
     bootstrap, proxy = tls_broker
     k = _settings(pki, bootstrap)
-    conf = k.client_config()
+    conf = client_config(k)
     topic = "tls-" + uuid.uuid4().hex[:8]
     admin = AdminClient(conf)  # kept referenced until the topic exists
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
@@ -192,7 +193,7 @@ def test_aiokafka_with_faust_credentials_over_mutual_tls(pki, tls_broker):
     bootstrap, _proxy = tls_broker
     k = _settings(pki, bootstrap)
     topic = "tls-" + uuid.uuid4().hex[:8]
-    admin = AdminClient(k.client_config())
+    admin = AdminClient(client_config(k))
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
     auth = credentials_to_aiokafka_auth(faust_credentials(k))
 

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from processors.logic.inventory import Inventory
+from processors.logic.enrich.inventory import Inventory
 from schemas import codec
 from sinks.metrics.service import MetricsService
 from tests.unit.detectors.helpers import counters

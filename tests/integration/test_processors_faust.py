@@ -18,7 +18,7 @@ import pytest
 
 from fabricflow.streams import OUTPUTS
 from processors.logic.core import ProcessorCore, engine_config, shard_of
-from processors.logic.inventory import Inventory
+from processors.logic.enrich.inventory import Inventory
 from tests.synth import training_batches
 
 from .kafka_helpers import consume, create_topics, decode_outputs, produce_batches, settings_for, write_config

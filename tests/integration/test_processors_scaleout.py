@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from fabricflow.streams import OUTPUTS
+from processors.config_files import read_inventory
 from processors.logic.core import ProcessorCore, engine_config, shard_of
-from processors.logic.inventory import Inventory
 from schemas.columns import v4_column_to_addr16
 from tests.synth import UNREGISTERED, training_batches
 
@@ -86,7 +86,7 @@ def two_job_batches() -> list[tuple[str, np.ndarray]]:
 
 def shards_fed_by(settings, inventory: Path, batches) -> dict[int, set[int]]:
     """Shuffle shard -> raw partitions whose records reach it."""
-    core = ProcessorCore(Inventory.load(inventory), engine_config(settings.processors))
+    core = ProcessorCore(read_inventory(inventory), engine_config(settings.processors))
     fed: dict[int, set[int]] = {}
     for exp, b in batches:
         e = core.enrich(b)
@@ -101,7 +101,7 @@ def expected_outputs(settings, inventory: Path, batches) -> set[tuple]:
 
     from schemas import codec
 
-    inv = Inventory.load(inventory)
+    inv = read_inventory(inventory)
     cfg = engine_config(settings.processors)
     prep = ProcessorCore(inv, cfg)
     cores: dict[int, ProcessorCore] = {}

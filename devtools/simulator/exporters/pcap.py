@@ -7,7 +7,16 @@ import struct
 from pathlib import Path
 from typing import Iterable
 
-DEFAULT_PORTS = {"sflow": 6343, "netflow9": 2055, "ipfix": 4739}
+DEFAULT_PORTS = {"sflow": 6343, "netflow9": 2055, "ipfix": 4739, "marks": 6344}
+
+
+class DistinctSources(dict):
+    """Exporter name -> its own 127.0.0.x source address, assigned in order of first use (as
+    :class:`~devtools.simulator.sender.UdpSender` binds them), for a capture written without sending."""
+
+    def __missing__(self, exporter: str) -> str:
+        addr = self[exporter] = f"127.0.0.{10 + len(self) % 240}"
+        return addr
 
 
 def _ip_checksum(hdr: bytes) -> int:
@@ -37,13 +46,14 @@ def write_pcap(
     ``sources`` maps an exporter name (``.exporter`` of a SimDatagram) to a source address.
     """
     ports = {**DEFAULT_PORTS, **(ports or {})}
-    sources = sources or {}
+    sources = {} if sources is None else sources
     n = 0
     with open(path, "wb") as fh:
         fh.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
         for dg in datagrams:
             t_ms, kind, data = dg[0], dg[1], dg[2]
-            src = sources.get(getattr(dg, "exporter", ""), "127.0.0.2")
+            name = getattr(dg, "exporter", "")
+            src = sources[name] if isinstance(sources, DistinctSources) else sources.get(name, "127.0.0.2")
             frame = udp_frame(src, dst, 50000, ports[kind], data)
             fh.write(struct.pack("<IIII", t_ms // 1000, (t_ms % 1000) * 1000, len(frame), len(frame)) + frame)
             n += 1

@@ -244,8 +244,9 @@ class SflowAgent:
                 self.counter_seq[port] = self.counter_seq.get(port, 0) + 1
                 node = self.node_of_port.get(port)
                 speed = faults.port_speed(node, t, self.nominal[port]) if node else self.nominal[port]
+                status = 3 if not node or faults.oper_up(node, t) else 1  # admin up; oper up or down (link_flap)
                 recs = [
-                    generic_if_record(port, speed, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]),
+                    generic_if_record(port, speed, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], status=status),
                     ethernet_record(alignment=v[9], fcs=v[8]),
                 ]
                 blob = counter_sample(self.counter_seq[port], port, recs)

@@ -1,6 +1,6 @@
 """Policy and security rules, one module per family.
 
-Every rule has the same small interface, used by ``processors.logic.policy.PolicyEngine``:
+Every rule has the same small interface, used by :class:`.policy.PolicyEngine` (``policy.py``):
 
 - ``names``: the alert rule names it reports;
 - ``observe(ctx, now_ms) -> list[Condition]``: vectorised work on one enriched batch;
@@ -27,7 +27,7 @@ from .config import (
     SegmentationConfig,
     StorageOnComputeConfig,
     UnregisteredConfig,
-    load_policy_config,
+    policy_config,
 )
 from .egress import ExternalDependencyRule
 from .exfiltration import ExfiltrationRule, OffHoursRule, off_hours_mask
@@ -38,7 +38,7 @@ from .unregistered import UnregisteredHostRule
 __all__ = [
     "CATEGORIES", "RULE_NAMES", "UNKNOWN_GROUP", "AlertSettings", "AllowRule", "CheckpointConfig", "CheckpointJob",
     "ComputeInterfaces", "ExfiltrationConfig", "ExternalDependencyConfig", "OffHoursConfig", "PolicyConfig",
-    "Schedule", "SegmentationConfig", "StorageOnComputeConfig", "UnregisteredConfig", "load_policy_config",
+    "Schedule", "SegmentationConfig", "StorageOnComputeConfig", "UnregisteredConfig", "policy_config",
     "ExternalDependencyRule", "ExfiltrationRule", "OffHoursRule", "off_hours_mask", "CompiledPolicy",
     "SegmentationRule", "CheckpointRule", "StorageOnComputeRule", "UnregisteredHostRule",
 ]

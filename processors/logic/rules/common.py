@@ -8,7 +8,7 @@
 - :func:`format_tuple`: the ``'proto src:sport -> dst:dport'`` sample string
   (only for the few rows reported).
 
-The rules group rows with :mod:`processors.logic.groupby`. Pure: no I/O, no clock.
+The rules group rows with :mod:`processors.logic.windows.groupby`. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from processors.logic.groupby import factorize, factorize_interned, lut_limit
-from processors.logic.lpm import parse_prefix
+from processors.logic.windows.groupby import factorize, factorize_interned, lut_limit
+from processors.logic.enrich.lpm import parse_prefix
 from schemas.columns import addr_halves, addr_keys, addr_str, addr_strs, dtype_for
 
 ENRICHED_DTYPE = dtype_for("flow_enriched")

@@ -4,15 +4,14 @@ Frozen pydantic v2 models, unknown keys rejected. Durations accept seconds
 (number) or strings such as ``"90s"``, ``"10m"``, ``"1h"``, ``"2d"``; sizes
 accept bytes (number) or strings such as ``"1GB"`` (10^9) and ``"1GiB"``.
 Defaults of every rule and of its alert behaviour live here; the reasoning
-behind them is in ``docs/alerts.md``. No I/O except :func:`load_policy_config`
-reading the one file it is given.
+behind them is in ``docs/alerts.md``. No I/O: :func:`policy_config` takes the file's
+text, :mod:`processors.config_files` reads it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ByteSize, ConfigDict, Field, field_validator, model_validator
@@ -375,11 +374,11 @@ class PolicyConfig(_Model):
         return AlertSettings.model_validate(base)
 
 
-def load_policy_config(source: str | Path | dict | None) -> PolicyConfig:
-    """PolicyConfig from a YAML file path, a YAML string, a dict, a PolicyConfig, or None (defaults).
+def policy_config(source: str | dict | PolicyConfig | None) -> PolicyConfig:
+    """PolicyConfig from a policy file's YAML text, a dict, a PolicyConfig, or None (defaults).
 
-    Services load the file with :func:`processors.logic.config_files.load_policy_file` (one-line errors naming
-    the file and line) and pass the PolicyConfig.
+    No file reads: services load the file with :func:`processors.config_files.load_policy_file` (one-line
+    errors naming the file and line) and pass the PolicyConfig.
     """
     import yaml
 
@@ -389,9 +388,6 @@ def load_policy_config(source: str | Path | dict | None) -> PolicyConfig:
         return source
     if isinstance(source, dict):
         return PolicyConfig.model_validate(source)
-    is_path = isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml"))
-    if isinstance(source, Path) or is_path:
-        data = yaml.safe_load(Path(source).read_text())
-    else:
-        data = yaml.safe_load(source)
-    return PolicyConfig.model_validate(data or {})
+    if not isinstance(source, str):
+        raise TypeError(f"policy: expected YAML text, a dict or a PolicyConfig, got {type(source).__name__}")
+    return PolicyConfig.model_validate(yaml.safe_load(source) or {})

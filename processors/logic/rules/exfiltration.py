@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from processors.logic.alerts import Condition
-from processors.logic.groupby import GroupBy
+from processors.logic.windows.groupby import GroupBy
 from schemas.columns import addr_str
 
 from .common import BatchContext, Networks

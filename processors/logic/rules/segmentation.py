@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from processors.logic.alerts import Condition
-from processors.logic.groupby import GroupBy
+from processors.logic.windows.groupby import GroupBy
 
 from .common import BatchContext, StatelessRule
 from .config import UNKNOWN_GROUP, AllowRule, SegmentationConfig, port_ranges

@@ -12,7 +12,7 @@ import ipaddress
 import numpy as np
 
 from processors.logic.alerts import Condition
-from processors.logic.groupby import DenseGroups, GroupBy, min_max_by
+from processors.logic.windows.groupby import DenseGroups, GroupBy, min_max_by
 from schemas.columns import addr16, addr_halves, addr_str
 
 from .common import BatchContext, StatelessRule

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from processors.logic.alerts import Condition
-from processors.logic.groupby import GroupBy
+from processors.logic.windows.groupby import GroupBy
 from schemas.columns import addr_keys, addr_str
 
 from .common import BatchContext, Networks, StatelessRule

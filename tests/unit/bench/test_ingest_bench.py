@@ -1,7 +1,8 @@
 """Smoke test of bench/ingest.py's pieces on a tiny bounded input, so the benchmark cannot rot.
 
 Runs the fabricflow worker (null sink, no broker) for one short low-rate step;
-nfacctd/nfcapd are never started here.
+nfacctd/nfcapd/goflow2 are never started here (tests/integration/test_ingest_bench_peers.py reads
+topics back and runs goflow2 when it is there).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import subprocess
 import sys
 
 import numpy as np
@@ -18,6 +20,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="us
 
 from bench import common  # noqa: E402
 from bench import ingest as bi  # noqa: E402
+from bench import ingest_peers as peers  # noqa: E402
 from ingest.decode import TemplateCache, decode  # noqa: E402
 from ingest.pipeline import concat_rows  # noqa: E402
 from schemas.columns import empty_flows  # noqa: E402
@@ -154,3 +157,76 @@ def test_sender_never_repeats_a_flow(make):
         assert total > 2 * sum(s.records) and len(keys) == total
     finally:
         snd.close()
+
+
+def test_port_range_hands_out_free_ports_in_turn():
+    busy = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    busy.bind(("127.0.0.1", 0))
+    lo = busy.getsockname()[1]
+    try:
+        common.use_port_range(f"{lo}-{lo + 3}")
+        got = [common.free_udp_port() for _ in range(3)]
+        assert lo not in got and all(lo < p <= lo + 3 for p in got)
+        assert len(set(got)) == 3  # in turn, not the same free port again
+        assert lo <= common.free_tcp_port() <= lo + 3
+    finally:
+        common._PORTS["range"] = None
+        busy.close()
+    for bad in ("43500", "9-10", "43999-43500", "a-b"):
+        with pytest.raises(ValueError):
+            common.use_port_range(bad)
+
+
+def test_goflow2_argv_binds_loopback_and_publishes_protobuf():
+    argv = peers.goflow2_argv("/x/goflow2", "ipfix", 43501, 43502, "127.0.0.1:43510", "topic-a")
+    opts = dict(zip(argv[1::2], argv[2::2]))
+    assert opts["-listen"] == "netflow://127.0.0.1:43501"
+    assert opts["-addr"] == "127.0.0.1:43502"  # its default is :8080 on every address
+    assert (opts["-transport"], opts["-format"]) == ("kafka", "bin")
+    assert opts["-transport.kafka.brokers"] == "127.0.0.1:43510" and opts["-transport.kafka.topic"] == "topic-a"
+    sflow = dict(zip(*[iter(peers.goflow2_argv("g", "sflow", 1, 2, "b", "t")[1:])] * 2))
+    assert sflow["-listen"] == "sflow://127.0.0.1:1"
+
+
+def test_goflow2_binary_from_flag_then_env(tmp_path, monkeypatch):
+    exe = tmp_path / "goflow2"
+    exe.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    monkeypatch.delenv("FF_GOFLOW2", raising=False)
+    assert peers.goflow2_binary(None) is None
+    assert peers.goflow2_binary(str(exe)) is None  # not executable
+    exe.chmod(0o755)
+    assert peers.goflow2_binary(str(exe)) == str(exe)
+    monkeypatch.setenv("FF_GOFLOW2", str(exe))
+    assert peers.goflow2_binary(None) == str(exe)
+    assert peers.goflow2_binary(str(tmp_path / "missing")) is None
+
+
+def test_one_delimited_checks_the_length_prefix():
+    body = bytes(range(200))
+    msg = bytes([0xC8, 0x01]) + body  # varint 200
+    assert peers.one_delimited(msg)
+    assert not peers.one_delimited(msg + b"\x00")  # two messages or trailing bytes
+    assert not peers.one_delimited(msg[:-1])
+    assert not peers.one_delimited(b"") and not peers.one_delimited(b"\x80")
+    assert peers.one_delimited(b"\x00")
+
+
+def test_set_rcvbuf_reaches_another_process_socket():
+    code = ("import socket,sys; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('127.0.0.1', 0)); "
+            "print(s.getsockname()[1], s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF), flush=True); "
+            "sys.stdin.readline(); print(s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF), flush=True)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port, before = map(int, child.stdout.readline().split())
+        want = 2 * before  # more than the default; within rmem_max when not root
+        granted = peers.set_rcvbuf(child.pid, port, want)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        after = int(child.stdout.readline())
+    finally:
+        child.kill()
+        child.wait(5)
+    assert granted == [after // 2] and after > before
+    with pytest.raises(RuntimeError, match="no UDP socket"):
+        peers.set_rcvbuf(os.getpid(), port, want)

@@ -33,7 +33,7 @@ INVENTORY = {
 
 
 def layout() -> Layout:
-    from processors.logic.inventory import Inventory
+    from processors.logic.enrich.inventory import Inventory
 
     return Layout.from_inventory(Inventory.from_dict(INVENTORY))
 
@@ -54,7 +54,16 @@ def cells(ws):
 INCAST = {"event_id": "gpu02-1", "state": "open", "window_start_ms": WS + 2000, "window_end_ms": WS + 2200,
           "destination": "gpu02", "destination_group": "gpu", "sources": ["gpu01", EVIL, "gpu04"],
           "source_rates_bps": [9e9, 9e9, 9e9], "aggregate_bps": 27e9, "capacity_bps": 25e9, "fraction": 1.08,
-          "fraction_low": 0.9, "fraction_high": 1.2, "samples": 120, "sampling_rate": 4096}
+          "fraction_low": 0.9, "fraction_high": 1.2, "samples": 120, "sampling_rate": 4096,
+          "diagnosis": {"verdict": "switch_buffer_microburst", "title": "switch buffer micro-burst",
+                        "summary": f"incast into gpu02: tor1/if2 dropped 9000 packets/s while {EVIL} and 2 more burst",
+                        "next_step": "Check tor1's buffer and ECN thresholds on tor1/if2's egress queue",
+                        "cannot_tell": "sFlow samples 1 packet in 4096: it cannot see sub-millisecond queue depth",
+                        "missing": [], "evidence": [
+                            {"signal": "port_out_discards_per_s", "source": "counters", "subject": "tor1/if2 (gpu02's port)",
+                             "value": 9000.0, "low": 9000.0, "high": 9000.0, "note": "counter interval 10 s"},
+                            {"signal": "ecn_capable_share", "source": "flows", "subject": EVIL2, "value": 0.0,
+                             "low": 0.0, "high": 0.03, "note": "120 sampled packets at 1:4096"}]}}
 
 
 def score(ws, node, sent, straggler=False):

@@ -201,6 +201,18 @@ def test_event_detail_related_and_flows(client):
     assert any(r["subtype"] == "link_downgrade" and "ring successor gpu04" in r["reason"] for r in d["related"])
 
 
+def test_events_carry_their_diagnosis_live_and_from_the_archive(client):
+    for params in ({}, RANGE):
+        evs = client.get("/api/events", params=params).json()["events"]
+        inc = next(e for e in evs if e["type"] == "incast")
+        assert inc["diagnosis"] == {"verdict": "switch_buffer_microburst", "title": "switch buffer micro-burst"}
+        assert all(e["diagnosis"] is None for e in evs if e["type"] != "incast")
+        d = client.get("/api/event", params={"id": inc["id"], **params}).json()["event"]["diagnosis"]
+        assert d["next_step"].startswith("Check tor1's buffer") and d["evidence"][0]["value"] == 9000.0
+    found = client.get("/api/events", params={"q": "micro-burst"}).json()["events"]
+    assert [e["type"] for e in found] == ["incast"]
+
+
 def test_topology_marks_downgraded_port(client):
     t = client.get("/api/topology").json()
     ports = {(p["switch"], p["if_index"]): p for s in t["switches"] for p in s["ports"]}
@@ -352,7 +364,7 @@ def test_jobs_say_which_have_live_rates():
     """/api/jobs names the straggler scores held live per job: the page opens on a job that has some, not on
     the first name (an inference job sorting before the training jobs had an empty view)."""
     from console.layout import Layout
-    from processors.logic.inventory import Inventory
+    from processors.logic.enrich.inventory import Inventory
     from tests.unit.console.fixtures import INVENTORY
 
     inv = dict(INVENTORY, jobs=[{"name": "a-idle", "nodes": ["stor01"]}, *INVENTORY["jobs"]])

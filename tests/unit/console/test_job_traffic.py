@@ -22,7 +22,7 @@ INV = dict(INVENTORY, nodes=[*INVENTORY["nodes"], {"name": "web01", "ips": ["10.
 
 
 def _layout() -> Layout:
-    from processors.logic.inventory import Inventory
+    from processors.logic.enrich.inventory import Inventory
 
     return Layout.from_inventory(Inventory.from_dict(INV))
 

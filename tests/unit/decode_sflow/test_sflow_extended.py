@@ -1,5 +1,5 @@
 """sFlow extended switch (VLANs and priorities in and out) and extended router (next hop) in the flow record,
-identical on the per-datagram decoder, the numpy walk and the compiled walk."""
+identical on the compiled decoder (one datagram or many per call) and the readable reference."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ import struct
 import pytest
 
 from ingest.decode import TemplateCache
-from ingest.decode.sflow import decode_sflow
-from ingest.decode.sflow_batch import JIT_AVAILABLE, decode_sflow_many
+from ingest.decode.reference.sflow import decode_sflow as decode_sflow_reference
+from ingest.decode.sflow import decode_sflow, decode_sflow_many
 from schemas.columns import addr_str
 
 from tests.unit.decode_sflow import sflow_build as b
 
 FRAME = b.raw_header(b.tcp_frame(vlan=5))
-JITS = [False, True] if JIT_AVAILABLE else [False]
 
 
 def _router6(nh: str) -> bytes:
@@ -44,9 +43,12 @@ def test_extended_switch_and_router_fields():
     assert not f["bgp_next_hop"].any() and not r.problems
 
 
-@pytest.mark.parametrize("jit", JITS)
-def test_columnar_paths_give_the_same_rows(jit):
+@pytest.mark.parametrize("decoder", ["one", "many"])
+def test_compiled_paths_give_the_reference_rows(decoder):
     d = _dg()
-    ref = decode_sflow(d, "10.254.0.1", 1000, TemplateCache())
-    (got,) = decode_sflow_many([d], "10.254.0.1", 1000, TemplateCache(), jit=jit)
+    ref = decode_sflow_reference(d, "10.254.0.1", 1000, TemplateCache())
+    if decoder == "one":
+        got = decode_sflow(d, "10.254.0.1", 1000, TemplateCache())
+    else:
+        (got,) = decode_sflow_many([d], "10.254.0.1", 1000, TemplateCache())
     assert got.flows.tobytes() == ref.flows.tobytes()

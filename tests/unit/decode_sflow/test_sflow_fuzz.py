@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest.decode import DecodeError, TemplateCache
-from ingest.decode.packet import parse_ethernet, parse_header
+from ingest.decode.reference.packet import parse_ethernet, parse_header
 from ingest.decode.sflow import decode_sflow
 from ingest.pcapread import read_udp
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE

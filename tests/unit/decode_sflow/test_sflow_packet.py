@@ -1,10 +1,11 @@
-"""Sampled packet header parsing (ingest/decode/packet.py) on hand-built frames."""
+"""Sampled packet header parsing on hand-built frames: the readable reference (ingest/decode/reference/packet.py),
+which tests/unit/ingest/test_sflow_differential.py holds the compiled parser to."""
 
 from __future__ import annotations
 
 import pytest
 
-from ingest.decode.packet import parse_ethernet, parse_header
+from ingest.decode.reference.packet import parse_ethernet, parse_header
 from schemas.columns import addr16, addr_str
 from tests.unit.decode_sflow import sflow_build as b
 

@@ -74,7 +74,7 @@ def counters(samples: list[dict]) -> np.ndarray:
         arr[i]["time_received_ms"] = s["t"]
         arr[i]["agent_uptime_ms"] = s.get("uptime", s["t"])
         arr[i]["if_speed"] = s.get("speed", 25_000_000_000)
-        arr[i]["if_admin_up"] = True
+        arr[i]["if_admin_up"] = s.get("admin", True)
         arr[i]["if_oper_up"] = s.get("oper", True)
         for c in ("in_octets", "out_octets", "in_errors", "out_errors", "in_discards", "out_discards"):
             v = s.get(c, 0)

@@ -1,7 +1,7 @@
 """congestion: a job's ECN-CE / RoCEv2 CNP share far above its own baseline; marks at the usual level are quiet."""
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.windows import WindowConfig
+from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import flows
 
@@ -60,7 +60,7 @@ def test_a_congestion_episode_fires_with_job_node_share_and_baseline_then_resolv
                      "fraction_low": "0.0620", "fraction_high": "0.1180", "samples": "400", "packets_est": "40000",
                      "signal_packets_est": "3600", "evidence_windows": "2", "nodes": "c:0.300,d:0.060", "ports": ""},
         "window_start_ms": 70_000, "window_end_ms": 80_000, "first_seen_ms": 60_000, "last_seen_ms": 80_000,
-        "bytes_est": 0, "flows": 0, "sample_flows": [],
+        "bytes_est": 0, "flows": 0, "sample_flows": [], "diagnosis": None,
     }  # fmt: skip
 
 
@@ -107,7 +107,7 @@ def test_snapshot_restore_continues_the_same():
 
 def test_the_inventory_names_the_port_when_no_counter_sample_did():
     from processors.logic.core import ProcessorCore
-    from processors.logic.inventory import Inventory
+    from processors.logic.enrich.inventory import Inventory
 
     inv = Inventory.from_dict({
         "nodes": [{"name": n, "ips": [f"10.0.0.{i + 1}"], "switch": "tor1", "group": "gpu"} for i, n in enumerate("abcd")],

@@ -1,7 +1,7 @@
 """conn_storm: a node's sampled SYN / RST rate far above its own baseline (a packet-capture trigger)."""
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.windows import WindowConfig
+from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import flows
 

@@ -8,9 +8,9 @@ import pytest
 
 from bench.detectors import make_batches
 from processors.logic.engine import KINDS, Engine, EngineConfig
-from processors.logic.incast import IncastConfig
-from processors.logic.pattern import PatternConfig
-from processors.logic.windows import WindowConfig
+from processors.logic.detectors.incast import IncastConfig
+from processors.logic.detectors.pattern import PatternConfig
+from processors.logic.windows.tumbling import WindowConfig
 from schemas.columns import load_avsc
 
 from .helpers import counters

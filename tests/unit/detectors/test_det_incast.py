@@ -3,7 +3,7 @@
 import math
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.incast import IncastConfig
+from processors.logic.detectors.incast import IncastConfig
 
 from .helpers import flows
 
@@ -42,7 +42,7 @@ def test_one_burst_is_one_event_with_open_update_close():
         "destination": "d", "destination_group": "gpu", "sources": ["s1", "s2", "s3", "s4"],
         "source_rates_bps": [20e9] * 4, "aggregate_bps": 80e9, "capacity_bps": 100e9,
         "fraction": 0.8, "fraction_low": 0.8 - 1.96 * se, "fraction_high": 0.8 + 1.96 * se,
-        "samples": 8000, "sampling_rate": 1000, "dst_port": "", "dst_out_discards_per_s": -1.0,
+        "samples": 8000, "sampling_rate": 1000, "dst_port": "", "dst_out_discards_per_s": -1.0, "diagnosis": None,
     }
     assert out[1]["fraction"] == 0.6
     assert out[3]["sources"] == [] and out[3]["fraction"] == 0.0

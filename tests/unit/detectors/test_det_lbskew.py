@@ -3,7 +3,7 @@
 import pytest
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.windows import WindowConfig
+from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import flows
 
@@ -55,7 +55,7 @@ def test_persistent_skew_fires_once_with_replica_share_and_sources():
         "entities": {"job": "inf", "replica": "r2", "share": "0.700", "even_share": "0.333", "replicas": "3",
                      "evidence_windows": "3", "sources": "lb:0.70"},
         "window_start_ms": 40_000, "window_end_ms": 50_000, "first_seen_ms": 40_000, "last_seen_ms": 50_000,
-        "bytes_est": 700 * M, "flows": 1, "sample_flows": [],
+        "bytes_est": 700 * M, "flows": 1, "sample_flows": [], "diagnosis": None,
     }  # fmt: skip
 
 

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.logic.linkhealth import LinkHealthConfig, LinkHealthDetector
+from processors.logic.detectors.linkhealth import LinkHealthConfig, LinkHealthDetector
 
 from .helpers import counters
 
@@ -30,7 +30,7 @@ def test_sample_rates_exact():
         "time_ms": 30_000, "interval_ms": 30_000, "kind": "sample", "exporter": "192.0.2.10", "switch": "tor-1",
         "if_index": 1, "if_speed": G25, "previous_if_speed": G25, "util_in": 0.25, "util_out": 1.0,
         "in_errors_per_s": 8.0, "out_errors_per_s": 1.0, "in_discards_per_s": 2.0, "out_discards_per_s": 3.0,
-        "oper_up": True, "detail": "", "node": "", "job": "",
+        "oper_up": True, "detail": "", "node": "", "job": "", "diagnosis": None,
     }]
 
 

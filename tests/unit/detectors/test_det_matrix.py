@@ -1,7 +1,7 @@
 """Traffic matrix cells: sampling-scaled sums, node and group levels, late data."""
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.windows import WindowConfig
+from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import flows
 
@@ -72,8 +72,8 @@ def test_signal_columns_exact():
 
 def test_snapshot_without_rack_and_signal_columns_restores():
     """A window state written before the rack/signal columns loads with rack "" (unknown) and zero signals."""
-    from processors.logic.matrix import CellAggregator
-    from processors.logic.snapshots import dump_columns
+    from processors.logic.windows.matrix import CellAggregator
+    from processors.logic.windows.snapshots import dump_columns
     import numpy as np
 
     old = dump_columns({k: np.array([3], np.int32) for k in ("sn", "dn", "sg", "dg", "sj", "dj", "cat")}

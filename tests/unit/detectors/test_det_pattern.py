@@ -3,8 +3,8 @@
 import numpy as np
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.pattern import PatternConfig, estimate_period
-from processors.logic.windows import WindowConfig
+from processors.logic.detectors.pattern import PatternConfig, estimate_period
+from processors.logic.windows.tumbling import WindowConfig
 
 RING = ["g0", "g1", "g2", "g3"]
 
@@ -64,7 +64,7 @@ def test_period_shift_is_reported_once():
 
 def test_level_shift_is_not_a_period():
     """A step (traffic added mid-series) decays the autocorrelation from lag 1: no period (bench false positive)."""
-    from processors.logic.pattern import estimate_period
+    from processors.logic.detectors.pattern import estimate_period
 
     step = np.r_[np.full(15, 1.0e9), np.full(15, 3.0e9)] + np.random.default_rng(3).normal(0, 1e7, 30)
     assert estimate_period(step) is None

@@ -1,7 +1,7 @@
 """storage_bound: storage I/O far below its baseline while the links have room and no link event is open."""
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.windows import WindowConfig
+from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import counters, flows
 
@@ -73,7 +73,7 @@ def test_reads_far_below_baseline_with_link_headroom_give_a_verdict():
                      "link_headroom": "0.990", "storage_port": "192.0.2.10|17", "storage_port_util": "0.003",
                      "ports_checked": "5"},
         "window_start_ms": 100_000, "window_end_ms": 110_000, "first_seen_ms": 100_000, "last_seen_ms": 110_000,
-        "bytes_est": 100 * M, "flows": 0, "sample_flows": [],
+        "bytes_est": 100 * M, "flows": 0, "sample_flows": [], "diagnosis": None,
     }  # fmt: skip
 
 

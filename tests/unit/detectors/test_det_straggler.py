@@ -1,8 +1,8 @@
 """Straggler scores: persistent low sender flagged; uniform slowdown and one spike are not."""
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.straggler import leave_one_out_median
-from processors.logic.windows import WindowConfig
+from processors.logic.detectors.straggler import leave_one_out_median
+from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import flows
 
@@ -31,7 +31,7 @@ def test_persistent_low_sender_is_flagged_after_k_windows():
         "window_start_ms": 20_000, "window_end_ms": 30_000, "job": "j", "node": "n4",
         "sent_bytes": S // 10, "recv_bytes": S, "peer_median_sent": float(S), "peer_median_recv": float(S),
         "ratio_sent": 0.1, "score": -10.0, "evidence_windows": 3, "straggler": True, "peers": 4,
-        "explained_by": "",
+        "explained_by": "", "diagnosis": None,
     }
     n0 = [s for s in out if s["node"] == "n0"]
     assert n0[0]["recv_bytes"] == S // 10 and n0[0]["ratio_sent"] == 1.0 and n0[0]["score"] == 0.0

@@ -3,9 +3,9 @@
 import pytest
 
 from processors.logic.engine import Engine, EngineConfig
-from processors.logic.pattern import collective_structure
-from processors.logic.timeline import TimelineConfig
-from processors.logic.windows import WindowConfig
+from processors.logic.detectors.pattern import collective_structure
+from processors.logic.detectors.timeline import TimelineConfig
+from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import flows
 

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from processors.logic.groupby import group_reduce
-from processors.logic.windows import WindowConfig, WindowManager
+from processors.logic.windows.groupby import group_reduce
+from processors.logic.windows.tumbling import WindowConfig, WindowManager
 
 
 class SumAgg:
@@ -114,7 +114,7 @@ def test_columns_dump_and_load_exactly():
     """Window states go into snapshots as base64 columns; the list form of earlier snapshots still loads."""
     import json
 
-    from processors.logic.snapshots import dump_columns, load_columns
+    from processors.logic.windows.snapshots import dump_columns, load_columns
 
     cols = {
         "i32": np.array([-(2**31), 0, 2**31 - 1], dtype=np.int32),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from processors.logic.categories import CATEGORIES, CategoryRules, categorize_groups
+from processors.logic.enrich.categories import CATEGORIES, CategoryRules, categorize_groups
 
 TCP, UDP, ICMP = 6, 17, 1
 

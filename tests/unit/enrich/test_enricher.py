@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from processors.logic.categories import CategoryRules
-from processors.logic.enrich import ENRICHED_DTYPE, Enricher
-from processors.logic.inventory import Inventory
+from processors.config_files import read_inventory
+from processors.logic.enrich.categories import CategoryRules
+from processors.logic.enrich.enricher import ENRICHED_DTYPE, Enricher
+from processors.logic.enrich.inventory import Inventory
 from schemas.columns import FLOW_DTYPE, addr16, addr16_column, dtype_for, empty_flows
 
 REPO = Path(__file__).resolve().parents[3]
@@ -39,7 +40,7 @@ def flows(rows):
 
 def test_output_dtype_and_copied_fields():
     assert ENRICHED_DTYPE == dtype_for("flow_enriched")
-    e = Enricher(Inventory.load(EXAMPLE))
+    e = Enricher(read_inventory(EXAMPLE))
     f = flows([("10.10.1.11", "10.10.2.11", 6, 45000, 51000, "2026-12-02T10:00:00")])
     f["vxlan_vni"] = 77
     f["exporter_addr"] = addr16_column(["10.10.255.1"])
@@ -51,7 +52,7 @@ def test_output_dtype_and_copied_fields():
 
 def test_flow_fields_in_another_order_or_with_extras_copy_by_name():
     """Exactly the flow dtype takes a positional structured copy; any other layout must still copy by name."""
-    e = Enricher(Inventory.load(EXAMPLE))
+    e = Enricher(read_inventory(EXAMPLE))
     f = flows([("10.10.1.11", "10.10.2.11", 6, 45000, 51000, "2026-12-02T10:00:00")] * 3)
     f["packets"] = [5, 6, 7]
     f["vlan"] = [10, 11, 12]
@@ -66,7 +67,7 @@ def test_flow_fields_in_another_order_or_with_extras_copy_by_name():
 
 
 def test_labels_jobs_and_categories():
-    e = Enricher(Inventory.load(EXAMPLE))
+    e = Enricher(read_inventory(EXAMPLE))
     f = flows([
         ("10.10.1.11", "10.10.2.11", 6, 45000, 51000, "2026-12-02T10:00:00"),   # collective, llm-pretrain
         ("10.10.1.11", "10.10.1.12", 17, 50000, 4791, "2026-12-04T10:00:00"),   # rocev2, finetune-a
@@ -98,7 +99,7 @@ def test_labels_jobs_and_categories():
 
 
 def test_unknown_addresses_are_labelled_and_counted_not_dropped():
-    e = Enricher(Inventory.load(EXAMPLE))
+    e = Enricher(read_inventory(EXAMPLE))
     f = flows([
         ("10.10.1.11", "8.8.8.8", 17, 50000, 53, "2026-12-02T10:00:00"),
         ("1.1.1.1", "2001:db8::1", 6, 1, 2, "2026-12-02T10:00:00"),
@@ -116,7 +117,7 @@ def test_unknown_addresses_are_labelled_and_counted_not_dropped():
 
 
 def test_non_ip_flows_are_other_and_not_counted():
-    e = Enricher(Inventory.load(EXAMPLE))
+    e = Enricher(read_inventory(EXAMPLE))
     f = empty_flows(2)
     out = e.enrich(f)
     assert out["category"].tolist() == ["other", "other"]
@@ -132,7 +133,7 @@ def test_default_enricher_without_inventory():
 
 
 def test_rules_and_inventory_swap():
-    inv = Inventory.load(EXAMPLE)
+    inv = read_inventory(EXAMPLE)
     e = Enricher(inv, CategoryRules(order=("mgmt",)))
     f = flows([("10.10.1.11", "10.10.2.11", 6, 45000, 51000, "2026-12-02T10:00:00")])
     assert e.enrich(f)["category"][0] == "other"
@@ -142,7 +143,7 @@ def test_rules_and_inventory_swap():
 
 
 def test_capacity_and_agent_helpers():
-    e = Enricher(Inventory.load(EXAMPLE))
+    e = Enricher(read_inventory(EXAMPLE))
     caps = e.node_capacity_bps(np.array(["gpu-r1-01", "modelstore-01", "mgmt-01", "nope"], dtype=object))
     assert caps[:3].tolist() == [400e9, 100e9, 25e9] and math.isnan(caps[3])
     assert e.agent_switch[addr16("10.10.255.3")] == "tor-r3"
@@ -157,7 +158,7 @@ def test_missing_flow_fields_rejected():
 
 
 def test_large_random_batch_matches_per_record_reference():
-    inv = Inventory.load(EXAMPLE)
+    inv = read_inventory(EXAMPLE)
     e = Enricher(inv)
     rng = np.random.default_rng(3)
     pool = ["10.10.1.11", "10.10.1.12", "10.10.2.11", "10.10.2.12", "10.10.3.20", "10.10.0.5", "10.10.8.1",
@@ -187,9 +188,9 @@ def test_large_random_batch_matches_per_record_reference():
 
 
 def test_batches_larger_than_internal_chunk():
-    from processors.logic.enrich import CHUNK
+    from processors.logic.enrich.enricher import CHUNK
 
-    e = Enricher(Inventory.load(EXAMPLE))
+    e = Enricher(read_inventory(EXAMPLE))
     base = flows([
         ("10.10.1.11", "10.10.2.11", 6, 45000, 51000, "2026-12-02T10:00:00"),
         ("10.10.2.11", "10.10.8.7", 6, 700, 2049, "2026-12-04T10:00:00"),
@@ -198,7 +199,7 @@ def test_batches_larger_than_internal_chunk():
     big = np.tile(base, CHUNK + 7)
     out = e.enrich(big)
     assert e.last_unknown == 2 * (CHUNK + 7)
-    one = Enricher(Inventory.load(EXAMPLE)).enrich(base)
+    one = Enricher(read_inventory(EXAMPLE)).enrich(base)
     for col in ("src_node", "dst_group", "src_job", "category", "bytes"):
         assert out[col].tolist() == np.tile(one[col], CHUNK + 7).tolist()
 
@@ -208,9 +209,9 @@ LABELS = ("src_node", "dst_node", "src_group", "dst_group", "src_rack", "dst_rac
 
 
 def test_label_codes_give_every_label_column_of_the_last_batch():
-    from processors.logic.enrich import CHUNK
+    from processors.logic.enrich.enricher import CHUNK
 
-    inv = Inventory.load(EXAMPLE)
+    inv = read_inventory(EXAMPLE)
     e = Enricher(inv)
     base = flows([
         ("10.10.1.11", "10.10.2.11", 6, 45000, 51000, "2026-12-02T10:00:00"),

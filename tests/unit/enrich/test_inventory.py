@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.logic.inventory import Inventory, InventoryError, parse_bps
+from processors.config_files import read_inventory
+from processors.logic.enrich.inventory import Inventory, InventoryError, parse_bps
 from schemas.columns import addr16, addr16_column
 
 REPO = Path(__file__).resolve().parents[3]
@@ -28,7 +29,7 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def errors_of(path: Path) -> list[str]:
     with pytest.raises(InventoryError) as ei:
-        Inventory.load(path)
+        read_inventory(path)
     assert str(ei.value) == "\n".join(f"{path}: {p}" for p in ei.value.problems)
     return ei.value.problems
 
@@ -37,8 +38,8 @@ def errors_of(path: Path) -> list[str]:
 
 
 def test_example_files_load_and_agree():
-    y = Inventory.load(EXAMPLE_YAML)
-    c = Inventory.load(EXAMPLE_CSV)
+    y = read_inventory(EXAMPLE_YAML)
+    c = read_inventory(EXAMPLE_CSV)
     assert y.spec == c.spec
     assert y.entry_prefixes == c.entry_prefixes
     assert "gpu-r1-01" in y.node_names and y.switch_names == ["tor-r1", "tor-r2", "tor-r3"]
@@ -62,7 +63,7 @@ def test_yaml_lookup_labels(tmp_path):
           - {prefix: 10.0.9.0/24, group: storage, rack: r9}
         external_authorized: [203.0.113.0/24]
     """)
-    inv = Inventory.load(p)
+    inv = read_inventory(p)
     addrs = addr16_column(["10.0.1.1", "fd00::1", "10.0.9.3", "10.0.9.200", "203.0.113.5", "10.0.5.5", "8.8.8.8"])
     idx = inv.lookup(addrs)
     assert inv.entry_node[idx + 1].tolist() == ["gpu-1", "gpu-1", "store-1", "", "", "", ""]
@@ -99,7 +100,7 @@ def test_parse_bps_rejects(text):
 
 
 def test_switch_agents_and_ports():
-    inv = Inventory.load(EXAMPLE_YAML)
+    inv = read_inventory(EXAMPLE_YAML)
     agents = addr16_column(["10.10.255.1", "10.10.255.3", "10.10.1.11", "::1"])
     assert inv.switch_for_agents(agents).tolist() == ["tor-r1", "tor-r3", "", ""]
     assert inv.agent_switch[addr16("10.10.255.2")] == "tor-r2"
@@ -260,7 +261,7 @@ def test_csv_without_kind_column_is_a_host_table(tmp_path):
         fd00::1,gpu-1,,,,
         10.0.9.0/24,,storage,r9,,
     """)
-    inv = Inventory.load(p)
+    inv = read_inventory(p)
     idx = inv.lookup(addr16_column(["fd00::1", "10.0.9.9"]))
     assert inv.entry_node[idx + 1].tolist() == ["gpu-1", ""]
     assert inv.entry_group[idx + 1].tolist() == ["gpu", "storage"]
@@ -369,7 +370,7 @@ def test_scenario_style_keys(tmp_path):
               - {if_index: 1, node: gpu01, speed: 25G}
               - {if_index: 2, peer: spine1, speed: 100G}
     """)
-    inv = Inventory.load(p)
+    inv = read_inventory(p)
     assert inv.switch_for_agents(addr16_column(["10.0.255.1"])).tolist() == ["tor1"]
     peer, speed = inv.port_info(addr16_column(["10.0.255.1", "10.0.255.1"]), np.array([1, 2]))
     assert peer.tolist() == ["gpu01", "spine1"] and speed.tolist() == [25e9, 100e9]
@@ -391,7 +392,7 @@ def test_scenario_style_keys(tmp_path):
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.name for p in SCENARIOS])
 def test_simulator_scenarios_load_as_inventories(path):
-    inv = Inventory.load(path)
+    inv = read_inventory(path)
     assert inv.node_names and inv.switch_names
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from processors.config_files import read_inventory
 from processors.logic.core import shard_of
-from processors.logic.enrich import CHUNK, ENRICHED_DTYPE, Enricher, LabeledFlows
-from processors.logic.inventory import Inventory
+from processors.logic.enrich.enricher import CHUNK, ENRICHED_DTYPE, Enricher, LabeledFlows
 from schemas import codec
 from schemas.columns import FLOW_DTYPE
 
@@ -37,7 +37,7 @@ def _batch(times: int = 1) -> np.ndarray:
 
 def test_enrich_labels_equals_enrich_and_counts_the_same():
     big = _batch(CHUNK // 2 + 3)  # more than one internal slice
-    a, b = Enricher(Inventory.load(EXAMPLE)), Enricher(Inventory.load(EXAMPLE))
+    a, b = Enricher(read_inventory(EXAMPLE)), Enricher(read_inventory(EXAMPLE))
     arr = a.enrich(big)
     lab = b.enrich_labels(big)
     assert isinstance(lab, LabeledFlows) and lab.dtype == ENRICHED_DTYPE and lab.shape == (len(big),)
@@ -52,7 +52,7 @@ def test_enrich_labels_equals_enrich_and_counts_the_same():
 
 def test_row_selection_by_slice_mask_and_indices():
     f = _batch(3)
-    e = Enricher(Inventory.load(EXAMPLE))
+    e = Enricher(read_inventory(EXAMPLE))
     arr = e.enrich(f)
     lab = e.enrich_labels(f)
     mask = np.arange(len(f)) % 3 != 1
@@ -77,14 +77,14 @@ def test_flows_in_another_layout_are_copied_by_name():
     other = np.zeros(len(f), dtype=[(n, FLOW_DTYPE.fields[n][0]) for n in names] + [("extra", "i8")])
     for n in names:
         other[n] = f[n]
-    lab = Enricher(Inventory.load(EXAMPLE)).enrich_labels(other)
+    lab = Enricher(read_inventory(EXAMPLE)).enrich_labels(other)
     assert lab.flows.dtype == FLOW_DTYPE
-    _same(lab, Enricher(Inventory.load(EXAMPLE)).enrich(f))
+    _same(lab, Enricher(read_inventory(EXAMPLE)).enrich(f))
 
 
 def test_codec_and_sharding_read_the_codes_with_the_same_result():
     f = _batch(40)
-    e = Enricher(Inventory.load(EXAMPLE))
+    e = Enricher(read_inventory(EXAMPLE))
     arr = e.enrich(f)
     lab = e.enrich_labels(f)
     coded = lab.label_codes()
@@ -97,13 +97,13 @@ def test_codec_and_sharding_read_the_codes_with_the_same_result():
 
 
 def test_encoding_from_codes_gathers_no_label_column():
-    lab = Enricher(Inventory.load(EXAMPLE)).enrich_labels(_batch(2))
+    lab = Enricher(read_inventory(EXAMPLE)).enrich_labels(_batch(2))
     codec.encode_batch("flow_enriched_batch", lab, lab.label_codes())
     shard_of(lab, 4)
     assert lab._columns == {}  # the hot path never builds the string objects
 
 
 def test_constructor_rejects_mismatched_codes():
-    lab = Enricher(Inventory.load(EXAMPLE)).enrich_labels(_batch())
+    lab = Enricher(read_inventory(EXAMPLE)).enrich_labels(_batch())
     with pytest.raises(ValueError):
         LabeledFlows(lab.flows[:-1], lab.codes, lab.inventory, lab.tables)

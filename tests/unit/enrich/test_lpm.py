@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.logic.lpm import PrefixTable, parse_prefix, prefix_str
+from processors.logic.enrich.lpm import PrefixTable, parse_prefix, prefix_str
 from schemas.columns import addr16_column, addr_halves
 
 
@@ -126,7 +126,7 @@ def test_matches_brute_force(tq):
 def test_many_host_routes_and_colliding_slots(monkeypatch, collide):
     """Thousands of host routes (long probe runs in the hash tables); with ``collide`` every prefix of a length
     hashes to one of two slots, so lookups walk long chains and stop at empty slots or the probe limit."""
-    from processors.logic import lpm
+    from processors.logic.enrich import lpm
 
     if collide:
         monkeypatch.setattr(lpm, "_slots", lambda hi, lo, shift: (lo & np.uint64(1)).view(np.int64) * 7)

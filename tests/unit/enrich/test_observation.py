@@ -11,8 +11,8 @@ import pytest
 from devtools.simulator import generate
 from ingest.decode import TemplateCache, decode
 from processors.logic.core import ProcessorCore
-from processors.logic.inventory import Inventory
-from processors.logic.observation import ObservationPolicy
+from processors.logic.enrich.inventory import Inventory
+from processors.logic.enrich.observation import ObservationPolicy
 from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW9, PROTO_SFLOW5, addr16, addr_str, empty_flows
 from tests.unit.simulator.helpers import small
 

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from processors.logic.inventory import InventoryError, InventoryWatcher
+from processors.config_files import InventoryWatcher
+from processors.logic.enrich.inventory import InventoryError
 from schemas.columns import addr16_column
 
 V1 = "nodes:\n  - {name: gpu-1, addresses: [10.0.0.1], group: gpu}\n"

@@ -31,3 +31,14 @@ def test_every_subcommand_has_help():
 def test_version():
     r = runner.invoke(app, ["--version"])
     assert r.exit_code == 0 and r.output.startswith("fabricflow ")
+
+
+def test_version_is_the_installed_distributions():
+    """`fabricflow --version` and the package metadata (what pip shows) come from one place."""
+    from importlib.metadata import version
+
+    import fabricflow
+
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"fabricflow {fabricflow.__version__}"
+    assert version("fabricflow") == fabricflow.__version__

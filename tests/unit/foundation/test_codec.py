@@ -166,15 +166,20 @@ def test_truncated_batches_raise_codec_error():
             codec.decode_batch(msg[:cut])
 
 
-@pytest.mark.parametrize("name, added", [
-    ("incast_event", {"dst_port": "", "dst_out_discards_per_s": -1.0}),
-    ("link_health", {"node": "", "job": ""}),
-    ("straggler_score", {"explained_by": ""}),
+@pytest.mark.parametrize("name, version, added", [
+    ("incast_event", 1, {"dst_port": "", "dst_out_discards_per_s": -1.0, "diagnosis": None}),
+    ("link_health", 1, {"node": "", "job": "", "diagnosis": None}),
+    ("straggler_score", 1, {"explained_by": "", "diagnosis": None}),
+    # before the diagnosis (issue 28)
+    ("incast_event", 2, {"diagnosis": None}),
+    ("link_health", 2, {"diagnosis": None}),
+    ("straggler_score", 2, {"diagnosis": None}),
+    ("alert", 1, {"diagnosis": None}),
 ])
-def test_detector_outputs_from_before_the_cause_links_read_with_defaults(name, added):
-    """incast_event / link_health / straggler_score messages written before issue #19's fields
-    (schemas/avro/history/<name>.1.avsc) still decode, the new fields at their defaults."""
-    old_json = json.loads((AVRO_DIR / "history" / f"{name}.1.avsc").read_text())
+def test_detector_outputs_from_before_added_fields_read_with_defaults(name, version, added):
+    """Detector output messages written before issue #19's cause-link fields or issue 28's diagnosis
+    (schemas/avro/history/<name>.<version>.avsc) still decode, the new fields at their defaults."""
+    old_json = json.loads((AVRO_DIR / "history" / f"{name}.{version}.avsc").read_text())
     old = fastavro.parse_schema(old_json)
     fp = bytes.fromhex(fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(old), "CRC-64-AVRO"))
     assert fp != codec.schema_fingerprint(name)
@@ -184,6 +189,8 @@ def test_detector_outputs_from_before_the_cause_links_read_with_defaults(name, a
         t = f["type"]
         if isinstance(t, dict) and t.get("type") == "array":
             rec[f["name"]] = []
+        elif isinstance(t, dict) and t.get("type") == "map":
+            rec[f["name"]] = {"k": "v"}
         elif isinstance(t, dict) and t.get("type") == "enum":
             rec[f["name"]] = t["symbols"][0]
         else:

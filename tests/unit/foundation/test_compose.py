@@ -5,8 +5,10 @@ PyPI package check-jsonschema, a dev dependency) and `docker-compose config` (De
 docker-compose, installed by scripts/install-system-deps.sh; skipped where it is missing). On top
 of the schema: every FABRICFLOW_* variable is a setting and the service's whole environment
 validates, every command exists, every host path exists, every file a service is told to read
-lies in one of its mounts and exists in the repository (and loads), and no replicated service
-shares a writable volume.
+lies in one of its mounts and exists in the repository (and loads), no replicated service
+shares a writable volume, every fabricflow service runs read-only as an unprivileged user and
+writes only to named volumes and tmpfs mounts, and the Dockerfile compiles in a build stage
+and runs without a compiler.
 """
 
 import json
@@ -33,7 +35,7 @@ READ_FILES = {
     "FABRICFLOW_KAFKA__SSL_CA_FILE", "FABRICFLOW_KAFKA__SSL_CERT_FILE", "FABRICFLOW_KAFKA__SSL_KEY_FILE",
 }
 WRITE_PATHS = {"FABRICFLOW_PROCESSORS__DATADIR", "FABRICFLOW_INGEST__TEMPLATE_PATH"}
-IMAGE_DIRS = ("/var/lib/fabricflow/faust", "/var/lib/fabricflow/ingest")  # created by the Dockerfile
+IMAGE_DIRS = ("/var/lib/fabricflow/faust", "/var/lib/fabricflow/ingest")  # created (and owned by the user) in the Dockerfile
 
 
 def _compose():
@@ -64,12 +66,11 @@ def _host_path(svc, container_path: str) -> Path | None:
     return None
 
 
-def _in_mount_or_image(svc, container_path: str) -> bool:
+def _writable(svc, container_path: str) -> bool:
+    """In a writable volume or a tmpfs of the service (the root file system is read-only)."""
     p = PurePosixPath(container_path)
-    for _s, target, writable in _mounts(svc):
-        if writable and (p == PurePosixPath(target) or PurePosixPath(target) in p.parents):
-            return True
-    return any(p == PurePosixPath(d) or PurePosixPath(d) in p.parents for d in IMAGE_DIRS)
+    targets = [target for _s, target, writable in _mounts(svc) if writable] + list(svc.get("tmpfs", []))
+    return any(p == PurePosixPath(t) or PurePosixPath(t) in p.parents for t in targets)
 
 
 def test_compose_spec_schema():
@@ -131,7 +132,7 @@ def test_bind_mount_sources_exist():
 
 def test_files_services_read_exist_and_load():
     """Each file setting points into a read-only bind mount and the file behind it exists and loads."""
-    from processors.logic.config_files import load_categories_file, load_inventory_file, load_policy_file
+    from processors.config_files import load_categories_file, load_inventory_file, load_policy_file
 
     loaders = {"FABRICFLOW_PROCESSORS__INVENTORY": load_inventory_file, "FABRICFLOW_PROCESSORS__POLICY": load_policy_file,
                "FABRICFLOW_PROCESSORS__CATEGORIES": load_categories_file}
@@ -154,10 +155,33 @@ def test_paths_services_write_are_writable():
         for var, value in svc["environment"].items():
             if var in WRITE_PATHS:
                 target = value if var.endswith("DATADIR") else str(PurePosixPath(value).parent)
-                assert _in_mount_or_image(svc, target), f"{name}: {var}={value} is neither in a writable volume nor an image dir"
+                assert _writable(svc, target), f"{name}: {var}={value} is neither in a writable volume nor a tmpfs"
     dockerfile = (REPO / "Dockerfile").read_text()
-    for d in IMAGE_DIRS:
+    for d in IMAGE_DIRS:  # a fresh named volume takes the owner of the image's directory
         assert d in dockerfile and "chown" in dockerfile
+
+
+def test_fabricflow_services_run_read_only_as_an_unprivileged_user():
+    for name, svc in _ff_services(_compose()).items():
+        assert svc.get("read_only") is True, f"{name}: root file system not read-only"
+        user = str(svc.get("user", ""))
+        assert user and user.split(":")[0] not in ("0", "root"), f"{name}: runs as {user or 'the image default'}"
+        assert "/tmp" in svc.get("tmpfs", []), f"{name}: no tmpfs for /tmp"
+        for source, target, writable in _mounts(svc):
+            assert not (writable and source.startswith((".", "/"))), f"{name}: writable bind mount {source}:{target}"
+    assert "--uid 10001" in (REPO / "Dockerfile").read_text()  # the user compose names is the image's
+
+
+def test_dockerfile_compiles_in_a_build_stage_and_runs_without_a_compiler():
+    text = (REPO / "Dockerfile").read_text()
+    stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+    assert len(stages) == 2 and stages[0].split()[2] == "build", "a build stage, then the runtime stage"
+    build, runtime = stages
+    assert "gcc" in build and "pip wheel" in build
+    assert "gcc" not in runtime and "apt-get" not in runtime, "no compiler in the runtime image"
+    assert "pip install --no-cache-dir --no-index --find-links /wheels" in runtime and "from=build" in runtime
+    assert "--no-create-home" in runtime and re.search(r"^USER fabricflow$", runtime, re.M)
+    assert runtime.index("pip install") < runtime.index("PYTHONDONTWRITEBYTECODE"), "pip byte-compiles at install"
 
 
 def test_no_replicated_service_shares_a_writable_volume():
@@ -216,9 +240,14 @@ def test_compose_ports_match_settings():
 
 
 def test_dockerfile_copies_every_package():
+    import tomllib
+
     text = (REPO / "Dockerfile").read_text()
-    for pkg in ("fabricflow", "ingest", "processors", "schemas", "sinks"):
-        assert f"COPY {pkg} ./{pkg}" in text
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    for pkg in {p.rstrip("*") for p in include}:
+        assert f"COPY {pkg} ./{pkg}" in text, f"{pkg} is packaged but not copied into the build stage"
+    build_files = [f for f in ("pyproject.toml", "setup.py", "README.md") if (REPO / f).exists()]
+    assert f"COPY {' '.join(build_files)} ./" in text, "the files the build reads are copied"
 
 
 def test_prometheus_scrapes_the_compose_services_on_their_metrics_ports():

@@ -1,14 +1,16 @@
 """The layering of the code, checked from the source: no import circles, no import of a higher layer.
 
 Layers, bottom to top (docs/architecture.md, "Layers"): the shared foundation ``fabricflow``
-(settings, stream catalog, logging, service lifecycle) <- ``schemas`` <- ``processors.logic`` (the pure
-domain library: inventory, categories, windows, detectors, policy) <- the services ``ingest``,
-``processors`` (Faust wiring) and ``sinks`` <- ``replay`` and ``console`` <- ``devtools`` (embedded
-stack, demo, runner, simulator, scoring) <- ``cli`` <- ``bench`` (benchmarks) <- ``scripts``. Packages of
-one layer do not import each other. ``deploy/`` (dashboard builder) and ``docs/`` (examples) stand alone:
-they import none of our packages and none imports them. Every ``.py`` file outside ``tests/`` must belong
-to one of these. Every import counts, also one inside a function; only ``if TYPE_CHECKING:`` blocks are
-left out.
+(settings, stream catalog, Kafka clients, logging, service lifecycle) <- ``schemas`` <- ``processors.logic``
+(the pure domain library: enrichment, windows, detectors, policy rules) <- ``processors.config_files`` (the
+files that library is built from, read and watched) <- the services ``ingest``, ``processors`` (Faust
+wiring) and ``sinks`` <- ``replay`` and ``console`` <- ``devtools`` (embedded stack, demo, runner,
+simulator, scoring) <- ``cli`` <- ``bench`` (benchmarks) <- ``scripts``. Packages of one layer do not
+import each other. ``deploy/`` (dashboard builder) and ``docs/`` (examples) stand alone: they import none
+of our packages and none imports them. Every ``.py`` file outside ``tests/`` must belong to one of these.
+Every import counts: one inside a function, and one under ``if TYPE_CHECKING:`` too (a module that names
+another's types only to annotate is still tied to it). The pure layer reads no file, no clock and logs
+nothing (:func:`test_the_pure_layer_does_no_io`).
 """
 
 from __future__ import annotations
@@ -23,15 +25,16 @@ LAYERS = {
     "fabricflow": 0,
     "schemas": 1,
     "processors.logic": 2,
-    "ingest": 3,
-    "processors": 3,
-    "sinks": 3,
-    "replay": 4,
-    "console": 4,
-    "devtools": 5,
-    "cli": 6,
-    "bench": 7,
-    "scripts": 8,
+    "processors.config_files": 3,
+    "ingest": 4,
+    "processors": 4,
+    "sinks": 4,
+    "replay": 5,
+    "console": 5,
+    "devtools": 6,
+    "cli": 7,
+    "bench": 8,
+    "scripts": 9,
 }
 STANDALONE = {"deploy", "docs"}
 PACKAGES = sorted({name.split(".")[0] for name in LAYERS} | STANDALONE)
@@ -56,24 +59,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return skip
-
-
 def imports_of(path: Path, module: str, known: set[str] | None = None) -> set[str]:
     """Modules (of our packages) that ``module`` imports. ``from pkg import name`` counts as an import of
     ``pkg.name`` when that is a module in ``known``, else of ``pkg``."""
     tree = ast.parse(path.read_text(), str(path))
-    skip = _type_checking_nodes(tree)
     is_pkg = path.name == "__init__.py"
     found: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -188,9 +180,9 @@ def test_no_upward_or_sideways_imports():
     ("from sinks import query\n", {"sinks.query"}),
     ("from sinks.query import ArchiveQuery\n", {"sinks.query"}),
     ("def f():\n    import cli.main\n", {"cli.main"}),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import cli.main\n", set()),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import cli.main\n", {"cli.main"}),
 ])
-def test_the_checker_sees_lazy_imports_and_skips_type_checking(tmp_path, source, expect):
+def test_the_checker_sees_lazy_and_type_checking_imports(tmp_path, source, expect):
     path = tmp_path / "m.py"
     path.write_text(source)
     assert imports_of(path, "fabricflow.m", {"sinks.query", "cli.main"}) == expect
@@ -200,3 +192,66 @@ def test_the_checker_finds_a_circle_and_an_upward_import():
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     assert package_of("processors.logic.core") == "processors.logic"
     assert LAYERS[package_of("cli.main")] > LAYERS[package_of("sinks.query")]
+
+
+def test_a_lazy_circle_inside_one_package_fails(tmp_path):
+    """settings <-> kafka_security was such a circle: one side imported the other inside a method, the other
+    imported it back for its type hints only. Both count, so the checker sees the circle."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("def client_config():\n    from .b import librdkafka_config\n")
+    b.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import KafkaSettings\n")
+    known = {"fabricflow.a", "fabricflow.b"}
+    g = {m: imports_of(p, m, known) - {m} for m, p in (("fabricflow.a", a), ("fabricflow.b", b))}
+    assert cycles(g) == [["fabricflow.a", "fabricflow.b"]]
+
+
+# the pure layer: no file, socket or clock access, no logging (docs/architecture.md, "Layers")
+PURE = "processors.logic"
+IO_MODULES = {"os", "time", "logging", "socket", "shutil", "subprocess", "tempfile", "glob", "faust",
+              "confluent_kafka", "s3fs", "fsspec", "urllib", "http", "requests"}
+IO_NAMES = {("pathlib", "Path"), ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("datetime", "now")}
+IO_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "now", "utcnow", "today", "stat", "exists",
+            "is_file", "listdir", "scandir"}
+
+
+def io_uses(path: Path) -> list[str]:
+    """What in ``path`` reads or writes files, reads a clock or logs (imports and calls by name)."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [f"line {node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in IO_MODULES]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            root = node.module.split(".")[0]
+            out += [f"line {node.lineno}: from {node.module} import {a.name}" for a in node.names
+                    if root in IO_MODULES or (root, a.name) in IO_NAMES]
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in IO_CALLS:
+                out.append(f"line {node.lineno}: {name}()")
+    return out
+
+
+def test_the_pure_layer_does_no_io():
+    mods = {m: p for m, p in source_modules().items() if package_of(m) == PURE}
+    assert "processors.logic.enrich.inventory.reader" in mods and "processors.logic.rules.config" in mods
+    bad = [f"{m}: {use}" for m, p in sorted(mods.items()) for use in io_uses(p)]
+    assert bad == []
+
+
+@pytest.mark.parametrize("source", [
+    "from pathlib import Path\n",
+    "def f(p):\n    return open(p).read()\n",
+    "def f(p):\n    return p.read_bytes()\n",
+    "import time\n",
+    "from datetime import datetime\ndef f():\n    return datetime.now()\n",
+    "import logging\n",
+    "def f():\n    import os\n",
+])
+def test_the_io_check_sees_file_reads_clocks_and_logging(tmp_path, source):
+    p = tmp_path / "m.py"
+    p.write_text(source)
+    assert io_uses(p)
+    p.write_text("from pathlib import PurePath\nimport yaml\n\ndef f(text):\n    return yaml.safe_load(text)\n")
+    assert io_uses(p) == []

@@ -111,13 +111,45 @@ def test_ensure_topics_not_required_logs_instead_of_raising(caplog, monkeypatch)
 
     s = load_settings(None, kafka={"bootstrap_servers": "127.0.0.1:1"})
     svc = Service("t")
-    import fabricflow.streams as streams
+    import fabricflow.kafka as kafka
 
     def boom(_kafka):
         raise RuntimeError("no broker")
 
-    monkeypatch.setattr(streams, "ensure_topics", boom)
+    monkeypatch.setattr(kafka, "ensure_topics", boom)
     svc.ensure_topics(s.kafka, required=False)
     assert "t: cannot ensure topics exist: no broker" in caplog.text
     with pytest.raises(RuntimeError):
         svc.ensure_topics(s.kafka)
+
+
+def test_readyz_answers_503_until_the_service_is_ready_then_follows_health(caplog):
+    clock = Clock()
+    svc = Service("t", stall_s=5, clock=clock)
+    assert svc.serve_http("127.0.0.1", None, required=True)
+    base = f"http://127.0.0.1:{svc.http.server_port}"
+    try:
+        svc.not_ready_reason = "joining the consumer group"
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(base + "/readyz", timeout=5)
+        assert e.value.code == 503 and e.value.read() == b"not ready: joining the consumer group\n"
+        assert urllib.request.urlopen(base + "/healthz", timeout=5).read() == b"ok\n"  # alive while starting
+        with caplog.at_level("INFO", logger="fabricflow.service"):
+            assert svc.mark_ready("consuming 4 partitions") and not svc.mark_ready("again")
+        lines = [r.getMessage() for r in caplog.records if " ready in " in r.getMessage()]
+        assert len(lines) == 1 and lines[0].startswith("t ready in ") and lines[0].endswith(" s: consuming 4 partitions")
+        assert urllib.request.urlopen(base + "/readyz", timeout=5).read() == b"ready\n"
+        clock.t += 6  # a stalled loop is not ready either
+        with pytest.raises(urllib.error.HTTPError, match="503"):
+            urllib.request.urlopen(base + "/readyz", timeout=5)
+    finally:
+        svc.stop()
+
+
+def test_process_age_counts_from_the_process_start():
+    import subprocess
+    import sys
+
+    code = "import time; time.sleep(0.5); from fabricflow.logs import process_age_s; print(process_age_s())"
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0.5 <= age < 30  # the sleep before the import counts: it is measured from exec, not from the import

@@ -1,19 +1,17 @@
-"""Differential tests: the fast sFlow decoders equal the reference walker exactly.
+"""Differential tests: the compiled sFlow decoder equals the readable reference exactly.
 
-Compared for every datagram: ``decode_sflow`` (per datagram, struct fast
-path), ``decode_sflow_many`` (columnar, many datagrams; its numba-compiled
-walk and its numpy walk, both) and
-``decode_sflow_reference`` (``decode_sflow`` with every sampled header parsed
-by the walker in ``ingest.decode.packet``, no struct fast path): flow and
-counter bytes, dtypes, header, problems, or the DecodeError's reason, offset
-and detail. Inputs: the real pmacct captures, the benchmark's synthetic
-stream, hypothesis-built sampled headers of random shapes cut at every
-length, mutated datagrams and garbage.
+Compared for every datagram: ``decode_sflow`` (the compiled decoder, one
+datagram per call), ``decode_sflow_many`` (the same, many datagrams per call)
+and ``decode_sflow_reference`` (``ingest.decode.reference.sflow``, plain
+Python, every sampled header parsed by ``ingest.decode.reference.packet``):
+flow and counter bytes, dtypes, header, problems, or the DecodeError's
+reason, offset and detail. Inputs: the real pmacct captures, the benchmark's
+synthetic stream, hypothesis-built sampled headers of random shapes cut at
+every length, mutated datagrams and garbage.
 """
 
 from __future__ import annotations
 
-import functools
 import random
 import struct
 from pathlib import Path
@@ -25,15 +23,15 @@ from hypothesis import strategies as st
 
 from bench.decode_sflow import synthetic
 from ingest.decode import DecodeError, TemplateCache, decode
-from ingest.decode.packet import parse_ethernet
-from ingest.decode.sflow import _fast_eth, decode_sflow
-from ingest.decode.sflow_batch import JIT_AVAILABLE, decode_sflow_many
+from ingest.decode import _sflow_compiled
+from ingest.decode.reference.packet import parse_ethernet
+from ingest.decode.reference.sflow import decode_sflow as decode_sflow_reference
+from ingest.decode.sflow import decode_sflow, decode_sflow_many
 from ingest.pcapread import read_udp
 from tests.fixtures_path import SHARED_FIXTURES
+from ingest.decode.reference.packet import parse_header
 from tests.unit.decode_sflow import sflow_build as b
 
-decode_sflow_reference = functools.partial(decode_sflow, fast_headers=False)
-JITS = (True, False) if JIT_AVAILABLE else (False,)
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 PCAPS = [
@@ -71,11 +69,10 @@ def _check_all(datagrams, cache=None, exporter="192.0.2.7", t=1_700_000_000_123)
     refs = [_outcome(decode_sflow_reference, d, exporter, t, cache) for d in datagrams]
     for d, ref in zip(datagrams, refs):
         _assert_same(_outcome(decode_sflow, d, exporter, t, cache), ref)
-    for jit in JITS:  # the compiled walk and the numpy walk (the reference of the columnar path)
-        many = decode_sflow_many(datagrams, exporter, t, cache if cache is not None else TemplateCache(), jit=jit)
-        assert len(many) == len(datagrams)
-        for got, ref in zip(many, refs):
-            _assert_same(got, ref)
+    many = decode_sflow_many(datagrams, exporter, t, cache if cache is not None else TemplateCache())
+    assert len(many) == len(datagrams)
+    for got, ref in zip(many, refs):
+        _assert_same(got, ref)
     return refs
 
 
@@ -97,28 +94,13 @@ def test_pmacct_captures_identical(path):
     assert (facts["pool"] > 0).all() and (facts["seq"] > 0).all()  # the sample headers' facts are read
 
 
-def test_fabric_capture_exercises_fast_path_and_walker(monkeypatch):
-    """VXLAN / QinQ / IPv6 extension headers go to the walker, plain frames do not."""
-    import ingest.decode.sflow as sf
-    import ingest.decode.sflow_batch as sb
-
+def test_fabric_capture_exercises_the_odd_header_shapes():
+    """The fabric capture holds VXLAN, QinQ / 802.1ad, IPv6 and RoCEv2 samples, so the test above covers them."""
     dgrams = _pcap(PCAPS[2])
-    n_rows = sum(len(decode_sflow_reference(d, "x", 1, TemplateCache()).flows) for d in dgrams)
-    calls = {"one": 0, "many": 0}
-
-    def counting(key, fn):
-        def wrapped(*a):
-            calls[key] += 1
-            return fn(*a)
-        return wrapped
-
-    monkeypatch.setattr(sf, "parse_ethernet", counting("one", sf.parse_ethernet))
-    monkeypatch.setattr(sb, "parse_ethernet", counting("many", sb.parse_ethernet))
-    for d in dgrams:
-        decode_sflow(d, "x", 1, TemplateCache())
-    decode_sflow_many(dgrams, "x", 1, TemplateCache())
-    assert 0 < calls["one"] < n_rows
-    assert 0 < calls["many"] <= calls["one"]
+    f = np.concatenate([r.flows for r in decode_sflow_many(dgrams, "x", 1, TemplateCache())
+                        if not isinstance(r, DecodeError)])
+    assert (f["vxlan_vni"] >= 0).any() and (f["ip_version"] == 6).any() and (f["roce_opcode"] >= 0).any()
+    assert (f["vlan"] > 0).any()
 
 
 def test_bench_synthetic_stream_identical():
@@ -133,9 +115,8 @@ def test_bench_synthetic_stream_identical():
         part = dgrams[i : i + n]
         ex = [f"10.0.0.{j % 7}" for j in range(len(part))]
         ts = [1_000 + j for j in range(len(part))]
-        for jit in JITS:
-            for d, e, t, got in zip(part, ex, ts, decode_sflow_many(part, ex, ts, cache, jit=jit)):
-                _assert_same(got, _outcome(decode_sflow_reference, d, e, t, cache))
+        for d, e, t, got in zip(part, ex, ts, decode_sflow_many(part, ex, ts, cache)):
+            _assert_same(got, _outcome(decode_sflow_reference, d, e, t, cache))
         i += n
 
 
@@ -226,13 +207,15 @@ def _frame(draw, depth=0):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_frame())
-def test_fast_eth_equals_walker_at_every_length(frame):
+def test_compiled_header_parse_equals_walker_at_every_length(frame):
     frame = frame[:160]
     pad = frame + b"\xAB" * 100  # bytes after the header end must not be read
     for cut in range(len(frame) + 1):
         ref = parse_ethernet(frame[:cut], 0, 0)
-        got = _fast_eth(pad, 0, cut)
-        assert got is None or got == ref, (cut, got, ref)
+        assert _sflow_compiled.parse_header(pad, cut, 1) == ref, cut
+        for proto, l3 in ((11, 14), (12, 14)):  # the same bytes as a header that starts at the IP layer
+            if cut >= l3:
+                assert _sflow_compiled.parse_header(pad[l3:], cut - l3, proto) == parse_header(frame[l3:cut], proto)
 
 
 def test_two_raw_header_records_in_a_sample_identical():
@@ -295,17 +278,18 @@ def test_truncated_at_every_length_identical():
     _check_all([base[:cut] for cut in range(len(base) + 1)])
 
 
-def test_compiled_walk_is_available():
-    """numba is a declared dependency and the flow layout is the one the compiled walk writes."""
-    import numpy as np
+def test_compiled_rows_have_the_dtypes_layout():
+    """The compiled decoder's row structs are checked against the dtypes; a changed dtype is refused."""
+    from ingest.decode.result import SAMPLE_DTYPE
+    from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE
 
-    from ingest.decode import _sflow_jit
-    from schemas.columns import FLOW_DTYPE
+    flows, samples, counters = np.zeros(1, FLOW_DTYPE), np.zeros(1, SAMPLE_DTYPE), np.zeros(1, COUNTER_DTYPE)
+    assert _sflow_compiled.check_layouts(flows, samples, counters)
+    wrong = np.dtype([(n, "<i4" if n == "bytes" else FLOW_DTYPE.fields[n][0]) for n in FLOW_DTYPE.names])
+    with pytest.raises(ValueError):
+        _sflow_compiled.check_layouts(np.zeros(1, wrong), samples, counters)
 
-    assert JIT_AVAILABLE and _sflow_jit.layout_matches(FLOW_DTYPE)
-    assert not _sflow_jit.layout_matches(np.dtype([("export_protocol", "<i4")]))
 
-
-def test_dispatch_uses_fast_decoder():
+def test_dispatch_uses_compiled_decoder():
     d = synthetic(1, 7)[0]
     _assert_same(decode(d, "x", 1, TemplateCache()), decode_sflow_reference(d, "x", 1, TemplateCache()))

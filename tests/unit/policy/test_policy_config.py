@@ -5,13 +5,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from processors.logic.policy import PolicyConfig, load_policy_config
+from processors.config_files import load_policy_file
+from processors.logic.rules.policy import PolicyConfig, policy_config
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def test_example_yaml_loads():
-    cfg = load_policy_config(REPO / "scenarios" / "policy.example.yaml")
+    cfg = load_policy_file(REPO / "scenarios" / "policy.example.yaml")
     assert cfg.segmentation.enabled and cfg.segmentation.allow[0].name == "gpu-collective"
     assert cfg.exfiltration.min_bytes == 1_000_000_000
     assert cfg.exfiltration.window == 600.0
@@ -24,9 +25,18 @@ def test_example_yaml_loads():
 
 
 def test_yaml_string_and_sizes():
-    cfg = load_policy_config("exfiltration:\n  min_bytes: 2GiB\n  window: 1h\n")
+    cfg = policy_config("exfiltration:\n  min_bytes: 2GiB\n  window: 1h\n")
     assert cfg.exfiltration.min_bytes == 2 * 2**30 and cfg.exfiltration.window == 3600.0
-    assert load_policy_config(None) == PolicyConfig()
+    assert policy_config(None) == PolicyConfig()
+
+
+def test_a_path_is_not_read_by_the_pure_layer(tmp_path):
+    """The pure layer reads no file: a path is refused, processors.config_files reads it."""
+    p = tmp_path / "policy.yaml"
+    p.write_text("exfiltration:\n  min_bytes: 2GiB\n")
+    with pytest.raises(TypeError, match="YAML text"):
+        policy_config(p)
+    assert load_policy_file(p).exfiltration.min_bytes == 2 * 2**30
 
 
 @pytest.mark.parametrize(

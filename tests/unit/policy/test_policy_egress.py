@@ -4,7 +4,7 @@ import random
 
 from policy_testkit import CLUSTER, MIN, T0, assert_valid_alerts, by_state, flow, make_batch
 
-from processors.logic.policy import PolicyEngine
+from processors.logic.rules.policy import PolicyEngine
 
 CFG = {"exfiltration": {"enabled": False}, "checkpoint": {"enabled": False},
        "external_dependency": {"documented_cidrs": ["192.0.2.0/24"]}}

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_testkit import CLUSTER, GB, MIN, T0, assert_lifecycle, assert_valid_alerts, flow, make_batch
 
-from processors.logic.policy import PolicyEngine
+from processors.logic.rules.policy import PolicyEngine
 from schemas.columns import empty_flows
 
 CFG = {

@@ -2,7 +2,7 @@
 
 from policy_testkit import CLUSTER, GB, MIN, T0, assert_valid_alerts, by_state, flow, make_batch
 
-from processors.logic.policy import PolicyEngine
+from processors.logic.rules.policy import PolicyEngine
 
 CFG = {"external_dependency": {"enabled": False}, "checkpoint": {"enabled": False},
        "exfiltration": {"authorized_cidrs": ["198.51.100.128/25"]}}

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_testkit import CLUSTER, GB, MIN, T0, flow, make_batch
 
-from processors.logic.policy import PolicyEngine
+from processors.logic.rules.policy import PolicyEngine
 from processors.logic.rules import CheckpointRule, CheckpointConfig
-from processors.logic.groupby import DenseGroups, GroupBy, factorize, factorize_interned, min_max_by
-from processors.logic.interning import Interner
+from processors.logic.windows.groupby import DenseGroups, GroupBy, factorize, factorize_interned, min_max_by
+from processors.logic.windows.interning import Interner
 from processors.logic.rules.common import BatchContext, Networks, format_tuple
 from schemas.columns import addr_keys, addr_str, addr_strs
 

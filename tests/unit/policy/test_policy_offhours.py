@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from policy_testkit import CLUSTER, GB, MIN, assert_valid_alerts, by_state, flow, make_batch
 
-from processors.logic.policy import PolicyEngine, Schedule
+from processors.logic.rules.policy import PolicyEngine, Schedule
 from processors.logic.rules import off_hours_mask
 
 

@@ -3,7 +3,7 @@
 import pyarrow as pa
 from policy_testkit import CLUSTER, MIN, T0, assert_valid_alerts, by_state, flow, make_batch
 
-from processors.logic.policy import PolicyConfig, PolicyEngine, observed_pairs, segmentation_matrix
+from processors.logic.rules.policy import PolicyConfig, PolicyEngine, observed_pairs, segmentation_matrix
 
 POLICY = {
     "segmentation": {

@@ -2,7 +2,7 @@
 
 from policy_testkit import CLUSTER, GB, MIN, T0, assert_valid_alerts, by_state, flow, make_batch
 
-from processors.logic.policy import PolicyEngine
+from processors.logic.rules.policy import PolicyEngine
 
 BASE = {"exfiltration": {"enabled": False}, "external_dependency": {"enabled": False},
         "storage_on_compute": {"enabled": False}}

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_testkit import CLUSTER, MIN, T0, assert_valid_alerts, by_state, flow, make_batch
 
-from processors.logic.policy import PolicyEngine
+from processors.logic.rules.policy import PolicyEngine
 from processors.logic.rules.common import Networks
 from schemas.columns import addr16_column
 

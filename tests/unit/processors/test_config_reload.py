@@ -10,8 +10,8 @@ import pytest
 
 from fabricflow.settings import load_settings
 from processors.worker import Processors
-from processors.logic.categories import CATEGORY_CODE
-from processors.logic.config_files import ConfigFileError, check_config_files
+from processors.logic.enrich.categories import CATEGORY_CODE
+from processors.config_files import ConfigFileError, check_config_files
 from tests.synth import training_batches
 
 REPO = Path(__file__).resolve().parents[3]
@@ -140,9 +140,9 @@ def test_one_file_watcher_for_inventory_and_config_files(tmp_path):
 
     import pytest
 
-    from processors.logic.config_files import ConfigFileWatcher
-    from processors.logic.filewatch import FileWatcher
-    from processors.logic.inventory import InventoryWatcher
+    from processors.config_files import ConfigFileWatcher
+    from fabricflow.filewatch import FileWatcher
+    from processors.config_files import InventoryWatcher
 
     assert issubclass(InventoryWatcher, FileWatcher) and issubclass(ConfigFileWatcher, FileWatcher)
     p = tmp_path / "n.txt"

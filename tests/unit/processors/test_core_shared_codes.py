@@ -6,12 +6,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from processors.config_files import read_inventory
 from processors.logic.core import ProcessorCore
 from processors.logic.engine import Engine
-from processors.logic.enrich import Enricher
-from processors.logic.inventory import Inventory
-from processors.logic.groupby import factorize, factorize_interned
-from processors.logic.interning import Interner
+from processors.logic.enrich.enricher import Enricher
+from processors.logic.windows.groupby import factorize, factorize_interned
+from processors.logic.windows.interning import Interner
 from tests.synth import training_batches
 
 INVENTORY = Path(__file__).resolve().parents[2] / "data" / "cluster_inventory.yaml"
@@ -30,7 +30,7 @@ def test_factorize_interned_equals_factorize(values, known_first):
 
 
 def test_alerts_equal_with_and_without_shared_codes(monkeypatch):
-    inv = Inventory.load(str(INVENTORY))
+    inv = read_inventory(str(INVENTORY))
     batches = [b for _e, b in training_batches(seconds=60, seed=3)]
     shared = ProcessorCore(inv)
     out_shared = [o for b in batches for o in shared.process_raw(b)[1]]
@@ -51,7 +51,7 @@ def test_alerts_equal_with_and_without_shared_codes(monkeypatch):
 
 def test_detectors_equal_with_and_without_enricher_label_codes(monkeypatch):
     """The engine codes the string columns from the enricher's label codes: same outputs, same state."""
-    inv = Inventory.load(str(INVENTORY))
+    inv = read_inventory(str(INVENTORY))
     batches = [b for _e, b in training_batches(seconds=60, seed=5)]
     with_labels = ProcessorCore(inv)
     calls = []

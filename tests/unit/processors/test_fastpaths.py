@@ -9,13 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from processors.config_files import read_inventory
 from processors.logic.core import shard_of
-from processors.logic.incast import KEYS, MAXES, SUMS, IncastAggregator
-from processors.logic.matrix import KEY_COLUMNS, UNKNOWN, VALUE_COLUMNS, CellAggregator, MatrixConfig, matrix_cells
+from processors.logic.detectors.incast import KEYS, MAXES, SUMS, IncastAggregator
+from processors.logic.windows.matrix import KEY_COLUMNS, UNKNOWN, VALUE_COLUMNS, CellAggregator, MatrixConfig, matrix_cells
 from processors.logic.rules.common import BatchContext, Networks
-from processors.logic.groupby import GroupBy, group_reduce, reduce_runs
-from processors.logic.interning import Interner, RowInterner
-from processors.logic.windows import WindowConfig, WindowManager
+from processors.logic.windows.groupby import GroupBy, group_reduce, reduce_runs
+from processors.logic.windows.interning import Interner, RowInterner
+from processors.logic.windows.tumbling import WindowConfig, WindowManager
 from schemas.columns import addr_str, dtype_for
 
 ENRICHED = dtype_for("flow_enriched")
@@ -164,11 +165,10 @@ def test_shard_of_from_label_codes_equals_reference(rows, partitions):
 
 
 def test_shard_of_with_enricher_codes_equals_plain():
-    from processors.logic.enrich import Enricher
-    from processors.logic.inventory import Inventory
+    from processors.logic.enrich.enricher import Enricher
     from tests.synth import training_batches
 
-    inv = Inventory.load(Path(__file__).parents[2] / "data" / "cluster_inventory.yaml")
+    inv = read_inventory(Path(__file__).parents[2] / "data" / "cluster_inventory.yaml")
     e = Enricher(inv)
     for _exp, batch in training_batches(seconds=3):
         enriched = e.enrich(batch)
@@ -327,7 +327,7 @@ def test_addr_str_cached_gives_the_same_text():
 # --------------------------------------------------------------------------- categories: port table look-ups
 
 def _port_side_ref(proto, port, specs):
-    from processors.logic.categories import parse_port_match
+    from processors.logic.enrich.categories import parse_port_match
 
     out = np.zeros(len(port), dtype=bool)
     l4 = (proto == 6) | (proto == 17) | (proto == 132)
@@ -344,7 +344,7 @@ def _port_side_ref(proto, port, specs):
        st.lists(st.sampled_from(["tcp/22", "udp/53", "any/53", "tcp/1024-65535", "sctp/0-10", "udp/4791", "any/0-65535",
                                  "tcp/65535"]), min_size=1, max_size=4))
 def test_port_table_equals_compares(rows, specs):
-    from processors.logic.categories import _port_side, _side_index
+    from processors.logic.enrich.categories import _port_side, _side_index
 
     proto = np.array([r[0] for r in rows], dtype=np.int32)
     port = np.array([r[1] for r in rows], dtype=np.int32)
@@ -356,7 +356,7 @@ def test_port_table_equals_compares(rows, specs):
 def test_straggler_median_equals_numpy(values):
     import warnings
 
-    from processors.logic.straggler import _median
+    from processors.logic.detectors.straggler import _median
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

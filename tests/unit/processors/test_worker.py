@@ -409,11 +409,14 @@ def test_worker_consumer_uses_the_configured_fetch_wait(tmp_path):
     """Faust hard-codes fetch_max_wait_ms=1500; the worker's Kafka consumer must get processors.fetch_max_wait_ms."""
     import asyncio
 
+    from processors.worker.faust_app import make_app
+
     p, _sent = _proc(tmp_path, fetch_max_wait_ms=77)
+    app = make_app(p)
 
     async def build():
-        consumer = p.app.consumer
-        kafka_consumer = consumer._thread._create_worker_consumer(p.app.transport)
+        consumer = app.consumer
+        kafka_consumer = consumer._thread._create_worker_consumer(app.transport)
         try:
             return kafka_consumer._fetch_max_wait_ms
         finally:
@@ -444,9 +447,10 @@ def test_offsets_are_committed_only_after_the_publisher_delivered(tmp_path):
 
     from faust.transport.drivers import aiokafka as faust_aiokafka
 
-    from processors.worker.faust_app import FetchWaitConsumer
+    from processors.worker.faust_app import FetchWaitConsumer, make_app
 
     p, _sent = _proc(tmp_path)
+    app = make_app(p)
     queued = [3]
     flushed = []
 
@@ -455,7 +459,7 @@ def test_offsets_are_committed_only_after_the_publisher_delivered(tmp_path):
         return queued[0]
 
     p.publisher.producer.flush = flush
-    assert p.app.outputs_delivered is not None
+    assert app.outputs_delivered is not None
     committed = []
 
     async def base_commit(self, offsets, start_new_transaction=True):
@@ -463,7 +467,7 @@ def test_offsets_are_committed_only_after_the_publisher_delivered(tmp_path):
         return True
 
     consumer = object.__new__(FetchWaitConsumer)
-    consumer.app = p.app
+    consumer.app = app
     with mock.patch.object(faust_aiokafka.Consumer, "_commit_offsets", base_commit):
         assert asyncio.run(consumer._commit_offsets({"tp": 7})) is False  # 3 messages not delivered: no commit
         assert committed == []
@@ -676,3 +680,33 @@ def test_counter_batches_taken_together_travel_as_one_message_per_shard_with_the
     assert {shuffle.header(h, "role").count(",") for _p, _v, h in together} == {len(items) - 1}  # a role per piece
     assert sorted(links2) == [0, 1] and links1 == links2 and n1 == n2 == 2 * len(items)
     assert state1 == state2 and all(len(s["keys"]) == 2 * len(exporters) for s in state2.values())
+
+
+def test_counter_owner_shard_is_the_one_replay_gives(tmp_path):
+    """The shard that reports a counter batch's link health is chosen by one rule (fabricflow.streams.counter_shard):
+    live from the message key (the exporter address as ingest writes it), replay from the rows' exporter_addr.
+    192.0.2.10 and .14 are exporters whose shard the earlier replay rule (CRC32 of the 16-byte address) put
+    elsewhere than live."""
+    from replay.core import counter_shard_of
+    from tests.unit.detectors.helpers import counters
+
+    p, sent = _proc(tmp_path)
+    exporters = ["192.0.2.10", "192.0.2.14", "10.255.0.4", "2001:db8::7"]
+    for off, e in enumerate(exporters):
+        rows = counters([dict(exporter=e, if_index=i, t=10_000) for i in (1, 2)])
+        p.handle_raw("counters.raw.v1", e.encode(), codec.encode_batch("counter_batch", rows), 0, off)
+        owners = [part for t, _k, _v, part, h in sent
+                  if t == p.settings.kafka.topics.shuffle and not shuffle.state_roles(h)]
+        assert owners == sorted(set(counter_shard_of(rows, 2).tolist())), e
+        sent.clear()
+
+
+def test_the_faust_app_heartbeats_three_times_per_session_and_starts_without_a_pause(tmp_path):
+    from processors.worker.faust_app import TableManager
+
+    from processors.worker.faust_app import make_app
+
+    p, _ = _proc(tmp_path)
+    conf = make_app(p).conf
+    assert conf.broker_session_timeout == 6.0 and conf.broker_heartbeat_interval == 2.0  # Faust's own default: 3 s
+    assert conf.TableManager is TableManager  # Faust's table manager waits 1 s before it subscribes; ours does not

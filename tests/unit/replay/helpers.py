@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from processors.logic.inventory import Inventory
+from processors.logic.enrich.inventory import Inventory
 from schemas.columns import COUNTER_DTYPE, addr16, empty_flows
 
 T0 = 1_796_083_200_000  # 2026-12-01T00:00:00Z (inside the job's time span)

@@ -7,7 +7,8 @@ from pathlib import Path
 import yaml
 
 from fabricflow.settings import load_settings
-from processors.logic.inventory import Inventory
+from processors.config_files import read_inventory
+from processors.logic.enrich.inventory import Inventory
 from replay import canonical, core_factory_from, replay_batches
 from tests.synth import training_batches
 from tests.unit.replay.test_replay_core import merge_shards
@@ -45,7 +46,7 @@ def test_an_unregistered_host_alert_fires_once_across_shards():
 
     from tests.synth import GPU, UNREGISTERED, _flows
 
-    factory = core_factory_from(load_settings(None).processors, inventory=Inventory.load(str(INVENTORY)))
+    factory = core_factory_from(load_settings(None).processors, inventory=read_inventory(str(INVENTORY)))
     t0 = 1_767_225_600_000
     batches = [b for _e, b in training_batches(seconds=45)]
     batches += [_flows(np.array([GPU[0]]), np.array([UNREGISTERED]), np.array([300_000]), np.array([t0 + s * 1000 + 600]),

@@ -12,7 +12,7 @@ from .helpers import small_doc
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 SHIPPED = ["healthy", "straggler", "link_downgrade", "incast", "segmentation", "lb_skew", "storage_slowdown",
-           "storage_link", "congestion", "syn_storm", "mixed"]
+           "storage_link", "congestion", "syn_storm", "incast_ecn", "incast_dcqcn", "congestion_nocnp", "link_flap", "mixed"]
 
 
 def test_speeds():
@@ -55,10 +55,12 @@ def test_inventory_dict_shape():
 
 @pytest.mark.parametrize("name", ["healthy", "mixed"])
 def test_processors_inventory_loader_accepts_scenarios(name):
-    inventory = pytest.importorskip("processors.logic.inventory")
+    from processors.config_files import read_inventory
+    from processors.logic.enrich.inventory import Inventory
+
     scen = load_scenario(SCENARIOS / f"{name}.yaml")
-    a = inventory.Inventory.load(SCENARIOS / f"{name}.yaml")
-    b = inventory.Inventory.from_dict(scen.cluster.to_inventory_dict())
+    a = read_inventory(SCENARIOS / f"{name}.yaml")
+    b = Inventory.from_dict(scen.cluster.to_inventory_dict())
     assert a.n_entries == b.n_entries >= len(scen.cluster.nodes)
 
 

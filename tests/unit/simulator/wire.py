@@ -49,7 +49,7 @@ def parse_sflow(d: bytes) -> dict:
                 if rfmt == 1:
                     v = struct.unpack(">IIQIIQIIIIIIQIIIIII", rb)
                     rec.update(if_index=v[0], if_speed=v[2], in_octets=v[5], in_ucast=v[6], in_discards=v[9],
-                               in_errors=v[10], out_octets=v[12], out_ucast=v[13], out_discards=v[16])  # fmt: skip
+                               in_errors=v[10], out_octets=v[12], out_ucast=v[13], out_discards=v[16], status=v[4])  # fmt: skip
                 elif rfmt == 2:
                     rec["dot3"] = struct.unpack(">13I", rb)
             counters.append(rec)

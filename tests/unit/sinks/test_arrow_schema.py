@@ -91,7 +91,11 @@ def example(name: str) -> dict:
     out = {}
     for f in schema["fields"]:
         t = f["type"]
-        if isinstance(t, str):
+        if isinstance(t, list):  # the optional diagnosis record
+            from processors.logic.diagnosis.catalog import LINK_FAULT, diagnosis, evidence
+
+            out[f["name"]] = diagnosis(LINK_FAULT, "s", "n", "c", [evidence("port_errors_per_s", "counters", "tor/if1", 50.0)])
+        elif isinstance(t, str):
             out[f["name"]] = vals[t]
         elif t["type"] == "enum":
             out[f["name"]] = t["symbols"][0]

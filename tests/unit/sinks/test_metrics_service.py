@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fabricflow.settings import load_settings
-from processors.logic.inventory import Inventory
+from processors.logic.enrich.inventory import Inventory
 from schemas import codec
 from sinks.metrics.service import MetricsService
 from tests.fake_kafka import FakeMessage

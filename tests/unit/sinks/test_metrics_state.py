@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from processors.logic.inventory import Inventory
+from processors.logic.enrich.inventory import Inventory
 from schemas import codec
 from sinks.metrics.budget import OTHER_RESERVE, PairBudget
 from sinks.metrics.state import MetricsState

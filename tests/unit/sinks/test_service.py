@@ -176,7 +176,9 @@ def test_on_step_sees_every_step_of_each_plan_in_order(write_mode):
 def test_archive_filesystem(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     s = load_settings(None, archive={"url": "file://var/arch"})
-    fs, root = archive_filesystem(s.archive)
+    fs, root = archive_filesystem(s.archive)  # a reader: nothing created
+    assert root == str(tmp_path / "var" / "arch") and not (tmp_path / "var").exists()
+    fs, root = archive_filesystem(s.archive, write=True)  # the writer creates it
     assert root == str(tmp_path / "var" / "arch") and (tmp_path / "var" / "arch").is_dir()
     fs, root = archive_filesystem(load_settings(None, archive={"url": "memory://x/y"}).archive)
     assert root == "/x/y" and "memory" in fs.protocol
@@ -240,7 +242,7 @@ def test_object_store_down_while_reading_the_index_ends_the_run_with_one_line(mo
     monkeypatch.setattr(svc.fs, "ls", down)
     monkeypatch.setattr("sinks.archive_service.Consumer", lambda _conf: OneBatch())
     monkeypatch.setattr("fabricflow.readiness.wait_for_kafka", lambda *a, **kw: 1)
-    monkeypatch.setattr("fabricflow.streams.ensure_topics", lambda *a, **kw: {})
+    monkeypatch.setattr("fabricflow.kafka.ensure_topics", lambda *a, **kw: {})
     monkeypatch.setattr("sinks.archive_service.ArchiveService._consumer_config", lambda self: {})
     with pytest.raises(ArchiveUnavailable, match="did not answer while reading the archive index"):
         svc.run(max_seconds=5)

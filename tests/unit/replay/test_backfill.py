@@ -1,0 +1,134 @@
+"""replay/backfill.py: a capture through ingest's pipeline, the processors' cores and the archive sink's code, with
+the topics in memory. The same capture gives the same archive, file for file; its windowed outputs are what
+replaying its own raw flows gives; running it again adds nothing (the sink's de-duplication) unless the earlier
+files are removed first; marks in the capture land in step_marks and changes."""
+
+from __future__ import annotations
+
+import json
+
+import fsspec
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from devtools.simulator.engine import Simulation
+from devtools.simulator.exporters.pcap import DistinctSources, write_pcap
+from fabricflow.settings import load_settings
+from replay import ReplayError, archive_source, replay_batches
+from replay.backfill import OFFSET_SPAN, Backfill, capture_base_offset, remove_previous
+from replay.config import core_factory_from
+from sinks import layout
+from tests.fixtures_path import REPO
+
+INV = str(REPO / "scenarios" / "tuning.yaml")
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory):
+    p = tmp_path_factory.mktemp("cap") / "tuning.pcap"
+    sim = Simulation("tuning", duration_s=60, kinds={"sflow", "netflow9", "ipfix", "marks"})
+    write_pcap(p, sim.run(), sources=DistinctSources())
+    return str(p)
+
+
+@pytest.fixture(scope="module")
+def archive(capture, tmp_path_factory):
+    """One backfill of the capture (the tests below read it; those that write copy it first)."""
+    root = tmp_path_factory.mktemp("backfilled") / "archive"
+    progress = []
+    _bf, st = _run(capture, root, on_progress=lambda s: progress.append(s.fraction), progress_s=0.0)
+    return root, st, progress
+
+
+def _run(capture, root, **kw):
+    s = load_settings(None, archive={"url": f"file://{root}"})
+    bf = Backfill(s, capture, root=str(root), core_factory=core_factory_from(s.processors, inventory=INV), **kw)
+    return bf, bf.run()
+
+
+def _contents(root) -> dict:
+    """Every data file: its key -> its rows (sorted JSON lines), derived datasets included."""
+    out = {}
+    for f in sorted(root.rglob("*.parquet")):
+        rows = pq.read_table(f).to_pylist()
+        out[str(f.relative_to(root))] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
+    return out
+
+
+def test_same_capture_same_archive(capture, archive, tmp_path):
+    root, st, progress = archive
+    _run(capture, tmp_path / "b")
+    a, b = _contents(root), _contents(tmp_path / "b")
+    assert a == b and len(a) >= 10
+    datasets = {k.split("/")[0] for k in a}
+    assert {"flows_raw", "flows_enriched", "matrix_windows", "patterns", "step_marks", "counters_raw",
+            "traffic_1m", "ingest_quality", "summaries_hourly"} <= datasets
+    assert st.flow_records > 10_000 and st.mark_datagrams > 40 and progress[-1] == 1.0
+    offs = [layout.parse_key(k).first_offset for k in a]
+    base = capture_base_offset(capture)
+    assert all(base <= o < base + OFFSET_SPAN for o in offs)
+
+
+def test_windowed_outputs_equal_a_replay_of_its_own_raw_flows(archive):
+    root, st, _p = archive
+    s = load_settings(None)
+    src = archive_source(fsspec.filesystem("file"), str(root), st.first_ms - 60_000, st.last_ms + 3_600_000)
+    outs = replay_batches(src.flow_batches(), src.counter_batches(), core_factory_from(s.processors, inventory=INV),
+                          s.kafka.partitions)
+    replayed = sorted((o.value["window_start_ms"], o.value["level"], o.value["src"], o.value["dst"],
+                       o.value["category"], o.value["bytes_est"], o.value["samples"]) for o in outs if o.kind == "matrix")
+    archived = []
+    for f in sorted(root.rglob("matrix_windows/**/*.parquet")):
+        t = pq.read_table(f).to_pydict()
+        archived += list(zip(t["window_start_ms"], t["level"], t["src"], t["dst"], t["category"], t["bytes_est"],
+                             t["samples"]))
+    assert len(archived) > 500 and sorted(archived) == replayed
+    scores = sorted((r["window_start_ms"], r["node"], r["score"]) for f in root.rglob("straggler_scores/**/*.parquet")
+                    for r in pq.read_table(f).to_pylist())
+    assert scores and scores == sorted((o.value["window_start_ms"], o.value["node"], o.value["score"])
+                                       for o in outs if o.kind == "straggler")
+
+
+def test_a_second_run_writes_nothing_and_replace_redoes_it(capture, archive, tmp_path):
+    import shutil
+
+    root = tmp_path / "a"
+    shutil.copytree(archive[0], root)
+    before = _contents(root)
+    _bf, again = _run(capture, root)
+    assert again.files_written == 0 and _contents(root) == before
+    gone = remove_previous(fsspec.filesystem("file"), str(root), capture_base_offset(capture))
+    assert gone == len(before)
+    _bf, redo = _run(capture, root)
+    assert redo.files_written == archive[1].files_written and _contents(root) == before
+
+
+def test_marks_and_changes_from_the_capture(archive):
+    root = archive[0]
+    steps = [r for f in root.rglob("step_marks/**/*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert {r["job"] for r in steps} == {"train-a", "train-b"}
+    assert all(r["time_ms"] == r["received_ms"] and r["source"].startswith("udp:127.0.0.") for r in steps)
+    starts = sorted(r["step"] for r in steps if r["job"] == "train-a" and r["event"] == "step_start")
+    assert starts == list(range(len(starts))) and len(starts) == 30  # one every 2 s over 60 s
+    assert not list(root.glob("changes"))  # the change of this scenario comes at t=200 s
+
+
+def test_the_change_mark_of_a_longer_capture(tmp_path):
+    p = tmp_path / "t.pcap"
+    sim = Simulation("tuning", duration_s=210, kinds={"sflow", "netflow9", "ipfix", "marks"})
+    write_pcap(p, (d for d in sim.run() if d[1] == "marks" or d[0] % 10 == 0), sources=DistinctSources())
+    _run(str(p), tmp_path / "a")
+    ch = [r for f in (tmp_path / "a").rglob("changes/**/*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert len(ch) == 1 and ch[0]["job"] == "train-b" and ch[0]["time_ms"] == sim.start_ms + 200_000
+
+
+def test_bad_captures_are_one_line_errors(tmp_path):
+    s = load_settings(None)
+    with pytest.raises(ReplayError, match="no capture file"):
+        Backfill(s, str(tmp_path / "missing.pcap"), root=str(tmp_path / "a"))
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"not a pcap at all")
+    with pytest.raises(ReplayError, match="cannot read"):
+        Backfill(s, str(bad), root=str(tmp_path / "a")).run()
+    assert np.isscalar(capture_base_offset(str(bad)))
