@@ -11,9 +11,9 @@ given: ``-max_len=16384 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1``. `
 (``-runs``, ``-max_total_time``, ``-jobs``, ``-merge=1``, ``-minimize_crash=1``, ...). docs/fuzzing.md
 says how to run a campaign and add its findings to the corpus.
 
-The decoders' Python bytecode is instrumented (``ingest``, ``schemas``); the numba-compiled walks are
-not (no coverage feedback from native code): the targets compare them with the Python reference
-instead. The custom mutator (:mod:`tests.fuzz.mutate`) keeps headers, lengths and templates consistent
+The decoders' Python bytecode is instrumented (``ingest``, ``schemas``), the plain-Python references
+included; the compiled decoders (Cython extension modules) cannot be (no coverage feedback from native
+code): the targets run them on every input and compare them with the references instead. The custom mutator (:mod:`tests.fuzz.mutate`) keeps headers, lengths and templates consistent
 most of the time and falls back to libFuzzer's byte mutations.
 """
 
@@ -32,23 +32,24 @@ import atheris
 from atheris.instrument_bytecode import patch_code
 
 REPO = Path(__file__).resolve().parents[2]
-# The compiled walks: numba compiles their Python bytecode, which must stay uninstrumented.
-_NATIVE = ["ingest.decode._sflow_jit", "schemas._batch_jit"]
 # Modules that mostly compare numpy arrays: branch coverage only. atheris 3.0.0 leaks about one
 # allocation per instrumented comparison with an array operand (RSS grew ~7 kB per sFlow input),
 # and libFuzzer cannot use an array's value anyway. The pure-Python decoders keep comparison tracing.
-_ARRAYS = ["ingest.decode.sflow_batch", "ingest.decode.batch", "ingest.decode._nf_plan", "ingest.decode._nf_common",
+_ARRAYS = ["ingest.decode.sflow", "ingest.decode.batch", "ingest.decode._nf_plan", "ingest.decode._nf_common",
            "ingest.decode.netflow5", "ingest.decode.result", "ingest.sampler_loss", "ingest.quality",
            "schemas.columns", "schemas.varint", "schemas.strings", "schemas.codec"]
 _DEFAULTS = {"-max_len": "16384", "-timeout": "10", "-rss_limit_mb": "2048", "-print_final_stats": "1"}
 
-with atheris.instrument_imports(include=["ingest", "schemas"], exclude=_NATIVE + _ARRAYS):
+with atheris.instrument_imports(include=["ingest", "schemas"], exclude=_ARRAYS):
     # every module a target reaches, imported now (lazy imports at run time would escape instrumentation)
+    # (the compiled extension modules they load are native code: the import hook leaves them as they are)
     import ingest.decode.ipfix  # noqa: F401
     import ingest.decode.netflow5  # noqa: F401
     import ingest.decode.netflow9  # noqa: F401
+    import ingest.decode.reference.sflow  # noqa: F401
     import ingest.pipeline  # noqa: F401
     import schemas.codec  # noqa: F401
+    import schemas.reference.batch  # noqa: F401
 
 
 def _branch_coverage(module_name: str) -> None:

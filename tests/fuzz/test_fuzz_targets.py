@@ -13,10 +13,9 @@ import random
 import zlib
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import ingest.decode.sflow_batch as sflow_batch_mod
+import ingest.decode.sflow as sflow_mod
 from ingest.decode import batch as batch_mod
 from schemas import codec
 
@@ -101,8 +100,8 @@ def _seed(name: str) -> bytes:
     return max((f.read_bytes() for f in _corpus(name)), key=len)
 
 
-def test_sflow_check_catches_a_columnar_row_that_differs(monkeypatch):
-    real = sflow_batch_mod.decode_sflow_many
+def test_sflow_check_catches_a_compiled_row_that_differs(monkeypatch):
+    real = sflow_mod.decode_sflow_many
 
     def wrong(*a, **k):
         out = real(*a, **k)
@@ -166,19 +165,28 @@ def test_pipeline_check_catches_handle_many_diverging(monkeypatch):
         TARGETS["pipeline"].check(seed)
 
 
-def test_codec_check_catches_walks_that_disagree(monkeypatch):
+def test_codec_check_catches_a_compiled_walk_that_differs_from_the_reference(monkeypatch):
     real = codec.decode_batch
 
-    def wrong(message, *a, jit=None, **k):
-        rows = real(message, *a, jit=jit, **k)
-        if jit is False and len(rows) and rows.dtype.names and "bytes" in rows.dtype.names:
+    def wrong(message, *a, **k):
+        rows = real(message, *a, **k)
+        if len(rows) and rows.dtype.names and "bytes" in rows.dtype.names:
             rows = rows.copy()
             rows["bytes"][0] += 1
         return rows
 
-    monkeypatch.setattr(codec, "decode_batch", wrong)
     flows = next(f.read_bytes() for f in _corpus("codec") if f.read_bytes()[:10] == codec.header("flow_batch")
                  and len(codec.decode_batch(f.read_bytes())))
-    with pytest.raises(Finding, match="different rows"):
+    TARGETS["codec"].check(flows)  # the seed decodes, and both agree on it
+    monkeypatch.setattr(codec, "decode_batch", wrong)
+    with pytest.raises(Finding, match="rows differ"):
         TARGETS["codec"].check(flows)
-    assert np.dtype(codec.decode_batch(flows).dtype)  # the seed really decodes
+
+
+def test_codec_check_catches_a_different_error(monkeypatch):
+    def other_error(message, *a, **k):
+        raise codec.CodecError("something else")
+
+    monkeypatch.setattr(codec, "decode_batch", other_error)
+    with pytest.raises(Finding, match="where the reference gives"):
+        TARGETS["codec"].check(_seed("codec"))

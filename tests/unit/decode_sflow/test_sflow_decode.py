@@ -9,7 +9,7 @@ import pytest
 
 from ingest.decode import DecodeError, TemplateCache, decode
 from ingest.decode.sflow import decode_sflow
-from ingest.decode.sflow_batch import decode_sflow_many
+from ingest.decode.sflow import decode_sflow_many
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5, addr_str
 from tests.unit.decode_sflow import sflow_build as b
 
