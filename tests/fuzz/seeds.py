@@ -96,7 +96,7 @@ def sflow_seeds() -> list[bytes]:
             _pcap(SHARED_FIXTURES / "exports" / "pmacct_sfprobe_rate1.pcap")]
     single = _sflow_cut(caps) + _sflow_hand()
     seeds = [framing.build([(ctl(i % 4, step=1 + i % 3), d)]) for i, d in enumerate(single)]
-    # several datagrams at once (the columnar decoder), two exporters, the last real one with counters
+    # several datagrams at once (decode_sflow_many, the pipeline's group), two exporters, the last real one with counters
     last = caps[0][-1] if caps[0] else single[0]
     seeds.append(framing.build([(ctl(0), single[0]), (ctl(1), single[1]), (ctl(0), last), (ctl(2), single[-1])]))
     return seeds
