@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import ingest.decode.sflow as sflow_mod
+from ingest.decode import TemplateCache
 from ingest.decode import batch as batch_mod
 from schemas import codec
 
@@ -114,6 +115,24 @@ def test_sflow_check_catches_a_compiled_row_that_differs(monkeypatch):
     monkeypatch.setattr("tests.fuzz.targets.decode_sflow_many", wrong)
     with pytest.raises(Finding, match="flow rows differ"):
         check_sflow(_seed("sflow"))
+
+
+def test_sflow_check_catches_the_group_calling_a_datagram_plain_that_is_not(monkeypatch):
+    real = sflow_mod.decode_sflow_group
+
+    def all_plain(*a, **k):
+        g = real(*a, **k)
+        g.plain = [True] * len(g.plain)
+        return g
+
+    monkeypatch.setattr("tests.fuzz.targets.decode_sflow_group", all_plain)
+    with_counters = [s for s in (f.read_bytes() for f in _corpus("sflow"))
+                     if any(not isinstance(r, Exception) and (len(r.counters) or r.problems)
+                            for r in sflow_mod.decode_sflow_many([d.payload for d in framing.datagrams(s)],
+                                                                 "192.0.2.1", 0, TemplateCache()))]
+    assert with_counters
+    with pytest.raises(Finding, match="plain where"):
+        check_sflow(with_counters[0])
 
 
 def test_sflow_check_lets_other_exceptions_through(monkeypatch):
