@@ -259,20 +259,20 @@ def gather_times(sizes=(1, 8, 30, 64, 128, 200, 512, 2000), repeat: int = 9) -> 
 
     import numpy as np
 
-    from ingest.decode import _nf_plan as P
+    from ingest.decode import batch
 
+    if not hasattr(batch, "gather_paths"):
+        sys.exit(f"{_CODE}: no ingest.decode.batch.gather_paths (a tree from before the bounded gather tables)")
     fields = [(8, 0, 4), (12, 0, 4), (7, 0, 2), (11, 0, 2), (4, 0, 1), (6, 0, 1), (5, 0, 1), (10, 0, 4), (14, 0, 4),
               (1, 0, 8), (2, 0, 8), (152, 0, 8), (153, 0, 8), (60, 0, 1)]
-    const = P.const_block(4, bytes(16), 1, 2, 3, 1)
-    plan = P.Plan(fields, "ipfix")
-    cols = getattr(plan, "columns", lambda: None)()
-    print(f"records/set  Plan.gather us  column kernel us   (table rows: {getattr(P, '_TABLE_ROWS', 512)})")
+    rec_len, gather, columns, table_rows = batch.gather_paths(fields)
+    print(f"records/set  Plan.gather us  column kernel us   (table rows: {table_rows})")
     for n in sizes:
-        body = np.random.default_rng(1).integers(0, 256, n * plan.rec_len, dtype=np.uint8).tobytes()
+        body = np.random.default_rng(1).integers(0, 256, n * rec_len, dtype=np.uint8).tobytes()
         num = max(10, 4000 // n)
-        t = min(timeit.repeat(lambda: plan.gather(body, n, const), number=num, repeat=repeat)) / num * 1e6
-        c = (min(timeit.repeat(lambda: P.gather_columns(plan, cols, const, body, None, 1, n), number=num,
-                               repeat=repeat)) / num * 1e6) if cols is not None else float("nan")
+        t = min(timeit.repeat(lambda: gather(body, n), number=num, repeat=repeat)) / num * 1e6
+        c = (min(timeit.repeat(lambda: columns(body, n), number=num, repeat=repeat)) / num * 1e6
+             if columns is not None else float("nan"))
         print(f"{n:11d}  {t:13.1f}  {c:16.1f}")
 
 

@@ -129,11 +129,11 @@ _TIME_SOURCES = (
 )
 
 
-# Gather tables: per plan at most _TABLE_ROWS rows (258 kB), all plans together at most _TABLE_BUDGET
+# Gather tables: per plan at most TABLE_ROWS rows (258 kB), all plans together at most _TABLE_BUDGET
 # bytes, so many distinct templates (an exporter redefining one id with ever new layouts, or a fuzzer)
 # cannot grow memory without bound: found by fuzzing, 4,096 biflow layouts held 5.9 GB before. At
 # 128 rows the table and the column kernel cost about the same (docs/fuzzing.md).
-_TABLE_ROWS = 128
+TABLE_ROWS = 128
 _TABLE_BUDGET = 32 << 20
 _TABLES = [0]  # bytes of the live plans' tables
 
@@ -338,7 +338,7 @@ class Plan:
                             if ie in offs and offs[ie][1] <= 8}
 
         self.base = base
-        self._table: np.ndarray | None = None  # gather(): offsets for up to _TABLE_ROWS records
+        self._table: np.ndarray | None = None  # gather(): offsets for up to TABLE_ROWS records
         self._cols: ColumnPlan | None | bool = False  # columns(): not compiled yet
         # RFC 5103 biflow: a plan over the same record bytes for the reverse direction (see reverse_plan)
         self.reverse: Plan | None = None
@@ -353,11 +353,11 @@ class Plan:
     def gather(self, body, n: int, const: bytes) -> np.ndarray:
         """``n`` FLOW_DTYPE rows from ``n * rec_len`` record bytes.
 
-        Up to ``_TABLE_ROWS`` records: one fancy index with a gather table cached on the plan
+        Up to ``TABLE_ROWS`` records: one fancy index with a gather table cached on the plan
         (``n x ITEMSIZE`` offsets; the fastest way for a few records). More records, or once all
         plans' tables reach ``_TABLE_BUDGET``: the column kernel, whose cost hardly grows with ``n``.
         """
-        if n <= _TABLE_ROWS:
+        if n <= TABLE_ROWS:
             t = self._table
             if t is None or len(t) < n:
                 t = self._grow_table(n)
@@ -377,7 +377,7 @@ class Plan:
     def _grow_table(self, n: int) -> np.ndarray | None:
         """A gather table of at least ``n`` rows, or None when it would take the tables past the budget."""
         old = self._table.nbytes if self._table is not None else 0
-        rows = min(_TABLE_ROWS, max(n, 32))
+        rows = min(TABLE_ROWS, max(n, 32))
         if _TABLES[0] - old + rows * ITEMSIZE * 8 > _TABLE_BUDGET:
             return None
         self._table = self._rows(rows)

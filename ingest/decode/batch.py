@@ -74,6 +74,20 @@ def _gather_bytes(plan: P.Plan, consts: bytes, records: bytes, cnt, k: int, n: i
     return buf.take(plan.base, axis=1).view(FLOW_DTYPE).reshape(n)
 
 
+def gather_paths(fields: list, protocol: str = "ipfix") -> tuple:
+    """For ``bench/decode_netflow.py --gather``: (record length, ``gather(body, n)`` as the per-datagram decoder
+    builds ``n`` rows, ``columns(body, n)`` the column kernel alone or None on a big-endian host, the row
+    limit of the cached gather tables) for a template of ``fields`` ((IE, PEN, length) triples)."""
+    plan = P.Plan(fields, protocol)
+    const = P.const_block(4, bytes(16), 1, 2, 3, 1)
+    cp = plan.columns()
+
+    def columns(body, n: int) -> np.ndarray:
+        return P.gather_columns(plan, cp, const, body, None, 1, n)
+
+    return plan.rec_len, lambda body, n: plan.gather(body, n, const), columns if cp is not None else None, P.TABLE_ROWS
+
+
 def _fix_times(out, plan: P.Plan, body, n: int, cnt, k: int, export_ms, uptime_ms, system_init_ms) -> None:
     """``_nf_common.fix_times`` with header times per set instead of per datagram."""
     export = None

@@ -34,7 +34,7 @@ def test_tables_stay_within_the_budget_and_rows_stay_right(monkeypatch):
         body = rng.integers(0, 256, n * plan.rec_len, dtype=np.uint8).tobytes()
         assert plan.gather(body, n, CONST).tobytes() == _reference(plan, body, n)
         assert P._TABLES[0] <= P._TABLE_BUDGET
-        assert plan._table is None or len(plan._table) <= P._TABLE_ROWS
+        assert plan._table is None or len(plan._table) <= P.TABLE_ROWS
     assert any(p._table is None for p in plans[-20:])  # the budget was reached: later plans use the column kernel
     del plans, plan
     gc.collect()
