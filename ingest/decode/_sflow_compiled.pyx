@@ -441,6 +441,20 @@ cdef inline int _fail(Out* o, int code, int64_t off, int64_t a, int64_t b) noexc
     return code
 
 
+cdef inline int _record_header(const uint8_t* d, int64_t* p, int64_t end, int64_t* rfmt, int64_t* rlen,
+                               int e_header, int e_past, Out* o) noexcept:
+    """The flow or counter record header at ``p[0]`` of a sample ending at ``end``: its format and length into
+    ``rfmt``/``rlen``, ``p`` moved to its body; 0, or ``e_header``/``e_past`` (the reference's ``_record_header``)."""
+    if p[0] + 8 > end:
+        return _fail(o, e_header, min(p[0], end), 0, 0)  # p may be past end by padding
+    rfmt[0] = _u32(d, p[0])
+    rlen[0] = _u32(d, p[0] + 4)
+    p[0] += 8
+    if p[0] + rlen[0] > end:
+        return _fail(o, e_past, p[0], 0, 0)
+    return 0
+
+
 cdef inline void _problem(Out* o, int which) noexcept:
     if o.prob[which] == 0:
         o.nrank += 1
@@ -477,6 +491,7 @@ def capacity(list datas):
 cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code, Out* o, fallback,
                    Py_ssize_t i) except -1:
     """Decode one datagram into ``o``'s rows; 0, or an error code (then the rows written are void)."""
+    cdef int rc
     cdef int64_t atype, off, ns, j, sfmt, slen, end, p, nrec, r, rfmt, rlen, hlen, flen, stripped, hproto, at
     cdef int64_t sseq, source, rate, pool, drops, in_if, out_if, fb = 0, sw_vlan, sw1, sw2, sw3, frame_bytes
     cdef int64_t nbytes, gen_at, eth_at, cseq, ifmt, ofmt, sp, dp, pr
@@ -572,13 +587,9 @@ cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code
             memset(next_hop, 0, 16)
             frame_bytes = 0
             for r in range(nrec):
-                if p + 8 > end:
-                    return _fail(o, E_RECORD_HEADER, min(p, end), 0, 0)
-                rfmt = _u32(d, p)
-                rlen = _u32(d, p + 4)
-                p += 8
-                if p + rlen > end:
-                    return _fail(o, E_RECORD_PAST, p, 0, 0)
+                rc = _record_header(d, &p, end, &rfmt, &rlen, E_RECORD_HEADER, E_RECORD_PAST, o)
+                if rc:
+                    return rc
                 if rfmt == 1:  # raw packet header
                     if rlen < 16:
                         return _fail(o, E_RAW_RECORD, p, 0, 0)
@@ -711,13 +722,9 @@ cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code
             gen_at = -1
             eth_at = -1
             for r in range(nrec):
-                if p + 8 > end:
-                    return _fail(o, E_CRECORD_HEADER, min(p, end), 0, 0)
-                rfmt = _u32(d, p)
-                rlen = _u32(d, p + 4)
-                p += 8
-                if p + rlen > end:
-                    return _fail(o, E_CRECORD_PAST, p, 0, 0)
+                rc = _record_header(d, &p, end, &rfmt, &rlen, E_CRECORD_HEADER, E_CRECORD_PAST, o)
+                if rc:
+                    return rc
                 if rfmt == 1:
                     if rlen < 88:
                         return _fail(o, E_GENERIC, p, 0, 0)
