@@ -87,6 +87,9 @@ def _sflow_hand() -> list[bytes]:
                      sb.counter_sample([sb.generic_counters(if_speed=25_000_000_000)])]),
         sb.datagram([sb.flow_sample([sb.raw_header(sb.tcp_frame(vlan=110), proto=1)], rate=4096),
                      sb.flow_sample([sb.raw_header(sb.ipv4(sb.udp(5, 6), 17)[:20], proto=11)], rate=0)]),
+        # dropped packet notifications (sample format 5): with a sampled header and switch record, and bare
+        sb.datagram([sb.discard_sample([sb.raw_header(sb.tcp_frame()), sb.ext_switch(5, 1, 7, 2)], drops=3),
+                     sb.discard_sample([], reason=0x40000001), sb.flow_sample([sb.raw_header(sb.tcp_frame())])]),
     ]
 
 

@@ -17,7 +17,7 @@ from .bytemut import INTERESTING_32
 _U32 = struct.Struct(">I")
 _II = struct.Struct(">II")
 # sample format -> bytes of its header before the record count
-_SAMPLE_FIXED = {1: 28, 2: 8, 3: 40, 4: 12}
+_SAMPLE_FIXED = {1: 28, 2: 8, 3: 40, 4: 12, 5: 28}  # 5: discarded packet (reason before the count)
 _AGENT_LEN = {0: 0, 1: 4, 2: 16}
 FLOW_RECORDS = (1, 3, 4, 1001, 1002, 1003, 1004, 2100)
 COUNTER_RECORDS = (1, 2, 3, 4, 5, 7, 1005)

@@ -84,6 +84,7 @@ def same(got, ref, what: str, flows: bool = True) -> None:
         return
     _require(not flows or got.flows.tobytes() == ref.flows.tobytes(), f"{what}: flow rows differ")
     _require(got.counters.tobytes() == ref.counters.tobytes(), f"{what}: counter rows differ")
+    _require(got.discards.tobytes() == ref.discards.tobytes(), f"{what}: discard rows differ")
     _require(got.header == ref.header, f"{what}: header {got.header} != {ref.header}")
     _require(dict(got.problems) == dict(ref.problems), f"{what}: problems {dict(got.problems)} != {dict(ref.problems)}")
     _require((got.templates_learned, got.templates_withdrawn) == (ref.templates_learned, ref.templates_withdrawn),
@@ -220,6 +221,10 @@ class _Sink:
 
     def publish_counters(self, exporter, arr):
         self.out.append(("counters", exporter, arr.dtype.str, arr.tobytes()))
+        return True
+
+    def publish_discards(self, exporter, arr):
+        self.out.append(("discards", exporter, arr.dtype.str, arr.tobytes()))
         return True
 
     def publish_dlq(self, exporter, protocol, reason, datagram, detail=""):
