@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv wheelhouse system-deps test demo bench docs clean stack-up stack-down
+.PHONY: venv wheelhouse system-deps test demo bench fuzz docs clean stack-up stack-down
 
 # the compiled decoders (Cython sources; built into extension modules beside them by the install below)
 COMPILED := ingest/decode/_sflow_compiled.pyx schemas/_batch_compiled.pyx
@@ -44,6 +44,11 @@ demo: venv
 ## bench: run the benchmarks (prints records/s and ratios; not part of the tests)
 bench: venv
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+## fuzz: coverage-guided fuzzing of every decoder, FUZZ_CPU_S CPU-seconds per target (docs/fuzzing.md)
+FUZZ_CPU_S ?= 600
+fuzz: venv
+	for t in sflow netflow5 netflow9 ipfix pipeline codec; do nice -n 19 $(BIN)/python -m tests.fuzz.run $$t -max_cpu_time=$(FUZZ_CPU_S) || exit 1; done
 
 ## docs: regenerate docs that are derived from code
 docs: venv

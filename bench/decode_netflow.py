@@ -4,6 +4,7 @@ How it works: bench/README.md, "bench/decode_netflow.py"; results: docs/performa
 
     .venv/bin/python bench/decode_netflow.py [--seconds 2]
     .venv/bin/python bench/decode_netflow.py --pipeline [--compare /work/main] [--rounds 3]
+    .venv/bin/python bench/decode_netflow.py --gather
 """
 
 from __future__ import annotations
@@ -251,6 +252,30 @@ def _child(code: str, proto: str, seconds: float) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def gather_times(sizes=(1, 8, 30, 64, 128, 200, 512, 2000), repeat: int = 9) -> None:
+    """Per data set: ``Plan.gather`` (cached table up to its row limit, column kernel above) against the
+    column kernel alone, microseconds, min of ``repeat`` runs; the record layout of softflowd IPFIX."""
+    import timeit
+
+    import numpy as np
+
+    from ingest.decode import batch
+
+    if not hasattr(batch, "gather_paths"):
+        sys.exit(f"{_CODE}: no ingest.decode.batch.gather_paths (a tree from before the bounded gather tables)")
+    fields = [(8, 0, 4), (12, 0, 4), (7, 0, 2), (11, 0, 2), (4, 0, 1), (6, 0, 1), (5, 0, 1), (10, 0, 4), (14, 0, 4),
+              (1, 0, 8), (2, 0, 8), (152, 0, 8), (153, 0, 8), (60, 0, 1)]
+    rec_len, gather, columns, table_rows = batch.gather_paths(fields)
+    print(f"records/set  Plan.gather us  column kernel us   (table rows: {table_rows})")
+    for n in sizes:
+        body = np.random.default_rng(1).integers(0, 256, n * rec_len, dtype=np.uint8).tobytes()
+        num = max(10, 4000 // n)
+        t = min(timeit.repeat(lambda: gather(body, n), number=num, repeat=repeat)) / num * 1e6
+        c = (min(timeit.repeat(lambda: columns(body, n), number=num, repeat=repeat)) / num * 1e6
+             if columns is not None else float("nan"))
+        print(f"{n:11d}  {t:13.1f}  {c:16.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=2.0)
@@ -259,9 +284,13 @@ def main() -> None:
     ap.add_argument("--compare", help="with --pipeline: another checkout to measure side by side (alternating runs)")
     ap.add_argument("--rounds", type=int, default=3, help="with --compare: alternating runs per tree")
     ap.add_argument("--profile", help="with --pipeline: write a cProfile here (one protocol)")
+    ap.add_argument("--gather", action="store_true", help="time the record gather per data set size instead")
     ap.add_argument("--code", help=argparse.SUPPRESS)
     ap.add_argument("--json-line", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.gather:
+        gather_times()
+        return
     if a.pipeline:
         import json
 

@@ -305,17 +305,14 @@ class IngestPipeline:
         if batch is None:
             batch = self._flows[exporter] = FlowBatch()
         before = batch.records
+        if isinstance(res, DecodeError):  # not re-raised here: this frame would then hold it in a cycle
+            self._undecodable(datagram, exporter, res)
+            return
         try:
             if res is None:
                 res = decode_into(datagram, exporter, received_ms, self.templates, batch)
-            elif isinstance(res, DecodeError):
-                raise res
         except DecodeError as e:
-            m.decode_errors.labels(e.protocol, e.reason).inc()
-            self._badlog.warning(f"{exporter}/{e.reason}", "undecodable datagram from %s: %s", exporter, e)
-            if self.dlq_bucket.take():
-                m.dlq.inc()
-                self.sink.publish_dlq(exporter, e.protocol, e.reason, datagram, str(e))
+            self._undecodable(datagram, exporter, e)
             return
         except Exception as e:  # a decoder bug must not kill ingest: count it as its own reason
             proto = sniff_protocol(datagram)
@@ -432,6 +429,15 @@ class IngestPipeline:
             m.seq_dup.labels(label, proto).inc(dups)
         if restarts:
             m.seq_restarts.labels(label, proto).inc(restarts)
+
+    def _undecodable(self, datagram, exporter: str, e: DecodeError) -> None:
+        """Count, log (rate-limited) and sample to the DLQ a datagram the decoder rejected."""
+        m = self.metrics
+        m.decode_errors.labels(e.protocol, e.reason).inc()
+        self._badlog.warning(f"{exporter}/{e.reason}", "undecodable datagram from %s: %s", exporter, e)
+        if self.dlq_bucket.take():
+            m.dlq.inc()
+            self.sink.publish_dlq(exporter, e.protocol, e.reason, datagram, str(e))
 
     def _sampler_loss(self, exporter: str) -> None:
         """sFlow sampler deltas of the exporter's rows since its last flush (:mod:`ingest.sampler_loss`): one

@@ -229,7 +229,7 @@ def decode_batch(message: bytes, expect: str | None = None, spans: dict | None =
 
 
 def _error(err: np.ndarray, plan: tuple) -> CodecError:
-    code, field, a, b = err.tolist()
+    code, field, a, b = err.view(np.uint64).tolist()  # a and b are counts: unsigned (a block count can be 2**63)
     return CodecError(_compiled.ERRORS[code].format(f=plan[field][0] if plan else "", a=a, b=b))
 
 

@@ -185,6 +185,8 @@ def _decode_prepared(
         rate = _domain_rate(state) or _fallback_rate(ctx)
     const = P.const_block(ctx.proto_code, ctx.exporter16, ctx.domain, recv_ms, export_ms, rate)
     out = plan.gather(body, n, const)
+    if plan.wide_counts:
+        P.saturate_counts(out)
     fix_times(out, plan, body, n, ctx, export_ms, uptime_ms)
     if plan.icmp_where or plan.dual_af:
         fix_icmp_af(out, plan, body, n)
@@ -202,11 +204,9 @@ def _decode_prepared(
         if missing.any():
             rates[missing] = _domain_rate(state) or _fallback_rate(ctx)
         out["sampling_rate"] = rates
-        out["bytes_est"] *= rates
-        out["packets_est"] *= rates
+        P.scale_counts(out, rates)
     elif rate != 1:
-        out["bytes_est"] *= rate
-        out["packets_est"] *= rate
+        P.scale_counts(out, rate)
     if plan.reverse is not None:
         out = with_reverse(out, plan, body, n, const, ctx, export_ms, uptime_ms)
     return out
@@ -225,6 +225,8 @@ def with_reverse(out: np.ndarray, plan: P.Plan, body, n: int, const: bytes, ctx:
     if not keep.any():
         return out
     rev = rp.gather(body, n, const)
+    if rp.wide_counts:
+        P.saturate_counts(rev)
     fix_times(rev, rp, body, n, ctx, export_ms, uptime_ms)
     if rp.icmp_where or rp.dual_af:
         fix_icmp_af(rev, rp, body, n)
@@ -237,8 +239,9 @@ def with_reverse(out: np.ndarray, plan: P.Plan, body, n: int, const: bytes, ctx:
             rev["dst_port"][icmp] = sp
     rate = out["sampling_rate"]
     rev["sampling_rate"] = rate
-    rev["bytes_est"] = rev["bytes"] * rate
-    rev["packets_est"] = rev["packets"] * rate
+    rev["bytes_est"] = rev["bytes"]
+    rev["packets_est"] = rev["packets"]
+    P.scale_counts(rev, rate)
     # interleave as raw bytes (structured-array copies go field by field: ~20x slower)
     item = out.dtype.itemsize
     both = np.empty((n, 2, item), dtype=np.uint8)

@@ -128,7 +128,14 @@ _TIME_SOURCES = (
     (IE_FLOW_START_DELTA_US, IE_FLOW_END_DELTA_US, "delta_us"),
 )
 
-_INDEX_CACHE_ROWS = 512
+
+# Gather tables: per plan at most TABLE_ROWS rows (258 kB), all plans together at most _TABLE_BUDGET
+# bytes, so many distinct templates (an exporter redefining one id with ever new layouts, or a fuzzer)
+# cannot grow memory without bound: found by fuzzing, 4,096 biflow layouts held 5.9 GB before. At
+# 128 rows the table and the column kernel cost about the same (docs/fuzzing.md).
+TABLE_ROWS = 128
+_TABLE_BUDGET = 32 << 20
+_TABLES = [0]  # bytes of the live plans' tables
 
 
 class Plan:
@@ -137,8 +144,8 @@ class Plan:
     __slots__ = (
         "rec_len",
         "base",
-        "row_step",
         "_table",
+        "_cols",
         "fields",
         "start_kind",
         "end_kind",
@@ -155,6 +162,7 @@ class Plan:
         "system_init_src",
         "reverse",
         "reverse_keep",
+        "wide_counts",
     )
 
     def __init__(self, fields, protocol: str, v5: bool = False):
@@ -226,10 +234,13 @@ class Plan:
         for col in ("vxlan_vni", "roce_opcode", "roce_dest_qp"):
             fill(col, C_FF)
 
-        # Counters (bytes_est/packets_est start as a copy, scaled later).
+        # Counters (bytes_est/packets_est start as a copy, scaled later). One read from 8 bytes
+        # can be >= 2**63, negative as int64: ``wide_counts`` says saturate_counts() must run.
+        self.wide_counts = False
         for col, ies in (("bytes", (IE_IN_BYTES, IE_OUT_BYTES, IE_OCTET_TOTAL)), ("packets", (IE_IN_PKTS, IE_OUT_PKTS, IE_PKT_TOTAL))):
-            put_ie(col, *ies)
+            ie = put_ie(col, *ies)
             put_ie(col + "_est", *ies)
+            self.wide_counts |= ie is not None and offs[ie][1] == 8
 
         # Addresses and IP version.
         v4s = IE_IPV4_SRC in offs and offs[IE_IPV4_SRC][1] == 4
@@ -327,37 +338,155 @@ class Plan:
                             if ie in offs and offs[ie][1] <= 8}
 
         self.base = base
-        self.row_step = None
-        self._table = None
+        self._table: np.ndarray | None = None  # gather(): offsets for up to TABLE_ROWS records
+        self._cols: ColumnPlan | None | bool = False  # columns(): not compiled yet
         # RFC 5103 biflow: a plan over the same record bytes for the reverse direction (see reverse_plan)
         self.reverse: Plan | None = None
         self.reverse_keep: tuple[int, int] | None = None  # (offset, length) of the count that must be > 0
 
-    def index(self, n: int) -> np.ndarray:
-        """(n, ITEMSIZE) gather index for n (<= 512) consecutive records, from a cached table."""
-        t = self._table
-        if t is None or len(t) < n:
-            t = self._table = self._build(min(_INDEX_CACHE_ROWS, max(n, 32)))
-        return t[:n]
-
-    def _build(self, n: int) -> np.ndarray:
-        rec_mask = self.base >= CONST_LEN
-        step = (np.arange(n, dtype=np.intp) * self.rec_len)[:, None]
-        return self.base[None, :] + step * rec_mask[None, :]
+    def columns(self) -> ColumnPlan | None:
+        """The byte index as column operations (memoised); None on a big-endian host."""
+        if self._cols is False:
+            self._cols = compile_columns(self) if LITTLE else None
+        return self._cols
 
     def gather(self, body, n: int, const: bytes) -> np.ndarray:
-        """``n`` FLOW_DTYPE rows from ``n * rec_len`` record bytes."""
+        """``n`` FLOW_DTYPE rows from ``n * rec_len`` record bytes.
+
+        Up to ``TABLE_ROWS`` records: one fancy index with a gather table cached on the plan
+        (``n x ITEMSIZE`` offsets; the fastest way for a few records). More records, or once all
+        plans' tables reach ``_TABLE_BUDGET``: the column kernel, whose cost hardly grows with ``n``.
+        """
+        if n <= TABLE_ROWS:
+            t = self._table
+            if t is None or len(t) < n:
+                t = self._grow_table(n)
+            if t is not None:
+                flat = np.frombuffer(const + bytes(body[: n * self.rec_len]), dtype=np.uint8)
+                return flat[t[:n]].view(FLOW_DTYPE).reshape(n)
+        cp = self.columns()
+        if cp is not None:
+            return gather_columns(self, cp, const, body, None, 1, n)
         flat = np.frombuffer(const + bytes(body[: n * self.rec_len]), dtype=np.uint8)
-        if n <= _INDEX_CACHE_ROWS:
-            return flat[self.index(n)].view(FLOW_DTYPE).reshape(n)
-        # many tiny records: gather in chunks so the index never exceeds the cached table
-        table = self.index(_INDEX_CACHE_ROWS)
-        shift = (self.base >= CONST_LEN).astype(np.intp)
-        out = np.empty((n, ITEMSIZE), dtype=np.uint8)
-        for s in range(0, n, _INDEX_CACHE_ROWS):
-            m = min(_INDEX_CACHE_ROWS, n - s)
-            out[s : s + m] = flat[table[:m] + shift * (s * self.rec_len)]
-        return out.view(FLOW_DTYPE).reshape(n)
+        return flat[self._rows(n)].view(FLOW_DTYPE).reshape(n)
+
+    def _rows(self, n: int) -> np.ndarray:
+        step = (np.arange(n, dtype=np.intp) * self.rec_len)[:, None]
+        return self.base[None, :] + step * (self.base >= CONST_LEN)[None, :]
+
+    def _grow_table(self, n: int) -> np.ndarray | None:
+        """A gather table of at least ``n`` rows, or None when it would take the tables past the budget."""
+        old = self._table.nbytes if self._table is not None else 0
+        rows = min(TABLE_ROWS, max(n, 32))
+        if _TABLES[0] - old + rows * ITEMSIZE * 8 > _TABLE_BUDGET:
+            return None
+        self._table = self._rows(rows)
+        _TABLES[0] += self._table.nbytes - old
+        return self._table
+
+    def __del__(self, _tables=_TABLES):  # bound now: module globals may be gone when the last plan goes
+        if self._table is not None:
+            _tables[0] -= self._table.nbytes
+
+
+
+
+class ColumnPlan:
+    """A :class:`Plan`'s byte index as column operations.
+
+    ``const_pos``/``const_idx``: output bytes taken from the constant block;
+    ``casts``: ``(column, record offset, length)`` for columns that are one
+    big-endian unsigned field of 1, 2, 4 or 8 bytes (a numpy cast instead of a
+    byte gather); ``runs``: ``(output byte, record offset, length)`` copied
+    as is (addresses). A few kB per plan, whatever the number of records:
+    nothing here grows with the sets decoded.
+    """
+
+    __slots__ = ("const_pos", "const_idx", "casts", "runs")
+
+
+def compile_columns(plan: Plan) -> ColumnPlan:
+    K = CONST_LEN
+    base = plan.base
+    cp = ColumnPlan()
+    cp.const_pos = np.flatnonzero(base < K)
+    cp.const_idx = base[cp.const_pos]
+    cp.casts, cp.runs = [], []
+    for name in FLOW_DTYPE.names:
+        dt, coff = FLOW_DTYPE.fields[name][:2]
+        size = dt.itemsize
+        idx = [int(i) for i in base[coff : coff + size]]
+        rec = [i >= K for i in idx]
+        if not any(rec):
+            continue
+        L = sum(rec)
+        if dt.shape == () and L in (1, 2, 4, 8) and all(rec[:L]) and all(i == C_ZERO for i in idx[L:]):
+            o = idx[L - 1] - K
+            if all(idx[j] == K + o + L - 1 - j for j in range(L)):
+                cp.casts.append((name, o, L))
+                continue
+        j = 0
+        while j < size:  # runs of consecutive record bytes
+            if not rec[j]:
+                j += 1
+                continue
+            e = j + 1
+            while e < size and rec[e] and idx[e] == idx[e - 1] + 1:
+                e += 1
+            cp.runs.append((coff + j, idx[j] - K, e - j))
+            j = e
+    return cp
+
+
+_BE = {1: np.dtype("u1"), 2: np.dtype(">u2"), 4: np.dtype(">u4"), 8: np.dtype(">u8")}
+
+
+def gather_columns(plan: Plan, cp: ColumnPlan, consts: bytes, records, cnt, k: int, n: int) -> np.ndarray:
+    """``n`` FLOW_DTYPE rows of ``k`` sets: each set's constant bytes (``consts``: ``k * CONST_LEN`` bytes,
+    ``cnt``: rows per set, unused when ``k == 1``), then the record fields (``records``: ``n * rec_len``
+    bytes or more) per column."""
+    rl = plan.rec_len
+    c = np.frombuffer(consts, dtype=np.uint8, count=k * CONST_LEN).reshape(k, CONST_LEN)
+    crow = np.zeros((k, ITEMSIZE), dtype=np.uint8)
+    crow[:, cp.const_pos] = c[:, cp.const_idx]
+    if k == 1:
+        raw = np.empty((n, ITEMSIZE), dtype=np.uint8)
+        raw[:] = crow[0]
+    else:
+        raw = np.repeat(crow, cnt, axis=0)
+    out = raw.view(FLOW_DTYPE).reshape(n)
+    for name, o, L in cp.casts:
+        out[name] = np.ndarray((n,), dtype=_BE[L], buffer=records, offset=o, strides=(rl,))
+    if cp.runs:
+        rec = np.frombuffer(records, dtype=np.uint8, count=n * rl).reshape(n, rl)
+        for at, o, L in cp.runs:
+            raw[:, at : at + L] = rec[:, o : o + L]
+    return out
+
+
+I64_MAX = (1 << 63) - 1  # the largest Avro long: where counters and estimates saturate
+
+
+def saturate_counts(out: np.ndarray) -> None:
+    """Counters read from 64-bit fields at or above 2**63 (negative as int64) become 2**63 - 1, estimates too."""
+    for col in ("bytes", "packets"):
+        neg = out[col] < 0
+        if neg.any():
+            out[col][neg] = I64_MAX
+            out[col + "_est"][neg] = I64_MAX
+
+
+def scale_counts(out: np.ndarray, rate) -> None:
+    """``bytes_est`` / ``packets_est`` (a copy of the sampled counts) times ``rate`` (>= 1: a scalar or one per
+    row), saturating at 2**63 - 1 instead of wrapping to negative."""
+    for col in ("bytes_est", "packets_est"):
+        v = out[col]
+        if not len(v):
+            continue
+        if int(v.max()) * int(np.max(rate)) <= I64_MAX:  # the common case: one check, no division
+            v *= rate
+        else:
+            v[:] = np.where(v > I64_MAX // rate, I64_MAX, v * rate)
 
 
 def uint_column(body, n: int, rec_len: int, off: int, length: int) -> np.ndarray:

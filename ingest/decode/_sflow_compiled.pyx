@@ -524,7 +524,7 @@ cdef int _records(const uint8_t* d, int64_t p, int64_t end, int64_t nrec, Out* o
     x.queue = -1
     for r in range(nrec):
         if p + 8 > end:
-            return _fail(o, E_RECORD_HEADER, p, 0, 0)
+            return _fail(o, E_RECORD_HEADER, min(p, end), 0, 0)
         rfmt = _u32(d, p)
         rlen = _u32(d, p + 4)
         p += 8
@@ -644,7 +644,7 @@ cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code
 
     for j in range(ns):
         if off + 8 > n:
-            return _fail(o, E_SAMPLE_HEADER, off, 0, 0)
+            return _fail(o, E_SAMPLE_HEADER, min(off, n), 0, 0)  # off may be past n by padding
         sfmt = _u32(d, off)
         slen = _u32(d, off + 4)
         off += 8
@@ -766,7 +766,7 @@ cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code
             eth_at = -1
             for r in range(nrec):
                 if p + 8 > end:
-                    return _fail(o, E_CRECORD_HEADER, p, 0, 0)
+                    return _fail(o, E_CRECORD_HEADER, min(p, end), 0, 0)
                 rfmt = _u32(d, p)
                 rlen = _u32(d, p + 4)
                 p += 8

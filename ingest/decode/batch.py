@@ -47,18 +47,19 @@ def decode_sets(plan: P.Plan, consts: bytes, records: bytes, counts: list[int], 
     k = len(counts)
     cnt = np.asarray(counts, dtype=np.intp)
     n = int(cnt.sum())
-    cp = _columns(plan)
+    cp = plan.columns()
     if cp is None:
         out = _gather_bytes(plan, consts, records, cnt, k, n)
     else:
-        out = _gather_columns(plan, cp, consts, records, cnt, k, n)
+        out = P.gather_columns(plan, cp, consts, records, cnt, k, n)
+    if plan.wide_counts:
+        P.saturate_counts(out)
     _fix_times(out, plan, records, n, cnt, k, export_ms, uptime_ms, system_init_ms)
     if plan.icmp_where or plan.dual_af:
         fix_icmp_af(out, plan, records, n)
     rate = out["sampling_rate"]
     if (rate != 1).any():
-        out["bytes_est"] *= rate
-        out["packets_est"] *= rate
+        P.scale_counts(out, rate)
     return out
 
 
@@ -73,90 +74,18 @@ def _gather_bytes(plan: P.Plan, consts: bytes, records: bytes, cnt, k: int, n: i
     return buf.take(plan.base, axis=1).view(FLOW_DTYPE).reshape(n)
 
 
-class _ColumnPlan:
-    """A :class:`~ingest.decode._nf_plan.Plan`'s byte index as column operations.
+def gather_paths(fields: list, protocol: str = "ipfix") -> tuple:
+    """For ``bench/decode_netflow.py --gather``: (record length, ``gather(body, n)`` as the per-datagram decoder
+    builds ``n`` rows, ``columns(body, n)`` the column kernel alone or None on a big-endian host, the row
+    limit of the cached gather tables) for a template of ``fields`` ((IE, PEN, length) triples)."""
+    plan = P.Plan(fields, protocol)
+    const = P.const_block(4, bytes(16), 1, 2, 3, 1)
+    cp = plan.columns()
 
-    ``const_pos``/``const_idx``: output bytes taken from the constant block;
-    ``casts``: ``(column, record offset, length)`` for columns that are one
-    big-endian unsigned field of 1, 2, 4 or 8 bytes (a numpy cast instead of a
-    byte gather); ``runs``: ``(output byte, record offset, length)`` copied
-    as is (addresses).
-    """
+    def columns(body, n: int) -> np.ndarray:
+        return P.gather_columns(plan, cp, const, body, None, 1, n)
 
-    __slots__ = ("const_pos", "const_idx", "casts", "runs")
-
-
-_COLUMN_PLANS: dict = {}
-
-
-def _columns(plan: P.Plan) -> _ColumnPlan | None:
-    """Column form of ``plan`` (memoised); None where the host is big-endian (then the byte gather is used)."""
-    cp = _COLUMN_PLANS.get(plan, False)
-    if cp is not False:
-        return cp
-    cp = _compile_columns(plan) if P.LITTLE else None
-    if len(_COLUMN_PLANS) >= 4096:
-        _COLUMN_PLANS.clear()
-    _COLUMN_PLANS[plan] = cp
-    return cp
-
-
-def _compile_columns(plan: P.Plan) -> _ColumnPlan:
-    K = P.CONST_LEN
-    base = plan.base
-    cp = _ColumnPlan()
-    cp.const_pos = np.flatnonzero(base < K)
-    cp.const_idx = base[cp.const_pos]
-    cp.casts, cp.runs = [], []
-    for name in FLOW_DTYPE.names:
-        dt, coff = FLOW_DTYPE.fields[name][:2]
-        size = dt.itemsize
-        idx = [int(i) for i in base[coff : coff + size]]
-        rec = [i >= K for i in idx]
-        if not any(rec):
-            continue
-        L = sum(rec)
-        if dt.shape == () and L in (1, 2, 4, 8) and all(rec[:L]) and all(i == P.C_ZERO for i in idx[L:]):
-            o = idx[L - 1] - K
-            if all(idx[j] == K + o + L - 1 - j for j in range(L)):
-                cp.casts.append((name, o, L))
-                continue
-        j = 0
-        while j < size:  # runs of consecutive record bytes
-            if not rec[j]:
-                j += 1
-                continue
-            e = j + 1
-            while e < size and rec[e] and idx[e] == idx[e - 1] + 1:
-                e += 1
-            cp.runs.append((coff + j, idx[j] - K, e - j))
-            j = e
-    return cp
-
-
-def _gather_columns(plan: P.Plan, cp: _ColumnPlan, consts: bytes, records: bytes, cnt, k: int, n: int) -> np.ndarray:
-    """Same bytes as :func:`_gather_bytes`: constant bytes per set, then record fields per column."""
-    K = P.CONST_LEN
-    rl = plan.rec_len
-    c = np.frombuffer(consts, dtype=np.uint8, count=k * K).reshape(k, K)
-    crow = np.zeros((k, _ITEM), dtype=np.uint8)
-    crow[:, cp.const_pos] = c[:, cp.const_idx]
-    if k == 1:
-        raw = np.empty((n, _ITEM), dtype=np.uint8)
-        raw[:] = crow[0]
-    else:
-        raw = np.repeat(crow, cnt, axis=0)
-    out = raw.view(FLOW_DTYPE).reshape(n)
-    for name, o, L in cp.casts:
-        out[name] = np.ndarray((n,), dtype=_BE[L], buffer=records, offset=o, strides=(rl,))
-    if cp.runs:
-        rec = np.frombuffer(records, dtype=np.uint8, count=n * rl).reshape(n, rl)
-        for at, o, L in cp.runs:
-            raw[:, at : at + L] = rec[:, o : o + L]
-    return out
-
-
-_BE = {1: np.dtype("u1"), 2: np.dtype(">u2"), 4: np.dtype(">u4"), 8: np.dtype(">u8")}
+    return plan.rec_len, lambda body, n: plan.gather(body, n, const), columns if cp is not None else None, P.TABLE_ROWS
 
 
 def _fix_times(out, plan: P.Plan, body, n: int, cnt, k: int, export_ms, uptime_ms, system_init_ms) -> None:

@@ -108,7 +108,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
     fallback = _Fallback(templates, exporter)
     for _ in range(nsamples):
         if off + 8 > n:
-            raise DecodeError(P, "truncated", off, "sample header")
+            raise DecodeError(P, "truncated", min(off, n), "sample header")  # off may be past n by padding
         sfmt, slen = _II(data, off)
         off += 8
         end = off + slen
@@ -177,7 +177,7 @@ class _Fallback:
 def _record_header(data: bytes, p: int, end: int, kind: str) -> tuple[int, int, int]:
     """(format, length, offset of the body) of the flow or counter record at ``p`` of a sample ending at ``end``."""
     if p + 8 > end:
-        raise DecodeError(P, "bad_length", p, f"{kind} record header")
+        raise DecodeError(P, "bad_length", min(p, end), f"{kind} record header")  # p may be past end by padding
     rfmt, rlen = _II(data, p)
     p += 8
     if p + rlen > end:

@@ -9,6 +9,7 @@ import pytest
 
 from ingest.decode import DecodeError, TemplateCache, decode
 from ingest.decode.sflow import decode_sflow
+from ingest.decode.sflow import decode_sflow_many
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5, addr_str
 from tests.unit.decode_sflow import sflow_build as b
 
@@ -267,3 +268,29 @@ def test_dispatcher_routes_sflow():
     d = b.datagram([b.flow_sample([b.raw_header(b.tcp_frame())])])
     assert len(decode(d, "x", T, TemplateCache()).flows) == 1
     assert np.array_equal(decode(d, "x", T, TemplateCache()).flows, decode_sflow(d, "x", T, TemplateCache()).flows)
+
+
+def _unpadded(fmt: int, body: bytes) -> bytes:
+    return struct.pack(">II", fmt, len(body)) + body  # a length that is not a multiple of 4, no padding
+
+
+@pytest.mark.parametrize("where", ["sample header", "flow record header", "counter record header"])
+def test_error_offset_stays_inside_the_datagram_when_padding_runs_past_its_end(where):
+    """Found by fuzzing (tests/fuzz/regressions/sflow): a 9-byte element at the very end, one more element
+    announced; the next header would start at the padded end, 3 bytes past the datagram."""
+    odd = _unpadded(99, b"\x01" * 9)
+    if where == "sample header":
+        d = b.datagram([odd, b""])  # two samples announced, the first one ends the datagram
+    elif where == "flow record header":
+        body = struct.pack(">IIIIIIII", 1, 1, 1, 1, 0, 1, 2, 2) + odd  # two records announced
+        d = b.datagram([_unpadded(1, body)])
+    else:
+        d = b.datagram([_unpadded(2, struct.pack(">III", 1, 1, 2) + odd)])
+    assert len(d) % 4 == 1
+    with pytest.raises(DecodeError) as ei:
+        decode_sflow(d, "x", T, TemplateCache())
+    e = ei.value
+    assert (e.reason, e.offset, e.detail) == ("truncated" if where == "sample header" else "bad_length", len(d), where)
+    [many] = decode_sflow_many([d], "x", T, TemplateCache())
+    assert isinstance(many, DecodeError) and (many.reason, many.offset) == (e.reason, e.offset)
+    assert many.__traceback__ is None  # a value, not a raised exception holding the decoder's frame

@@ -197,6 +197,17 @@ def test_trailing_bytes_and_overlong_varints_rejected_alike():
         _assert_same(bad)
 
 
+def test_block_count_of_minus_2_to_the_63_rejected_alike():
+    """Found by fuzzing (tests/fuzz/regressions/codec): a negative block count whose magnitude is 2**63 (the
+    zig-zag varint ff..ff 01) was named -9223372036854775808 in the compiled walk's error, 2**63 by the
+    reference; the error now gives the count the message says."""
+    msg = codec.encode_batch("flow_batch", empty_flows(1))
+    first = codec.HEADER_LEN
+    bad = msg[:first] + b"\xff" * 9 + b"\x01" + b"\x02" + msg[first:]
+    ref, got = _both(bad)
+    assert ref == got == f"{codec.batch_plan(bad)[1][0][0]}: block count {2**63} larger than the message"
+
+
 def test_truncated_at_every_length_identical():
     rng = np.random.default_rng(9)
     arr = empty_flows(6)

@@ -11,6 +11,8 @@ sample must be identical.
 
 from __future__ import annotations
 
+import gc
+import logging
 import random
 import socket
 import struct
@@ -24,6 +26,7 @@ import pytest
 import ingest.pipeline as pipeline_mod
 from bench.decode_sflow import synthetic
 from fabricflow.settings import load_settings
+from ingest.decode import DecodeError
 from ingest.listener import parse_listen
 from ingest.metrics import IngestMetrics
 from ingest.pcapread import read_udp
@@ -196,6 +199,32 @@ def test_columnar_failure_falls_back_per_datagram(monkeypatch):
     monkeypatch.setattr(pipeline_mod, "decode_sflow_group", broken)
     got, got_m, _ = _run_many(items, [200, 200])
     assert got == got_ref and got_m == got_ref_m
+
+
+def test_rejected_datagrams_leave_no_reference_cycles(caplog):
+    """Found while fuzzing (RSS grew without bound between full collections): a DecodeError kept with the
+    traceback of the frame that holds it is a reference cycle, and one from the columnar group kept the whole
+    group's rows alive until the next full collection. Rejected datagrams must be freed by reference counting."""
+    data = synthetic(SFLOW_MANY_MIN, 2, seed=3)
+    bad = [b"\x00\x00\x00\x05\x00\x00\x00\x07" + bytes(40), data[0][:30], b"\x00\x0a\x00\x05garbage"]
+    caplog.set_level(logging.ERROR, logger="fabricflow")  # captured log records would hold the errors
+    p, sink, _m = _pipeline()
+    p.handle_many(data + bad, EXPORTERS[0], 1_700_000_000_000)  # warm: caches, metric children
+
+    def alive() -> int:
+        return sum(isinstance(o, DecodeError) for o in gc.get_objects())
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = alive()
+        for _ in range(3):
+            p.handle_many(data + bad, EXPORTERS[0], 1_700_000_000_000)
+        after = alive()
+    finally:
+        gc.enable()
+    assert len(sink.dlq) == 4 * len(bad)  # they were rejected (and sampled to the DLQ) ...
+    assert after == before  # ... and nothing of them is left waiting for the cycle collector
 
 
 def test_single_exporter_and_single_time_arguments():
