@@ -24,7 +24,7 @@ from schemas import codec
 from sinks import layout
 from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenIndex, ParquetWriter, batch_dtype
 from sinks.archive_metrics import SinkMetrics
-from sinks.arrow_schema import table_from_columns, table_from_dicts
+from sinks.arrow_schema import table_from_coded, table_from_columns, table_from_dicts
 from sinks.commit_ledger import CommitLedger
 from sinks.compaction import CompactionSchedule
 from sinks.fs import archive_filesystem
@@ -111,7 +111,7 @@ class ArchiveService:
             write_queue_rows = getattr(a, "write_queue_rows", DEFAULT_WRITE_QUEUE_ROWS)
         self.group_id = group_id
         self.routes = routes_for(settings.kafka)
-        self._dtypes = {r.topic: batch_dtype(codec.BATCHES[r.schema]) for r in self.routes.values() if r.batch}
+        self._dtypes = {r.topic: batch_dtype(codec.record_of(r.schema)) for r in self.routes.values() if r.batch}
         self.by_dataset = {r.dataset: r for r in self.routes.values()}
         self.sink = ArchiveSink(
             index_factory=lambda d, p: FsWrittenIndex(self.fs, self.root, d, p),
@@ -307,9 +307,12 @@ class ArchiveService:
                 try:
                     if not value:
                         raise codec.CodecError("empty message")
-                    arr = codec.decode_batch(value, expect=route.schema)
-                    if arr.dtype != self._dtypes[route.topic]:  # buffers keep decoded arrays of the record dtype as is
-                        arr = table_from_columns(arr, codec.BATCHES[route.schema], text_addresses=False)
+                    if route.schema in codec.CODED_BATCHES:  # label codes -> Arrow dictionaries, no str per row
+                        arr = table_from_coded(codec.decode_coded(value), codec.record_of(route.schema))
+                    else:
+                        arr = codec.decode_batch(value, expect=route.schema)
+                        if arr.dtype != self._dtypes[route.topic]:  # buffers keep decoded arrays of the record dtype
+                            arr = table_from_columns(arr, codec.record_of(route.schema), text_addresses=False)
                 except Exception as e:
                     self._bad(route, part, off, e)
                     continue

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.columns import addr_strs, load_avsc
+from schemas.registry import LABEL_FIELDS
 
 _PRIMITIVE = {
     "int": pa.int32(),
@@ -220,6 +221,19 @@ def table_from_columns(columns, avsc: str | Mapping, *, text_addresses: bool = T
     if text_addresses:
         _add_text_columns(arrays, schema)
     return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
+
+
+def table_from_coded(batch, avsc: str | Mapping, *, text_addresses: bool = False) -> pa.Table:
+    """Arrow table of a dictionary-coded batch (:class:`schemas.codec.CodedBatch`): every label column a
+    ``DictionaryArray`` of its codes over the message's label table (no string per row is made; the
+    archive's Parquet writer dictionary-encodes them as such), the rest as :func:`table_from_columns`."""
+    labels = pa.array(batch.labels, type=pa.string(), from_pandas=False)
+    rows = batch.rows
+    columns = {}
+    for name in rows.dtype.names:
+        col = rows[name]
+        columns[name] = pa.DictionaryArray.from_arrays(pa.array(col), labels) if name in LABEL_FIELDS else col
+    return table_from_columns(columns, avsc, text_addresses=text_addresses)
 
 
 def table_from_dicts(rows: Iterable[Mapping], avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:
