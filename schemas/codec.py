@@ -340,18 +340,40 @@ def record_of(batch: str) -> str:
     return BATCHES[CODED_BATCHES.get(batch, batch)]
 
 
-class CodedBatch(NamedTuple):
-    """A decoded ``flow_enriched_batch_v2`` message: rows with label codes, and the message's label table.
+class CodedBatch:
+    """Decoded ``flow_enriched_batch_v2`` rows: the rows with label codes, and the message's label table.
 
-    ``labels[rows[field]]`` is a label column; :meth:`to_array` gives the ``flow_enriched`` rows.
+    Reads like a ``flow_enriched`` array where the archive and the summaries read one: ``len``,
+    ``batch["field"]`` (a label column is gathered from the table: no new string objects), and a slice,
+    mask or index array gives those rows with the same table. :meth:`dictionary` gives a label column as an
+    Arrow dictionary (no string per row); :meth:`to_array` the ``flow_enriched`` structured array.
     """
 
-    rows: np.ndarray  # CODED_DTYPE
-    labels: np.ndarray  # object array of str: the message's label table
+    __slots__ = ("rows", "labels")
+    dtype = _ENRICHED_DTYPE
+
+    def __init__(self, rows: np.ndarray, labels: np.ndarray):
+        self.rows = rows  # CODED_DTYPE
+        self.labels = labels  # object array of str: the label table
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return self.labels.take(self.rows[key]) if key in LABEL_FIELDS else self.rows[key]
+        return CodedBatch(self.rows[key], self.labels)
 
     def column(self, field: str) -> np.ndarray:
         """A label column as an object array (one gather: the strings are the table's)."""
         return self.labels.take(self.rows[field])
+
+    def dictionary(self, field: str) -> pa.DictionaryArray:
+        """A label column as an Arrow dictionary array of its codes over the label table."""
+        return pa.DictionaryArray.from_arrays(pa.array(self.rows[field]), self.label_array())
+
+    def label_array(self) -> pa.Array:
+        return pa.array(self.labels, type=pa.string(), from_pandas=False)
 
     def to_array(self) -> np.ndarray:
         """The ``flow_enriched`` structured array of these rows."""

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from schemas.codec import CodedBatch
 from sinks import layout
 from sinks.arrow_schema import ADDR_TYPE, TEXT_ADDR_TYPE, arrow_schema, conform, table_from_columns, table_from_parts
 
@@ -44,9 +45,10 @@ def build_table(parts: list, avsc: str) -> pa.Table:
     contiguous columns (:func:`sinks.arrow_schema.table_from_parts`) and wrapped without further
     copies; the text columns are built once per file, from its distinct addresses.
     """
-    if parts and all(isinstance(p, np.ndarray) for p in parts):
-        if len({p.dtype for p in parts}) == 1:
+    if parts and all(isinstance(p, (np.ndarray, CodedBatch)) for p in parts):
+        if len({p.rows.dtype if isinstance(p, CodedBatch) else p.dtype for p in parts}) == 1:
             return table_from_parts(parts, avsc)
+        parts = [p.to_array() if isinstance(p, CodedBatch) else p for p in parts]
     tables = [p if isinstance(p, pa.Table) else table_from_columns(p, avsc, text_addresses=False) for p in parts]
     if not tables:
         return arrow_schema(avsc).empty_table()
@@ -228,7 +230,7 @@ def batch_dtype(avsc: str) -> np.dtype | None:
 
 def _take(batch, idx: np.ndarray):
     """Rows ``idx`` of a table or structured array."""
-    return batch[idx] if isinstance(batch, np.ndarray) else batch.take(pa.array(idx))
+    return batch.take(pa.array(idx)) if isinstance(batch, pa.Table) else batch[idx]
 
 
 @dataclass
@@ -303,7 +305,8 @@ class HourlyBuffer:
         """Buffer ``batch``; ``offsets`` is the Kafka offset of each row (or one int for all).
 
         ``batch`` is an Arrow table of the dataset's columns (derived text columns optional:
-        they are rebuilt per file) or a numpy structured array (``schemas.columns.dtype_for``
+        they are rebuilt per file), decoded ``flows.enriched.v2`` rows (``schemas.codec.CodedBatch``, kept
+        as they are: their label codes become the file's columns) or a numpy structured array (``schemas.columns.dtype_for``
         of the dataset's schema, as ``schemas.codec.decode_batch`` returns it: kept as is, by
         reference, so it must not be modified afterwards; converted to Arrow only when its file
         is built).
@@ -328,9 +331,9 @@ class HourlyBuffer:
         if isinstance(batch, np.ndarray):
             if batch.dtype != self._dtype:
                 batch = table_from_columns(batch, self.spec.avsc, text_addresses=False)
-        else:
+        elif not isinstance(batch, CodedBatch):
             batch = conform(batch, self.spec.avsc, text_addresses=False)
-        if isinstance(batch, np.ndarray):
+        if not isinstance(batch, pa.Table):
             t = batch[self.spec.time_column].astype(np.int64, copy=False)
         else:
             t = batch.column(self.spec.time_column).to_numpy().astype(np.int64, copy=False)

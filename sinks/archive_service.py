@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-import numpy as np
+import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from fabricflow import streams
@@ -24,7 +24,7 @@ from schemas import codec
 from sinks import layout
 from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenIndex, ParquetWriter, batch_dtype
 from sinks.archive_metrics import SinkMetrics
-from sinks.arrow_schema import table_from_coded, table_from_columns, table_from_dicts
+from sinks.arrow_schema import table_from_columns, table_from_dicts
 from sinks.commit_ledger import CommitLedger
 from sinks.compaction import CompactionSchedule
 from sinks.fs import archive_filesystem
@@ -236,7 +236,7 @@ class ArchiveService:
         dup0, late0 = buf.rows_duplicate, buf.rows_late
         buf.add(table, offsets)
         d = route.dataset
-        n = len(table) if isinstance(table, np.ndarray) else table.num_rows
+        n = table.num_rows if isinstance(table, pa.Table) else len(table)
         self.metrics.rows_in.labels(d).inc(n)
         self.report["rows_in"] += n
         if buf.rows_duplicate > dup0:
@@ -307,8 +307,8 @@ class ArchiveService:
                 try:
                     if not value:
                         raise codec.CodecError("empty message")
-                    if route.schema in codec.CODED_BATCHES:  # label codes -> Arrow dictionaries, no str per row
-                        arr = table_from_coded(codec.decode_coded(value), codec.record_of(route.schema))
+                    if route.schema in codec.CODED_BATCHES:  # buffered with its codes: no str per row
+                        arr = codec.decode_coded(value)
                     else:
                         arr = codec.decode_batch(value, expect=route.schema)
                         if arr.dtype != self._dtypes[route.topic]:  # buffers keep decoded arrays of the record dtype
