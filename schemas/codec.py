@@ -45,7 +45,7 @@ from .registry import (
     writer_schema,
 )
 from .strings import StringTable, decode_texts, encode_strings
-from .varint import encode_long, encode_long_column
+from .varint import encode_long, encode_long_column, read_long
 
 _compiled = load("schemas._batch_compiled")
 
@@ -457,36 +457,20 @@ def encode_coded(batch: str, arr, coded: Coded | None = None, verbatim: Mapping[
     return b"".join(_encode_fields(parts, _plan(batch)[1:], arr, n, {}, verbatim or {}, codes))
 
 
-def _read_long(m: bytes, pos: int, what: str) -> tuple[int, int]:
-    """The zig-zag varint at ``pos`` of ``m`` and the position after it."""
-    u = shift = 0
-    while True:
-        if pos >= len(m):
-            raise CodecError(f"{what}: truncated varint")
-        b = m[pos]
-        pos += 1
-        u |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (u >> 1) ^ -(u & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CodecError(f"{what}: varint longer than 10 bytes")
-
-
 def _read_labels(m: bytes, pos: int) -> tuple[np.ndarray, int]:
     """The ``labels`` array at ``pos`` (any valid Avro blocking) and the position after it."""
     labels = []
     while True:
-        count, pos = _read_long(m, pos, "labels")
+        count, pos = read_long(m, pos, "labels")
         if count == 0:
             break
         if count < 0:
             count = -count
-            _size, pos = _read_long(m, pos, "labels")
+            _size, pos = read_long(m, pos, "labels")
         if count > len(m) - pos:
             raise CodecError(f"labels: block count {count} larger than the message")
         for _ in range(count):
-            k, pos = _read_long(m, pos, "labels")
+            k, pos = read_long(m, pos, "labels")
             if k < 0 or pos + k > len(m):
                 raise CodecError("labels: bad string length")
             try:
