@@ -305,8 +305,9 @@ class HourlyBuffer:
         """Buffer ``batch``; ``offsets`` is the Kafka offset of each row (or one int for all).
 
         ``batch`` is an Arrow table of the dataset's columns (derived text columns optional:
-        they are rebuilt per file), decoded ``flows.enriched.v2`` rows (``schemas.codec.CodedBatch``, kept
-        as they are: their label codes become the file's columns) or a numpy structured array (``schemas.columns.dtype_for``
+        they are rebuilt per file), decoded ``flows.enriched.v2`` rows (``schemas.codec.CodedBatch``,
+        kept as they are: their label codes become the file's columns) or a numpy structured array
+        (``schemas.columns.dtype_for``
         of the dataset's schema, as ``schemas.codec.decode_batch`` returns it: kept as is, by
         reference, so it must not be modified afterwards; converted to Arrow only when its file
         is built).

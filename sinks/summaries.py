@@ -39,7 +39,8 @@ _COLUMNS = ("time_end_ms", "bytes_est", "packets_est", "duplicate", "category", 
 
 def summary_columns(batch) -> pa.Table:
     """The columns a summary reads (:data:`_COLUMNS`) of a numpy structured array, decoded ``flows.enriched.v2``
-    rows (label columns as Arrow dictionaries of their codes) or Arrow table of ``flow_enriched``, as Arrow; no derived text columns (addresses are formatted only where needed)."""
+    rows (label columns as Arrow dictionaries of their codes) or Arrow table of ``flow_enriched``, as Arrow; no
+    derived text columns (addresses are formatted only where needed)."""
     from sinks.arrow_schema import addr_array
 
     if isinstance(batch, pa.Table):
