@@ -15,6 +15,7 @@ COPY ingest ./ingest
 COPY processors ./processors
 COPY schemas ./schemas
 COPY sinks ./sinks
+COPY query ./query
 COPY replay ./replay
 COPY console ./console
 COPY devtools ./devtools

@@ -23,8 +23,9 @@ if not os.environ.get("PYTHONPATH"):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from schemas.columns import FLOW_DTYPE, dtype_for, empty_flows, v4_column_to_addr16
-from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.arrow_schema import table_from_columns
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import table_from_columns
 
 T0 = 1_767_225_600_000
 

@@ -27,10 +27,10 @@ from fabricflow.settings import load_settings  # noqa: E402
 from devtools.stack import EmbeddedStack  # noqa: E402
 from fabricflow.kafka import ensure_topics  # noqa: E402
 from schemas import codec  # noqa: E402
-from sinks import archive_service as service_mod  # noqa: E402
-from sinks.archive import ParquetWriter  # noqa: E402
-from sinks.arrow_schema import table_from_columns  # noqa: E402
-from sinks.archive_service import ArchiveService  # noqa: E402
+from sinks.archive import service as service_mod  # noqa: E402
+from sinks.archive.parquet import ParquetWriter  # noqa: E402
+from sinks.archive.arrow_schema import table_from_columns  # noqa: E402
+from sinks.archive.service import ArchiveService  # noqa: E402
 
 
 def _cpu() -> float:
@@ -211,7 +211,7 @@ def one_service_run(args, s, rows, line, r) -> None:
 
     url = s.archive.url.rsplit("/", 1)[0] + f"/bench-{uuid.uuid4().hex[:6]}"  # a fresh archive per run
     s = s.model_copy(update={"archive": s.archive.model_copy(update={"url": url})})
-    import sinks.archive as archive_mod
+    import sinks.archive.flush as archive_mod  # FileToWrite.table calls build_table there
 
     real_build = getattr(archive_mod, "build_table", None)
     real_encode = getattr(ParquetWriter, "encode", None)

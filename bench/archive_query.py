@@ -28,10 +28,11 @@ if not os.environ.get("PYTHONPATH"):  # PYTHONPATH=<other tree> runs that tree's
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from schemas.columns import v4_column_to_addr16  # noqa: E402
-from sinks import layout  # noqa: E402
-from sinks.archive import HourlyBuffer, ParquetWriter  # noqa: E402
-from sinks.arrow_schema import arrow_schema, table_from_columns  # noqa: E402
-from sinks.query import ArchiveQuery  # noqa: E402
+from sinks.archive import layout  # noqa: E402
+from sinks.archive.buffer import HourlyBuffer  # noqa: E402
+from sinks.archive.parquet import ParquetWriter  # noqa: E402
+from sinks.archive.arrow_schema import arrow_schema, table_from_columns  # noqa: E402
+from query.reports import ArchiveQuery  # noqa: E402
 
 DAY = 20454  # 2026-01-01, days since the epoch
 DAY_START_MS = DAY * layout.DAY_MS
@@ -306,7 +307,7 @@ def time_reports(root: str, hour: int, runs: int) -> list[dict]:
                 q = ArchiveQuery(None, root)
                 res = fn(q, frm, to)
                 secs.append(time.perf_counter() - t0)
-            # a report may be answered from the rollups (sinks/query.py picks the coarsest dataset)
+            # a report may be answered from the rollups (query/plan.py picks the coarsest dataset)
             used = [f for files in q.files_used.values() for f in files]
             datasets = sorted(d for d, files in q.files_used.items() if files)
             if name == "sql count(*)":
@@ -390,7 +391,7 @@ def key_universe(rng: np.random.Generator, cl: Cluster, partitions: int) -> dict
 
 def rollup_table(rng, cl: Cluster, keys: dict, idx: np.ndarray, buckets: np.ndarray, records: np.ndarray) -> pa.Table:
     """traffic rollup rows for keys ``idx`` in ``buckets`` with ``records`` flow records each."""
-    from sinks.rollups import TRAFFIC_SCHEMA
+    from sinks.archive.rollups import TRAFFIC_SCHEMA
 
     s, d = pa.array(keys["src"][idx]), pa.array(keys["dst"][idx])
     node_s, node_d = cl.node.take(s), cl.node.take(d)
@@ -419,8 +420,8 @@ def generate_week(root: str, rate: int, partitions: int, raw_rows: int, seed: in
     """168 hours of compacted ``traffic_1h`` (one merged file per hour and partition, as ``fabricflow sink
     compact`` leaves them), ``traffic_1m`` for the first hour, and hour 168 as raw ``flows_enriched`` written
     by the sink's own path (with its per-file rollups, then compacted). Flow records per hour = rate x 3600."""
-    from sinks.compaction import compact
-    from sinks.rollups import TRAFFIC_SCHEMA  # noqa: F401
+    from sinks.archive.compaction import compact
+    from sinks.archive.rollups import TRAFFIC_SCHEMA  # noqa: F401
 
     rng = np.random.default_rng(seed)
     cl = Cluster()

@@ -43,7 +43,7 @@ TOO_LATE_MAIN = 'fabricflow_processors_too_late_records{window="main"}'
 TOO_LATE_INCAST = 'fabricflow_processors_too_late_records{window="incast"}'
 CLOCK = 1_719_835_200  # export time (unix s) of the first datagram: flow times move one second per second of load
 END_SPREAD_MS = 10_000  # flows end up to 10 s before their export (inside processors.allowed_lateness_s, 30 s)
-HOSTS = 512  # the sender's host pool (bench.common._Hosts); write_inventory names every one of them
+HOSTS = 512  # the sender's host pool (bench.common.Hosts); write_inventory names every one of them
 
 
 def _proc_cpu(pid: int) -> float | None:
@@ -208,8 +208,8 @@ def archive_counts(settings) -> tuple[int, int]:
     one Kafka message may hold rows of two hours, so files of different hours may share offsets)."""
     import pyarrow.parquet as pq
 
-    from sinks.fs import archive_filesystem
-    from sinks.layout import parse_key
+    from sinks.archive.fs import archive_filesystem
+    from sinks.archive.layout import parse_key
 
     fs, root = archive_filesystem(settings.archive)
     fs.invalidate_cache()
@@ -231,13 +231,13 @@ def archive_counts(settings) -> tuple[int, int]:
 
 
 def write_inventory(path: Path, hosts: int = HOSTS, jobs: int = 4) -> Path:
-    """An inventory naming every host the sender uses (``bench.common._Hosts``: IPv4 and IPv6 twins), 32 nodes
+    """An inventory naming every host the sender uses (``bench.common.Hosts``: IPv4 and IPv6 twins), 32 nodes
     per rack/ToR and ``jobs`` training jobs, so that windows carry node-level cells and per-job scores."""
     import random
 
-    from bench.common import _Hosts
+    from bench.common import Hosts
 
-    h = _Hosts(random.Random(0), hosts)
+    h = Hosts(random.Random(0), hosts)
     lines = ["version: 1", "cluster_ranges: [10.16.0.0/12, \"fd00:1::/32\"]", "nodes:"]
     for i, (v4, v6) in enumerate(zip(h.v4, h.v6)):
         a4 = ".".join(map(str, v4))
@@ -652,11 +652,11 @@ def _fault(scenario: str, pipe: LocalPipeline, second, metrics: dict, outage: fl
         pipe.stack.start_broker()
         r = _progress(metrics["ingest"], "fabricflow_ingest_kafka_delivered_records_total")
     elif scenario == "s3-stop":
-        from devtools.stack import _terminate
+        from devtools.stack import terminate
 
         pid = pipe.stack.s3.pid()
         if pid is not None:
-            _terminate(pid, 15)
+            terminate(pid, 15)
         pipe.stack.s3.pid_file.unlink(missing_ok=True)
         time.sleep(outage)
         pipe.stack._start_seaweedfs()  # the Supervisor restarts the sink if it exited (one line, status 1)

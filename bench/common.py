@@ -99,7 +99,7 @@ def _template_sets(path: Path, version: int) -> tuple[bytes, dict[int, list[tupl
     return b"".join(sets), templates
 
 
-class _Hosts:
+class Hosts:
     """Addresses of a training cluster: ``n`` IPv4 nodes in 10.16.0.0/12 and their IPv6 twins."""
 
     def __init__(self, rng: random.Random, n: int = 512):
@@ -111,7 +111,7 @@ class _Hosts:
 _SERVICES = ((4791, 17), (4791, 17), (4791, 17), (29400, 6), (2049, 6), (443, 6), (53, 17))  # (dst port, protocol)
 
 
-def _field_value(ie: int, ln: int, rng: random.Random, hosts: _Hosts, pair: tuple[int, int],
+def _field_value(ie: int, ln: int, rng: random.Random, hosts: Hosts, pair: tuple[int, int],
                  svc: tuple[int, int], end_spread_ms: int = 30_000) -> bytes:
     a, b = pair
     if ie == 8:
@@ -149,7 +149,7 @@ def _field_value(ie: int, ln: int, rng: random.Random, hosts: _Hosts, pair: tupl
     return bytes(ln)
 
 
-def _records(fields, k: int, rng: random.Random, hosts: _Hosts, v6: bool, end_spread_ms: int = 30_000) -> bytes:
+def _records(fields, k: int, rng: random.Random, hosts: Hosts, v6: bool, end_spread_ms: int = 30_000) -> bytes:
     out = []
     n = len(hosts.v4)
     for _ in range(k):
@@ -172,7 +172,7 @@ def netflow_stream(version: int, records: int = 25, pool: int = 256, v6_records:
     name = "softflowd_v9.pcap" if version == 9 else "softflowd_ipfix.pcap"
     sets, templates = _template_sets(CAPTURES / name, version)
     rng = random.Random(seed)
-    h = _Hosts(rng, hosts)
+    h = Hosts(rng, hosts)
     v4_fields, v6_fields = templates[1024], templates[2048]
 
     def dataset(tid: int, body: bytes) -> bytes:

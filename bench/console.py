@@ -27,8 +27,9 @@ from console.app import ConsoleState, create_app
 from console.history import History
 from console.layout import Layout
 from console.live import LiveStore
-from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.arrow_schema import arrow_schema, table_from_dicts
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import arrow_schema, table_from_dicts
 
 N_SW, PER_SW, JOB = 32, 16, 64
 N = N_SW * PER_SW

@@ -38,8 +38,8 @@ from bench.common import (  # noqa: E402
     Sender, Stream, cpu_seconds, free_tcp_port, free_udp_port, netflow_stream, pin, sflow_stream, udp_socket_stats,
     use_port_range, wait_quiet,
 )
-from bench.ingest_peers import (  # noqa: E402,F401  (PeerCollector, _udp_bound: used by tests through this module)
-    _CHILDREN, KAFKA_PEERS, RCVBUF, PeerCollector, _cleanup, _udp_bound, goflow2_binary,
+from bench.ingest_peers import (  # noqa: E402,F401  (PeerCollector, udp_bound: used by tests through this module)
+    CHILDREN, KAFKA_PEERS, RCVBUF, PeerCollector, cleanup_children, udp_bound, goflow2_binary,
 )
 
 LOSS_MAX = 0.001
@@ -178,7 +178,7 @@ class FabricflowCollector:
         self.proc = ctx.Process(target=_ff_worker, args=(conf, self._ready, self._out),
                                 name="bench-ingest-worker", daemon=True)
         self.proc.start()
-        _CHILDREN.append(self.proc.pid)
+        CHILDREN.append(self.proc.pid)
         if not self._ready.wait(60):
             raise RuntimeError("fabricflow worker did not start within 60 s")
         deadline = time.monotonic() + 20
@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"goflow2: no executable at {where} (pass --goflow2 PATH or set FF_GOFLOW2; build goflow2 v2.2.6 "
               "from its sources): skipped")
         collectors.remove("goflow2")
-    atexit.register(_cleanup)
+    atexit.register(cleanup_children)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     pin(0, a.sender_cpu)
     workdir = Path(tempfile.mkdtemp(prefix="fabricflow-bench-"))
@@ -564,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if stack is not None:
             stack.down()
-        _cleanup()
+        cleanup_children()
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 

@@ -24,19 +24,19 @@ from bench.common import free_tcp_port, pin
 
 KAFKA_PEERS = ("nfacctd-kafka", "goflow2")  # publish to a topic of their own per step
 
-_CHILDREN: list[int] = []
+CHILDREN: list[int] = []
 RCVBUF = 4 * 1024 * 1024  # = net.core.rmem_max here; every collector that can set it gets this buffer
 
 
-def _cleanup() -> None:
-    for pid in _CHILDREN:
+def cleanup_children() -> None:
+    for pid in CHILDREN:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
 
 
-def _udp_bound(port: int) -> bool:
+def udp_bound(port: int) -> bool:
     for name in ("/proc/net/udp", "/proc/net/udp6"):
         try:
             with open(name) as f:
@@ -139,9 +139,9 @@ class PeerCollector:
         cpu = self.cpu
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      preexec_fn=lambda: pin(0, cpu), env=env)
-        _CHILDREN.append(self.proc.pid)
+        CHILDREN.append(self.proc.pid)
         deadline = time.monotonic() + 10
-        while not _udp_bound(self.port):
+        while not udp_bound(self.port):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{argv[0]} did not start: {(self.dir / 'log').read_text()[-500:]}")
             time.sleep(0.05)

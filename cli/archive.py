@@ -49,8 +49,8 @@ def sink_archive(
     from fabricflow.kafka_security import check_files
     from fabricflow.logs import setup_logging
     from fabricflow.readiness import Unreachable
-    from sinks.archive_service import ArchiveService, ArchiveUnavailable
-    from sinks.fs import ArchiveUrlError
+    from sinks.archive.fs import ArchiveUnavailable, ArchiveUrlError
+    from sinks.archive.service import ArchiveService
 
     s = settings_of(ctx)
     setup_logging(s.log_level)
@@ -75,8 +75,8 @@ def sink_retention(
     """Delete archive partitions older than archive.retention_days (per dataset, 'default' for the rest)."""
     import time
 
-    from sinks.fs import ArchiveUrlError, archive_filesystem
-    from sinks.retention import apply_retention, retention_policy
+    from sinks.archive.fs import ArchiveUrlError, archive_filesystem
+    from sinks.archive.retention import apply_retention, retention_policy
 
     s = settings_of(ctx)
     try:
@@ -105,9 +105,9 @@ def sink_compact(
 
     from fabricflow import streams
     from fabricflow.logs import setup_logging
-    from sinks.compaction import compact
-    from sinks.fs import ArchiveUrlError, archive_filesystem
-    from sinks.layout import HOUR_MS
+    from sinks.archive.compaction import compact
+    from sinks.archive.fs import ArchiveUrlError, archive_filesystem
+    from sinks.archive.layout import HOUR_MS
 
     s = settings_of(ctx)
     setup_logging(s.log_level)
@@ -155,8 +155,9 @@ def _committed_offsets(kafka, group: str, topics: dict[str, str]) -> dict[tuple[
 
 
 def _open(ctx):
-    from sinks.fs import ArchiveUrlError, archive_filesystem
-    from sinks.query import ArchiveError, ArchiveQuery
+    from sinks.archive.fs import ArchiveUrlError, archive_filesystem
+    from query.errors import ArchiveError
+    from query.reports import ArchiveQuery
 
     s = settings_of(ctx)
     if s.archive.url.startswith("file://"):
@@ -173,7 +174,7 @@ def _open(ctx):
 
 
 def _range(opts: QueryOptions) -> tuple[int | None, int | None]:
-    from sinks.query import parse_time
+    from query.timerange import parse_time
 
     if opts.last is not None:
         if opts.frm is not None or opts.to is not None:
@@ -200,7 +201,9 @@ def _run(ctx, fn, opts: QueryOptions, title: str) -> None:
     """Open the archive, run ``fn(query, lo, hi)`` over the options' range and write the table as asked."""
     import duckdb
 
-    from sinks.query import FORMATS, ArchiveError, render
+    from query.errors import ArchiveError
+
+    from query.render import FORMATS, render
 
     fmt, output = opts.fmt, opts.output
     if fmt not in FORMATS:
@@ -231,7 +234,7 @@ def _run(ctx, fn, opts: QueryOptions, title: str) -> None:
 
 
 def _source(source: str) -> str:
-    from sinks.query import SOURCE_CHOICES
+    from query.plan import SOURCE_CHOICES
 
     if source not in SOURCE_CHOICES:
         fail(f"--source must be one of {', '.join(SOURCE_CHOICES)}, got {source!r}")
@@ -253,7 +256,7 @@ def query_sql(
     link_health, alerts, patterns, summaries_hourly, ingest_quality, traffic_1m, traffic_1h, ports_1m,
     ports_1h); flows_raw, flows_enriched and traffic_* hold every exporter's record (docs/archive.md,
     "Which name to query")."""
-    from sinks.query import observation_note
+    from query.views import observation_note
 
     note = observation_note(sql)
     if note:
@@ -330,7 +333,7 @@ def query_segmentation(
     opts: QueryOptions = QueryOptions(),
 ):
     """Group x group bytes and flow records by category; with --policy, each row allowed or a violation."""
-    from sinks.query import segmentation_review
+    from query.reports import segmentation_review
 
     cfg = None
     if policy is not None:

@@ -17,7 +17,7 @@ from .options import parse_duration_ms
 
 
 def _time_ms(text: str | None, what: str) -> int:
-    from sinks.query import parse_time
+    from query.timerange import parse_time
 
     if text is None or text == "now":
         return int(time.time() * 1000)
@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
             fail(str(e))
         s = settings_of(ctx)
         if archive:
-            from sinks.marks_archive import write_change
+            from sinks.archive.marks import write_change
 
             s = _archive_settings(ctx, archive)
             try:
@@ -144,9 +144,10 @@ def register(app: typer.Typer) -> None:
         no significant change). See docs/closed-loop.md for the metrics and the significance rule."""
         from replay.archive_source import open_archive
         from replay.core import ReplayError
-        from sinks.compare.render import render_text
-        from sinks.compare.report import CompareError, CompareRequest, build_report
-        from sinks.query import ArchiveError, ArchiveQuery
+        from query.compare.render import render_text
+        from query.compare.report import CompareError, CompareRequest, build_report
+        from query.errors import ArchiveError
+        from query.reports import ArchiveQuery
 
         chosen = [(k, v) for k, v in (("job", job), ("node", node), ("link", link), ("pair", groups)) if v]
         if len(chosen) != 1:

@@ -78,7 +78,7 @@ Exporter = Annotated[Optional[str], typer.Option("--exporter", help=EXPORTER_HEL
 
 SOURCE_HELP = ("raw (flows_enriched), 1m or 1h (traffic rollups) or auto: the coarsest rollup that answers the "
                "range exactly (whole hours: 1h, whole minutes: 1m, else raw). The dataset used is named on stderr.")
-#: ``--source`` of the flow reports (top-talkers, node, job): checked by the command (``sinks.query.SOURCE_CHOICES``)
+#: ``--source`` of the flow reports (top-talkers, node, job): checked by the command (``query.plan.SOURCE_CHOICES``)
 Source = Annotated[str, typer.Option("--source", help=SOURCE_HELP)]
 MATRIX_SOURCE_HELP = ("matrix (matrix_windows), raw or flows (flows_enriched), 1m or 1h (traffic rollups) or auto: the "
                       "coarsest rollup that answers the range exactly, else matrix_windows, else raw. The dataset used "

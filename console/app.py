@@ -27,13 +27,15 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from processors.logic.enrich.categories import CATEGORIES
+from query.render import describe
+from query.timerange import parse_time
 from schemas.columns import addr_str
-from sinks.query import describe, parse_time
+from sinks.archive.fs import ArchiveUnavailable
 
 from . import events as ev
 from . import views
 from .closedloop import closedloop_routes
-from .history import ArchiveUnavailable, History
+from .history import History
 from .layout import Layout
 from .live import CELL_SCHEMA, LiveStore
 from .marks import MarkStore, mark_routes

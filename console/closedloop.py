@@ -1,4 +1,4 @@
-"""The console's closed-loop endpoints: ``/api/compare`` (before vs after a change, :mod:`sinks.compare`) and
+"""The console's closed-loop endpoints: ``/api/compare`` (before vs after a change, :mod:`query.compare`) and
 ``/api/steps`` (a job's steps aligned with its flows), plus how the console stores a mark it was sent (Kafka when
 it has a broker, else a change straight into the archive). docs/console.md, "Compare" and the JSON API."""
 
@@ -26,7 +26,7 @@ def mark_storer(settings, live: bool, archive: bool):
                 raise ArchiveUnavailable(f"the broker did not take the marks: {e}") from None
             return "kafka"
         if archive and all(kind == "change" for kind, _ in marks):
-            from sinks.marks_archive import write_change
+            from sinks.archive.marks import write_change
 
             try:
                 for _kind, rec in marks:
@@ -41,9 +41,10 @@ def mark_storer(settings, live: bool, archive: bool):
 
 def closedloop_routes(state, api, BadRequest):
     """(path, endpoint, methods) of /api/compare and /api/steps."""
-    from sinks.compare.report import SCOPES, CompareError, CompareRequest, build_report
-    from sinks.compare.steps import step_table
-    from sinks.query import ArchiveError, ArchiveQuery
+    from query.compare.report import SCOPES, CompareError, CompareRequest, build_report
+    from query.compare.steps import step_table
+    from query.errors import ArchiveError
+    from query.reports import ArchiveQuery
 
     def with_query(fn):
         h = state.history

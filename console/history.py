@@ -1,12 +1,12 @@
 """The console's history: the Parquet archive through the same DuckDB layer as ``fabricflow query``.
 
 Every query names a time range (the views cover only the hours in it, see
-:class:`sinks.query.ArchiveQuery`) and passes every user-given value as a DuckDB
+:class:`query.reports.ArchiveQuery`) and passes every user-given value as a DuckDB
 parameter: the SQL texts below are constants. Calls are serialised (one DuckDB
 connection) and run off the event loop by the web layer.
 
 A missing dataset or an empty range is an empty answer, not an error; an
-archive that cannot be reached raises :class:`ArchiveUnavailable` and flips
+archive that cannot be reached raises :class:`sinks.archive.fs.ArchiveUnavailable` and flips
 ``ok`` for the page's banner.
 """
 
@@ -22,12 +22,11 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from schemas.columns import addr_str
-from sinks import layout
-from sinks.query import ArchiveError, ArchiveQuery, DatasetMissing, EmptyRange, connect_duckdb
-
-
-class ArchiveUnavailable(Exception):
-    pass
+from sinks.archive import layout
+from sinks.archive.fs import ArchiveUnavailable
+from query.errors import ArchiveError, DatasetMissing, EmptyRange
+from query.reader import connect_duckdb
+from query.reports import ArchiveQuery
 
 
 _CELL_READ = ["window_start_ms", "level", "src", "dst", "category", "bytes_est", "packets_est", "flow_records",
@@ -139,7 +138,7 @@ class History:
 
     @classmethod
     def from_settings(cls, settings) -> History:
-        from sinks.fs import archive_filesystem
+        from sinks.archive.fs import archive_filesystem
 
         fs, root = archive_filesystem(settings.archive)
         return cls(fs, root, settings.processors.detector_protocols)
@@ -193,7 +192,7 @@ class History:
         answered), which datasets answered: ``[{"dataset", "from_ms", "to_ms", "files"}]``).
 
         The datasets come from the query layer as for ``fabricflow query matrix``
-        (:meth:`sinks.query.ArchiveQuery.matrix_pieces`): whole hours from the 1-hour rollups, whole minutes
+        (:meth:`query.reports.ArchiveQuery.matrix_pieces`): whole hours from the 1-hour rollups, whole minutes
         from the 1-minute rollups, the rest from ``matrix_windows``. A range only ``matrix_windows`` answers
         (one window, a few minutes' edges) is read with Arrow instead of SQL: the files come from
         :meth:`ArchiveQuery.files` (same hour pruning), name columns stay dictionary-encoded and the console
@@ -253,7 +252,7 @@ class History:
                     ) -> tuple[list[tuple], list[dict]]:
         """(a port's samples over [lo, hi), which dataset answered). With the switch's sFlow agent addresses
         (``agents``) a long range is read from the port rollups the query layer picks
-        (:meth:`sinks.query.ArchiveQuery.series_source`, family ``ports``: a week from ``ports_1h``, one point
+        (:meth:`query.reports.ArchiveQuery.series_source`, family ``ports``: a week from ``ports_1h``, one point
         per hour), else from ``link_health`` (one point per counter sample)."""
         dataset = "link_health"
         if agents:
@@ -283,7 +282,7 @@ class History:
 
     def series_source(self, lo: int, hi: int) -> tuple[str, int]:
         """(dataset, bin ms) of a job's time series over [lo, hi), from the query layer
-        (:meth:`sinks.query.ArchiveQuery.series_source`): a week from the 1-hour rollups in hourly bins, a day
+        (:meth:`query.reports.ArchiveQuery.series_source`): a week from the 1-hour rollups in hourly bins, a day
         from the 1-minute rollups, an hour from the raw flows in 6 s bins."""
         with self.lock:
             try:

@@ -122,7 +122,7 @@ def mark_routes(state, api, error, BadRequest):
         now = int(time.time() * 1000)
         at = d.get("at")
         if at is not None:
-            from sinks.query import parse_time
+            from query.timerange import parse_time
 
             try:
                 at = parse_time(at)

@@ -194,7 +194,7 @@ def closing_lines(detections: list[Detection], first: float | None, archive_dir:
                   sim_from: float, sim_to: float, width: int | None = None) -> list[str]:
     """What the demo prints when it ends: the detections by kind, the archive, and commands to try on it. A
     command wider than ``width`` continues on a second line (``\\``), so a terminal does not break it mid-word."""
-    from sinks.query import EXAMPLE_SQL
+    from query.views import EXAMPLE_SQL
 
     kinds: dict[str, int] = {}
     found = [d for d in detections if d.kind != "diagnosis"]  # diagnosis lines name a verdict, they detect nothing

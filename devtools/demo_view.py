@@ -20,7 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .detections import Detection, MatrixView, _fmt_bps
+from .detections import Detection, MatrixView, fmt_bps
 
 LEVELS = ("node", "group", "rack")
 SHADES = ["grey42", "blue", "cyan", "green", "yellow", "dark_orange", "red"]
@@ -143,7 +143,7 @@ class MatrixPanel:
         title = _fit_title([f"traffic matrix, {g.level} level, {what}, window {_ts(ws)} +{secs:g}s",
                             f"traffic matrix, {g.level} level, window {_ts(ws)}", f"{g.level} level matrix",
                             f"{g.level} level", g.level], width)
-        parts = ["rows send to columns", "column n = row n" if g.numbered else "", f"peak {_fmt_bps(peak * 8 / secs)}",
+        parts = ["rows send to columns", "column n = row n" if g.numbered else "", f"peak {fmt_bps(peak * 8 / secs)}",
                  "unknown = not in the inventory" if "unknown" in g.labels else ""]
         parts = [x for x in parts if x]
         legends = ("; ".join(parts[:k]) for k in range(len(parts), 0, -1))
@@ -177,7 +177,7 @@ def talkers_panel(view: MatrixView, width: int) -> Panel:
     t.add_column("est. rate", justify="right", no_wrap=True)
     span = max(1, len(view.windows)) * view.window_ms / 1000
     for s, d, b in view.top_talkers(10):
-        t.add_row(s, d, _fmt_bps(b * 8 / span))
+        t.add_row(s, d, fmt_bps(b * 8 / span))
     return Panel(t, title=_fit_title([f"top talkers, node level, last {span:.0f}s", "top talkers", "talkers"],
                                      width), title_align="left")
 

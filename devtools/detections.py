@@ -37,7 +37,8 @@ class Detection:
     diagnosis: str = ""  # the diagnosis verdict the record carried, "" when none
 
 
-def _fmt_bps(v: float) -> str:
+def fmt_bps(v: float) -> str:
+    """A bit rate with its unit: ``12.5 Gb/s``."""
     for unit, div in (("Tb/s", 1e12), ("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
         if abs(v) >= div:
             return f"{v / div:.1f} {unit}"
@@ -49,7 +50,7 @@ def readable_speeds(detail: str) -> str:
     ``link speed 25.0 Gb/s -> 1.0 Gb/s``."""
     if not detail.startswith("if_speed "):
         return detail
-    return "link speed " + re.sub(r"\b(\d{4,})(?: bps)?", lambda m: _fmt_bps(int(m.group(1))), detail[9:])
+    return "link speed " + re.sub(r"\b(\d{4,})(?: bps)?", lambda m: fmt_bps(int(m.group(1))), detail[9:])
 
 
 @dataclass
@@ -179,8 +180,8 @@ class DetectionFeed:
                 return self._announce(ref, v["destination"], v["window_end_ms"])
             return Detection(
                 "incast", v["window_start_ms"], v["destination"],
-                f"{len(v['sources'])} sources -> {v['destination']} at {_fmt_bps(v['aggregate_bps'])} "
-                f"= {v['fraction']:.0%} of {_fmt_bps(v['capacity_bps'])} (95%: {v['fraction_low']:.0%}-{v['fraction_high']:.0%})"
+                f"{len(v['sources'])} sources -> {v['destination']} at {fmt_bps(v['aggregate_bps'])} "
+                f"= {v['fraction']:.0%} of {fmt_bps(v['capacity_bps'])} (95%: {v['fraction_low']:.0%}-{v['fraction_high']:.0%})"
                 + (f"; port {v['dst_port']} drops {v['dst_out_discards_per_s']:.0f} packets/s"
                    if v.get("dst_out_discards_per_s", -1.0) > 0 else "") + self._first(ref, verdict),
                 "critical", ref=ref, diagnosis=verdict,

@@ -194,7 +194,7 @@ class EmbeddedStack:
             if pid is None:
                 svc.pid_file.unlink(missing_ok=True)
                 continue
-            _terminate(pid, timeout_s)
+            terminate(pid, timeout_s)
             svc.pid_file.unlink(missing_ok=True)
             stopped.append(svc.name)
         return stopped
@@ -203,7 +203,7 @@ class EmbeddedStack:
         """Stop only the broker (outage tests; with the s3 engine its data survives)."""
         pid = self.broker.pid()
         if pid is not None:
-            _terminate(pid, timeout_s)
+            terminate(pid, timeout_s)
         self.broker.pid_file.unlink(missing_ok=True)
 
     def start_broker(self) -> None:
@@ -269,7 +269,7 @@ class EmbeddedStack:
             except Exception as e:  # readiness probes may fail in many ways while starting
                 last_err = f"{type(e).__name__}: {e}"
             time.sleep(0.2)
-        _terminate(proc.pid, 5)
+        terminate(proc.pid, 5)
         svc.pid_file.unlink(missing_ok=True)
         raise StackError(
             f"{svc.name} not ready after {self.cfg.start_timeout_s:.0f}s ({last_err or 'port not answering'}); "
@@ -376,7 +376,7 @@ class EmbeddedStack:
         return bool(md.brokers)
 
 
-def _terminate(pid: int, timeout_s: float) -> None:
+def terminate(pid: int, timeout_s: float) -> None:
     """SIGTERM the process group, wait, then SIGKILL."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:

@@ -41,7 +41,7 @@ class Stream:
     ``dataset``/``row_schema``/``time_column``: the archive dataset, the Avro schema of one archived row and
     its event-time column (unix ms); no dataset = not archived.
     ``topic_days``: Kafka retention; ``archive_days``: default archive retention (None = forever).
-    ``event_kind``: what the hourly summaries count of it (``sinks.summaries``), if anything.
+    ``event_kind``: what the hourly summaries count of it (``sinks.archive.summaries``), if anything.
     """
 
     name: str
@@ -132,7 +132,7 @@ class Derived:
     """An archive dataset derived by the archive sink from another one (no topic of its own).
 
     ``derived_from``: the dataset whose every written file also gets one file of this dataset, under the
-    same file name (``sinks.rollups``); ``bucket_ms``: the time bucket of its rows; ``archive_days``:
+    same file name (``sinks.archive.rollups``); ``bucket_ms``: the time bucket of its rows; ``archive_days``:
     default archive retention (None = forever).
     """
 

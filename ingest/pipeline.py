@@ -228,17 +228,14 @@ class IngestPipeline:
             return
         exs = [exporters] * k if isinstance(exporters, str) else exporters
         ts = [received_ms] * k if isinstance(received_ms, int) else received_ms
-        allows = self.allowlist.allows
-        allowed = [False] * k
-        sf: list[int] = []
-        nbytes = 0
-        for i, d in enumerate(datagrams):
-            nbytes += len(d)
-            if allows(exs[i]):
-                allowed[i] = True
-                if d[:4] == _SFLOW5:
-                    sf.append(i)
-        self._bytes_pending += nbytes
+        if self.allowlist.nets:
+            allows = self.allowlist.allows
+            allowed = [allows(e) for e in exs]
+            sf = [i for i, d in enumerate(datagrams) if allowed[i] and d[:4] == _SFLOW5]
+        else:  # no allowlist: every exporter is allowed
+            allowed = [True] * k
+            sf = [i for i, d in enumerate(datagrams) if d[:4] == _SFLOW5]
+        self._bytes_pending += sum(map(len, datagrams))
         pre: list = [None] * k
         group = None
         if len(sf) >= SFLOW_MANY_MIN:
@@ -252,137 +249,54 @@ class IngestPipeline:
                 for j, i in enumerate(sf):
                     pre[i] = _PLAIN if plain[j] else group.others[j]
         handle = self._handle
-        run: list[int] = []  # group indexes of consecutive plain sFlow datagrams of one exporter
+        # the current run of plain sFlow datagrams of one exporter: group indexes first..last (any other
+        # datagram ends a run, so the group indexes of one run are consecutive)
+        first = last = -1
         run_ex = None
         gi = {i: j for j, i in enumerate(sf)} if group is not None else None
         gts = [ts[i] for i in sf]
         for i in range(k):
             if not allowed[i]:
-                if run:
-                    self._add_plain_run(group, run, run_ex, gts)
-                    run = []
+                if first >= 0:
+                    self._add_plain_run(group, first, last, run_ex, gts)
+                    first = -1
                 self.metrics.not_allowed.labels(self.listener).inc()
                 continue
             r = pre[i]
             if r is _PLAIN:
-                if run and exs[i] != run_ex:
-                    self._add_plain_run(group, run, run_ex, gts)
-                    run = []
-                run.append(gi[i])
-                run_ex = exs[i]
+                if first >= 0 and exs[i] != run_ex:
+                    self._add_plain_run(group, first, last, run_ex, gts)
+                    first = -1
+                last = gi[i]
+                if first < 0:
+                    first, run_ex = last, exs[i]
                 continue
-            if run:
-                self._add_plain_run(group, run, run_ex, gts)
-                run = []
+            if first >= 0:
+                self._add_plain_run(group, first, last, run_ex, gts)
+                first = -1
             handle(datagrams[i], exs[i], ts[i], r)
-        if run:
-            self._add_plain_run(group, run, run_ex, gts)
+        if first >= 0:
+            self._add_plain_run(group, first, last, run_ex, gts)
 
-    def _add_plain_run(self, group, run: list[int], exporter: str, ts: list[int]) -> None:
-        """Consecutive plain sFlow datagrams of one exporter (group indexes ``run``): what :meth:`_handle`
-        does for each -- metrics, sequence tracking, batching with the same flush points -- with their
-        rows added as slices of the group's rows instead of one array per datagram."""
-        if self.sflow_uptime_clock is not None:  # rows get per-datagram times: one by one
-            for j in run:
-                self._handle_plain(group.result(j), exporter, ts[j])
-            return
-        proto = "sflow5"
-        ch = self._children.get((exporter, proto)) or self._per_exporter(exporter, proto)
-        if not ch.n_datagrams:
-            self._dirty.append(ch)
-        ch.n_datagrams += len(run)
-        observe = self.sequences.observe_counts
-        header = group.header
-        m = self.metrics
-        bounds = group.bounds
-        flows = group.flows
-        batch_max = self.batch_max
-        batch = self._flows.get(exporter)
-        start = bounds[run[0]]  # first row not yet added to a batch
-        quality = self.quality
-        if quality is not None:  # the run's figures per receive-time window (one window but at its edges)
-            window_ms = quality.window_ms
-            q_win, q = ts[run[0]] // window_ms, [ts[run[0]], 0, 0, 0, 0, 0]  # received, datagrams, records, lost, dups, restarts
-        for j in run:
-            lost, dups, restarts = observe(header(j))
-            if lost or dups or restarts:
-                if lost > 0:
-                    m.seq_lost.labels(ch.label, proto).inc(lost)
-                if dups:
-                    m.seq_dup.labels(ch.label, proto).inc(dups)
-                if restarts:
-                    m.seq_restarts.labels(ch.label, proto).inc(restarts)
-            if quality is not None:
-                if ts[j] // window_ms != q_win:
-                    quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1])
-                    q_win, q = ts[j] // window_ms, [ts[j], 0, 0, 0, 0, 0]
-                q[1] += 1
-                q[2] += bounds[j + 1] - bounds[j]
-                q[3] += lost
-                q[4] += dups
-                q[5] += restarts
-            end = bounds[j + 1]
-            if end > start:
-                if batch is None:
-                    batch = self._flows[exporter] = FlowBatch()
-                if batch.records + (end - start) >= batch_max:
-                    batch.add_rows(flows[start:end])
-                    ch.n_flows += end - start
-                    start = end
-                    self._flush_flows(exporter)
-                    batch = None
-        end = bounds[run[-1] + 1]
-        if end > start:
-            if batch is None:
-                batch = self._flows[exporter] = FlowBatch()
-            batch.add_rows(flows[start:end])
-            ch.n_flows += end - start
-        lo = bounds[run[0]]
-        if end > lo:
-            self._samples.setdefault(exporter, []).append(group.samples[lo:end])
-        if quality is not None:
-            quality.observe(exporter, proto, q[0], q[2], q[3], 0, q[4], q[5], None, q[1])
-
-    def _handle_plain(self, res: DecodeResult, exporter: str, received_ms: int) -> None:
-        """:meth:`_handle` for a decoded datagram with a header and only flow records (no problems,
-        counters or templates): metrics, sequence tracking, skew, uptime clock and batching as there."""
-        h = res.header
-        proto = h.protocol
-        ch = self._children.get((exporter, proto)) or self._per_exporter(exporter, proto)
-        if not ch.n_datagrams:
-            self._dirty.append(ch)
-        ch.n_datagrams += 1
-        lost, dups, restarts = self.sequences.observe_counts(h)
-        if lost or dups or restarts:
-            m = self.metrics
-            if lost > 0:
-                m.seq_lost.labels(ch.label, proto).inc(lost)
-            if dups:
-                m.seq_dup.labels(ch.label, proto).inc(dups)
-            if restarts:
-                m.seq_restarts.labels(ch.label, proto).inc(restarts)
-        if h.export_time_ms is not None and self.skew.observe(h, received_ms) is not None:
-            ch.skew_exporter = exporter
-        if self.sflow_uptime_clock is not None and proto == "sflow5":
-            self.sflow_uptime_clock.apply(res, received_ms)
-        n = len(res.flows)
-        if res.samples is not None and n:
-            self._samples.setdefault(exporter, []).append(res.samples)
-        if self.quality is not None:
-            export_ms = h.export_time_ms
-            self.quality.observe(exporter, proto, received_ms, n, lost, 0, dups, restarts,
-                                 None if export_ms is None else float(received_ms - export_ms))
-        if n:
-            batch = self._flows.get(exporter)
-            if batch is None:
-                batch = self._flows[exporter] = FlowBatch()
-            batch.add_rows(res.flows)
-            ch.n_flows += n
-            if batch.records >= self.batch_max:
-                self._flush_flows(exporter)
+    def _add_plain_run(self, group, first: int, last: int, exporter: str, ts: list[int]) -> None:
+        """Consecutive plain sFlow datagrams of one exporter (group indexes ``first`` to ``last``): their rows
+        join the batch as slices of the group's rows, without a result object per datagram (but with the
+        uptime clock, which writes each datagram's time into its rows of the group)."""
+        received = ts[first:last + 1]
+        clock = self.sflow_uptime_clock
+        if clock is None:
+            header = group.header
+            headers = [header(j) for j in range(first, last + 1)]
+        else:
+            results = [group.result(j) for j in range(first, last + 1)]
+            for res, t in zip(results, received):
+                clock.apply(res, t)
+            headers = [res.header for res in results]
+        self._account(exporter, "sflow5", headers, received, group.bounds[first:last + 2], group.flows,
+                      group.samples, self._flows.get(exporter))
 
     def _handle(self, datagram, exporter: str, received_ms: int, res) -> None:
-        """An allowed datagram; ``res``: its decode_sflow_many outcome (result or DecodeError), None to decode here."""
+        """An allowed datagram; ``res``: its decode_sflow_group outcome (result or DecodeError), None to decode here."""
         m = self.metrics
         batch = self._flows.get(exporter)
         if batch is None:
@@ -410,13 +324,9 @@ class IngestPipeline:
             return
         h = res.header
         proto = h.protocol if h is not None else sniff_protocol(datagram)
-        ch = self._per_exporter(exporter, proto)
-        label = ch.label
-        if not ch.n_datagrams:
-            self._dirty.append(ch)
-        ch.n_datagrams += 1
         missing = 0
         if res.problems:
+            label = self._per_exporter(exporter, proto).label
             for reason, n in res.problems.items():
                 if reason == "sampling_rate_missing":
                     m.rate_missing.labels(label).inc(n)
@@ -426,36 +336,96 @@ class IngestPipeline:
             m.templates_learned.inc(res.templates_learned)
         if res.templates_withdrawn:
             m.templates_withdrawn.inc(res.templates_withdrawn)
-        lost = dups = restarts = 0
-        if h is not None:
-            lost, dups, restarts = self.sequences.observe_counts(h)
-            if lost > 0:
-                m.seq_lost.labels(label, proto).inc(lost)
-            if dups:
-                m.seq_dup.labels(label, proto).inc(dups)
-            if restarts:
-                m.seq_restarts.labels(label, proto).inc(restarts)
-            skew = self.skew.observe(h, received_ms)
-            if skew is not None:
-                ch.skew_exporter = exporter
-            if self.sflow_uptime_clock is not None and proto == "sflow5":
-                self.sflow_uptime_clock.apply(res, received_ms)
-        if len(res.flows):
-            batch.add_rows(res.flows)
-        n = batch.records - before
-        if n:
-            ch.n_flows += n
-            if batch.records >= self.batch_max:
-                self._flush_flows(exporter)
+        if self.sflow_uptime_clock is not None and h is not None and proto == "sflow5":
+            self.sflow_uptime_clock.apply(res, received_ms)
         if len(res.counters):
-            m.records.labels(label, proto, "counter").inc(len(res.counters))
+            m.records.labels(self._per_exporter(exporter, proto).label, proto, "counter").inc(len(res.counters))
             self._counters.setdefault(exporter, []).append(res.counters)
-        if res.samples is not None and len(res.samples):
-            self._samples.setdefault(exporter, []).append(res.samples)
-        if self.quality is not None:
-            export_ms = h.export_time_ms if h is not None else None
-            self.quality.observe(exporter, proto, received_ms, n, lost, missing, dups, restarts,
-                                 None if export_ms is None else float(received_ms - export_ms))
+        self._account(exporter, proto, (h,), (received_ms,), (0, len(res.flows)), res.flows, res.samples, batch,
+                      batch.records - before, missing)
+
+    def _account(self, exporter: str, proto: str, headers, received, bounds, rows, samples, batch: FlowBatch | None,
+                 added: int = 0, missing: int = 0) -> None:
+        """The bookkeeping of a run of decoded datagrams of one exporter and protocol, in arrival order: the one
+        path every datagram takes. Datagram and flow-record counts, sequence tracking, clock skew, the quality
+        windows, and batching with its flush points (a batch is published once it holds ``batch_max`` records).
+
+        Datagram ``i`` has header ``headers[i]`` (None: a datagram without one), was received at ``received[i]``
+        and its flow rows are ``rows[bounds[i]:bounds[i + 1]]``; ``samples`` (or None) holds the rows' sFlow
+        sample fields, aligned with ``rows``; ``batch`` is the exporter's open batch, if any. For a run of one
+        datagram: ``added`` records the decoder already put into that batch (NetFlow v9/IPFIX records decoded at
+        flush), ``missing`` records without a sampling rate. A lone datagram, or one with an export time (and so a skew), is its own quality
+        observation; the others are summed per quality window.
+        """
+        ch = self._children.get((exporter, proto)) or self._per_exporter(exporter, proto)
+        if not ch.n_datagrams:
+            self._dirty.append(ch)
+        n = len(headers)
+        ch.n_datagrams += n
+        single = n == 1
+        quality = self.quality
+        start = lo = end = bounds[0]  # start: first row not yet in a batch
+        n_flows = added
+        q = None  # summed quality figures of the current window: [received, datagrams, records, lost, dups, restarts]
+        i = 0
+        for h in headers:
+            if h is None:
+                lost = dups = restarts = 0
+                export_ms = None
+            else:
+                lost, dups, restarts = self.sequences.observe_counts(h)
+                if lost or dups or restarts:
+                    self._sequence_metrics(ch.label, proto, lost, dups, restarts)
+                export_ms = h.export_time_ms
+                if export_ms is not None and self.skew.observe(h, received[i]) is not None:
+                    ch.skew_exporter = exporter
+            i += 1
+            end = bounds[i]
+            if quality is not None:
+                t = received[i - 1]
+                if export_ms is not None or single:
+                    quality.observe(exporter, proto, t, end - bounds[i - 1] + added, lost, missing, dups, restarts,
+                                    None if export_ms is None else float(t - export_ms))
+                else:
+                    if q is not None and t // quality.window_ms != q[0] // quality.window_ms:
+                        quality.observe(exporter, proto, q[0], q[2], q[3], missing, q[4], q[5], None, q[1])
+                        q = None
+                    if q is None:
+                        q = [t, 0, 0, 0, 0, 0]
+                    q[1] += 1
+                    q[2] += end - bounds[i - 1] + added
+                    q[3] += lost
+                    q[4] += dups
+                    q[5] += restarts
+            if end > start or added:
+                if batch is None:
+                    batch = self._flows[exporter] = FlowBatch()
+                if batch.records + (end - start) >= self.batch_max:
+                    if end > start:
+                        batch.add_rows(rows if end - start == len(rows) else rows[start:end])
+                        n_flows += end - start
+                        start = end
+                    self._flush_flows(exporter)
+                    batch = None
+        if end > start:
+            if batch is None:
+                batch = self._flows[exporter] = FlowBatch()
+            batch.add_rows(rows if end - start == len(rows) else rows[start:end])  # a view only when needed
+            n_flows += end - start
+        ch.n_flows += n_flows
+        if samples is not None and end > lo:
+            self._samples.setdefault(exporter, []).append(samples if end - lo == len(samples) else samples[lo:end])
+        if q is not None:
+            quality.observe(exporter, proto, q[0], q[2], q[3], missing, q[4], q[5], None, q[1])
+
+    def _sequence_metrics(self, label: str, proto: str, lost: int, dups: int, restarts: int) -> None:
+        m = self.metrics
+        if lost > 0:
+            m.seq_lost.labels(label, proto).inc(lost)
+        if dups:
+            m.seq_dup.labels(label, proto).inc(dups)
+        if restarts:
+            m.seq_restarts.labels(label, proto).inc(restarts)
 
     def _sampler_loss(self, exporter: str) -> None:
         """sFlow sampler deltas of the exporter's rows since its last flush (:mod:`ingest.sampler_loss`): one

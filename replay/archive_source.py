@@ -17,7 +17,7 @@ from .core import COUNTER_TIME, DEFAULT_SLICE_MS, FLOW_TIME, ReplayError, iso_ut
 
 
 def columns_from_table(table: pa.Table, avsc: str) -> np.ndarray:
-    """Inverse of ``sinks.arrow_schema.table_from_columns``: Arrow table -> ``dtype_for(avsc)`` array.
+    """Inverse of ``sinks.archive.arrow_schema.table_from_columns``: Arrow table -> ``dtype_for(avsc)`` array.
 
     Extra columns (derived address text, Hive partition columns) are ignored;
     a missing Avro column raises :class:`KeyError`. Column-at-a-time, no per-row work.
@@ -57,8 +57,8 @@ def columns_from_table(table: pa.Table, avsc: str) -> np.ndarray:
 
 
 def open_archive(archive_settings):
-    """(fs, root) of ``archive.url`` via ``sinks.fs``; a missing local directory is an error (not created)."""
-    from sinks.fs import ArchiveUrlError, archive_filesystem
+    """(fs, root) of ``archive.url`` via ``sinks.archive.fs``; a missing local directory is an error (not created)."""
+    from sinks.archive.fs import ArchiveUrlError, archive_filesystem
 
     url = archive_settings.url
     if url.startswith("file://"):
@@ -99,7 +99,7 @@ class ArchiveSource:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        from sinks import layout
+        from sinks.archive import layout
 
         by_hour: dict[int, list[tuple]] = {}
         for f in self.files.get(dataset, []):
@@ -136,7 +136,9 @@ def archive_source(fs, root: str, frm, to, *, slice_ms: int = DEFAULT_SLICE_MS) 
     Raises :class:`ReplayError` for an empty or inverted range, a missing archive,
     no raw datasets, or no data in range.
     """
-    from sinks.query import ArchiveError, ArchiveQuery, DatasetMissing, parse_time
+    from query.errors import ArchiveError, DatasetMissing
+    from query.reports import ArchiveQuery
+    from query.timerange import parse_time
 
     if frm is None or to is None:
         raise ReplayError("an archive replay needs --from and --to")

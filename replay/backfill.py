@@ -115,7 +115,7 @@ class Backfill:
     def __init__(self, settings, capture: str, *, fs=None, root: str | None = None,
                  core_factory: Callable | None = None, partitions: int | None = None,
                  on_progress: Callable[[BackfillStats], None] | None = None, progress_s: float = 1.0):
-        from sinks.archive_service import ArchiveService
+        from sinks.archive.service import ArchiveService
 
         from .config import core_factory_from
 
@@ -266,7 +266,7 @@ class Backfill:
 def remove_previous(fs, root: str, base_offset: int) -> int:
     """Delete the files an earlier backfill of the same capture wrote (their offsets lie in [base_offset,
     base_offset + OFFSET_SPAN)), in every dataset; returns how many. Files of live sinks are never touched."""
-    from sinks import layout
+    from sinks.archive import layout
 
     try:
         found = fs.find(root)
@@ -283,7 +283,7 @@ def remove_previous(fs, root: str, base_offset: int) -> int:
 
 def open_archive_for_writing(archive_settings):
     """(fs, root) of ``archive.url``; a local directory is created."""
-    from sinks.fs import ArchiveUrlError, archive_filesystem
+    from sinks.archive.fs import ArchiveUrlError, archive_filesystem
 
     url = archive_settings.url
     if url.startswith("file://") or "://" not in url:

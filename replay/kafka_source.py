@@ -210,7 +210,7 @@ def kafka_source(
     """
     from confluent_kafka import Consumer
 
-    from sinks.query import parse_time
+    from query.timerange import parse_time
 
     if offsets is None and (frm is None or to is None):
         raise ReplayError("a Kafka replay needs --offsets or both --from and --to")

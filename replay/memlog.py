@@ -5,7 +5,7 @@ take a :class:`MemoryProducer`; it places each message as Kafka would with the `
 the live producers use (:func:`partition_for`: Kafka's murmur2 of the key, modulo the topic's partitions) at the
 next offset of that partition, from a per-run ``base_offset``. :class:`MemoryLog` hands the messages back in
 production order as :class:`OfflineMessage` objects with confluent-kafka's ``Message`` accessors, which is what
-the archive sink's decoding (:meth:`sinks.archive_service.ArchiveService.handle`) reads. No threads, no clock.
+the archive sink's decoding (:meth:`sinks.archive.service.ArchiveService.handle`) reads. No threads, no clock.
 """
 
 from __future__ import annotations

@@ -10,11 +10,9 @@ downgrade are in the console, then photographs each view in headless Chromium:
     docs/images/console-jobs.png       train-a: node rates (all traffic, to peers), phase bands, stragglers
     docs/images/console-events.png     every detection on one axis, the incast opened with its flows
     docs/images/console-topn.png       group -> category -> group Sankey and top talkers
-    docs/images/console-diagnosis.png  the straggler gpu03 opened at its diagnosis (verdict, next step, limits,
-                                       evidence)
+    docs/images/console-diagnosis.png  the straggler gpu03 opened at its diagnosis
 
-With ``--closed-loop``, instead: the ``tuning`` scenario is simulated into a capture, backfilled into a scratch
-archive (no broker) and served by a console without Kafka:
+With ``--closed-loop``: the ``tuning`` scenario backfilled into a scratch archive, served without Kafka:
 
     docs/images/console-compare.png       the Compare view: train-b around its change marker
     docs/images/console-jobs-change.png   the jobs view of train-b with the change marker

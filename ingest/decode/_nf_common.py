@@ -31,7 +31,7 @@ from .templates import VAR_LEN, Pending, SamplingState, Template, TemplateCache
 
 _U16 = struct.Struct("!H")
 _SET = struct.Struct("!HH")
-_UPTIME_MOD = 0xFFFFFFFF
+UPTIME_MOD = 0xFFFFFFFF  # sysUptime is a 32-bit ms counter: differences are taken modulo 2^32
 
 
 class Ctx:
@@ -303,7 +303,7 @@ def fix_times(out: np.ndarray, plan: P.Plan, body, n: int, ctx: Ctx, export_ms: 
             v = out[col]
             if uptime_ms is not None:
                 # export time minus how long ago (in exporter uptime) the flow started; wraps at 2**32 ms.
-                v[:] = export_ms - ((uptime_ms - v) & _UPTIME_MOD)
+                v[:] = export_ms - ((uptime_ms - v) & UPTIME_MOD)
             elif plan.system_init_src is not None:
                 v += P.uint_column(body, n, plan.rec_len, *plan.system_init_src).astype(np.int64)
             elif ctx.state is not None and ctx.state.system_init_ms is not None:

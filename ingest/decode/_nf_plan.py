@@ -92,7 +92,7 @@ IE_SAMPLING_POPULATION = 310
 
 NTP_UNIX_OFFSET_S = 2208988800  # seconds from 1900-01-01 to 1970-01-01
 
-_LITTLE = sys.byteorder == "little"
+LITTLE = sys.byteorder == "little"  # host byte order: where a big-endian field's bytes go in a native integer
 
 # Per-datagram constant block placed in front of the record bytes; the gather
 # index points into it for columns that do not come from the record.
@@ -174,7 +174,7 @@ class Plan:
             size = dt.itemsize
             k = min(src_len, size if max_bytes is None else max_bytes)
             for j in range(size):
-                pos = coff + j if _LITTLE else coff + size - 1 - j
+                pos = coff + j if LITTLE else coff + size - 1 - j
                 base[pos] = K + src_off + src_len - 1 - j if j < k else C_ZERO
 
         def put_const_int(col: str, cpos: int):
@@ -186,7 +186,7 @@ class Plan:
             dt, coff = _COLS[col]
             size = dt.itemsize
             for j in range(size):
-                pos = coff + j if _LITTLE else coff + size - 1 - j
+                pos = coff + j if LITTLE else coff + size - 1 - j
                 base[pos] = cpos if j == 0 else C_ZERO
 
         def fill(col: str, cpos: int):
@@ -300,7 +300,7 @@ class Plan:
                 else:
                     order = [self.icmp_src[2], self.icmp_src[1]]  # least significant first
                     for j in range(size):
-                        pos = coff + j if _LITTLE else coff + size - 1 - j
+                        pos = coff + j if LITTLE else coff + size - 1 - j
                         src = order[j] if j < 2 else None
                         base[pos] = C_ZERO if src is None else K + src
 

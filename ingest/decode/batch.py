@@ -17,7 +17,7 @@ import numpy as np
 from schemas.columns import FLOW_DTYPE, PROTOCOL_NAMES, concat_rows
 
 from . import _nf_plan as P
-from ._nf_common import _UPTIME_MOD, fix_icmp_af
+from ._nf_common import UPTIME_MOD, fix_icmp_af
 from .result import EMPTY_FLOWS
 
 __all__ = ["FlowBatch", "decode_sets", "concat_rows"]
@@ -94,7 +94,7 @@ def _columns(plan: P.Plan) -> _ColumnPlan | None:
     cp = _COLUMN_PLANS.get(plan, False)
     if cp is not False:
         return cp
-    cp = _compile_columns(plan) if P._LITTLE else None
+    cp = _compile_columns(plan) if P.LITTLE else None
     if len(_COLUMN_PLANS) >= 4096:
         _COLUMN_PLANS.clear()
     _COLUMN_PLANS[plan] = cp
@@ -176,14 +176,14 @@ def _fix_times(out, plan: P.Plan, body, n: int, cnt, k: int, export_ms, uptime_m
             has_up = [u is not None for u in uptime_ms]
             if all(has_up):
                 # export time minus how long ago (in exporter uptime) the flow started; wraps at 2**32 ms.
-                v[:] = export - ((_per_row(uptime_ms, cnt, k) - v) & _UPTIME_MOD)
+                v[:] = export - ((_per_row(uptime_ms, cnt, k) - v) & UPTIME_MOD)
                 continue
             m_up = np.repeat(np.asarray(has_up, dtype=bool), cnt)
             exp_rows = np.broadcast_to(export, (n,))
             new = v.copy()
             if m_up.any():
                 up = np.repeat(np.asarray([u or 0 for u in uptime_ms], dtype=np.int64), cnt)
-                new[m_up] = exp_rows[m_up] - ((up[m_up] - v[m_up]) & _UPTIME_MOD)
+                new[m_up] = exp_rows[m_up] - ((up[m_up] - v[m_up]) & UPTIME_MOD)
             rest = ~m_up
             if plan.system_init_src is not None:
                 add = P.uint_column(body, n, plan.rec_len, *plan.system_init_src).astype(np.int64)

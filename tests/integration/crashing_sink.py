@@ -1,7 +1,7 @@
 """``python tests/integration/crashing_sink.py STEP AFTER -- <fabricflow sink archive args>``.
 
 Runs the archive sink like ``fabricflow sink archive`` and kills the process (``os._exit``, no cleanup)
-at ``STEP`` (one of :data:`sinks.commit_ledger.STEPS`) of the ``AFTER``-th plan that has files: the crash
+at ``STEP`` (one of :data:`sinks.archive.commit_ledger.STEPS`) of the ``AFTER``-th plan that has files: the crash
 injection of tests/integration/test_archive_sink.py, kept out of the production code.
 """
 
@@ -16,8 +16,8 @@ CRASH_EXIT_CODE = 99
 
 def main(argv: list[str]) -> None:
     step, after, rest = argv[0], int(argv[1]), argv[3:] if argv[2:3] == ["--"] else argv[2:]
-    from sinks import archive_service as service
-    from sinks.commit_ledger import STEPS
+    from sinks.archive import service
+    from sinks.archive.commit_ledger import STEPS
 
     if step not in STEPS:
         raise SystemExit(f"step must be one of {', '.join(STEPS)}, got {step!r}")

@@ -28,8 +28,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from schemas import codec
 from schemas.columns import addr16, dtype_for, empty_counters, empty_flows, load_avsc
-from sinks import layout
-from sinks.archive_service import ArchiveService
+from sinks.archive import layout
+from sinks.archive.service import ArchiveService
 
 from .crashing_sink import CRASH_EXIT_CODE
 

@@ -13,11 +13,12 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from cli.pipeline import register
-from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.arrow_schema import table_from_columns
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import table_from_columns
 from cli.options import parse_duration_ms
-from sinks.retention import retention_policy
-from sinks.layout import HOUR_MS
+from sinks.archive.retention import retention_policy
+from sinks.archive.layout import HOUR_MS
 from tests.unit.sinks.helpers import T0, enriched
 
 register(app)

@@ -65,7 +65,7 @@ def test_proc_helpers_see_this_process():
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind(("127.0.0.1", 0))
     port = rx.getsockname()[1]
-    assert bi._udp_bound(port)
+    assert bi.udp_bound(port)
     assert common.udp_socket_stats(port) == (0, 0)
     rx.close()
 

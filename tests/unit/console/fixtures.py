@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from console.layout import Layout
 from console.live import LiveStore
-from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.arrow_schema import table_from_columns, table_from_dicts
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import table_from_columns, table_from_dicts
 from tests.unit.sinks.helpers import T0, enriched
 
 EVIL = "<script>alert(1)</script>"  # a valid inventory name (no spaces): must render as text

@@ -335,8 +335,10 @@ def test_iteration_period_from_the_jobs_last_traffic_not_the_ranges_end(tmp_path
     the last minutes of the job's communication, not from the empty last minutes of the range."""
     import fsspec
 
-    from sinks.archive import HourlyBuffer, ParquetWriter
-    from sinks.arrow_schema import table_from_columns
+    from sinks.archive.buffer import HourlyBuffer
+
+    from sinks.archive.parquet import ParquetWriter
+    from sinks.archive.arrow_schema import table_from_columns
     from tests.unit.sinks.helpers import enriched
 
     start = WS + 60_000  # 2 minutes of a ring exchange, a 300 ms burst every 2 s, then nothing for the hour

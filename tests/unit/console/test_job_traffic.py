@@ -93,8 +93,9 @@ def test_no_windows_held_and_a_job_without_nodes():
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory):
-    from sinks.archive import HourlyBuffer, ParquetWriter
-    from sinks.arrow_schema import table_from_columns
+    from sinks.archive.buffer import HourlyBuffer
+    from sinks.archive.parquet import ParquetWriter
+    from sinks.archive.arrow_schema import table_from_columns
     from tests.unit.sinks.helpers import enriched
 
     root = str(tmp_path_factory.mktemp("archive"))

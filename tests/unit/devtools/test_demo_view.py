@@ -168,7 +168,7 @@ def test_closing_lines_name_a_command_that_runs_from_here(monkeypatch, tmp_path)
     from pathlib import Path
 
     from devtools.demo import closing_lines
-    from sinks.query import EXAMPLE_SQL
+    from query.views import EXAMPLE_SQL
 
     mine = Path(sys.executable).parent / "fabricflow"
     monkeypatch.chdir(tmp_path)

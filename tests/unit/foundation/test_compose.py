@@ -240,14 +240,29 @@ def test_compose_ports_match_settings():
 
 
 def test_dockerfile_copies_every_package():
+    """Every top-level package the wheel ships (pyproject's ``packages.find`` include) is copied into the image."""
     import tomllib
 
     text = (REPO / "Dockerfile").read_text()
     include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
-    for pkg in {p.rstrip("*") for p in include}:
+    packages = {p.rstrip("*") for p in include}
+    assert {"fabricflow", "ingest", "processors", "schemas", "sinks", "query"} <= packages
+    for pkg in packages:
         assert f"COPY {pkg} ./{pkg}" in text, f"{pkg} is packaged but not copied into the build stage"
     build_files = [f for f in ("pyproject.toml", "setup.py", "README.md") if (REPO / f).exists()]
     assert f"COPY {' '.join(build_files)} ./" in text, "the files the build reads are copied"
+
+
+def test_readme_layout_names_every_package():
+    """The README's layout table has a row for every top-level package the wheel ships, and every folder it
+    names exists."""
+    import tomllib
+
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    readme = (REPO / "README.md").read_text()
+    rows = re.findall(r"^\| `([\w.-]+)/` \|", readme, re.M)
+    assert [p.rstrip("*") for p in include if p.rstrip("*") not in rows] == []
+    assert [r for r in rows if not (REPO / r).is_dir()] == []
 
 
 def test_prometheus_scrapes_the_compose_services_on_their_metrics_ports():

@@ -4,10 +4,10 @@ Layers, bottom to top (docs/architecture.md, "Layers"): the shared foundation ``
 (settings, stream catalog, Kafka clients, logging, service lifecycle) <- ``schemas`` <- ``processors.logic``
 (the pure domain library: enrichment, windows, detectors, policy rules) <- ``processors.config_files`` (the
 files that library is built from, read and watched) <- the services ``ingest``, ``processors`` (Faust
-wiring) and ``sinks`` <- ``replay`` and ``console`` <- ``devtools`` (embedded stack, demo, runner,
-simulator, scoring) <- ``cli`` <- ``bench`` (benchmarks) <- ``scripts``. Packages of one layer do not
-import each other. ``deploy/`` (dashboard builder) and ``docs/`` (examples) stand alone: they import none
-of our packages and none imports them. Every ``.py`` file outside ``tests/`` must belong to one of these.
+wiring) and ``sinks`` <- ``query`` (reads the archive the sinks write) <- ``replay`` and ``console`` <-
+``devtools`` (embedded stack, demo, runner, simulator, scoring) <- ``cli`` <- ``bench`` (benchmarks) <-
+``scripts``. Packages of one layer do not import each other. ``deploy/`` (dashboard builder) and ``docs/``
+(examples) stand alone: they import none of our packages and none imports them. Every ``.py`` file outside ``tests/`` must belong to one of these.
 Every import counts: one inside a function, and one under ``if TYPE_CHECKING:`` too (a module that names
 another's types only to annotate is still tied to it). The pure layer reads no file, no clock and logs
 nothing (:func:`test_the_pure_layer_does_no_io`).
@@ -29,12 +29,13 @@ LAYERS = {
     "ingest": 4,
     "processors": 4,
     "sinks": 4,
-    "replay": 5,
-    "console": 5,
-    "devtools": 6,
-    "cli": 7,
-    "bench": 8,
-    "scripts": 9,
+    "query": 5,
+    "replay": 6,
+    "console": 6,
+    "devtools": 7,
+    "cli": 8,
+    "bench": 9,
+    "scripts": 10,
 }
 STANDALONE = {"deploy", "docs"}
 PACKAGES = sorted({name.split(".")[0] for name in LAYERS} | STANDALONE)
@@ -59,6 +60,15 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def import_target(node: ast.ImportFrom, module: str, is_pkg: bool) -> str:
+    """The module a ``from ... import`` in ``module`` (a package's ``__init__`` when ``is_pkg``) reads from."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_pkg else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports_of(path: Path, module: str, known: set[str] | None = None) -> set[str]:
     """Modules (of our packages) that ``module`` imports. ``from pkg import name`` counts as an import of
     ``pkg.name`` when that is a module in ``known``, else of ``pkg``."""
@@ -69,12 +79,7 @@ def imports_of(path: Path, module: str, known: set[str] | None = None) -> set[st
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".") if is_pkg else module.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = import_target(node, module, is_pkg)
             subs = {f"{target}.{a.name}" for a in node.names}
             mods = subs & known if known is not None else subs
             found.update(mods)
@@ -177,21 +182,21 @@ def test_no_upward_or_sideways_imports():
 
 
 @pytest.mark.parametrize("source, expect", [
-    ("from sinks import query\n", {"sinks.query"}),
-    ("from sinks.query import ArchiveQuery\n", {"sinks.query"}),
+    ("from query import reports\n", {"query.reports"}),
+    ("from query.reports import ArchiveQuery\n", {"query.reports"}),
     ("def f():\n    import cli.main\n", {"cli.main"}),
     ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import cli.main\n", {"cli.main"}),
 ])
 def test_the_checker_sees_lazy_and_type_checking_imports(tmp_path, source, expect):
     path = tmp_path / "m.py"
     path.write_text(source)
-    assert imports_of(path, "fabricflow.m", {"sinks.query", "cli.main"}) == expect
+    assert imports_of(path, "fabricflow.m", {"query.reports", "cli.main"}) == expect
 
 
 def test_the_checker_finds_a_circle_and_an_upward_import():
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     assert package_of("processors.logic.core") == "processors.logic"
-    assert LAYERS[package_of("cli.main")] > LAYERS[package_of("sinks.query")]
+    assert LAYERS[package_of("cli.main")] > LAYERS[package_of("query.reports")]
 
 
 def test_a_lazy_circle_inside_one_package_fails(tmp_path):

@@ -18,7 +18,7 @@ from fabricflow.settings import load_settings
 from replay import ReplayError, archive_source, replay_batches
 from replay.backfill import OFFSET_SPAN, Backfill, capture_base_offset, remove_previous
 from replay.config import core_factory_from
-from sinks import layout
+from sinks.archive import layout
 from tests.fixtures_path import REPO
 
 INV = str(REPO / "scenarios" / "tuning.yaml")

@@ -1,7 +1,7 @@
 """The replay command the demo prints must be one the replay CLI accepts (it needs --from/--to)."""
 
 from devtools.demo import _iso
-from sinks.query import parse_time
+from query.timerange import parse_time
 
 
 def test_demo_replay_range_is_read_back_as_the_same_utc_second():

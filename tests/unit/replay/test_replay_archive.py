@@ -17,9 +17,10 @@ from replay import (
     replay_batches,
 )
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, dtype_for
-from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.arrow_schema import table_from_columns
-from sinks.layout import HOUR_MS
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import table_from_columns
+from sinks.archive.layout import HOUR_MS
 from tests.unit.replay import helpers as h
 
 PARTITIONS = 4

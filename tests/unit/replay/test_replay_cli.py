@@ -13,7 +13,7 @@ from cli.main import State
 from fabricflow.settings import load_settings
 from replay import archive_source, canonical, core_factory_from, output_records, replay_batches
 from cli.replay import register
-from sinks.layout import HOUR_MS
+from sinks.archive.layout import HOUR_MS
 from tests.unit.replay import helpers as h
 from tests.unit.replay.test_replay_archive import write_archive
 

@@ -7,8 +7,8 @@ from confluent_kafka import TopicPartition
 
 from schemas import codec
 from schemas.columns import FLOW_DTYPE, addr16, dtype_for, empty_flows
-from sinks.arrow_schema import table_from_columns
-from sinks.layout import HOUR_MS
+from sinks.archive.arrow_schema import table_from_columns
+from sinks.archive.layout import HOUR_MS
 from tests.fake_kafka import FakeMessage
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sinks import layout
-from sinks.archive import FsWrittenIndex, HourlyBuffer, ParquetWriter, WrittenIndex
+from sinks.archive import layout
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.index import FsWrittenIndex, WrittenIndex
+from sinks.archive.parquet import ParquetWriter
 from tests.unit.sinks.helpers import FakeLog, flow_table, hour_ms
 
 GRACE = 5 * 60_000

@@ -10,9 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from schemas import codec
-from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.layout import HOUR_MS
-from sinks.summaries import SummaryBook
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.layout import HOUR_MS
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.summaries import SummaryBook
 from tests.integration.test_query_cli import ff, fixture_rows
 from tests.unit.sinks.helpers import enriched
 

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 
 from schemas.columns import AVRO_DIR, addr16, dtype_for, load_avsc
-from sinks import layout
-from sinks.arrow_schema import arrow_schema, table_from_columns, table_from_dicts
-from sinks.summaries import summary_avsc
+from sinks.archive import layout
+from sinks.archive.arrow_schema import arrow_schema, table_from_columns, table_from_dicts
+from sinks.archive.summaries import summary_avsc
 from tests.unit.sinks.helpers import flows
 
 # summary_hourly has nested records: test_summary_schema_is_valid_avro_and_maps covers it.
@@ -49,10 +49,10 @@ def test_every_avro_field_maps(name):
 
 
 def test_every_dataset_has_a_schema_with_its_time_column():
-    from sinks.archive import dataset_schema
+    from sinks.archive.parquet import dataset_schema
 
     for d in layout.DATASETS.values():
-        s = dataset_schema(d.name)  # rollups (derived datasets) have their own schema (sinks.rollups)
+        s = dataset_schema(d.name)  # rollups (derived datasets) have their own schema (sinks.archive.rollups)
         assert s.field(d.time_column).type == pa.int64()
 
 

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from sinks import layout
-from sinks.archive import dataset_schema
+from sinks.archive import layout
+from sinks.archive.parquet import dataset_schema
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "archive.md"
 

@@ -1,6 +1,6 @@
 """Layout: hour directories, data-derived keys, ranges."""
 
-from sinks import layout
+from sinks.archive import layout
 from tests.unit.sinks.helpers import T0
 
 

@@ -10,10 +10,15 @@ import pyarrow.parquet as pq
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.arrow_schema import table_from_columns, table_from_dicts
-from sinks.layout import HOUR_MS
-from sinks.query import ArchiveError, ArchiveQuery, DatasetMissing, EmptyRange, parse_time, render
+from sinks.archive.buffer import HourlyBuffer
+
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import table_from_columns, table_from_dicts
+from sinks.archive.layout import HOUR_MS
+from query.errors import ArchiveError, DatasetMissing, EmptyRange
+from query.render import render
+from query.reports import ArchiveQuery
+from query.timerange import parse_time
 from tests.unit.sinks.helpers import T0, enriched
 
 NODES = {"g1": ("gpu", "jobA"), "g2": ("gpu", "jobA"), "g3": ("gpu", "jobB"), "s1": ("storage", "")}

@@ -15,10 +15,14 @@ import pytest
 from typer.testing import CliRunner
 
 from devtools.demo import closing_lines
-from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.arrow_schema import table_from_columns, table_from_dicts
-from sinks.layout import HOUR_MS
-from sinks.query import EXAMPLE_SQL, VIEWS, ArchiveError, ArchiveQuery, observation_note, render
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import table_from_columns, table_from_dicts
+from sinks.archive.layout import HOUR_MS
+from query.errors import ArchiveError
+from query.render import render
+from query.reports import ArchiveQuery
+from query.views import EXAMPLE_SQL, VIEWS, observation_note
 from tests.unit.sinks.helpers import T0
 from tests.unit.sinks.test_rollups import random_flows
 

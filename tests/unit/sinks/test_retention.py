@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 import fsspec
 import pytest
 
-from sinks import layout
-from sinks.archive import HourlyBuffer, ParquetWriter
-from sinks.layout import DAY_MS, HOUR_MS
-from sinks.retention import DEFAULT_POLICY, apply_retention
+from sinks.archive import layout
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.layout import DAY_MS, HOUR_MS
+from sinks.archive.retention import DEFAULT_POLICY, apply_retention
 from tests.unit.sinks.helpers import T0, flow_table
 
 
@@ -64,7 +65,7 @@ def test_defaults_live_in_one_place():
     """The defaults are the stream catalog's archive_days (and its rollups'); settings hold overrides only."""
     from fabricflow import streams
     from fabricflow.settings import load_settings
-    from sinks.retention import retention_policy
+    from sinks.archive.retention import retention_policy
 
     assert load_settings(None).archive.retention_days == {}
     assert retention_policy(load_settings(None).archive.retention_days) == DEFAULT_POLICY
@@ -81,7 +82,7 @@ def test_the_archive_sink_runs_retention_on_a_schedule(tmp_path, caplog):
     import time
 
     from fabricflow.settings import load_settings
-    from sinks.archive_service import ArchiveService
+    from sinks.archive.service import ArchiveService
 
     root = str(tmp_path)
     build(root, [0, 1, 47])
@@ -106,8 +107,8 @@ def test_the_archive_sink_runs_retention_on_a_schedule(tmp_path, caplog):
 
 def test_a_failing_retention_pass_is_counted_and_the_next_one_runs(tmp_path):
     from fabricflow.settings import load_settings
-    from sinks.archive_metrics import SinkMetrics
-    from sinks.retention import RetentionSchedule
+    from sinks.archive.metrics import SinkMetrics
+    from sinks.archive.retention import RetentionSchedule
     import logging
 
     class Broken:

@@ -12,12 +12,16 @@ import pytest
 
 from fabricflow import streams
 from schemas.columns import addr16, dtype_for
-from sinks import layout, rollups
-from sinks.archive import FsWrittenIndex, HourlyBuffer, ParquetWriter
-from sinks.arrow_schema import table_from_columns, table_from_dicts
-from sinks.layout import HOUR_MS
-from sinks.query import ArchiveError, ArchiveQuery, plan_sources
-from sinks.retention import DEFAULT_POLICY
+from sinks.archive import layout, rollups
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.index import FsWrittenIndex
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import table_from_columns, table_from_dicts
+from sinks.archive.layout import HOUR_MS
+from query.errors import ArchiveError
+from query.plan import plan_sources
+from query.reports import ArchiveQuery
+from sinks.archive.retention import DEFAULT_POLICY
 from tests.unit.sinks.helpers import T0, flows
 
 MIN = 60_000
@@ -404,7 +408,7 @@ def answers(root, frm=T0, to=T0 + 3 * HOUR_MS):
 
 
 def test_compaction_merges_an_hours_files_and_changes_no_answer(tmp_path):
-    from sinks.compaction import compact
+    from sinks.archive.compaction import compact
 
     root = str(tmp_path)
     write_archive(root, np.random.default_rng(11))
@@ -427,7 +431,7 @@ def test_compaction_merges_an_hours_files_and_changes_no_answer(tmp_path):
 
 
 def test_compaction_only_merges_files_below_the_committed_offset(tmp_path):
-    from sinks.compaction import compact_hour
+    from sinks.archive.compaction import compact_hour
 
     root = str(tmp_path)
     write_archive(root, np.random.default_rng(12), hours=(0,), partitions=1)
@@ -447,7 +451,7 @@ def test_compaction_only_merges_files_below_the_committed_offset(tmp_path):
 def test_a_crash_between_the_merged_file_and_the_deletes_counts_each_row_once(tmp_path, monkeypatch):
     from fsspec.implementations.local import LocalFileSystem
 
-    from sinks.compaction import compact_hour
+    from sinks.archive.compaction import compact_hour
 
     root = str(tmp_path)
     write_archive(root, np.random.default_rng(13), hours=(0,), partitions=1)
@@ -480,7 +484,7 @@ def _sink_with_compaction(root, now_ms):
     import fsspec
 
     from fabricflow.settings import load_settings
-    from sinks.archive_service import ArchiveService
+    from sinks.archive.service import ArchiveService
 
     s = load_settings(None, archive={"url": f"file://{root}", "metrics_port": 0, "compaction_interval_s": 0.05})
     svc = ArchiveService(s, fs=fsspec.filesystem("file"), root=root, metrics_port=0, summaries=False,
@@ -538,7 +542,7 @@ def test_the_archive_sink_compacts_on_a_schedule_below_its_committed_offsets(tmp
 def test_a_failed_compaction_is_logged_counted_and_retried_next_run(tmp_path, caplog, monkeypatch):
     import logging
 
-    from sinks import compaction
+    from sinks.archive import compaction
 
     root = str(tmp_path)
     write_archive(root, np.random.default_rng(22), hours=(0, 1), partitions=1)

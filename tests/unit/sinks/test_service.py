@@ -12,10 +12,10 @@ from confluent_kafka import TopicPartition
 
 from fabricflow.settings import load_settings
 from schemas import codec
-from sinks import layout
-from sinks.fs import ArchiveUrlError, archive_filesystem
-from sinks.summary_emitter import PARTIAL_METRIC
-from sinks.archive_service import ArchiveService, routes_for
+from sinks.archive import layout
+from sinks.archive.fs import ArchiveUrlError, archive_filesystem
+from sinks.archive.summary_emitter import PARTIAL_METRIC
+from sinks.archive.service import ArchiveService, routes_for
 from tests.unit.sinks.helpers import T0, FakeConsumer, FakeProducer, Msg, enriched, flows
 
 HOUR = layout.HOUR_MS
@@ -205,7 +205,7 @@ def test_ingest_quality_is_archived_from_avro():
     r.update(dict.fromkeys(("sampler_samples", "sampler_drops", "sampler_loss_ratio", "sampler_pool",
                             "sampler_samples_expected", "sampler_worst_source", "sampler_worst_loss_ratio")))
     assert codec.decode_record(value, expect=route.schema) == r
-    from sinks.arrow_schema import table_from_dicts
+    from sinks.archive.arrow_schema import table_from_dicts
 
     t = table_from_dicts([r], layout.spec(route.dataset).avsc)
     assert t.column("clock_skew_max_ms").to_pylist() == [None] and t.column("clock_skew_ms").to_pylist() == [12.5]
@@ -214,7 +214,7 @@ def test_ingest_quality_is_archived_from_avro():
 def test_object_store_down_while_reading_the_index_ends_the_run_with_one_line(monkeypatch):
     """The written index is read while messages are added; a failure there cannot be retried in place (the
     consumer moved on), so run() ends with ArchiveUnavailable (exit 1) instead of a traceback."""
-    from sinks.archive_service import ArchiveUnavailable
+    from sinks.archive.fs import ArchiveUnavailable
 
     svc = service()
     t = svc.settings.kafka.topics
@@ -240,16 +240,16 @@ def test_object_store_down_while_reading_the_index_ends_the_run_with_one_line(mo
         raise ConnectionRefusedError(111, "Connect call failed")
 
     monkeypatch.setattr(svc.fs, "ls", down)
-    monkeypatch.setattr("sinks.archive_service.Consumer", lambda _conf: OneBatch())
+    monkeypatch.setattr("sinks.archive.service.Consumer", lambda _conf: OneBatch())
     monkeypatch.setattr("fabricflow.readiness.wait_for_kafka", lambda *a, **kw: 1)
     monkeypatch.setattr("fabricflow.kafka.ensure_topics", lambda *a, **kw: {})
-    monkeypatch.setattr("sinks.archive_service.ArchiveService._consumer_config", lambda self: {})
+    monkeypatch.setattr("sinks.archive.service.ArchiveService._consumer_config", lambda self: {})
     with pytest.raises(ArchiveUnavailable, match="did not answer while reading the archive index"):
         svc.run(max_seconds=5)
 
 
 def test_summaries_gather_enriched_rows_in_chunks_and_add_them_before_their_hour_closes(monkeypatch):
-    from sinks import summary_emitter
+    from sinks.archive import summary_emitter
 
     monkeypatch.setattr(summary_emitter, "CHUNK_ROWS", 3)
     svc = service()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import fastavro
 
-from sinks.arrow_schema import table_from_columns, table_from_dicts
-from sinks.layout import HOUR_MS
-from sinks.summaries import HourlySummary, SummaryBook, summary_avsc
+from sinks.archive.arrow_schema import table_from_columns, table_from_dicts
+from sinks.archive.layout import HOUR_MS
+from sinks.archive.summaries import HourlySummary, SummaryBook, summary_avsc
 from tests.unit.sinks.helpers import T0, enriched
 
 ROWS = [
@@ -97,7 +97,7 @@ def test_book_splits_hours_and_closes_after_grace():
 
 
 def test_quality_hours_feed_the_summary_loss_ratio():
-    from sinks.summaries import HourlySummary, QualityHours
+    from sinks.archive.summaries import HourlySummary, QualityHours
 
     H = 1_767_225_600_000  # an hour start
     q = QualityHours()

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from fabricflow.settings import load_settings
 from schemas import codec
-from sinks import layout
-from sinks.archive import FileToWrite, FlushPlan
-from sinks.archive_service import ArchiveService
-from sinks.writer import FAILED, OK, SKIPPED, WriteQueue
+from sinks.archive import layout
+from sinks.archive.flush import FileToWrite, FlushPlan
+from sinks.archive.service import ArchiveService
+from sinks.archive.write_queue import FAILED, OK, SKIPPED, WriteQueue
 from tests.unit.sinks.helpers import T0, FakeConsumer, FakeProducer, Msg, flow_table, flows
 
 HOUR = layout.HOUR_MS

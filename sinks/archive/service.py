@@ -1,8 +1,8 @@
 """The archive sink service: Kafka topics -> hourly Parquet archive (and hourly summaries -> Kafka).
 
 One consumer (manual commits) reads every archived topic of the stream catalog, decodes each message and
-feeds :class:`sinks.archive.ArchiveSink`; :class:`sinks.commit_ledger.CommitLedger` writes the files and
-commits; :class:`sinks.summary_emitter.SummaryEmitter` produces the hourly summaries. This module is the
+feeds :class:`sinks.archive.buffer.ArchiveSink`; :class:`sinks.archive.commit_ledger.CommitLedger` writes the files and
+commits; :class:`sinks.archive.summary_emitter.SummaryEmitter` produces the hourly summaries. This module is the
 loop, the rebalance callbacks and the decoding. Design and guarantees: docs/archive.md.
 """
 
@@ -21,17 +21,20 @@ from fabricflow.kafka import consumer_config
 from fabricflow.logs import RateLimitedLog
 from fabricflow.service import Service
 from schemas import codec
-from sinks import layout
-from sinks.archive import DEFAULT_MAX_ROWS, ArchiveSink, FlushPlan, FsWrittenIndex, ParquetWriter, batch_dtype
-from sinks.archive_metrics import SinkMetrics
-from sinks.arrow_schema import table_from_columns, table_from_dicts
-from sinks.commit_ledger import CommitLedger
-from sinks.compaction import CompactionSchedule
-from sinks.fs import archive_filesystem
-from sinks.retention import RetentionSchedule, retention_policy
-from sinks.summary_emitter import SummaryEmitter
+from sinks.archive import layout
+from sinks.archive.buffer import DEFAULT_MAX_ROWS, ArchiveSink, batch_dtype
+from sinks.archive.flush import FlushPlan
+from sinks.archive.index import FsWrittenIndex
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.metrics import SinkMetrics
+from sinks.archive.arrow_schema import table_from_columns, table_from_dicts
+from sinks.archive.commit_ledger import CommitLedger
+from sinks.archive.compaction import CompactionSchedule
+from sinks.archive.fs import ArchiveUnavailable, archive_filesystem
+from sinks.archive.retention import RetentionSchedule, retention_policy
+from sinks.archive.summary_emitter import SummaryEmitter
 
-__all__ = ["ArchiveService", "ArchiveUnavailable", "Route", "routes_for"]
+__all__ = ["ArchiveService", "Route", "routes_for"]
 
 log = logging.getLogger("fabricflow.sink")
 
@@ -39,16 +42,6 @@ DEFAULT_GROUP = "fabricflow-archive"
 DEFAULT_METRICS_PORT = 9182
 DEFAULT_WRITE_QUEUE_ROWS = 1_000_000
 FLUSH_EVERY_MESSAGES = 64  # plan (and queue due files) at least this often while a large poll is handled
-
-
-class ArchiveUnavailable(RuntimeError):
-    """The object store failed where the sink cannot retry in place (one line; the service exits 1).
-
-    Reading which offsets an hour already holds (the written index) happens while messages are added; if
-    the store is down then, the consumer has moved past messages that are not buffered. Exiting is safe:
-    offsets are committed only after their files are written, so a restart re-reads exactly what is
-    missing (and waits for the store at start).
-    """
 
 
 def _storage_error(e: BaseException) -> bool:
@@ -80,7 +73,7 @@ def routes_for(kafka) -> dict[str, Route]:
 class ArchiveService:
     """Consume the archived topics and write the hourly Parquet archive (docs/archive.md).
 
-    ``fs``/``root`` default to :func:`sinks.fs.archive_filesystem` of the settings;
+    ``fs``/``root`` default to :func:`sinks.archive.fs.archive_filesystem` of the settings;
     ``metrics_port`` defaults to ``archive.metrics_port`` if the settings have one,
     else 9182 (0 disables). ``clock`` returns unix seconds (processing time).
     """
@@ -415,6 +408,8 @@ class ArchiveService:
                     try:
                         self.handle(msgs[i:i + FLUSH_EVERY_MESSAGES])
                     except Exception as e:
+                        # the written index is read while messages are added: the consumer has moved past
+                        # them, so this cannot be retried in place; exiting is safe (commits follow writes)
                         if _storage_error(e):
                             raise ArchiveUnavailable(
                                 f"the object store did not answer while reading the archive index "

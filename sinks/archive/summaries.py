@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from fabricflow import streams
 from schemas.columns import load_avsc
 from schemas.registry import LABEL_FIELDS
-from sinks import layout
+from sinks.archive import layout
 
 # the streams counted in a summary (their ``event_kind``), their dataset and row-schema names, their event time
 _EVENT_STREAMS = [s for s in streams.STREAMS if s.event_kind]
@@ -41,7 +41,7 @@ def summary_columns(batch) -> pa.Table:
     """The columns a summary reads (:data:`_COLUMNS`) of a numpy structured array, decoded ``flows.enriched.v2``
     rows (label columns as Arrow dictionaries of their codes) or Arrow table of ``flow_enriched``, as Arrow; no
     derived text columns (addresses are formatted only where needed)."""
-    from sinks.arrow_schema import addr_array
+    from sinks.archive.arrow_schema import addr_array
 
     if isinstance(batch, pa.Table):
         return batch if batch.column_names == list(_COLUMNS) else batch.select(list(_COLUMNS))
@@ -77,7 +77,7 @@ def _or(col, fallback):
 def _or_address(node, addr) -> pa.Array:
     """``node`` where non-empty, else the text of ``addr`` (binary(16)); only those rows' addresses are
     formatted (each distinct one once)."""
-    from sinks.arrow_schema import addr_text_array
+    from sinks.archive.arrow_schema import addr_text_array
 
     node = _str(node)
     if isinstance(node, pa.ChunkedArray):

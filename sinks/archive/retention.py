@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from fabricflow import streams
-from sinks import layout
+from sinks.archive import layout
+from sinks.archive.fs import filesystem, root_path
 
 #: Default lifecycle in days per dataset: the stream catalog's ``archive_days`` (see docs/archive.md, "Retention").
 DEFAULT_POLICY: dict[str, int | None] = {
@@ -70,10 +71,8 @@ def apply_retention(fs, root: str, now, policy: dict[str, int | None] | None = N
 
     Returns what was (or, with ``dry_run``, would be) deleted, oldest first per dataset.
     """
-    from sinks.archive import _fs, _root
-
-    fs = _fs(fs)
-    root = _root(fs, root)
+    fs = filesystem(fs)
+    root = root_path(fs, root)
     now_ms = _ms(now)
     policy = DEFAULT_POLICY if policy is None else policy
     out: list[DeletedPartition] = []

@@ -3,7 +3,7 @@ and the stretched-communication rule (robust, and blind to the timeline's slot r
 
 from __future__ import annotations
 
-from sinks.compare.steps import align, flag_stretched, step_intervals
+from query.compare.steps import align, flag_stretched, step_intervals
 
 
 def test_steps_end_at_their_end_mark_or_the_next_start():

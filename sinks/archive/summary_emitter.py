@@ -2,7 +2,7 @@
 
 An hour is produced to summaries.hourly once the flows.enriched watermark (its slowest active partition)
 passes the hour's end + ``archive.grace_s``, with the data-quality figures of ingest.quality.v1 for that
-hour (:class:`sinks.summaries.QualityHours`: loss ratio, records lost, records without a sampling rate, skew). Summaries live in memory: an hour open when a partition was
+hour (:class:`sinks.archive.summaries.QualityHours`: loss ratio, records lost, records without a sampling rate, skew). Summaries live in memory: an hour open when a partition was
 resumed from a commit this process did not make is flagged ``summary_partial = 1`` (docs/archive.md).
 """
 
@@ -18,9 +18,9 @@ from confluent_kafka import KafkaException, Producer
 from fabricflow.kafka import client_config
 from fabricflow.logs import RateLimitedLog
 from schemas import codec
-from sinks import layout
-from sinks.archive_metrics import SinkMetrics
-from sinks.summaries import QualityHours, SummaryBook, summary_columns
+from sinks.archive import layout
+from sinks.archive.metrics import SinkMetrics
+from sinks.archive.summaries import QualityHours, SummaryBook, summary_columns
 
 log = logging.getLogger("fabricflow.sink")
 

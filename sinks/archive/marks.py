@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 
-from sinks import layout
-from sinks.archive import ParquetWriter
-from sinks.arrow_schema import table_from_dicts
+from sinks.archive import layout
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import table_from_dicts
 
 __all__ = ["DIRECT_BASE", "write_change"]
 
@@ -26,7 +26,7 @@ def _offset(mark_id: str) -> int:
 
 def write_change(archive_settings, rec: dict) -> str:
     """Write one ``change_mark`` record to the archive of ``archive_settings``; returns the object key."""
-    from sinks.fs import archive_filesystem
+    from sinks.archive.fs import archive_filesystem
 
     url = archive_settings.url
     if url.startswith("file://"):

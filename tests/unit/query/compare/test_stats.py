@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sinks.compare.stats import MIN_WINDOWS, betainc, compare, decide, t_cdf, t_ppf
+from query.compare.stats import MIN_WINDOWS, betainc, compare, decide, t_cdf, t_ppf
 
 
 @pytest.mark.parametrize("p,df,q", [(0.975, 10, 2.228138852), (0.995, 5, 4.032142984), (0.975, 1, 12.70620474),

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from sinks.compare.report import CompareError, CompareRequest, build_report
-from sinks.query import ArchiveQuery
+from query.compare.report import CompareError, CompareRequest, build_report
+from query.reports import ArchiveQuery
 from tests import scenario_archives as sa
 
 DURATION_S = 300

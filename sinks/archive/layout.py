@@ -27,7 +27,7 @@ class DatasetSpec:
     """One archived dataset: its Avro schema name and its event-time column (unix ms)."""
 
     name: str
-    avsc: str  # "" for a derived dataset (its Arrow schema is in sinks.rollups)
+    avsc: str  # "" for a derived dataset (its Arrow schema is in sinks.archive.rollups)
     time_column: str
     derived_from: str | None = None  # a rollup: one file per file of this dataset, same name
     bucket_ms: int = 0  # a rollup's time bucket
@@ -36,7 +36,7 @@ class DatasetSpec:
 DATASETS: dict[str, DatasetSpec] = {
     **{name: DatasetSpec(name, s.row_schema, s.time_column) for name, s in streams.DATASETS.items()},
     # derived datasets (rollups): fabricflow.streams.DERIVED, written by the archive writer beside each
-    # file of the dataset they derive from (sinks.rollups)
+    # file of the dataset they derive from (sinks.archive.rollups)
     **{d.name: DatasetSpec(d.name, "", "bucket_ms", d.derived_from, d.bucket_ms) for d in streams.DERIVED},
 }
 
@@ -109,7 +109,7 @@ class KeyInfo:
     partition: int
     first_offset: int
     last_offset: int
-    merged: bool = False  # a rollup file that merges the files it covers (sinks.compaction)
+    merged: bool = False  # a rollup file that merges the files it covers (sinks.archive.compaction)
 
 
 def object_key(root: str, dataset: str, hour: int, partition: int, first_offset: int, last_offset: int) -> str:

@@ -1,5 +1,5 @@
 """The compare report as text: the entity's metrics in a table, each node's significant changes, the steps and
-the events of both periods. ``--format json`` prints :func:`sinks.compare.report.build_report`'s dict instead."""
+the events of both periods. ``--format json`` prints :func:`query.compare.report.build_report`'s dict instead."""
 
 from __future__ import annotations
 

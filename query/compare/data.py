@@ -1,4 +1,4 @@
-"""Per-window values of the compare metrics, read from the archive through the query layer (:mod:`sinks.query`).
+"""Per-window values of the compare metrics, read from the archive through the query layer (:mod:`query`).
 
 One :class:`Period` is cut into windows of ``w`` ms; every series is an array with one value per window (NaN where
 the window has nothing to measure) and one with the sampling variance of that value. The inputs are the
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sinks.query import ArchiveError
+from query.errors import ArchiveError
 
 __all__ = ["COMM", "Cells", "Period", "Series", "Topology", "incast_counts", "per_second", "port_values", "query_rows",
            "ratio", "read_topology", "straggler_values", "timeline_values"]

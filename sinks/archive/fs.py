@@ -1,4 +1,5 @@
-"""The archive's filesystem from the settings: ``archive.url`` -> (fsspec filesystem, root).
+"""The archive's filesystem: ``archive.url`` -> (fsspec filesystem, root), and what every module of the
+archive and its readers needs to know about one.
 
 * ``file://DIR``: local directory, relative to the current directory unless
   absolute (``file:///var/lib/...``). A writer (``write=True``: the archive sink,
@@ -9,8 +10,8 @@
   (``skip_instance_cache``) so settings never leak between instances.
 * ``memory://NAME``: fsspec's in-process memory filesystem (tests).
 
-The root is returned without protocol and without a trailing slash, as
-:class:`sinks.archive.ParquetWriter` and :class:`sinks.query.ArchiveQuery` take it.
+The root is returned without protocol and without a trailing slash (:func:`root_path`), as
+:class:`sinks.archive.parquet.ParquetWriter` and :class:`query.reader.ArchiveReader` take it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,33 @@ from fabricflow.statedir import writable_dir
 
 class ArchiveUrlError(ValueError):
     """``archive.url`` cannot be used (message names the setting)."""
+
+
+class ArchiveUnavailable(RuntimeError):
+    """The archive's storage did not answer (one line; the caller says what it does about it).
+
+    The archive sink exits 1 when the store fails where it cannot retry in place (reading which offsets an
+    hour already holds: offsets are committed only after their files are written, so a restart re-reads
+    exactly what is missing). The console shows it in the page's banner and answers again once the store
+    is back.
+    """
+
+
+def filesystem(fs) -> fsspec.AbstractFileSystem:
+    """``fs``, or the local filesystem when None."""
+    return fsspec.filesystem("file") if fs is None else fs
+
+
+def is_local(fs) -> bool:
+    """Whether ``fs`` is the local filesystem (files written with rename + fsync, read by path)."""
+    proto = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return "file" in proto or "local" in proto
+
+
+def root_path(fs, root: str) -> str:
+    """``root`` as ``fs`` names it: without protocol and without a trailing slash."""
+    r = fs._strip_protocol(str(root)) if hasattr(fs, "_strip_protocol") else str(root)
+    return r.rstrip("/") or "/"
 
 
 def archive_filesystem(archive, write: bool = False) -> tuple[fsspec.AbstractFileSystem, str]:

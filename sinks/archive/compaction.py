@@ -1,10 +1,10 @@
 """Compaction of rollup files: the many files of one hour and Kafka partition merged into one.
 
-The writer derives one rollup file from every raw file (:mod:`sinks.rollups`), so a busy hour has
+The writer derives one rollup file from every raw file (:mod:`sinks.archive.rollups`), so a busy hour has
 hundreds of ``traffic_1h`` files; a compaction merges those of one (dataset, hour, partition) into
 ``merged-p<partition>-o<first>-<last>.parquet`` with the exact sums of the inputs, then deletes them.
 Exactly once without a manifest: a merged file covers every file whose offsets lie within its range,
-readers skip covered files (:func:`sinks.layout.live_files`), and only files below the partition's
+readers skip covered files (:func:`sinks.archive.layout.live_files`), and only files below the partition's
 *committed* offset are merged. One compaction at a time per archive. The archive sink runs it itself
 (:class:`CompactionSchedule`, every ``archive.compaction_interval_s``); ``fabricflow sink compact``
 does the same from the group's committed offsets. Why it is correct: docs/archive.md, "Rollups".
@@ -17,8 +17,10 @@ from dataclasses import dataclass
 
 import pyarrow.parquet as pq
 
-from sinks import layout, rollups
-from sinks.retention import Schedule
+from sinks.archive import layout, rollups
+from sinks.archive.fs import filesystem, root_path
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.retention import Schedule
 
 
 @dataclass(frozen=True)
@@ -48,10 +50,8 @@ def compact_hour(fs, root: str, dataset: str, hour: int, partition: int, committ
     files qualify (a single merged file is already compact). ``listing``: the hour directory's files, when
     the caller has just listed it. Returns what it did.
     """
-    from sinks.archive import ParquetWriter, _fs, _root
-
-    fs = _fs(fs)
-    root = _root(fs, root)
+    fs = filesystem(fs)
+    root = root_path(fs, root)
     if layout.spec(dataset).derived_from is None:
         raise ValueError(f"{dataset} is not a rollup dataset")
     d = f"{root}/{dataset}/{layout.hour_dir(hour)}"
@@ -93,10 +93,8 @@ def compact(fs, root: str, committed: dict[tuple[str, int], int], *, before_hour
     is listed once per run). ``errors``: collect ``(dataset, hour, partition, exception)`` of a failed hour
     and go on with the rest (without it the first failure raises).
     """
-    from sinks.archive import _fs, _root
-
-    fs = _fs(fs)
-    root = _root(fs, root)
+    fs = filesystem(fs)
+    root = root_path(fs, root)
     names = datasets or [d.name for d in layout.DATASETS.values() if d.derived_from]
     first_day = None if since_hour is None else since_hour // 24
     out = []

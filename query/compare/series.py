@@ -1,4 +1,4 @@
-"""The compare metrics of each scope, window by window, from the readers of :mod:`sinks.compare.data`."""
+"""The compare metrics of each scope, window by window, from the readers of :mod:`query.compare.data`."""
 
 from __future__ import annotations
 

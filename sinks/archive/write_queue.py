@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sinks.archive import FileToWrite, FlushPlan
+from sinks.archive.flush import FileToWrite, FlushPlan
 
 OK = "ok"
 FAILED = "failed"

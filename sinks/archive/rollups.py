@@ -1,6 +1,6 @@
 """Rollups: one file's rows aggregated per minute and per hour (pure, columnar; no I/O).
 
-The archive writer (:class:`sinks.archive.ParquetWriter`) writes, for every file of ``flows_enriched``
+The archive writer (:class:`sinks.archive.parquet.ParquetWriter`) writes, for every file of ``flows_enriched``
 and ``counters_raw``, the rollups of that same file under the same file name in the derived datasets
 (``traffic_1m`` / ``traffic_1h``, ``ports_1m`` / ``ports_1h``; ``fabricflow.streams.DERIVED``), so a
 retry or a replay overwrites a rollup exactly as it overwrites the raw file, and summing rollup rows
@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from processors.logic.windows.groupby import GroupBy, combined_key
-from sinks import layout
-from sinks.arrow_schema import addr_text_array
+from sinks.archive import layout
+from sinks.archive.arrow_schema import addr_text_array
 
 _S = pa.string()
 TRAFFIC_KEYS = ("bucket_ms", "src_node", "dst_node", "src_ip", "dst_ip", "src_group", "dst_group", "src_rack",

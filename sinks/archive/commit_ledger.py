@@ -1,7 +1,7 @@
 """Write, commit, confirm: the archive sink's order of durable files and committed offsets.
 
 A plan's offsets are committed only after its files (and every earlier plan's) are durable, on the consumer
-thread; with writer threads (:class:`sinks.writer.WriteQueue`) files in flight are never planned twice, and
+thread; with writer threads (:class:`sinks.archive.write_queue.WriteQueue`) files in flight are never planned twice, and
 the first failed write halts the queue, pauses consumption and backs off. docs/archive.md, "Exactly-once
 design" and "The archive service", says why this is exactly-once.
 """
@@ -15,9 +15,11 @@ from collections.abc import Callable
 from confluent_kafka import KafkaException, TopicPartition
 
 from fabricflow.logs import RateLimitedLog
-from sinks.archive import ArchiveSink, FlushPlan, ParquetWriter
-from sinks.archive_metrics import SinkMetrics
-from sinks.writer import FAILED, OK, WriteJob, WriteQueue
+from sinks.archive.buffer import ArchiveSink
+from sinks.archive.flush import FlushPlan
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.metrics import SinkMetrics
+from sinks.archive.write_queue import FAILED, OK, WriteJob, WriteQueue
 
 log = logging.getLogger("fabricflow.sink")
 

@@ -1,7 +1,7 @@
 """``fabricflow compare``: before vs after a change, per metric, with intervals and verdicts (the report as data).
 
 :func:`build_report` picks the periods (given, or around the latest change marker of the entity), reads the
-per-window series of both (:mod:`sinks.compare.data`), compares each metric of each entity (:mod:`.stats`) with
+per-window series of both (:mod:`query.compare.data`), compares each metric of each entity (:mod:`.stats`) with
 one Bonferroni family per report, and returns a JSON-ready dict; :mod:`.render` prints it. The events of the two
 periods are listed beside the metrics with whatever explanation their records carry (``diagnosis``), so a
 verdict and the detections behind it are read together.
@@ -13,7 +13,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from sinks.query import ArchiveError, parse_time
+from query.errors import ArchiveError
+from query.timerange import parse_time
 
 from . import stats
 from .data import Period, query_rows, read_topology
