@@ -35,6 +35,7 @@ from sinks.archive.fs import ArchiveUnavailable
 from . import events as ev
 from . import views
 from .closedloop import closedloop_routes
+from .exporters import exporter_routes
 from .history import History
 from .layout import Layout
 from .live import CELL_SCHEMA, LiveStore
@@ -569,7 +570,8 @@ def create_app(state: ConsoleState) -> Starlette:
         Route("/api/event", api(event_detail)),
         Route("/api/inventory", api(inventory)),
         *(Route(path, fn, methods=methods) for path, fn, methods in (
-            mark_routes(state, api, error, BadRequest) + closedloop_routes(state, api, BadRequest))),
+            mark_routes(state, api, error, BadRequest) + closedloop_routes(state, api, BadRequest)
+            + exporter_routes(state, api, BadRequest))),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found})

@@ -70,6 +70,10 @@ STREAMS: tuple[Stream, ...] = (
            batch=True, dataset="counters_raw", row_schema="counter_sample", time_column="time_received_ms", topic_days=7,
            archive_days=30,
            topic="counters.raw.v1", about="Decoded sFlow counter samples from ingest"),
+    Stream("discards_raw", "discard_batch", "exporter address", "DiscardedPacketBatch per message (sFlow dropped "
+           "packet notifications: where, why, what)", batch=True, dataset="discards_raw", row_schema="discarded_packet",
+           time_column="time_received_ms", topic_days=7, archive_days=30,
+           topic="discards.raw.v1", about="Decoded sFlow dropped-packet notifications from ingest (never traffic)"),
     Stream("dlq", "", "exporter address", "capped sample of undecodable datagrams; headers exporter/protocol/reason",
            topic_days=7, partitions=1,
            topic="ingest.dlq.v1", about="Capped sample of undecodable datagrams (raw bytes + reason headers)"),

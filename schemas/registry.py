@@ -45,7 +45,8 @@ MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
 
 # Batch schema name -> per-record schema it is derived from.
-BATCHES = {"flow_batch": "flow_record", "counter_batch": "counter_sample", "flow_enriched_batch": "flow_enriched"}
+BATCHES = {"flow_batch": "flow_record", "counter_batch": "counter_sample", "flow_enriched_batch": "flow_enriched",
+           "discard_batch": "discarded_packet"}
 # Dictionary-coded batch schema -> the batch schema it codes (same records; label strings as codes into a
 # per-message string table): flows.enriched.v2 (docs/schemas.md, "flows.enriched.v2").
 CODED_BATCHES = {"flow_enriched_batch_v2": "flow_enriched_batch"}
