@@ -124,6 +124,10 @@ STREAMS: tuple[Stream, ...] = (
            "listener, console POST /api/marks/step)", dataset="step_marks", row_schema="step_mark",
            time_column="time_ms", topic_days=7, archive_days=90,
            topic="steps.v1", about="Training step and phase marks (step N started/ended, checkpoint, eval) from training jobs"),
+    Stream("jobs", "job_membership", "source (kubernetes or slurm)", "live job membership versions: one row per change "
+           "of a pod / Slurm job holding nodes, and an hourly snapshot (docs/inventory.md)", dataset="job_memberships",
+           row_schema="job_membership", time_column="version_ms", topic_days=30, archive_days=365, partitions=1,
+           topic="inventory.jobs.v1", about="Live job membership versions (Kubernetes pods, Slurm jobs) for replay"),
     Stream("summaries", "summary_hourly", "hour start (ms)", "hourly summaries", dataset="summaries_hourly",
            row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365, archive_days=365,
            topic="summaries.hourly.v1", about="Hourly summaries"),

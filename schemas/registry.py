@@ -54,7 +54,7 @@ CODED_BATCHES = {"flow_enriched_batch_v2": "flow_enriched_batch"}
 LABEL_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_rack", "dst_rack", "src_switch", "dst_switch",
                 "src_job", "dst_job", "category")
 RECORD_SCHEMAS = ("matrix_cell", "incast_event", "straggler_score", "link_health", "alert", "summary_hourly", "pattern",
-                  "ingest_quality", "change_mark", "step_mark")
+                  "ingest_quality", "change_mark", "step_mark", "job_membership")
 
 
 class CodecError(Exception):
