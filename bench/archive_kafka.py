@@ -94,6 +94,9 @@ def main() -> None:
     ap.add_argument("--write-queue-rows", type=int, help="ArchiveService write_queue_rows (0 = no writer thread)")
     ap.add_argument("--enriched", action="store_true",
                     help="EnrichedFlowBatch to flows.enriched (archived with its rollups) instead of raw flows")
+    ap.add_argument("--wire", choices=["v2", "v1"], default="v2",
+                    help="with --enriched: flows.enriched.v2 (dictionary-coded labels) or the v1 batches (label "
+                         "strings per record) on the same topic")
     ap.add_argument("--profile", help="write a cProfile of the service run (consumer thread) to this file")
     args = ap.parse_args()
     if args.switch_interval:
@@ -132,7 +135,10 @@ def run(args, base, stack) -> None:
     t0 = time.perf_counter()
     schema, topic, row_schema = (("flow_enriched_batch", s.kafka.topics.flows_enriched, "flow_enriched") if args.enriched
                                  else ("flow_batch", s.kafka.topics.flows_raw, "flow_record"))
-    msgs = [codec.encode_batch(schema, make_batch(rng, args.batch, T0 + i * step, args.enriched)) for i in range(n_msgs)]
+    encode = codec.encode_batch
+    if args.enriched and args.wire == "v2":
+        schema, encode = "flow_enriched_batch_v2", codec.encode_coded
+    msgs = [encode(schema, make_batch(rng, args.batch, T0 + i * step, args.enriched)) for i in range(n_msgs)]
     t_encode = time.perf_counter() - t0
     rows = n_msgs * args.batch
     mbytes = sum(len(m) for m in msgs) / 1e6
@@ -221,6 +227,9 @@ def one_service_run(args, s, rows, line, r) -> None:
         return wrapper
 
     service_mod.codec.decode_batch = timed_decode
+    real_coded = getattr(service_mod.codec, "decode_coded", None)  # flows.enriched.v2
+    if real_coded is not None:
+        service_mod.codec.decode_coded = cpu_timed(real_coded, "decode")
     ParquetWriter.write = timed_write
     if real_build is not None:  # the new code: the file's table is built in the writer
         archive_mod.build_table = cpu_timed(real_build, "build")
@@ -244,6 +253,8 @@ def one_service_run(args, s, rows, line, r) -> None:
         cpu = _cpu() - c0
     finally:
         service_mod.codec.decode_batch = real_decode
+        if real_coded is not None:
+            service_mod.codec.decode_coded = real_coded
         ParquetWriter.write = real_write
         if real_build is not None:
             archive_mod.build_table = real_build
@@ -252,7 +263,7 @@ def one_service_run(args, s, rows, line, r) -> None:
     size = sum(svc.fs.du(f"{svc.root}/{'flows_enriched' if args.enriched else 'flows_raw'}", total=False).values())
     print(f"-- service run {r + 1}: files={rep['files_written']} ({size / rows:.1f} B/row in Parquet) "
           f"commits={rep['commits']} batch_messages={args.batch_messages}")
-    line("service: codec.decode_batch (CPU)", acc["decode"])
+    line("service: codec decode (CPU)", acc["decode"])
     line("service: handle = decode + buffer (CPU)", svc.cpu_handle)
     line("service: handle = decode + buffer (wall)", svc.t_handle)
     line("service: Parquet to S3, summed (wall)", acc["write"])

@@ -278,6 +278,18 @@ class _Capture:
         self.bytes: dict[str, int] = {}
         self.digests: dict[str, object] = {}  # topic -> SHA-256 of its (key, value) sequence (not the shuffle)
         self.kept: dict[str, list] = {}  # detector output topic -> its (key, value) messages
+        self.enriched: list[tuple[bytes, bytes]] = []  # flows.enriched (any version): digested decoded, after timing
+
+    def enriched_content(self) -> str:
+        """SHA-256 of the enriched records in order, decoded and written as v1 batches: equal for flows.enriched.v1
+        and flows.enriched.v2 of the same records (the v2 bytes differ by design: labels are coded)."""
+        from schemas import codec
+
+        h = hashlib.sha256()
+        for key, value in self.enriched:
+            v1 = codec.encode_batch("flow_enriched_batch", codec.decode_batch(value))
+            h.update(len(key).to_bytes(4, "little") + key + len(v1).to_bytes(4, "little") + v1)
+        return h.hexdigest()[:16]
 
     def __call__(self, topic, key, value, partition=None, headers=None):
         self.messages[topic] = self.messages.get(topic, 0) + 1
@@ -289,6 +301,8 @@ class _Capture:
             if h is None:
                 h = self.digests[topic] = hashlib.sha256()
             h.update(len(key).to_bytes(4, "little") + key + len(value).to_bytes(4, "little") + value)
+            if "flows.enriched" in topic:
+                self.enriched.append((key, value))
             if topic in self.keep:
                 self.kept.setdefault(topic, []).append((key, value))
 
@@ -451,6 +465,7 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
     return {"cpu": cpu, "wall": wall, "raw_s": t_raw, "shuffle_s": wall - t_raw, "shuffle_messages": len(cap.shuffle),
             "snapshots": snaps, "snapshot_bytes": snap_bytes, "legacy": legacy, "messages": dict(cap.messages), "bytes": dict(cap.bytes),
             "stages": timers.seconds, "digests": {t: h.hexdigest()[:16] for t, h in cap.digests.items()},
+            "enriched_content": cap.enriched_content(),
             "kept": cap.kept, "reused": proc.metrics.registry.get_sample_value("fabricflow_processors_reused_batches_total") or 0}
 
 
@@ -707,6 +722,7 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     print("    SHA-256 of each output topic's (key, value) sequence (same input and settings -> same digests):")
     for k, v in sorted(wp["digests"].items()):
         print(f"      {k.removeprefix(prefix):24s} {v}")
+    print(f"      {'flows.enriched records':24s} {wp['enriched_content']}  (decoded, as v1 batches: equal across wire versions)")
     topic_of = output_topics(settings)
     if topic_of:
         alerts = settings.kafka.topics.alerts

@@ -194,8 +194,12 @@ class ProcessorSettings(_Section):
     )
     tick_s: float = Field(1.0, gt=0, description="Wall-clock timer that closes idle windows and flushes outputs")
     enriched_max_records: int = Field(
-        4096, ge=1, description="Max flow records per flows.enriched.v1 message (the default equals "
+        4096, ge=1, description="Max flow records per flows.enriched message (the default equals "
         "ingest.batch_max_records: one enriched message per raw message, ~700 kB before compression)",
+    )
+    publish_v1: bool = Field(
+        False, description="Also publish the v1 wire formats for consumers not yet on v2: flows.enriched.v1 (label "
+        "strings per record) beside flows.enriched.v2. Deprecated: removed in the next release",
     )
     prepare_batch_messages: int = Field(
         4, ge=1, description="Raw messages the prepare agent takes at once: their flows are enriched together and each "

@@ -19,13 +19,16 @@ from functools import cache
 from typing import NamedTuple
 
 import numpy as np
+import pyarrow as pa
 
 from fabricflow.compiled import load
 
 from .columns import dtype_for, load_avsc
 from .registry import (
     BATCHES,
+    CODED_BATCHES,
     HEADER_LEN,
+    LABEL_FIELDS,
     MAGIC,
     RECORD_SCHEMAS,
     CodecError,
@@ -42,13 +45,16 @@ from .registry import (
     writer_schema,
 )
 from .strings import StringTable, decode_texts, encode_strings
-from .varint import encode_long, encode_long_column
+from .varint import encode_long, encode_long_column, read_long
 
 _compiled = load("schemas._batch_compiled")
 
 __all__ = [  # the batch codec, and the framing and schema names of schemas.registry
     "BATCHES",
+    "CODED_BATCHES",
+    "CodedBatch",
     "HEADER_LEN",
+    "LABEL_FIELDS",
     "MAGIC",
     "RECORD_SCHEMAS",
     "CodecError",
@@ -58,6 +64,8 @@ __all__ = [  # the batch codec, and the framing and schema names of schemas.regi
     "batch_to_records",
     "coded_rows",
     "decode_batch",
+    "decode_coded",
+    "encode_coded",
     "decode_record",
     "derive_batch_schema",
     "encode_batch",
@@ -66,6 +74,7 @@ __all__ = [  # the batch codec, and the framing and schema names of schemas.regi
     "field_encodings",
     "header",
     "parsed",
+    "record_of",
     "schema_fingerprint",
     "schema_json",
     "schema_of",
@@ -146,14 +155,19 @@ def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None, verbat
     record) reuses that field's bytes.
     """
     n = len(arr)
-    plan = _plan(batch)
     coded = coded or {}
-    verbatim = verbatim or {}
     if any(len(codes) != n for codes, _ in coded.values()):
         raise ValueError("coded string columns must have one code per record")
+    return b"".join(_encode_fields([header(batch)], _plan(batch), arr, n, coded, verbatim or {}, {}))
+
+
+def _encode_fields(parts: list, plan, arr, n: int, coded: Coded, verbatim: Mapping[str, bytes],
+                   columns: Mapping[str, np.ndarray]) -> list:
+    """``parts`` with the encodings of the fields of ``plan`` appended (see :func:`encode_batch`); ``columns``:
+    field -> the column to encode instead of ``arr[field]``."""
     if n == 0:
-        return header(batch) + b"\x00" * len(plan)
-    parts = [header(batch)]
+        parts.append(b"\x00" * len(plan))
+        return parts
     count = encode_long(n)
     last_long = None  # (column, its bytes) of the previous long field
     for name, kind in plan:
@@ -168,7 +182,7 @@ def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None, verbat
             parts.append(table.encode(codes))
             parts.append(b"\x00")
             continue
-        col = arr[name]
+        col = columns[name] if name in columns else arr[name]
         if kind == "long":
             body = _reused_long(col, last_long) or encode_long_column(col)
             last_long = (col, body)
@@ -182,7 +196,7 @@ def encode_batch(batch: str, arr: np.ndarray, coded: Coded | None = None, verbat
         else:
             parts.append(encode_strings(col))
         parts.append(b"\x00")
-    return b"".join(parts)
+    return parts
 
 
 def decode_batch(message: bytes, expect: str | None = None, spans: dict | None = None) -> np.ndarray:
@@ -195,27 +209,21 @@ def decode_batch(message: bytes, expect: str | None = None, spans: dict | None =
     end) of its whole encoding in ``message``. The column walk is compiled
     (:mod:`schemas._batch_compiled`); it raises only ``CodecError`` on corrupt
     input, with the text the readable reference (``schemas.reference.batch``) gives.
+
+    A dictionary-coded message (``flow_enriched_batch_v2``) decodes to the records of the batch it codes
+    (``flow_enriched`` rows, label strings gathered from its table); ``expect`` names either form, and either
+    form is accepted for it. Hot paths read coded messages with :func:`decode_coded` instead.
     """
     name = schema_of(message)
+    if expect is not None and name != expect and CODED_BATCHES.get(name, name) != CODED_BATCHES.get(expect, expect):
+        raise CodecError(f"expected {expect}, got {name}")
+    if name in CODED_BATCHES:
+        return decode_coded(message, spans=spans).to_array()
     if name not in BATCHES:
         raise CodecError(f"{name} is not a batch schema")
-    if expect is not None and name != expect:
-        raise CodecError(f"expected {expect}, got {name}")
     lay = _layout(name, bytes(message[2:HEADER_LEN]))
-    buf = np.frombuffer(message, dtype=np.uint8)
-    err = np.zeros(4, dtype=np.int64)
-    n = _compiled.rows(buf, HEADER_LEN, lay.kinds[0], err) if len(lay.kinds) else 0
-    if n < 0:
-        raise _error(err, lay.plan)
-    # np.zeros, not np.empty: numpy fills the object fields of an empty structured array one by one (~20x slower)
-    out = np.zeros(n, dtype=lay.dtype)
-    where = np.empty((len(lay.kinds), 2), dtype=np.int64)
-    nstr = len(lay.strings)
-    toffs = np.empty((nstr, n + 1), dtype=np.int32)
-    text = np.empty(len(buf) if nstr else 0, dtype=np.uint8)
-    tspans = np.empty((nstr, 2), dtype=np.int64)
-    if _compiled.walk(buf, HEADER_LEN, lay.kinds, lay.offs, lay.widths, out, where, toffs, text, tspans, err) < 0:
-        raise _error(err, lay.plan)
+    out, where, text, toffs, tspans = _walk(message, lay, HEADER_LEN)
+    n = len(out)
     for slot, fname in lay.strings:
         a, b = tspans[slot].tolist()
         out[fname] = decode_texts(text[a:b], toffs[slot], n)
@@ -226,6 +234,25 @@ def decode_batch(message: bytes, expect: str | None = None, spans: dict | None =
         for (fname, _kind), (a, b) in zip(lay.plan, where.tolist()):
             spans[fname] = (a, b)
     return out
+
+
+def _walk(message: bytes, lay: _Layout, pos: int):
+    """(rows, field spans, text, text offsets, text spans) of the compiled walk over the fields of ``lay`` from ``pos``."""
+    buf = np.frombuffer(message, dtype=np.uint8)
+    err = np.zeros(4, dtype=np.int64)
+    n = _compiled.rows(buf, pos, lay.kinds[0], err) if len(lay.kinds) else 0
+    if n < 0:
+        raise _error(err, lay.plan)
+    # np.zeros, not np.empty: numpy fills the object fields of an empty structured array one by one (~20x slower)
+    out = np.zeros(n, dtype=lay.dtype)
+    where = np.empty((len(lay.kinds), 2), dtype=np.int64)
+    nstr = len(lay.strings)
+    toffs = np.empty((nstr, n + 1), dtype=np.int32)
+    text = np.empty(len(buf) if nstr else 0, dtype=np.uint8)
+    tspans = np.empty((nstr, 2), dtype=np.int64)
+    if _compiled.walk(buf, pos, lay.kinds, lay.offs, lay.widths, out, where, toffs, text, tspans, err) < 0:
+        raise _error(err, lay.plan)
+    return out, where, text, toffs, tspans
 
 
 def _error(err: np.ndarray, plan: tuple) -> CodecError:
@@ -254,12 +281,14 @@ def _layout(name: str, fp: bytes) -> _Layout:
     if lay is None:
         old = writer_schema(MAGIC + fp)
         plan = _plan(name) if old is None else _plan_of(old, name)
-        dtype = dtype_for(BATCHES[name])
+        dtype = dtype_for(BATCHES[name]) if name in BATCHES else CODED_DTYPE
+        if name in CODED_BATCHES:  # the labels table is read before the walk
+            plan = plan[1:]
         kinds, offs, widths = _compiled.layout(plan, dtype)
         strings = tuple((int(o), f) for (f, k), o in zip(plan, offs) if k == "string" and o >= 0)
         given = {f for f, _k in plan}
         defaults = []
-        for fname, default in _defaults(name).items():
+        for fname, default in (_defaults(name) if name in BATCHES else {}).items():
             if fname not in given:
                 if isinstance(default, str) and dtype[fname].kind != "O":  # fixed: JSON code points
                     default = np.frombuffer(default.encode("latin-1"), dtype=np.uint8)
@@ -295,3 +324,185 @@ def batch_to_records(arr: np.ndarray) -> list[dict]:
             d[k] = bytes(bytearray(v)) if getattr(v, "shape", ()) == (16,) else v.item() if hasattr(v, "item") else v
         rows.append(d)
     return rows
+
+
+# --------------------------------------------------------------------------- dictionary-coded batches (v2)
+
+_ENRICHED_DTYPE = dtype_for(BATCHES["flow_enriched_batch"])
+#: Rows of a ``flow_enriched_batch_v2`` message: the ``flow_enriched`` fields, label fields as int32 codes.
+CODED_DTYPE = np.dtype([(f, np.int32 if f in LABEL_FIELDS else _ENRICHED_DTYPE[f]) for f in _ENRICHED_DTYPE.names])
+_FLOW_FIELDS = [f for f in _ENRICHED_DTYPE.names if f not in LABEL_FIELDS]
+
+
+def record_of(batch: str) -> str:
+    """The per-record schema of a batch schema, dictionary-coded or not (``flow_enriched_batch_v2`` ->
+    ``flow_enriched``)."""
+    return BATCHES[CODED_BATCHES.get(batch, batch)]
+
+
+class CodedBatch:
+    """Decoded ``flow_enriched_batch_v2`` rows: the rows with label codes, and the message's label table.
+
+    Reads like a ``flow_enriched`` array where the archive and the summaries read one: ``len``,
+    ``batch["field"]`` (a label column is gathered from the table: no new string objects), and a slice,
+    mask or index array gives those rows with the same table. :meth:`dictionary` gives a label column as an
+    Arrow dictionary (no string per row); :meth:`to_array` the ``flow_enriched`` structured array.
+    """
+
+    __slots__ = ("rows", "labels")
+    dtype = _ENRICHED_DTYPE
+
+    def __init__(self, rows: np.ndarray, labels: np.ndarray):
+        self.rows = rows  # CODED_DTYPE
+        self.labels = labels  # object array of str: the label table
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return self.labels.take(self.rows[key]) if key in LABEL_FIELDS else self.rows[key]
+        return CodedBatch(self.rows[key], self.labels)
+
+    def column(self, field: str) -> np.ndarray:
+        """A label column as an object array (one gather: the strings are the table's)."""
+        return self.labels.take(self.rows[field])
+
+    def dictionary(self, field: str) -> pa.DictionaryArray:
+        """A label column as an Arrow dictionary array of its codes over the label table."""
+        return pa.DictionaryArray.from_arrays(pa.array(self.rows[field]), self.label_array())
+
+    def label_array(self) -> pa.Array:
+        return pa.array(self.labels, type=pa.string(), from_pandas=False)
+
+    def to_array(self) -> np.ndarray:
+        """The ``flow_enriched`` structured array of these rows."""
+        out = np.zeros(len(self.rows), dtype=_ENRICHED_DTYPE)
+        out[_FLOW_FIELDS] = self.rows[_FLOW_FIELDS]
+        for f in LABEL_FIELDS:
+            out[f] = self.labels.take(self.rows[f])
+        return out
+
+    @classmethod
+    def from_array(cls, arr: np.ndarray) -> CodedBatch:
+        """The coded form of ``flow_enriched`` rows (codes made from the strings: for v1 messages and tools)."""
+        labels, codes = _message_labels(arr, None)
+        rows = np.zeros(len(arr), dtype=CODED_DTYPE)
+        rows[_FLOW_FIELDS] = arr[_FLOW_FIELDS]
+        for f, c in codes.items():
+            rows[f] = c
+        return cls(rows, labels)
+
+
+class _Strings(NamedTuple):  # a label table given as its strings (StringTable's ``strings``)
+    strings: np.ndarray
+
+
+def _message_labels(arr, coded: Coded | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(the distinct label strings of the rows, field -> codes into them) for every field of
+    :data:`LABEL_FIELDS`. ``coded``: field -> (codes, table) as the enricher gathered them (tables shared by
+    several fields, e.g. the node table of src_node and dst_node); other fields are coded from their strings.
+    Only the strings some row uses go into the message, each once."""
+    coded = dict(coded or {})
+    for f in LABEL_FIELDS:
+        if f not in coded:
+            d = pa.array([_label_text(x) for x in arr[f].tolist()], pa.string()).dictionary_encode()
+            coded[f] = (d.indices.to_numpy(zero_copy_only=False), _Strings(d.dictionary.to_numpy(zero_copy_only=False)))
+    by_table: dict[int, tuple[np.ndarray, list[str]]] = {}
+    for f in LABEL_FIELDS:
+        strings = coded[f][1].strings
+        by_table.setdefault(id(strings), (strings, []))[1].append(f)
+    labels: list[str] = []
+    index: dict[str, int] = {}
+    out = {}
+    for strings, fields in by_table.values():
+        used = np.zeros(len(strings), dtype=bool)
+        for f in fields:
+            used[coded[f][0]] = True
+        idx = np.flatnonzero(used)
+        remap = np.zeros(len(strings), dtype=np.int32)
+        mapped = []
+        for v in strings.take(idx).tolist():
+            v = _label_text(v)
+            j = index.get(v)
+            if j is None:
+                j = index[v] = len(labels)
+                labels.append(v)
+            mapped.append(j)
+        remap[idx] = mapped
+        for f in fields:
+            out[f] = remap.take(coded[f][0])
+    table = np.empty(len(labels), dtype=object)
+    table[:] = labels
+    return table, out
+
+
+def _label_text(x) -> str:
+    return "" if x is None else x if isinstance(x, str) else str(x)
+
+
+def encode_coded(batch: str, arr, coded: Coded | None = None, verbatim: Mapping[str, bytes] | None = None) -> bytes:
+    """Encode ``flow_enriched`` rows (a structured array or ``LabeledFlows``) as one dictionary-coded message
+    of ``batch`` (``flow_enriched_batch_v2``): the label table of the strings the rows use, then every field,
+    label fields as codes. ``coded`` and ``verbatim`` as for :func:`encode_batch` (with ``coded``, no label
+    column is read)."""
+    n = len(arr)
+    if coded is not None and any(len(codes) != n for codes, _ in coded.values()):
+        raise ValueError("coded string columns must have one code per record")
+    labels, codes = _message_labels(arr, coded)
+    parts = [header(batch)]
+    if len(labels):
+        parts += [encode_long(len(labels)), encode_strings(labels)]
+    parts.append(b"\x00")
+    return b"".join(_encode_fields(parts, _plan(batch)[1:], arr, n, {}, verbatim or {}, codes))
+
+
+def _read_labels(m: bytes, pos: int) -> tuple[np.ndarray, int]:
+    """The ``labels`` array at ``pos`` (any valid Avro blocking) and the position after it."""
+    labels = []
+    while True:
+        count, pos = read_long(m, pos, "labels")
+        if count == 0:
+            break
+        if count < 0:
+            count = -count
+            _size, pos = read_long(m, pos, "labels")
+        if count > len(m) - pos:
+            raise CodecError(f"labels: block count {count} larger than the message")
+        for _ in range(count):
+            k, pos = read_long(m, pos, "labels")
+            if k < 0 or pos + k > len(m):
+                raise CodecError("labels: bad string length")
+            try:
+                labels.append(m[pos:pos + k].decode())
+            except UnicodeDecodeError:
+                raise CodecError("labels: invalid UTF-8") from None
+            pos += k
+    table = np.empty(len(labels), dtype=object)
+    table[:] = labels
+    return table, pos
+
+
+def decode_coded(message: bytes, spans: dict | None = None) -> CodedBatch:
+    """A ``flow_enriched_batch_v2`` message as rows with label codes and its label table, without a string
+    object per row; a ``flow_enriched_batch`` (v1) message is coded from its strings. Raises only
+    ``CodecError`` (label codes outside the table included). ``spans`` as for :func:`decode_batch`."""
+    name = schema_of(message)
+    if name == "flow_enriched_batch":
+        return CodedBatch.from_array(decode_batch(message, spans=spans))
+    if name not in CODED_BATCHES:
+        raise CodecError(f"expected flow_enriched_batch_v2, got {name}")
+    m = bytes(message)
+    labels, pos = _read_labels(m, HEADER_LEN)
+    lay = _layout(name, m[2:HEADER_LEN])
+    rows, where, *_ = _walk(m, lay, pos)
+    if len(rows):
+        for f in LABEL_FIELDS:
+            c = rows[f]
+            if int(c.min()) < 0 or int(c.max()) >= len(labels):
+                raise CodecError(f"{f}: label code outside the {len(labels)} labels")
+    if spans is not None:
+        spans["labels"] = (HEADER_LEN, pos)
+        for (fname, _kind), (a, b) in zip(lay.plan, where.tolist()):
+            spans[fname] = (a, b)
+    return CodedBatch(rows, labels)

@@ -21,12 +21,15 @@ from .columns import AVRO_DIR, load_avsc
 
 __all__ = [
     "BATCHES",
+    "CODED_BATCHES",
     "HEADER_LEN",
+    "LABEL_FIELDS",
     "MAGIC",
     "RECORD_SCHEMAS",
     "CodecError",
     "decode_record",
     "derive_batch_schema",
+    "derive_coded_schema",
     "encode_record",
     "error_reason",
     "header",
@@ -44,6 +47,12 @@ HEADER_LEN = 10
 # Batch schema name -> per-record schema it is derived from.
 BATCHES = {"flow_batch": "flow_record", "counter_batch": "counter_sample", "flow_enriched_batch": "flow_enriched",
            "discard_batch": "discarded_packet"}
+# Dictionary-coded batch schema -> the batch schema it codes (same records; label strings as codes into a
+# per-message string table): flows.enriched.v2 (docs/schemas.md, "flows.enriched.v2").
+CODED_BATCHES = {"flow_enriched_batch_v2": "flow_enriched_batch"}
+# The label fields of flow_enriched that flow_enriched_batch_v2 carries as codes (every string field of it).
+LABEL_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_rack", "dst_rack", "src_switch", "dst_switch",
+                "src_job", "dst_job", "category")
 RECORD_SCHEMAS = ("matrix_cell", "incast_event", "straggler_score", "link_health", "alert", "summary_hourly", "pattern",
                   "ingest_quality", "change_mark", "step_mark", "job_membership")
 
@@ -98,10 +107,31 @@ def derive_batch_schema(record_name: str, record: dict | None = None) -> dict:
     }
 
 
+def derive_coded_schema(batch: str) -> dict:
+    """The dictionary-coded form of a batch schema: a ``labels`` array of the message's distinct label strings
+    first, then the batch's fields, each label field (:data:`LABEL_FIELDS`) an array of ``int`` indexes into
+    ``labels``. Namespace ``fabricflow.v2``: an incompatible change, so a new topic (``flows.enriched.v2``)."""
+    base = derive_batch_schema(BATCHES[batch])
+    fields = [{"name": "labels", "type": {"type": "array", "items": "string"},
+               "doc": "The distinct label strings of this message; every label field below holds indexes into it"}]
+    for f in base["fields"]:
+        if f["name"] in LABEL_FIELDS:
+            f = {"name": f["name"], "type": {"type": "array", "items": "int"},
+                 "doc": "Index into labels. " + f.get("doc", "")}
+        elif isinstance(f["type"]["items"], dict) and "." not in f["type"]["items"]["name"]:  # keep v1 named types
+            f = {**f, "type": {**f["type"], "items": {**f["type"]["items"], "namespace": base["namespace"]}}}
+        fields.append(f)
+    return {**base, "namespace": "fabricflow.v2",
+            "doc": base["doc"] + " Label strings are dictionary-coded: one table per message (labels), one int "
+            "code per record and label field.", "fields": fields}
+
+
 @cache
 def schema_json(name: str) -> dict:
     if name in BATCHES:
         return derive_batch_schema(BATCHES[name])
+    if name in CODED_BATCHES:
+        return derive_coded_schema(CODED_BATCHES[name])
     return load_avsc(name)
 
 
@@ -118,7 +148,7 @@ def schema_fingerprint(name: str) -> bytes:
 
 @cache
 def _by_fingerprint() -> dict[bytes, str]:
-    names = list(BATCHES) + [n for n in RECORD_SCHEMAS if (AVRO_DIR / f"{n}.avsc").exists()]
+    names = list(BATCHES) + list(CODED_BATCHES) + [n for n in RECORD_SCHEMAS if (AVRO_DIR / f"{n}.avsc").exists()]
     out = {schema_fingerprint(n): n for n in names}
     out.update((fp, name) for fp, (name, _writer) in _history().items() if fp not in out)
     return out
@@ -172,7 +202,7 @@ def schema_of(message: bytes) -> str:
 def write_batch_schemas(directory=AVRO_DIR) -> list[str]:
     """Write the derived ``*_batch.avsc`` files (for consumers in other languages)."""
     out = []
-    for name in BATCHES:
+    for name in (*BATCHES, *CODED_BATCHES):
         path = directory / f"{name}.avsc"
         path.write_text(json.dumps(schema_json(name), indent=2) + "\n")
         out.append(str(path))

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .registry import CodecError
+
 __all__ = [
     "encode_long",
     "encode_long_column",
+    "read_long",
     "varint",
     "varint_bytes",
     "varint_widths",
@@ -146,3 +149,23 @@ def varint_widths(u: np.ndarray, umax: int) -> np.ndarray:
     for k in range(1, _width(umax)):
         w += u >= _LIMIT[k]
     return w
+
+
+def read_long(message: bytes, pos: int, what: str) -> tuple[int, int]:
+    """(Avro ``long`` at ``pos`` of ``message``, the position after it), one value in plain Python: at most 10
+    bytes, a 10th byte's bits past 63 dropped (as the compiled walk reads them); ``CodecError`` naming ``what``."""
+    shift = 0
+    u = 0
+    while True:
+        if pos >= len(message):
+            raise CodecError(f"{what}: truncated varint")
+        b = message[pos]
+        pos += 1
+        u |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise CodecError(f"{what}: varint longer than 10 bytes")
+    u &= 0xFFFFFFFFFFFFFFFF
+    return (u >> 1) ^ -(u & 1), pos

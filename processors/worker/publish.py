@@ -1,4 +1,4 @@
-"""The worker's confluent-kafka producer: shuffle messages, ``flows.enriched.v1`` and detector outputs.
+"""The worker's confluent-kafka producer: shuffle messages, ``flows.enriched.v2`` and detector outputs.
 
 Faust does not know this producer: offsets are committed and snapshots written only after it has
 delivered what it holds (:mod:`processors.worker.checkpoint`).
@@ -30,6 +30,7 @@ class OutputPublisher:
         self.topics = k.topics
         self.output_topics = streams.output_topics(k)
         self.failed = 0
+        self.publish_v1 = settings.processors.publish_v1
         if producer is not None:
             self.producer = producer
             return
@@ -58,20 +59,24 @@ class OutputPublisher:
             except BufferError:  # outputs must not be dropped: wait for the buffer to drain
                 self.producer.poll(0.1)
 
-    def enriched(self, key: bytes, batch: np.ndarray, max_records: int, coded: codec.Coded | None = None,
+    def enriched(self, key: bytes, batch, max_records: int, coded: codec.Coded | None = None,
                  raw: tuple[bytes, dict] | None = None) -> None:
-        """Publish ``batch`` in messages of at most ``max_records`` (``coded``: ``Enricher.label_codes(batch)``).
+        """Publish ``batch`` to ``flows.enriched.v2`` (and ``flows.enriched.v1`` with ``processors.publish_v1``)
+        in messages of at most ``max_records`` (``coded``: ``Enricher.label_codes(batch)``).
 
         ``raw``: (the raw message whose rows ``batch`` enriches, its field spans from ``decode_batch``); when
         one message carries them all, the flow fields' encodings are copied from it.
         """
-        verbatim = None
-        if raw is not None and len(batch) <= max_records:
-            verbatim = codec.field_encodings(*raw, "flow_enriched_batch")
-        for i in range(0, len(batch), max_records):
-            rows = slice(i, i + max_records)
-            msg = codec.encode_batch("flow_enriched_batch", batch[rows], codec.coded_rows(coded, rows), verbatim)
-            self.produce(self.topics.flows_enriched, key, msg)
+        formats = [("flow_enriched_batch_v2", codec.encode_coded, self.topics.flows_enriched)]
+        if self.publish_v1:
+            formats.append(("flow_enriched_batch", codec.encode_batch, self.topics.flows_enriched_v1))
+        for schema, encode, topic in formats:
+            verbatim = None
+            if raw is not None and len(batch) <= max_records:
+                verbatim = codec.field_encodings(*raw, schema)
+            for i in range(0, len(batch), max_records):
+                rows = slice(i, i + max_records)
+                self.produce(topic, key, encode(schema, batch[rows], codec.coded_rows(coded, rows), verbatim))
 
     def outputs(self, outputs) -> None:
         """Produce detector outputs in order; the records of each kind are Avro-encoded together."""

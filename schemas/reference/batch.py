@@ -15,29 +15,14 @@ import numpy as np
 from ..codec import HEADER_LEN, CodecError, batch_plan
 from ..columns import dtype_for
 from ..registry import BATCHES
+from ..varint import read_long
 
 __all__ = ["decode_batch"]
 
 _ITEM_BYTES = {"bool": 1, "fixed16": 16, "double": 8}
 
 
-def _long(message: bytes, pos: int, fname: str) -> tuple[int, int]:
-    """(Avro ``long`` at ``pos``, the position after it): at most 10 bytes, a 10th byte's bits past 63 dropped."""
-    shift = 0
-    u = 0
-    while True:
-        if pos >= len(message):
-            raise CodecError(f"{fname}: truncated varint")
-        b = message[pos]
-        pos += 1
-        u |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise CodecError(f"{fname}: varint longer than 10 bytes")
-    u &= 0xFFFFFFFFFFFFFFFF
-    return (u >> 1) ^ -(u & 1), pos
+_long = read_long  # (value, next position); CodecError naming the field
 
 
 def _item(message: bytes, pos: int, fname: str, kind: str):

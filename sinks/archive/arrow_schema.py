@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.columns import addr_strs, load_avsc
+from schemas.registry import LABEL_FIELDS
 
 _PRIMITIVE = {
     "int": pa.int32(),
@@ -172,21 +173,39 @@ def _add_text_columns(arrays: dict, schema: pa.Schema) -> None:
 _SCATTER_ROWS = 4096  # rows per block when splitting structured arrays into columns (~1 MB: stays in cache)
 
 
-def table_from_parts(parts: list[np.ndarray], avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:
+def table_from_parts(parts: list, avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:
     """:func:`table_from_columns` of the concatenation of structured arrays (one dtype), without an
     intermediate structured array: rows are scattered into contiguous columns block by block, each
-    block once while it is in cache (faster than one strided pass over everything per column)."""
-    dt = parts[0].dtype
-    n = sum(len(p) for p in parts)
+    block once while it is in cache (faster than one strided pass over everything per column).
+
+    Parts may instead all be decoded ``flows.enriched.v2`` rows (``schemas.codec.CodedBatch``): each label
+    column is then gathered in Arrow from the parts' label tables by their codes (no string per row in Python).
+    """
+    coded = hasattr(parts[0], "labels")
+    rows = [p.rows for p in parts] if coded else parts
+    dt = rows[0].dtype
+    n = sum(len(p) for p in rows)
     cols = {name: np.empty((n, *dt[name].shape), dtype=dt[name].base) for name in dt.names}
+    base = {}  # label field -> code offset of each part's table in the concatenated tables
+    if coded:
+        offsets = np.cumsum([0] + [len(p.labels) for p in parts[:-1]])
+        base = {f: offsets for f in LABEL_FIELDS if f in cols}
+        for f in base:
+            cols[f] = np.empty(n, dtype=np.int64)
     a = 0
-    for p in parts:
+    for i, p in enumerate(rows):
         for s in range(0, len(p), _SCATTER_ROWS):
             blk = p[s:s + _SCATTER_ROWS]
             b = a + len(blk)
             for name, out in cols.items():
                 out[a:b] = blk[name]
+                if name in base:
+                    out[a:b] += base[name][i]
             a = b
+    if coded:
+        table = pa.array(np.concatenate([p.labels for p in parts]) if parts else [], type=pa.string(), from_pandas=False)
+        for f in base:
+            cols[f] = table.take(pa.array(cols[f]))
     return table_from_columns(cols, avsc, text_addresses=text_addresses)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from schemas.codec import CodedBatch
 from sinks.archive import layout
 from sinks.archive.arrow_schema import conform, table_from_columns
 from sinks.archive.flush import FileToWrite, FlushPlan, row_count
@@ -37,7 +38,7 @@ def batch_dtype(avsc: str) -> np.dtype | None:
 
 def _take(batch, idx: np.ndarray):
     """Rows ``idx`` of a table or structured array."""
-    return batch[idx] if isinstance(batch, np.ndarray) else batch.take(pa.array(idx))
+    return batch.take(pa.array(idx)) if isinstance(batch, pa.Table) else batch[idx]
 
 
 @dataclass
@@ -112,7 +113,9 @@ class HourlyBuffer:
         """Buffer ``batch``; ``offsets`` is the Kafka offset of each row (or one int for all).
 
         ``batch`` is an Arrow table of the dataset's columns (derived text columns optional:
-        they are rebuilt per file) or a numpy structured array (``schemas.columns.dtype_for``
+        they are rebuilt per file), decoded ``flows.enriched.v2`` rows (``schemas.codec.CodedBatch``,
+        kept as they are: their label codes become the file's columns) or a numpy structured array
+        (``schemas.columns.dtype_for``
         of the dataset's schema, as ``schemas.codec.decode_batch`` returns it: kept as is, by
         reference, so it must not be modified afterwards; converted to Arrow only when its file
         is built).
@@ -137,9 +140,9 @@ class HourlyBuffer:
         if isinstance(batch, np.ndarray):
             if batch.dtype != self._dtype:
                 batch = table_from_columns(batch, self.spec.avsc, text_addresses=False)
-        else:
+        elif not isinstance(batch, CodedBatch):
             batch = conform(batch, self.spec.avsc, text_addresses=False)
-        if isinstance(batch, np.ndarray):
+        if not isinstance(batch, pa.Table):
             t = batch[self.spec.time_column].astype(np.int64, copy=False)
         else:
             t = batch.column(self.spec.time_column).to_numpy().astype(np.int64, copy=False)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from schemas.codec import CodedBatch
 from sinks.archive import layout
 from sinks.archive.arrow_schema import arrow_schema, conform, table_from_columns, table_from_parts
 
@@ -29,9 +30,10 @@ def build_table(parts: list, avsc: str) -> pa.Table:
     contiguous columns (:func:`sinks.archive.arrow_schema.table_from_parts`) and wrapped without further
     copies; the text columns are built once per file, from its distinct addresses.
     """
-    if parts and all(isinstance(p, np.ndarray) for p in parts):
-        if len({p.dtype for p in parts}) == 1:
+    if parts and all(isinstance(p, (np.ndarray, CodedBatch)) for p in parts):
+        if len({p.rows.dtype if isinstance(p, CodedBatch) else p.dtype for p in parts}) == 1:
             return table_from_parts(parts, avsc)
+        parts = [p.to_array() if isinstance(p, CodedBatch) else p for p in parts]
     tables = [p if isinstance(p, pa.Table) else table_from_columns(p, avsc, text_addresses=False) for p in parts]
     if not tables:
         return arrow_schema(avsc).empty_table()

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-import numpy as np
+import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from fabricflow import streams
@@ -104,7 +104,7 @@ class ArchiveService:
             write_queue_rows = getattr(a, "write_queue_rows", DEFAULT_WRITE_QUEUE_ROWS)
         self.group_id = group_id
         self.routes = routes_for(settings.kafka)
-        self._dtypes = {r.topic: batch_dtype(codec.BATCHES[r.schema]) for r in self.routes.values() if r.batch}
+        self._dtypes = {r.topic: batch_dtype(codec.record_of(r.schema)) for r in self.routes.values() if r.batch}
         self.by_dataset = {r.dataset: r for r in self.routes.values()}
         self.sink = ArchiveSink(
             index_factory=lambda d, p: FsWrittenIndex(self.fs, self.root, d, p),
@@ -229,7 +229,7 @@ class ArchiveService:
         dup0, late0 = buf.rows_duplicate, buf.rows_late
         buf.add(table, offsets)
         d = route.dataset
-        n = len(table) if isinstance(table, np.ndarray) else table.num_rows
+        n = table.num_rows if isinstance(table, pa.Table) else len(table)
         self.metrics.rows_in.labels(d).inc(n)
         self.report["rows_in"] += n
         if buf.rows_duplicate > dup0:
@@ -300,9 +300,12 @@ class ArchiveService:
                 try:
                     if not value:
                         raise codec.CodecError("empty message")
-                    arr = codec.decode_batch(value, expect=route.schema)
-                    if arr.dtype != self._dtypes[route.topic]:  # buffers keep decoded arrays of the record dtype as is
-                        arr = table_from_columns(arr, codec.BATCHES[route.schema], text_addresses=False)
+                    if route.schema in codec.CODED_BATCHES:  # buffered with its codes: no str per row
+                        arr = codec.decode_coded(value)
+                    else:
+                        arr = codec.decode_batch(value, expect=route.schema)
+                        if arr.dtype != self._dtypes[route.topic]:  # buffers keep decoded arrays of the record dtype
+                            arr = table_from_columns(arr, codec.record_of(route.schema), text_addresses=False)
                 except Exception as e:
                     self._bad(route, part, off, e)
                     continue

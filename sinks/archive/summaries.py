@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from fabricflow import streams
 from schemas.columns import load_avsc
+from schemas.registry import LABEL_FIELDS
 from sinks.archive import layout
 
 # the streams counted in a summary (their ``event_kind``), their dataset and row-schema names, their event time
@@ -37,14 +38,19 @@ _COLUMNS = ("time_end_ms", "bytes_est", "packets_est", "duplicate", "category", 
 
 
 def summary_columns(batch) -> pa.Table:
-    """The columns a summary reads (:data:`_COLUMNS`) of a numpy structured array or Arrow table of
-    ``flow_enriched``, as Arrow; no derived text columns (addresses are formatted only where needed)."""
+    """The columns a summary reads (:data:`_COLUMNS`) of a numpy structured array, decoded ``flows.enriched.v2``
+    rows (label columns as Arrow dictionaries of their codes) or Arrow table of ``flow_enriched``, as Arrow; no
+    derived text columns (addresses are formatted only where needed)."""
     from sinks.archive.arrow_schema import addr_array
 
     if isinstance(batch, pa.Table):
         return batch if batch.column_names == list(_COLUMNS) else batch.select(list(_COLUMNS))
     cols = {}
+    dictionary = getattr(batch, "dictionary", None)  # schemas.codec.CodedBatch: label columns from their codes
     for c in _COLUMNS:
+        if dictionary is not None and c in LABEL_FIELDS:
+            cols[c] = dictionary(c)
+            continue
         col = batch[c]
         if c.endswith("_addr"):
             cols[c] = addr_array(col)

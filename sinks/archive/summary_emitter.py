@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaException, Producer
@@ -81,7 +80,7 @@ class SummaryEmitter:
             return
         self._resumed.discard(tp)
         col = layout.spec(route.dataset).time_column
-        t_max = int(table[col].max()) if isinstance(table, np.ndarray) else int(pc.max(table[col]).as_py())
+        t_max = int(pc.max(table[col]).as_py()) if isinstance(table, pa.Table) else int(table[col].max())
         h = int(layout.hour_index(t_max))
         self._partial_through = h if self._partial_through is None else max(self._partial_through, h)
 

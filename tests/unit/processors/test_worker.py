@@ -478,9 +478,10 @@ def test_offsets_are_committed_only_after_the_publisher_delivered(tmp_path):
 
 
 def test_enriched_messages_copy_the_flow_fields_of_the_raw_message(tmp_path):
-    """prepare copies each raw message's encoded flow fields into its enriched message: the same bytes as
-    encoding the enriched records (our writer), the same records (another writer's blocks), and the plain
-    encoding when the rows are split over several enriched messages."""
+    """prepare copies each raw message's encoded flow fields into its enriched messages (flows.enriched.v2, and
+    flows.enriched.v1 with processors.publish_v1): the same bytes as encoding the enriched records (our writer),
+    the same records (another writer's blocks), and the plain encoding when the rows are split over several
+    enriched messages."""
     import random
 
     from tests.unit.foundation.test_codec_fastpaths import other_writer
@@ -490,19 +491,37 @@ def test_enriched_messages_copy_the_flow_fields_of_the_raw_message(tmp_path):
     for raw, step in ((codec.encode_batch("flow_batch", batch), 4096),
                       (other_writer("flow_batch", batch, random.Random(3), pad_varints=True), 4096),
                       (codec.encode_batch("flow_batch", batch), 64)):
-        p, sent = _proc(tmp_path, enriched_max_records=step)
+        p, sent = _proc(tmp_path, enriched_max_records=step, publish_v1=True)
         p.handle_raw("flows.raw.v1", b"e1", raw, 0, 5)
-        got = [v for t, _k, v, _p, _h in sent if t == p.settings.kafka.topics.flows_enriched]
+        topics = p.settings.kafka.topics
+        got = [v for t, _k, v, _p, _h in sent if t == topics.flows_enriched]
+        got_v1 = [v for t, _k, v, _p, _h in sent if t == topics.flows_enriched_v1]
         expect = p.prepare.core.enrich(batch)
-        plain = [codec.encode_batch("flow_enriched_batch", expect[i : i + step]) for i in range(0, len(batch), step)]
+        lab = p.prepare.core.enrich_labels(batch)
+        coded = lab.label_codes()
+        plain = [codec.encode_coded("flow_enriched_batch_v2", lab[i : i + step], codec.coded_rows(coded, slice(i, i + step)))
+                 for i in range(0, len(batch), step)]
+        plain_v1 = [codec.encode_batch("flow_enriched_batch", expect[i : i + step]) for i in range(0, len(batch), step)]
         if raw[codec.HEADER_LEN:] == codec.encode_batch("flow_batch", batch)[codec.HEADER_LEN:]:
             assert got == plain
+            assert got_v1 == plain_v1
         else:
-            assert got != plain  # the other writer's blocks were copied ...
-            assert len(got) == 1
-            decoded = codec.decode_batch(got[0])  # ... and read back as the same records
-            for name in expect.dtype.names:
-                assert decoded[name].tolist() == expect[name].tolist(), name
+            assert got != plain and got_v1 != plain_v1  # the other writer's blocks were copied ...
+            assert len(got) == len(got_v1) == 1
+            for m in (got[0], got_v1[0]):
+                decoded = codec.decode_batch(m)  # ... and read back as the same records
+                for name in expect.dtype.names:
+                    assert decoded[name].tolist() == expect[name].tolist(), name
+
+
+def test_enriched_v1_is_published_only_with_the_setting(tmp_path):
+    _exp, batch = training_batches(seconds=2)[0]
+    for publish_v1 in (False, True):
+        p, sent = _proc(tmp_path, publish_v1=publish_v1)
+        p.handle_raw("flows.raw.v1", b"e1", codec.encode_batch("flow_batch", batch[:100]), 0, 5)
+        topics = p.settings.kafka.topics
+        schemas = sorted(codec.schema_of(v) for t, _k, v, _p, _h in sent if t in (topics.flows_enriched, topics.flows_enriched_v1))
+        assert schemas == (["flow_enriched_batch", "flow_enriched_batch_v2"] if publish_v1 else ["flow_enriched_batch_v2"])
 
 
 def test_counter_samples_wait_for_a_batch_and_give_the_same_link_outputs(tmp_path):
