@@ -21,12 +21,12 @@ COPY console ./console
 COPY devtools ./devtools
 COPY cli ./cli
 COPY scenarios ./scenarios
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[kubernetes]'
 
 FROM python:3.11-slim
 # The wheels come from the build stage through a bind mount: they are installed, not kept in a layer.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels fabricflow \
+    pip install --no-cache-dir --no-index --find-links /wheels 'fabricflow[kubernetes]' \
  && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin fabricflow \
  && mkdir -p /var/lib/fabricflow/faust /var/lib/fabricflow/ingest /var/lib/fabricflow/archive \
  && chown -R fabricflow:fabricflow /var/lib/fabricflow

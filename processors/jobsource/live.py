@@ -10,6 +10,7 @@ is reloaded) with the live jobs in place of its ``jobs:``. A source that fails k
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import queue
 import threading
@@ -33,6 +34,9 @@ log = logging.getLogger("fabricflow.jobsource")
 def make_source(settings: JobsSettings):
     """The source object of the settings (``run(feed, stop_event)``); ValueError (one line) when it cannot be made."""
     if settings.source == "kubernetes":
+        if importlib.util.find_spec("kubernetes") is None:
+            raise ValueError("processors.jobs.source: kubernetes needs the Kubernetes Python client: "
+                             "pip install 'fabricflow[kubernetes]' (the container image has it)")
         return KubernetesSource(settings.kubernetes, settings.backoff_max_s)
     if settings.source == "slurm":
         return SlurmSource(settings.slurm, settings.backoff_max_s)

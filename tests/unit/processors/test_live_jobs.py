@@ -121,3 +121,18 @@ def test_config_check_names_missing_job_source_files(tmp_path, monkeypatch):
     assert check_config_files(s.processors) == ["processors.jobs.kubernetes.kubeconfig: /nope: no such file"]
     with pytest.raises(Exception, match="url is required with mode rest"):
         load_settings(None, processors={"jobs": {"source": "slurm", "slurm": {"mode": "rest"}}})
+
+
+def test_kubernetes_source_without_its_client_is_a_one_line_error(monkeypatch):
+    """The Kubernetes client is an extra (fabricflow[kubernetes]): without it the source says how to get it."""
+    import importlib.util
+
+    import pytest
+
+    from fabricflow.jobs_settings import JobsSettings
+    from processors.jobsource.live import make_source
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "kubernetes" else real(name, *a))
+    with pytest.raises(ValueError, match=r"pip install 'fabricflow\[kubernetes\]'"):
+        make_source(JobsSettings(source="kubernetes"))
