@@ -41,6 +41,7 @@ from devtools.scoring import (  # noqa: E402
     score_detections,
 )
 from devtools.scoring_diagnosis import DiagnosisScore, diagnosis_table, merge_diagnoses, score_diagnoses  # noqa: E402
+from devtools.scoring_compare import CompareOutcome, compare_scenario  # noqa: E402
 from devtools.simulator.engine import Simulation  # noqa: E402
 from devtools.simulator.sender import UdpSender, pace_and_send, parse_targets  # noqa: E402
 from devtools.simulator.truth import read_truth  # noqa: E402
@@ -48,6 +49,8 @@ from devtools.simulator.truth import read_truth  # noqa: E402
 SCENARIOS = ("healthy", "straggler", "link_downgrade", "incast", "segmentation", "lb_skew", "storage_slowdown",
              "storage_link", "congestion", "syn_storm", "incast_ecn", "incast_dcqcn", "congestion_nocnp", "link_flap",
              "mixed")
+# scored by compare only (offline; docs/detection-quality.md, "Compare around a change")
+COMPARE_SCENARIOS = ("tuning",)
 SCENARIO_DIR = REPO / "scenarios"
 # PipelinePorts.offset: kafka 20392, s3 19633, SeaweedFS 30630-30638, UDP 17643/13355/16039. Disjoint from
 # the default ports (incl. SeaweedFS 19330-19338), the test stack (29092, 28333, 28400-28408) and e2e (12000),
@@ -514,7 +517,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="detector override passed as processors.detectors (e.g. pattern.min_acf=0.75); repeatable")
     ap.add_argument("--offline", action="store_true",
                     help="no broker: the simulator's datagrams through ingest and the processors' code in process "
-                         "(devtools/offline.py), event time = scenario time; fast enough for many seeds")
+                         "(devtools/offline.py), event time = scenario time; fast enough for many seeds. Also backfills each "
+                         "scenario with job change marks (tuning, by default) into an archive and scores fabricflow "
+                         "compare around each marker (devtools/scoring_compare.py)")
     ap.add_argument("--seeds", default=None,
                     help="comma-separated simulator seeds to run each scenario with (--offline; default: the "
                          "scenario's own seed). Seeds other than the scenarios' own are held out from tuning")
@@ -536,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     names = a.scenario or list(SCENARIOS)
     state = Path(a.state_dir).resolve()
     runs: list[RunResult] = []
+    compares: list[tuple[str, CompareOutcome]] = []  # (scenario@seed, outcome)
     t0 = time.monotonic()
     extra = {"processors": {"detectors": overrides}} if overrides else None
     for name in names:
@@ -548,6 +554,10 @@ def main(argv: list[str] | None = None) -> int:
                 run = run_scenario(name, state / Path(name).stem, speed=a.speed, ports=ports, extra=extra)
             print_run(score_run(run, a.min_samples))
             runs.append(run)
+            if a.offline:
+                compares.extend(compare_scenario(scenario_file(name), seed, state / Path(name).stem))
+    for name in COMPARE_SCENARIOS if a.offline and not a.scenario else ():
+        compares += [c for seed in seeds for c in compare_scenario(scenario_file(name), seed, state / Path(name).stem)]
     totals = merge_scores(r.score for r in runs)
     how = "offline" + (f", seeds {a.seeds}" if a.seeds else "") + (f", {a.partitions} shards" if a.partitions > 1 else "") \
         if a.offline else f"at {a.speed:g}x"
@@ -570,10 +580,16 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         label = r.scenario + (f"@{r.seed}" if r.seed is not None else "")
         print(f"    {label:<20}" + matrix_line(r.matrix).strip())
+    if compares:
+        ok = sum(o.correct for _l, o in compares)
+        print(f"    compare around each scenario's change markers (offline backfill): {ok} of {len(compares)} as expected")
+        for label, o in compares:
+            print(f"    {label:<20}{o.line()}")
     out = Path(a.report) if a.report else state / "report.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     rep = report_json(runs, totals)
     rep["diagnosis_totals"] = {k: v.as_dict() for k, v in sorted(diagnoses.items())}
+    rep["compare"] = [{"run": label} | o.as_dict() for label, o in compares]
     out.write_text(json.dumps(rep, indent=1, default=str))
     print(f"report: {out}")
     return 0

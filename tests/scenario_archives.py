@@ -1,7 +1,5 @@
-"""Archives of simulator scenarios for tests, built offline: simulate -> pcap -> ``fabricflow backfill``'s code.
-
-No broker: the scenario's datagrams (with its step marks and changes) are written to a capture and backfilled into
-a local archive, once per (scenario, seed, duration) and test session. ``constant_faults(name)`` turns a scenario
+"""Archives of simulator scenarios for tests (devtools/scenario_archive.py), built once per (scenario, seed,
+duration) and test session. ``constant_faults(name)`` turns a scenario
 into one "without a change": every fault spans the whole run, so nothing changes between any two periods.
 """
 
@@ -38,28 +36,12 @@ def constant_faults(name: str, duration_s: float | None = None) -> dict:
 
 def build(tmp_root: Path, doc: dict, seed: int | None = None, duration_s: float | None = None) -> tuple[Path, Path]:
     """(archive directory, inventory file) of one scenario document, backfilled once per session."""
-    from devtools.simulator.engine import Simulation
-    from devtools.simulator.exporters.pcap import DistinctSources, write_pcap
-    from devtools.simulator.model import scenario_from_dict
-    from fabricflow.settings import load_settings
-    from replay.backfill import Backfill
-    from replay.config import core_factory_from
+    from devtools.scenario_archive import backfill_scenario
 
     key = hashlib.sha256(json.dumps([doc, seed, duration_s], sort_keys=True, default=str).encode()).hexdigest()[:16]
     if key in _CACHE:
         return _CACHE[key]
-    d = tmp_root / key
-    d.mkdir(parents=True, exist_ok=True)
-    inv = d / "scenario.yaml"
-    inv.write_text(yaml.safe_dump(doc, sort_keys=False))
-    scen = scenario_from_dict(doc, str(inv))
-    sim = Simulation(scen, seed=seed, duration_s=duration_s, kinds={"sflow", "netflow9", "ipfix", "marks"})
-    pcap = d / "capture.pcap"
-    write_pcap(pcap, sim.run(), sources=DistinctSources())
-    settings = load_settings(None, archive={"url": f"file://{d / 'archive'}"})
-    Backfill(settings, str(pcap), root=str(d / "archive"),
-             core_factory=core_factory_from(settings.processors, inventory=str(inv))).run()
-    _CACHE[key] = (d / "archive", inv)
+    _CACHE[key] = backfill_scenario(doc, tmp_root / key, seed, duration_s)
     return _CACHE[key]
 
 
