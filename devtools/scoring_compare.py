@@ -59,7 +59,7 @@ def expected_verdict(doc: dict, change: dict) -> str:
 
 
 def _outcome(q, job: str, expected: str, before=None, after=None) -> tuple[CompareOutcome, dict | None]:
-    from sinks.compare.report import CompareError, CompareRequest, build_report
+    from query.compare.report import CompareError, CompareRequest, build_report
 
     out = CompareOutcome(job, expected)
     try:
@@ -78,7 +78,7 @@ def score_changes(doc: dict, archive: Path) -> list[CompareOutcome]:
     """Compare every job of the scenario around each of its job change markers (archive: a local directory)."""
     import fsspec
 
-    from sinks.query import ArchiveQuery
+    from query.reports import ArchiveQuery
 
     q = ArchiveQuery(fsspec.filesystem("file"), str(archive))
     jobs = [j["name"] for j in doc.get("jobs") or []]
