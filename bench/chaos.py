@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -80,13 +81,21 @@ class CpuMeter:
         return dict(self.total)
 
 
-def scrape(port: int) -> dict[str, float]:
-    """Sum of every sample per metric name (labels folded) from a /metrics endpoint; {} when down."""
+def scrape(port: int, names: tuple[str, ...] = (), timeout_s: float = 1.0) -> dict[str, float]:
+    """Sum of every sample per metric name (labels folded) from a /metrics endpoint, and each labelled sample as
+    ``name{labels}``; ``names``: only these samples (the endpoint renders only them); {} when down."""
+    return read_metrics(port, names, timeout_s) or {}
+
+
+def read_metrics(port: int, names: tuple[str, ...] = (), timeout_s: float = 1.0) -> dict[str, float] | None:
+    """:func:`scrape`, but None when the endpoint did not answer (an empty dict: it answered with none of ``names``,
+    e.g. labelled counters before their first sample)."""
+    query = ("?" + urllib.parse.urlencode([("name[]", n) for n in names])) if names else ""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics{query}", timeout=timeout_s) as r:
             text = r.read().decode()
     except OSError:
-        return {}
+        return None
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("#") or not line.strip():
@@ -615,15 +624,10 @@ def _read(path: Path) -> str:
 
 
 def _spawn_worker(pipe: LocalPipeline, n: int, web_port: int, metrics_port: int):
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
-    env.update({"FABRICFLOW_PROCESSORS__DATADIR": str(pipe.state_dir / f"faust{n}"),
-                "FABRICFLOW_PROCESSORS__WEB_PORT": str(web_port), "FABRICFLOW_PROCESSORS__METRICS_PORT": str(metrics_port)})
-    log = open(pipe.state_dir / f"processors{n}.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "cli", "--config", str(pipe.config_path), "process"], stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=pipe.state_dir,
-                            start_new_session=True)
+    pipe._spawn(f"processors{n}", ["process"], {
+        "FABRICFLOW_PROCESSORS__DATADIR": str(pipe.state_dir / f"faust{n}"),
+        "FABRICFLOW_PROCESSORS__WEB_PORT": str(web_port), "FABRICFLOW_PROCESSORS__METRICS_PORT": str(metrics_port)})
+    return pipe.procs.pop(f"processors{n}")  # stopped by the scenario, not with the pipeline
 
 
 def _progress(port: int, key: str, timeout_s: float = 180) -> float | None:

@@ -296,12 +296,14 @@ class Sender:
     sent, as from a real fabric, instead of a pool of a few thousand.
     """
 
-    def __init__(self, stream: Stream, port: int, host: str = "127.0.0.1", unique: bool = True):
+    def __init__(self, stream: Stream, port: int, host: str = "127.0.0.1", unique: bool = True, source: str | None = None):
         import numpy as np
 
         self.stream = stream
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        if source is not None:  # the exporter's own address (e.g. one of 127.0.0.0/8): collectors key state by it
+            self.sock.bind((source, 0))
         self.sock.connect((host, port))
         self.seq = 0
         self.flow_counter = 0

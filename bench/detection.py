@@ -48,7 +48,7 @@ from devtools.simulator.truth import read_truth  # noqa: E402
 
 SCENARIOS = ("healthy", "straggler", "link_downgrade", "incast", "segmentation", "lb_skew", "storage_slowdown",
              "storage_link", "congestion", "syn_storm", "incast_ecn", "incast_dcqcn", "congestion_nocnp", "link_flap",
-             "mixed")
+             "mixed", "fabric_healthy", "ecmp_polarised", "rail_degraded", "job_spread")
 # scored by compare only (offline; docs/detection-quality.md, "Compare around a change")
 COMPARE_SCENARIOS = ("tuning",)
 SCENARIO_DIR = REPO / "scenarios"

@@ -61,7 +61,8 @@ def run_replay(
     if parts < 1:
         raise rp.ReplayError(f"--partitions {parts}: must be >= 1")
     overrides = rp.parse_set(sets or [])
-    factory = rp.core_factory_from(settings.processors, overrides, inventory=inventory, policy=policy)
+    rp.core_factory_from(settings.processors, overrides, inventory=inventory, policy=policy)  # problems first
+    factory = None
 
     bar = _progress(progress and not quiet)
     counts = Counter()
@@ -76,6 +77,9 @@ def run_replay(
                 src.on_file = lambda n: bar.advance(task, n)
             flow_b, counter_b = src.flow_batches(), src.counter_batches()
             span = {"from_ms": src.frm_ms, "to_ms": src.to_ms, "files": sum(len(v) for v in src.files.values())}
+            if settings.processors.jobs.source != "file":  # the live membership that held then, as archived
+                inv, span["job_membership_rows"] = _archived_jobs(settings, fs, root, src, inventory)
+                factory = rp.core_factory_from(settings.processors, overrides, inventory=inv, policy=policy)
         else:
             off = rp.parse_offsets(offsets) if offsets else None
             total = sum((b - a) for a, b in off.values() if b is not None) if off else None
@@ -89,6 +93,9 @@ def run_replay(
                 bar.update(task, visible=False)
                 ptask = bar.add_task("replay (batches)", total=len(flow_b) + len(counter_b))
             span = {"offsets": {f"{s}:{p}": list(v) for (s, p), v in sorted(src.read.items())}}
+
+        if factory is None:
+            factory = rp.core_factory_from(settings.processors, overrides, inventory=inventory, policy=policy)
 
         def on_batch(kind: str, n: int) -> None:
             counts[kind] += n
@@ -129,6 +136,17 @@ def run_replay(
                   f"{parts} shards -> {len(outputs)} outputs ({kinds})"
                   + (f" -> {'; '.join(where)}" if where else "") + "\n")
     return meta
+
+
+def _archived_jobs(settings, fs, root: str, src, inventory: str | None):
+    """(the inventory with the archived live job membership of the source's range, rows used)."""
+    from replay.config import load_inventory
+    from replay.memberships import archived_membership_rows, inventory_with_archived_jobs
+
+    p = settings.processors
+    rows = archived_membership_rows(fs, root, src.frm_ms, src.to_ms, int(p.allowed_lateness_s * 1000))
+    base = load_inventory(p, inventory)
+    return inventory_with_archived_jobs(base, rows, p.jobs.kubernetes.pod_addresses), len(rows)
 
 
 def _opt(default, *names, help: str):

@@ -30,6 +30,7 @@ from . import events as ev
 from . import views
 from .closedloop import closedloop_routes
 from .event_routes import event_routes
+from .exporters import exporter_routes
 from .fabric_routes import fabric_routes
 from .history import History
 from .http import JSON, BadRequest, Params, error
@@ -162,7 +163,8 @@ def create_app(state: ConsoleState) -> Starlette:
         *(Route(path, api(fn)) for path, fn in matrix_routes(state) + fabric_routes(state) + event_routes(state)),
         Route("/api/inventory", api(inventory)),
         *(Route(path, fn, methods=methods) for path, fn, methods in (
-            mark_routes(state, api, error, BadRequest) + closedloop_routes(state, api, BadRequest))),
+            mark_routes(state, api, error, BadRequest) + closedloop_routes(state, api, BadRequest)
+            + exporter_routes(state, api, BadRequest))),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found})

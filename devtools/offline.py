@@ -32,12 +32,16 @@ class _Collect:
     def __init__(self):
         self.flows: list[np.ndarray] = []
         self.counters: list[np.ndarray] = []
+        self.discards: list[np.ndarray] = []
 
     def publish_flows(self, exporter: str, arr: np.ndarray) -> None:
         self.flows.append(arr)
 
     def publish_counters(self, exporter: str, arr: np.ndarray) -> None:
         self.counters.append(arr)
+
+    def publish_discards(self, exporter: str, arr: np.ndarray) -> None:
+        self.discards.append(arr)
 
     def publish_dlq(self, *args) -> None:  # undecodable datagrams: counted by the pipeline's metrics
         pass

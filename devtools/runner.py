@@ -93,6 +93,7 @@ class LocalPipeline:
     console: bool = False  # the web console (fabricflow console)
     extra: dict = field(default_factory=dict)  # settings overrides, by section
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    python: str = sys.executable  # the interpreter the services run with (``python -m cli``)
     move_ports: str = ""  # appended to a port-in-use error: how the caller moves the ports
 
     def __post_init__(self):
@@ -256,16 +257,22 @@ class LocalPipeline:
     def log_path(self, name: str) -> Path:
         return self.state_dir / f"{name}.log"
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def service_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """A service's environment: the caller's without ``FABRICFLOW_*`` (the config file says everything), plus
+        ``extra`` (e.g. per-instance ports of a second worker)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
+        env.update(extra or {})
+        return env
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         log = open(self.log_path(name), "ab")
         try:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "cli", "--config", str(self.config_path), *args],
+                [self.python, "-m", "cli", "--config", str(self.config_path), *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=env,
+                env=self.service_env(env),
                 cwd=self.state_dir,
                 start_new_session=True,
             )

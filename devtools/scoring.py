@@ -247,6 +247,12 @@ def expected_detections(
             exp.append(Expected("congestion", f, frozenset([e["job"]])))
         elif f.kind == "syn_storm":
             exp.append(Expected("conn_storm", f, frozenset([e["node"]])))
+        elif f.kind == "ecmp_polarised":
+            exp.append(Expected("uplink_imbalance", f, frozenset([e["switch"]])))
+        elif f.kind == "rail_degraded":
+            exp.append(Expected("rail_imbalance", f, frozenset([e["node"], e["nic"]])))
+        elif f.kind == "placement_spread":
+            exp.append(Expected("job_spread", f, frozenset([e["job"]])))
         else:
             uncovered.append(f)
     return exp, uncovered
@@ -274,6 +280,8 @@ def explain(
     """The injected fault a non-matching detection is a consequence of, and why (None: a false positive).
 
     Rules (detection time within ``[fault start, fault end + consequence grace]``):
+    - ``straggler`` of a node in the job of a ``rail_degraded`` node (its NIC and its peers' sends to it carry
+      less);
     - ``straggler`` whose own ``explained_by`` (the product's cause link: an open link event on
       the node's port or on its ring successor's) names the port of a ``link_downgrade`` fault;
     - ``discard_burst`` on the destination port of an ``incast`` fault (the burst overflows it);
@@ -304,6 +312,11 @@ def explain(
             if e["destination"] in members and set(e["sources"]) & members:
                 return f, (f"the RoCEv2 incast of its job into {e['destination']} inflates its peers' busiest-link "
                            "bytes (the straggler detector compares busiest links)")
+        elif det.kind == "straggler" and f.kind == "rail_degraded":
+            members = next((set(m) for m in inv.jobs.values() if e["node"] in m), set())
+            if det.entity in members:
+                return f, (f"{e['node']}'s rail-{e['rail']} NIC carries less: the node, and its job peers sending to it on "
+                           "that rail, send less")
         elif det.kind == "congestion" and f.kind == "incast" and float(f.params.get("ce_fraction", 0) or 0) > 0:
             members = set(inv.jobs.get(next(iter(toks - {"ecn_ce", "cnp"}), ""), []))
             if e["destination"] in members:

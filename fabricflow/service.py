@@ -65,7 +65,9 @@ def serve_http(registry, host: str, port: int, health: Callable[[], tuple[bool, 
         if path == "/healthz":
             ok, reason = health()
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"ok\n" if ok else f"unhealthy: {reason}\n".encode()]
+            if ok:  # healthy with a note (a degraded but working part, e.g. a job source on its last good data)
+                return [f"ok: {reason}\n".encode() if reason else b"ok\n"]
+            return [f"unhealthy: {reason}\n".encode()]
         if path == "/readyz":
             ok, reason = (ready or health)()
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
@@ -95,6 +97,7 @@ class Service:
         self.not_ready_reason = "starting"
         self._stops: list[tuple[str, Callable[[], object]]] = []
         self._checks: list[tuple[str, Check]] = []
+        self._notes: list[tuple[str, Callable[[], str | None]]] = []
 
     # -- running
 
@@ -133,7 +136,13 @@ class Service:
         """``check()`` returns True/None when fine, False or a reason text when not."""
         self._checks.append((name, check))
 
+    def add_note(self, name: str, note: Callable[[], str | None]) -> None:
+        """``note()`` returns a text when a part runs degraded without making the service unhealthy: ``/healthz``
+        then answers 200 ``ok: <name>: <text>``."""
+        self._notes.append((name, note))
+
     def health(self) -> tuple[bool, str]:
+        """(healthy, reason when not; else the notes of degraded parts, "" when none)."""
         age = self.clock() - self.last_beat
         if age > self.stall_s:
             return False, f"{self.name} loop stalled for {age:.0f} s"
@@ -141,7 +150,7 @@ class Service:
             r = check()
             if r is False or isinstance(r, str):
                 return False, f"{name}: {r}" if isinstance(r, str) else name
-        return True, ""
+        return True, "; ".join(f"{name}: {text}" for name, note in self._notes if (text := note()))
 
     def healthy(self) -> bool:
         return self.health()[0]

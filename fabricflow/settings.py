@@ -20,6 +20,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from .jobs_settings import JobsSettings
 from .streams import STREAMS
 
 ENV_PREFIX = "FABRICFLOW_"
@@ -158,6 +159,7 @@ class ProcessorSettings(_Section):
     app_id: str = Field("fabricflow-processors", description="Faust app id = consumer group")
     inventory: str | None = Field(None, description="Inventory file (YAML or CSV); none = every address is 'unknown'")
     inventory_reload_s: float = Field(10.0, ge=0, description="Check the inventory, policy and categories files for changes this often (0 = at every processors.tick_s)")
+    jobs: JobsSettings = Field(default_factory=JobsSettings)
     window_s: float = Field(10.0, gt=0, description="Traffic-matrix / straggler window length")
     allowed_lateness_s: float = Field(30.0, ge=0, description="Late data within this lateness still updates its window (NetFlow exports flows after they end)")
     idle_close_s: float = Field(30.0, gt=0, description="Close windows on a wall-clock timer after this much idle time")
@@ -183,7 +185,7 @@ class ProcessorSettings(_Section):
     metrics_port: int = Field(9181, ge=0, le=65535, description="Prometheus /metrics port for processors (0 = disabled)")
     detectors: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description="Detector parameter overrides by detector name (incast, straggler, link, matrix, pattern, lb_skew, storage_bound, timeline, congestion, conn_storm); see docs/detectors.md",
+        description="Detector parameter overrides by detector name (incast, straggler, link, matrix, pattern, lb_skew, storage_bound, timeline, congestion, conn_storm, diagnosis, fabric_balance, job_spread); see docs/detectors.md",
     )
     policy: str | None = Field(None, description="Segmentation / security policy file (YAML); see docs/alerts.md; re-read every inventory_reload_s")
     categories: str | None = Field(

@@ -70,6 +70,10 @@ STREAMS: tuple[Stream, ...] = (
            batch=True, dataset="counters_raw", row_schema="counter_sample", time_column="time_received_ms", topic_days=7,
            archive_days=30,
            topic="counters.raw.v1", about="Decoded sFlow counter samples from ingest"),
+    Stream("discards_raw", "discard_batch", "exporter address", "DiscardedPacketBatch per message (sFlow dropped "
+           "packet notifications: where, why, what)", batch=True, dataset="discards_raw", row_schema="discarded_packet",
+           time_column="time_received_ms", topic_days=7, archive_days=30,
+           topic="discards.raw.v1", about="Decoded sFlow dropped-packet notifications from ingest (never traffic)"),
     Stream("dlq", "", "exporter address", "capped sample of undecodable datagrams; headers exporter/protocol/reason",
            topic_days=7, partitions=1,
            topic="ingest.dlq.v1", about="Capped sample of undecodable datagrams (raw bytes + reason headers)"),
@@ -114,6 +118,10 @@ STREAMS: tuple[Stream, ...] = (
            "listener, console POST /api/marks/step)", dataset="step_marks", row_schema="step_mark",
            time_column="time_ms", topic_days=7, archive_days=90,
            topic="steps.v1", about="Training step and phase marks (step N started/ended, checkpoint, eval) from training jobs"),
+    Stream("jobs", "job_membership", "source (kubernetes or slurm)", "live job membership versions: one row per change "
+           "of a pod / Slurm job holding nodes, and an hourly snapshot (docs/inventory.md)", dataset="job_memberships",
+           row_schema="job_membership", time_column="version_ms", topic_days=30, archive_days=365, partitions=1,
+           topic="inventory.jobs.v1", about="Live job membership versions (Kubernetes pods, Slurm jobs) for replay"),
     Stream("summaries", "summary_hourly", "hour start (ms)", "hourly summaries", dataset="summaries_hourly",
            row_schema="summary_hourly", time_column="hour_start_ms", topic_days=365, archive_days=365,
            topic="summaries.hourly.v1", about="Hourly summaries"),

@@ -21,6 +21,7 @@ class IngestMetrics:
         self.not_allowed = Counter("fabricflow_ingest_not_allowed_datagrams_total", "Datagrams dropped: exporter not in the allowlist", ["listener"], registry=r)
         self.decode_errors = Counter("fabricflow_ingest_decode_errors_total", "Undecodable datagrams", ["protocol", "reason"], registry=r)
         self.problems = Counter("fabricflow_ingest_decode_problems_total", "Partial decode problems (datagram still decoded)", ["protocol", "reason"], registry=r)
+        self.template_missing = Counter("fabricflow_ingest_template_missing_sets_total", "NetFlow v9/IPFIX data sets whose template the exporter has not sent (held, then decoded or expired)", ["exporter", "protocol"], registry=r)
         self.rate_missing = Counter("fabricflow_ingest_sampling_rate_missing_total", "Records without a sampling rate (treated as 1 or the override)", ["exporter"], registry=r)
         self.sampler_samples = Counter("fabricflow_ingest_sflow_sampler_samples_total", "sFlow samples the agents' samplers generated (sequence number deltas per data source, received or not)", ["exporter"], registry=r)
         self.sampler_drops = Counter("fabricflow_ingest_sflow_sampler_drops_total", "sFlow samples the agents' samplers dropped for lack of resources (drops deltas per data source)", ["exporter"], registry=r)

@@ -114,6 +114,8 @@ class SflowUptimeClock:
             res.flows["time_export_ms"] = t
         if len(res.counters):
             res.counters["time_received_ms"] = t
+        if len(res.discards):
+            res.discards["time_received_ms"] = t
 
 
 class _ExporterMetrics:
@@ -160,6 +162,7 @@ class IngestPipeline:
         self.sflow_uptime_clock = SflowUptimeClock() if cfg.sflow_event_time == "uptime" else None
         self._flows: dict[str, FlowBatch] = {}
         self._counters: dict[str, list] = {}
+        self._discards: dict[str, list] = {}  # exporter -> sFlow DISCARD_DTYPE arrays until the next flush
         self._oldest = self._mono()
         self._badlog = RateLimitedLog(log)
         self._templates_seen = (0, 0)
@@ -341,6 +344,9 @@ class IngestPipeline:
         if len(res.counters):
             m.records.labels(self._per_exporter(exporter, proto).label, proto, "counter").inc(len(res.counters))
             self._counters.setdefault(exporter, []).append(res.counters)
+        if len(res.discards):
+            m.records.labels(self._per_exporter(exporter, proto).label, proto, "discard").inc(len(res.discards))
+            self._discards.setdefault(exporter, []).append(res.discards)
         self._account(exporter, proto, (h,), (received_ms,), (0, len(res.flows)), res.flows, res.samples, batch,
                       batch.records - before, missing)
 
@@ -485,6 +491,9 @@ class IngestPipeline:
         for exp, parts in list(self._counters.items()):
             self.sink.publish_counters(exp, concat_rows(parts))
         self._counters.clear()
+        for exp, parts in list(self._discards.items()):
+            self.sink.publish_discards(exp, concat_rows(parts))
+        self._discards.clear()
         for exp in list(self._samples):
             self._sampler_loss(exp)
         self._oldest = self._mono()
@@ -513,6 +522,11 @@ class IngestPipeline:
         if seen[1] > prev[1]:
             self.metrics.pending_expired.inc(seen[1] - prev[1])
         self._templates_seen = seen
+        if t.missing_sets:  # data sets that came before (or without) their template, per exporter
+            m = self.metrics
+            for (exporter, version), n in t.missing_sets.items():
+                m.template_missing.labels(m.exporter_label(exporter), "ipfix" if version == 10 else "netflow9").inc(n)
+            t.missing_sets.clear()
 
     def maybe_flush(self) -> None:
         """Once per pass of the receive loop: publish batches older than the max delay, sync metrics."""

@@ -31,6 +31,7 @@ class KafkaSink:
         self.metrics = metrics
         t = kafka_settings.topics
         self.flows_topic, self.counters_topic, self.dlq_topic = t.flows_raw, t.counters_raw, t.dlq
+        self.discards_topic = t.discards_raw
         self.quality_topic = t.quality
         self.mark_topics = {"step": t.steps, "change": t.changes}
         conf = producer_config(kafka_settings, producer_settings)  # idempotent, murmur2_random, bounded buffer
@@ -84,6 +85,11 @@ class KafkaSink:
 
     def publish_counters(self, exporter: str, counters: np.ndarray) -> bool:
         return self._produce(self.counters_topic, exporter.encode(), codec.encode_batch("counter_batch", counters), len(counters))
+
+    def publish_discards(self, exporter: str, discards: np.ndarray) -> bool:
+        """sFlow discarded packet notifications (DISCARD_DTYPE rows) as one DiscardedPacketBatch."""
+        return self._produce(self.discards_topic, exporter.encode(), codec.encode_batch("discard_batch", discards),
+                             len(discards))
 
     def publish_dlq(self, exporter: str, protocol: str, reason: str, datagram: bytes, detail: str = "") -> bool:
         headers = [("exporter", exporter.encode()), ("protocol", protocol.encode()), ("reason", reason.encode()), ("detail", detail[:200].encode())]
@@ -142,6 +148,12 @@ class StdoutSink:
         for d in _jsonable(counters, "counter"):
             self.out.write(json.dumps(d) + "\n")
         self.produced_records += len(counters)
+        return True
+
+    def publish_discards(self, exporter: str, discards: np.ndarray) -> bool:
+        for d in _jsonable(discards, "discard"):
+            self.out.write(json.dumps(d) + "\n")
+        self.produced_records += len(discards)
         return True
 
     def publish_mark(self, kind: str, record: dict) -> bool:

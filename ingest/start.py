@@ -165,12 +165,13 @@ def _run_workers(settings: Settings, bound: list[list[Bound]], specs: list[Liste
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    listening = _listening(bound[0])  # before the sockets are closed here: a closed socket has no name
     for p in procs:
         p.start()  # the worker's sockets go with it (their descriptors are passed at spawn)
     for mine in bound:
         for sock, _, _ in mine:
             sock.close()  # the workers hold them now
-    log_ready("ingest", f"{len(procs)} workers " + _listening(bound[0]) + "; datagrams are kept from now on")
+    log_ready("ingest", f"{len(procs)} workers {listening}; datagrams are kept from now on")
     if stop.is_set() or not _kafka_ready(settings, stop):
         stopped = stop.is_set()
         forward()

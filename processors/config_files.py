@@ -188,7 +188,8 @@ def load_config_files(processors) -> ConfigFiles:
 
 
 def check_config_files(processors) -> list[str]:
-    """One line per bad file the processor settings name (empty: all good). For ``fabricflow config check``."""
+    """One line per bad file the processor settings name, and per missing file or command of a live job source
+    (empty: all good). For ``fabricflow config check``."""
     out = []
     for setting, loader in (("inventory", load_inventory_file), ("policy", load_policy_file),
                             ("categories", load_categories_file)):
@@ -199,6 +200,25 @@ def check_config_files(processors) -> list[str]:
             loader(path)
         except ConfigFileError as e:
             out.append(f"processors.{setting}: {e}")
+    return out + _jobs_source_problems(getattr(processors, "jobs", None))
+
+
+def _jobs_source_problems(jobs) -> list[str]:
+    """Files and commands a live job source (``processors.jobs``) names that are not there."""
+    import shutil
+
+    out = []
+    if jobs is None or jobs.source == "file":
+        return out
+    if jobs.source == "kubernetes" and jobs.kubernetes.kubeconfig and not Path(jobs.kubernetes.kubeconfig).is_file():
+        out.append(f"processors.jobs.kubernetes.kubeconfig: {jobs.kubernetes.kubeconfig}: no such file")
+    sl = jobs.slurm
+    if jobs.source == "slurm" and sl.token_file and not Path(sl.token_file).is_file():
+        out.append(f"processors.jobs.slurm.token_file: {sl.token_file}: no such file")
+    if jobs.source == "slurm" and sl.mode != "rest":
+        exe = sl.command or ("scontrol" if sl.mode == "scontrol" else "squeue")
+        if not (Path(exe).is_file() if "/" in exe else shutil.which(exe)):
+            out.append(f"processors.jobs.slurm.command: {exe}: command not found")
     return out
 
 

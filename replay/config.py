@@ -32,6 +32,23 @@ def parse_set(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def load_inventory(processors_settings, inventory=None):
+    """``inventory`` (an ``Inventory`` or a path), else the settings' file, else an empty one; a bad file raises
+    :class:`ReplayError` with its first problem."""
+    from processors.config_files import read_inventory
+    from processors.logic.enrich.inventory import Inventory, InventoryError
+
+    src = inventory if inventory is not None else processors_settings.inventory
+    if src is None:
+        return Inventory.empty()
+    if isinstance(src, Inventory):
+        return src
+    try:
+        return read_inventory(src)
+    except InventoryError as e:
+        raise ReplayError(f"inventory: {str(e).splitlines()[0]}") from None
+
+
 def core_factory_from(
     processors_settings,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
@@ -46,24 +63,14 @@ def core_factory_from(
     Files are read as the live worker reads them (:mod:`processors.config_files`). Problems raise
     :class:`ReplayError` with one line naming the culprit.
     """
-    from processors.config_files import ConfigFileError, load_categories_file, load_policy_file, read_inventory
-    from processors.logic.enrich.inventory import Inventory, InventoryError
+    from processors.config_files import ConfigFileError, load_categories_file, load_policy_file
     from processors.logic.rules.policy import PolicyConfig, policy_config
 
     try:
         config = engine_config(processors_settings, {k: dict(v) for k, v in (overrides or {}).items()})
     except CoreConfigError as e:
         raise ReplayError(f"bad --set: {e}") from None
-    inv_src = inventory if inventory is not None else processors_settings.inventory
-    if inv_src is None:
-        inv = Inventory.empty()
-    elif isinstance(inv_src, Inventory):
-        inv = inv_src
-    else:
-        try:
-            inv = read_inventory(inv_src)
-        except InventoryError as e:
-            raise ReplayError(f"inventory: {str(e).splitlines()[0]}") from None
+    inv = load_inventory(processors_settings, inventory)
     pol_src = policy if policy is not None else processors_settings.policy
     pol: PolicyConfig | None = None
     try:

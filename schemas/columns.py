@@ -80,6 +80,7 @@ def dtype_for(name: str) -> np.dtype:
 
 FLOW_DTYPE = dtype_for("flow_record")
 COUNTER_DTYPE = dtype_for("counter_sample")
+DISCARD_DTYPE = dtype_for("discarded_packet")
 
 # Defaults for "absent" in flow columns (everything else defaults to 0).
 FLOW_ABSENT = {"vxlan_vni": -1, "roce_opcode": -1, "roce_dest_qp": -1}

@@ -42,9 +42,10 @@ MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
 
 # Batch schema name -> per-record schema it is derived from.
-BATCHES = {"flow_batch": "flow_record", "counter_batch": "counter_sample", "flow_enriched_batch": "flow_enriched"}
+BATCHES = {"flow_batch": "flow_record", "counter_batch": "counter_sample", "flow_enriched_batch": "flow_enriched",
+           "discard_batch": "discarded_packet"}
 RECORD_SCHEMAS = ("matrix_cell", "incast_event", "straggler_score", "link_health", "alert", "summary_hourly", "pattern",
-                  "ingest_quality", "change_mark", "step_mark")
+                  "ingest_quality", "change_mark", "step_mark", "job_membership")
 
 
 class CodecError(Exception):

@@ -154,6 +154,23 @@ class _Collector:
         yield counter("fabricflow_metrics_undecodable_messages", "messages", ["topic", "reason"],
                       [(("matrix.windows.v1", "bad_magic"), 0.0)])
 
+        # ingest's own series (the telemetry-health rules): an sFlow switch losing 2 % of its datagrams and
+        # dropping samples in its agent, a NetFlow v9 router with a slow clock, data before templates and
+        # records without a sampling rate
+        exp = [(("10.0.255.1", "sflow5"), 100.0), (("10.0.255.9", "netflow9"), 20.0)]
+        yield counter("fabricflow_ingest_datagrams", "datagrams", ["exporter", "protocol"], exp)
+        yield counter("fabricflow_ingest_records", "records", ["exporter", "protocol", "kind"],
+                      [((e, p, "flow"), r * 10) for (e, p), r in exp])
+        yield counter("fabricflow_ingest_sequence_lost", "lost", ["exporter", "protocol"], [(k, 2.0) for k, _ in exp])
+        yield counter("fabricflow_ingest_sflow_sampler_samples", "samples", ["exporter"], [(("10.0.255.1",), 1000.0)])
+        yield counter("fabricflow_ingest_sflow_sampler_drops", "drops", ["exporter"], [(("10.0.255.1",), 30.0)])
+        yield gauge("fabricflow_ingest_clock_skew_seconds", "s", ["exporter"], [(("10.0.255.9",), 42.0)])
+        yield counter("fabricflow_ingest_template_missing_sets", "sets", ["exporter", "protocol"],
+                      [(("10.0.255.9", "netflow9"), 1.0)])
+        yield counter("fabricflow_ingest_sampling_rate_missing", "records", ["exporter"], [(("10.0.255.9",), 50.0)])
+        yield counter("sflow_port_dropped_packets", "drop notifications", ["switch", "port", "node", "reason"],
+                      [(("tor2", "17", "stor01", "no_buffer_space"), 3.0), (("tor1", "1", "gpu01", "acl"), 0.1)])
+
         # dcgm-exporter (two GPUs per node) and a schedule for train-a that is never open now.
         yield gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilisation %", ["gpu", "Hostname"],
                     [((str(g), n), 90.0 - 40 * (n == "gpu03")) for n in JOB_NODES for g in (0, 1)])

@@ -251,12 +251,42 @@ def overview() -> dict:
         timeseries("Node-pair cells folded into other/other",
                    [target("sum by (family) (rate(fabricflow_metrics_series_folded_total[$__rate_interval]))",
                            "{{family}}")], "cps"),
+        *telemetry_health(),
     ]
     return dashboard("fabricflow-overview", "fabricflow / Cluster overview",
                      "Traffic matrix, top talkers, traffic by app category, storage against capacity, GPU beside "
                      "the network.", panels,
                      [variable("node", "label_values(node_direction:app_flow_traffic_bytes:rate5m, node)")],
                      [checkpoint_annotation(), change_annotation()])
+
+
+def telemetry_health() -> list[dict]:
+    """The "Telemetry health" row: what the alerts of rules/fabricflow-telemetry.yml read, per exporter."""
+    health = [  # (ref, instant expression by exporter, column name, unit)
+        ("A", "sum by (exporter) (rate(fabricflow_ingest_datagrams_total[5m]))", "datagrams/s", "pps"),
+        ("B", "max by (exporter) (exporter_protocol:fabricflow_ingest_export_loss:ratio_rate10m)", "export loss",
+         "percentunit"),
+        ("C", "exporter:fabricflow_ingest_sflow_sampler_loss:ratio_rate10m", "sampler drops", "percentunit"),
+        ("D", "max by (exporter) (fabricflow_ingest_clock_skew_seconds)", "clock skew", "s"),
+        ("E", "sum by (exporter) (increase(fabricflow_ingest_template_missing_sets_total[15m]))",
+         "sets without template (15m)", "short"),
+        ("F", "exporter:fabricflow_ingest_sampling_rate_missing:ratio_rate10m", "records without rate", "percentunit"),
+    ]
+    return [
+        row("Telemetry health"),
+        table("Exporters", [target(e, instant=True, fmt="table", ref=r) for r, e, _n, _u in health], w=24,
+              organize=["Time"], desc="One row per exporter; an empty cell: not measured for its protocol (sFlow has "
+              "no clock skew, NetFlow no sampler drops). Alerts: docs/monitoring.md, \"Telemetry health\".",
+              overrides=[{"matcher": {"id": "byName", "options": f"Value #{r}"},
+                          "properties": [{"id": "displayName", "value": n}, {"id": "unit", "value": u}]}
+                         for r, _e, n, u in health]),
+        timeseries("Export loss (sequence gaps)", [target(
+            "exporter_protocol:fabricflow_ingest_export_loss:ratio_rate10m > 0", "{{exporter}} {{protocol}}")],
+            "percentunit", desc="Share of what the exporter sent that never reached ingest."),
+        timeseries("sFlow sampler drops", [target(
+            "exporter:fabricflow_ingest_sflow_sampler_loss:ratio_rate10m > 0", "{{exporter}}")], "percentunit",
+            desc="Share of flow samples the agent dropped before export (its own drops counter)."),
+    ]
 
 
 def job() -> dict:
@@ -353,6 +383,11 @@ def links() -> dict:
             stack=True, desc="From the processors' link-health detector (link.health.v1)."),
         stat("Ports down", f"count(sflow_port_oper_up{{{port}}} == 0) or vector(0)", thresholds=[(1, "red")], w=12,
              h=8),
+        timeseries("Dropped packets by reason (sFlow drop notifications)", [target(
+            f"sum by (switch, port, node, reason) (rate(sflow_port_dropped_packets_total{{{port}}}[$__rate_interval]))"
+            f" > 0", "{{switch}}/{{port}} {{node}} {{reason}}")], "pps", w=24,
+            desc="Packets the switches reported dropping, with the spec's reason (no_buffer_space, acl, ...): only "
+                 "from agents that send sFlow dropped-packet notifications (docs/metrics.md, \"Drop reasons\")."),
     ]
     return dashboard("fabricflow-links", "fabricflow / Links",
                      "Per-port utilisation, errors, discards and speed changes; utilisation as min/quartiles/max "

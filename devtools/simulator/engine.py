@@ -19,6 +19,7 @@ from .exporters.base import TemplateExporter
 from .exporters.ipfix import IpfixExporter
 from .exporters.netflow9 import Netflow9Exporter
 from .exporters.sflow import SflowAgent, mac_for
+from .fabric import Ecmp
 from .faults import FaultEffects
 from .marks import chunk_marks
 from .model import Scenario, find_scenario, ip_int, load_scenario, stable_hash
@@ -85,9 +86,8 @@ class Simulation:
         self.sw_names = list(cl.switches)
         # ip -> (switch index, if_index)
         self.attach: dict[int, tuple[int, int]] = {}
-        for n in cl.nodes.values():
-            for ip in n.ips:
-                self.attach[ip_int(ip)] = (self.sw_names.index(n.switch), n.if_index)
+        for ip, sw, if_index in cl.attachments():
+            self.attach[ip_int(ip)] = (self.sw_names.index(sw), if_index)
         for f in scen.faults:
             if f.kind == "unregistered_host":
                 self.attach[ip_int(f.params["ip"])] = (self.sw_names.index(f.params["switch"]), int(f.params["if_index"]))
@@ -100,8 +100,9 @@ class Simulation:
                 node_of_port = {p.if_index: p.node for p in sw.ports if p.node}
                 self.agents.append(SflowAgent(sw, scen.sflow, boot, _rng(self.seed, "sflow", s), node_of_port))
         self.local_macs = [
-            {ip_int(ip): mac_for(ip_int(ip)) for n in cl.nodes.values() if n.switch == s for ip in n.ips} for s in self.sw_names
+            {ip_int(ip): mac_for(ip_int(ip)) for ip, sw, _ in cl.attachments() if sw == s} for s in self.sw_names
         ]
+        self.ecmp = Ecmp(cl.fabric, self.sw_names, self.effects) if cl.fabric.uplinks else None
         self.flow_exporters: list[TemplateExporter] = []
         for fe in scen.flow_exporters:
             if fe.protocol not in self.kinds:
@@ -152,18 +153,25 @@ class Simulation:
         self.truth.add(segs)
         ssw, sif = self._where(segs["src"])
         dsw, dif = self._where(segs["dst"])
+        # fabric: the uplink each leaf-to-leaf segment leaves its leaf on and enters the other on (ECMP)
+        up_src, up_dst = self.ecmp.route(segs, ssw, dsw, t0, t1) if self.ecmp else (None, None)
         out: list[tuple] = []
         for ai, agent in enumerate(self.agents):
             x = self.sw_names.index(agent.sw.name)
             up = self.uplink_if[x]
+            up_out = up if up_src is None else np.where(up_src >= 0, up_src, up)
             ing = (ssw == x) | ((dsw == x) & (ssw < 0))
             in_if = np.where(ssw == x, sif, up)[ing]
-            out_if = np.where(dsw == x, dif, up)[ing]
+            out_if = np.where(dsw == x, dif, up_out)[ing]
             eg = (dsw == x) | ((ssw == x) & (dsw != x))
-            eg_if = np.where(dsw == x, dif, up)[eg]
+            eg_if = np.where(dsw == x, dif, up_out)[eg]
+            transit = None
+            if up_dst is not None:  # arriving from another leaf: counted on the uplink it came in on (not sampled)
+                tr = (dsw == x) & (up_dst >= 0)
+                transit = (segs[tr], up_dst[tr])
             extra = self._counter_faults(agent, t0, t1, segs)
             for t, data in agent.chunk(t0, t1, self.start_ms, (segs[ing], in_if, out_if), (segs[eg], eg_if), extra, self.effects,
-                                       self.local_macs[x]):  # fmt: skip
+                                       self.local_macs[x], transit):  # fmt: skip
                 out.append((t, 0, ai, "sflow", data, agent.sw.name))
         for ei, exp in enumerate(self.flow_exporters):
             fe = exp.cfg

@@ -63,6 +63,24 @@ class FaultEffects:
                 weights = (1 - ov) * weights + ov * skew
         return list(weights)
 
+    def rail_factor(self, node: str, rail: int, a0: int, a1: int) -> float:
+        """Multiplier for traffic from or to a node's NIC on ``rail`` (rail_degraded)."""
+        factor = 1.0
+        for f in self.by_kind.get("rail_degraded", ()):
+            if f.params["node"] == node and int(f.params["rail"]) == rail:
+                ov = self._frac(f, a0, a1)
+                factor *= 1 - ov + ov * float(f.params.get("fraction", 0.3))
+        return factor
+
+    def polarised(self, switch: str, t0: int, t1: int) -> tuple[int, float] | None:
+        """(hot uplink port or -1 for the leaf's first, share of the flows hashed onto it) of an ``ecmp_polarised``
+        fault on leaf ``switch`` active over most of ``[t0, t1)``; None without one."""
+        for f in self.by_kind.get("ecmp_polarised", ()):
+            if f.params["switch"] == switch and self._frac(f, t0, t1) >= 0.5:
+                ups = self.scen.cluster.fabric.uplinks[switch]
+                return int(f.params.get("uplink", ups[0][0])), float(f.params.get("share", 1.0))
+        return None
+
     def port_speed(self, node: str, t: int, nominal: int) -> int:
         for f in self.by_kind.get("link_downgrade", ()):
             if f.params["node"] == node and f.start_ms <= t < f.end_ms:
@@ -291,6 +309,15 @@ def fault_labels(scen: Scenario, start_ms: int, duration_ms: int) -> list[dict]:
         elif f.kind == "syn_storm":
             n = nodes[p["node"]]
             ent = {"node": n.name, "targets": list(p["targets"]), "switch": n.switch, "if_index": n.if_index}
+        elif f.kind == "ecmp_polarised":
+            ups = scen.cluster.fabric.uplinks[p["switch"]]
+            port = int(p.get("uplink", ups[0][0]))
+            ent = {"switch": p["switch"], "uplink": f"if{port}", "spine": next(s for q, s, _, _ in ups if q == port)}
+        elif f.kind == "rail_degraded":
+            nic = next(c for c in nodes[p["node"]].nics if c.rail == int(p["rail"]))
+            ent = {"node": p["node"], "nic": nic.name, "rail": nic.rail, "switch": nic.switch, "if_index": nic.if_index}
+        elif f.kind == "placement_spread":
+            ent = {"job": p["job"], "nodes": list(scen.cluster.jobs[p["job"]])}
         out.append(
             {
                 "type": "fault",

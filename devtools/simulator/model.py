@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from .fabric import Fabric, NicPort, nic_inventory, parse_fabric, parse_nics
+
 _UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
 DEFAULT_START = "2026-12-01T14:00:00Z"
@@ -39,6 +41,9 @@ FAULT_KINDS = frozenset(
         "congestion",
         "syn_storm",
         "link_flap",
+        "ecmp_polarised",
+        "rail_degraded",
+        "placement_spread",
     }
 )
 
@@ -99,6 +104,7 @@ class Node:
     group: str
     capacity_bps: int
     if_index: int = 0  # access port on its switch
+    nics: tuple[NicPort, ...] = ()  # multi-NIC (rail-optimised) nodes: one access port per NIC
 
     @property
     def ip(self) -> str:
@@ -243,14 +249,24 @@ class Cluster:
     cluster_ranges: list[str]
     external_authorized: list[str]
     externals: dict[str, External] = field(default_factory=dict)
+    fabric: Fabric = field(default_factory=Fabric)
+
+    def attachments(self) -> list[tuple[str, str, int]]:
+        """(ip, switch, ifIndex) of every node address: a NIC's own port, else the node's."""
+        return [(nic.ip, nic.switch, nic.if_index) for n in self.nodes.values() for nic in n.nics] + [
+            (ip, n.switch, n.if_index) for n in self.nodes.values() if not n.nics for ip in n.ips]
 
     def by_ip(self) -> dict[str, Node]:
         return {ip: n for n in self.nodes.values() for ip in n.ips}
 
     def to_inventory_dict(self) -> dict:
         """The inventory structure the processors' loader accepts (see module docstring)."""
-        return {
+        fab = self.fabric
+        nic_ports = {(nic.switch, nic.if_index) for n in self.nodes.values() for nic in n.nics}
+        inv = {
             "nodes": [
+                {"name": n.name, "rack": n.rack, "group": n.group, "capacity": format_speed(n.capacity_bps),
+                 "nics": nic_inventory(n.nics, format_speed)} if n.nics else
                 {
                     "name": n.name,
                     "ips": list(n.ips),
@@ -269,14 +285,19 @@ class Cluster:
                     "ports": [
                         {"if_index": p.if_index, "node": p.node, "speed": format_speed(p.speed_bps)}
                         for p in s.ports
-                        if not p.uplink
+                        if not p.uplink and (s.name, p.if_index) not in nic_ports
                     ],
+                    **({"role": fab.roles[s.name]} if fab.roles.get(s.name) else {}),
+                    **({"rail": fab.rails[s.name]} if s.name in fab.rails else {}),
                 }
                 for s in self.switches.values()
-            ],
+            ] + [{"name": name, "role": "spine"} for name, role in fab.roles.items() if role == "spine"],
             "cluster_ranges": list(self.cluster_ranges),
             "external_authorized": list(self.external_authorized),
         }
+        if fab.links:
+            inv["links"] = list(fab.links)
+        return inv
 
 
 @dataclass
@@ -361,28 +382,49 @@ def scenario_from_dict(doc: dict, source: str = "<dict>") -> Scenario:
     switches: dict[str, Switch] = {}
     port_of: dict[str, tuple[str, int, int]] = {}
     uplinks = sim.get("uplinks") or {}
+    fabric = parse_fabric(doc, parse_speed, ScenarioError)
+    nics = {n["name"]: parse_nics(n, parse_speed(n.get("capacity", "25G")), parse_speed, ScenarioError)
+            for n in _req(doc, "nodes", source)}
     for i, s in enumerate(_req(doc, "switches", source)):
+        if fabric.roles.get(s["name"]) == "spine":
+            continue  # spines export nothing here (docs/simulator.md, "Fabric")
         ports = []
         for p in s.get("ports") or []:
             port = Port(int(p["if_index"]), p.get("node"), parse_speed(p.get("speed", "25G")))
             ports.append(port)
             if port.node:
                 port_of[port.node] = (s["name"], port.if_index, port.speed_bps)
+        for node, node_nics in nics.items():
+            for nic in node_nics:
+                if nic.switch == s["name"]:
+                    ports.append(Port(nic.if_index, node, nic.speed_bps))
+                    port_of.setdefault(node, (s["name"], nic.if_index, nic.speed_bps))
         up = uplinks.get(s["name"]) or {}
-        ports.append(Port(int(up.get("if_index", DEFAULT_UPLINK_IF)), None, parse_speed(up.get("speed", "100G")), True))
+        if s["name"] in fabric.uplinks:
+            ports.extend(Port(p, None, sp, True) for p, _, _, sp in fabric.uplinks[s["name"]])
+        else:
+            ports.append(Port(int(up.get("if_index", DEFAULT_UPLINK_IF)), None, parse_speed(up.get("speed", "100G")),
+                              True))
         switches[s["name"]] = Switch(s["name"], str(ipaddress.IPv4Address(s["agent"])), ports, int(s.get("sub_agent_id", 0)))
+    for node, node_nics in nics.items():
+        for nic in node_nics:
+            if nic.switch not in switches:
+                raise ScenarioError(f"node {node}: nic {nic.name}: unknown leaf switch {nic.switch!r}")
+        if node_nics:
+            port_of[node] = (node_nics[0].switch, node_nics[0].if_index, node_nics[0].speed_bps)
     for n in _req(doc, "nodes", source):
         name = n["name"]
-        sw = n.get("switch")
+        sw = n.get("switch") or (nics[name][0].switch if nics[name] else None)
         if sw not in switches:
             raise ScenarioError(f"node {name}: unknown switch {sw!r}")
         if name not in port_of:
             raise ScenarioError(f"node {name}: no port on switch {sw} lists it")
         if port_of[name][0] != sw:
             raise ScenarioError(f"node {name}: port is on {port_of[name][0]}, node says {sw}")
-        ips = tuple(str(ipaddress.IPv4Address(ip)) for ip in n["ips"])
+        ips = tuple(str(ipaddress.IPv4Address(ip)) for ip in [*(n.get("ips") or []), *(c.ip for c in nics[name])])
         cap = parse_speed(n.get("capacity", format_speed(port_of[name][2])))
-        nodes[name] = Node(name, ips, str(n.get("rack", "")), sw, str(n.get("group", "gpu")), cap, port_of[name][1])
+        nodes[name] = Node(name, ips, str(n.get("rack", "")), sw, str(n.get("group", "gpu")), cap, port_of[name][1],
+                           nics[name])
     jobs = {}
     for j in doc.get("jobs") or []:
         for member in j["nodes"]:
@@ -397,6 +439,7 @@ def scenario_from_dict(doc: dict, source: str = "<dict>") -> Scenario:
         [str(ipaddress.ip_network(c)) for c in doc.get("cluster_ranges") or []],
         [str(ipaddress.ip_network(c)) for c in doc.get("external_authorized") or []],
         externals,
+        fabric,
     )
 
     workloads = []
@@ -481,7 +524,11 @@ def _check_faults(scen: Scenario) -> None:
             raise ScenarioError("congestion: needs job")
         if f.kind == "syn_storm" and (not p.get("targets") or "node" not in p):
             raise ScenarioError("syn_storm: needs node and targets")
-        if f.kind in ("link_flap", "link_downgrade", "straggler") and "node" not in p:
+        if f.kind == "ecmp_polarised" and scen.cluster.fabric.uplinks.get(p.get("switch"), []) == []:
+            raise ScenarioError(f"ecmp_polarised: {p.get('switch')!r} is not a leaf with uplinks")
+        if f.kind == "rail_degraded" and "rail" not in p:
+            raise ScenarioError("rail_degraded: needs node and rail")
+        if f.kind in ("link_flap", "link_downgrade", "straggler", "rail_degraded") and "node" not in p:
             raise ScenarioError(f"{f.kind}: needs node")
         if f.kind == "link_flap" and not 0 < float(p.get("down_s", 12)) < float(p.get("period_s", 40)):
             raise ScenarioError("link_flap: needs 0 < down_s < period_s")

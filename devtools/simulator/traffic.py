@@ -109,10 +109,25 @@ class TrafficModel:
 
     # ---------------------------------------------------------- training
 
-    def _collective_send(self, w: Workload, a0, a1, src: str, dst: str, nbytes: float, b: SegBuilder) -> None:
+    def _collective_send(self, w: Workload, a0, a1, src: str, dst: str, nbytes: float, b: SegBuilder,
+                         mods=None) -> None:
+        """``nbytes`` from src to dst; between rail-optimised nodes, split evenly over their common rails (rank r's
+        traffic on rail r: NIC r to NIC r)."""
         if nbytes <= 0 or a1 <= a0:
             return
-        s, d = self.ip[src], self.ip[dst]
+        nodes = self.scen.cluster.nodes
+        rails_s = {c.rail: c.ip for c in nodes[src].nics if c.rail >= 0}
+        rails_d = {c.rail: c.ip for c in nodes[dst].nics if c.rail >= 0}
+        common = sorted(set(rails_s) & set(rails_d))
+        if common:
+            for r in common:
+                f = 1.0 if mods is None else mods.rail_factor(src, r, a0, a1) * mods.rail_factor(dst, r, a0, a1)
+                share = nbytes * f / len(common)
+                self._send(w, a0, a1, ip_int(rails_s[r]), ip_int(rails_d[r]), src, f"{dst}/{r}", share, b)
+            return
+        self._send(w, a0, a1, self.ip[src], self.ip[dst], src, dst, nbytes, b)
+
+    def _send(self, w: Workload, a0, a1, s: int, d: int, src: str, dst: str, nbytes: float, b: SegBuilder) -> None:
         parts = []
         if w.transport in ("tcp", "both"):
             parts.append("tcp")
@@ -147,7 +162,7 @@ class TrafficModel:
                     for i, src in enumerate(w.nodes):
                         dst = w.nodes[(i + 1) % n]
                         nb = 2 * (n - 1) / n * m * frac * mods.send_factor(w.job, src, c0, c1)
-                        self._collective_send(w, c0, c1, src, dst, nb, b)
+                        self._collective_send(w, c0, c1, src, dst, nb, b, mods)
                 else:
                     half = s + comp + comm // 2
                     for phase, (p0, p1) in enumerate((clip(c0, c1, 0, half), clip(c0, c1, half, 1 << 62))):
@@ -158,7 +173,7 @@ class TrafficModel:
                             child, parent = w.nodes[i], w.nodes[(i - 1) // 2]
                             src, dst = (child, parent) if phase == 0 else (parent, child)
                             nb = m * pf * mods.send_factor(w.job, src, p0, p1)
-                            self._collective_send(w, p0, p1, src, dst, nb, b)
+                            self._collective_send(w, p0, p1, src, dst, nb, b, mods)
             if w.dataset and w.dataset.mbps_per_node > 0:
                 d0, d1 = clip(s, s + comp, t0, t1)
                 if d1 > d0:

@@ -83,11 +83,12 @@ class TruthRecorder:
                 lab["entities"]["dropped"] = self.exporters.get(lab["entities"]["exporter"], {}).get("dropped", 0)
             yield lab
         for w in sorted(self.pairs):
-            cells = self.pairs[w]
-            pairs = sorted(
-                ({"src": self.name(a), "dst": self.name(b), "bytes": v[0], "packets": v[1]} for (a, b), v in cells.items()),
-                key=lambda d: (d["src"], d["dst"]),
-            )
+            named: dict[tuple[str, str], list[int]] = {}  # a multi-NIC node's addresses are one endpoint
+            for (a, b), v in self.pairs[w].items():
+                cell = named.setdefault((self.name(a), self.name(b)), [0, 0])
+                cell[0] += v[0]
+                cell[1] += v[1]
+            pairs = [{"src": a, "dst": b, "bytes": v[0], "packets": v[1]} for (a, b), v in sorted(named.items())]
             yield {
                 "type": "window",
                 "start_ms": self.start_ms + w * self.window_ms,

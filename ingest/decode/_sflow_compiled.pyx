@@ -40,6 +40,8 @@ ERRORS = (
     ("bad_length", "counter record runs past its sample"),
     ("bad_length", "generic interface counters"),
     ("bad_length", "ethernet counters"),
+    ("bad_length", "discarded packet sample"),
+    ("bad_count", "{a} discarded packet records"),
 )
 cdef enum:
     E_HEADER = 1
@@ -65,6 +67,8 @@ cdef enum:
     E_CRECORD_PAST
     E_GENERIC
     E_ETHERNET
+    E_DISCARD_SAMPLE
+    E_DISCARD_RECORDS
 
 # Non-fatal problems, counted per datagram (``sampling_rate_missing`` is reported last, as the reference does).
 PROBLEMS = ("header_length_clamped", "unsupported_header_protocol", "unknown_record_type", "unknown_sample_type",
@@ -84,6 +88,8 @@ cdef enum:
     MAX_TAGS = 4  # VLAN tags walked
     MAX_EXT = 8  # IPv6 extension headers walked
     VXLAN_PORT = 4789
+    SAMPLE_DISCARD = 5  # sflow.org "sFlow Dropped Packet Notification Structures": discarded_packet
+    REC_EGRESS_QUEUE = 1036  # the same spec: extended_egress_queue
     ROCEV2_PORT = 4791
 cdef uint64_t I64_MAX = 0x7FFFFFFFFFFFFFFF
 cdef uint8_t ZERO52[52]  # the Ethernet counters of a sample without them
@@ -181,11 +187,34 @@ cdef packed struct CounterRow:  # schemas.columns.COUNTER_DTYPE
     int64_t dot3_symbol_errors
 
 
-def check_layouts(flows, samples, counters):
-    """Raise ValueError unless the three arrays' dtypes have exactly the rows' field types and offsets."""
+cdef packed struct DiscardRow:  # ingest.decode.result.DISCARD_DTYPE
+    uint8_t exporter_addr[16]
+    int64_t observation_domain
+    int64_t source_id
+    int64_t sample_sequence
+    int64_t drops
+    int64_t in_if
+    int64_t out_if
+    int32_t reason
+    int32_t egress_queue
+    int64_t time_received_ms
+    int64_t bytes
+    int32_t ip_version
+    uint8_t src_addr[16]
+    uint8_t dst_addr[16]
+    int32_t src_port
+    int32_t dst_port
+    int32_t ip_protocol
+    int32_t vlan
+    int32_t roce_opcode
+
+
+def check_layouts(flows, samples, counters, discards):
+    """Raise ValueError unless the arrays' dtypes have exactly the rows' field types and offsets."""
     cdef FlowRow[::1] f = flows
     cdef SampleRow[::1] s = samples
     cdef CounterRow[::1] c = counters
+    cdef DiscardRow[::1] x = discards
     return True
 
 
@@ -418,8 +447,10 @@ cdef struct Out:
     FlowRow* flows
     SampleRow* samples
     CounterRow* counters
+    DiscardRow* discards
     Py_ssize_t nflow
     Py_ssize_t nctr
+    Py_ssize_t ndisc
     Py_ssize_t cap  # rows room in flows/samples and in counters
     int64_t prob[NPROB]
     int8_t rank[NPROB]  # order of first occurrence, 0 = none
@@ -464,7 +495,7 @@ cdef int64_t _sample_count(const uint8_t* d, Py_ssize_t n) noexcept nogil:
 
 
 def capacity(list datas):
-    """Rows (flow or counter) the datagrams can give at most: the sum of their valid sample counts."""
+    """Rows (flow, counter or discard) the datagrams can give at most: the sum of their valid sample counts."""
     cdef int64_t cap = 0
     cdef bytes d
     for d in datas:
@@ -474,20 +505,112 @@ def capacity(list datas):
     return cap
 
 
+cdef struct Recs:  # a flow or discard sample's records
+    Parsed parsed
+    int64_t sw_vlan, sw1, sw2, sw3, frame_bytes, queue
+    uint8_t next_hop[16]
+
+
+cdef int _records(const uint8_t* d, int64_t p, int64_t end, int64_t nrec, Out* o, Recs* x) noexcept:
+    """The ``nrec`` flow records at ``p`` of a flow or discarded packet sample ending at ``end`` into ``x``: the
+    last raw header's parse (else the last sampled IPv4/IPv6 record's values), extended switch and router
+    fields, the egress queue (-1 without record 1036); 0, or an error code."""
+    cdef int64_t r, rfmt, rlen, hproto, flen, stripped, hlen, at, q, pr, sp, dp
+    cdef bint have_parsed = False, have_sampled = False
+    cdef Parsed sampled
+    x.sw_vlan = x.sw1 = x.sw2 = x.sw3 = 0
+    memset(x.next_hop, 0, 16)
+    x.frame_bytes = 0
+    x.queue = -1
+    for r in range(nrec):
+        if p + 8 > end:
+            return _fail(o, E_RECORD_HEADER, p, 0, 0)
+        rfmt = _u32(d, p)
+        rlen = _u32(d, p + 4)
+        p += 8
+        if p + rlen > end:
+            return _fail(o, E_RECORD_PAST, p, 0, 0)
+        if rfmt == 1:  # raw packet header
+            if rlen < 16:
+                return _fail(o, E_RAW_RECORD, p, 0, 0)
+            hproto = _u32(d, p)
+            flen = _u32(d, p + 4)
+            stripped = _u32(d, p + 8)
+            hlen = _u32(d, p + 12)
+            if hlen > rlen - 16:
+                hlen = rlen - 16
+                _problem(o, P_CLAMPED)
+            if hproto == 1 or hproto == 11 or hproto == 12:
+                _header(d + p + 16, hlen, hproto, &x.parsed)
+            else:
+                _no_ip(&x.parsed, 0)
+                _problem(o, P_HEADER_PROTOCOL)
+            have_parsed = True
+            x.frame_bytes = flen - stripped if flen > stripped else 0
+        elif rfmt == 1001:  # extended switch
+            if rlen < 16:
+                return _fail(o, E_SWITCH_RECORD, p, 0, 0)
+            x.sw_vlan = _u32(d, p)
+            x.sw1 = _u32(d, p + 4) & 7
+            x.sw2 = _u32(d, p + 8) & 0xFFF
+            x.sw3 = _u32(d, p + 12) & 7
+        elif rfmt == 1002:  # extended router: the next hop
+            if rlen >= 8:
+                at = _u32(d, p)
+                if at == 1:
+                    _v4(x.next_hop, d + p + 4)
+                elif at == 2 and rlen >= 20:
+                    memcpy(x.next_hop, d + p + 4, 16)
+        elif rfmt == REC_EGRESS_QUEUE:  # the egress queue a discarded (or sampled) packet was bound for
+            if rlen >= 4:
+                x.queue = _u32(d, p)
+        elif rfmt == 3 or rfmt == 4:  # sampled IPv4 / IPv6
+            if rfmt == 3 and rlen < 32:
+                return _fail(o, E_SAMPLED_V4, p, 0, 0)
+            if rfmt == 4 and rlen < 56:
+                return _fail(o, E_SAMPLED_V6, p, 0, 0)
+            q = 8 if rfmt == 3 else 32  # length, protocol, addresses, then the ports
+            pr = _u32(d, p + 4)
+            sp = _u32(d, p + 8 + q)
+            dp = _u32(d, p + 12 + q)
+            if pr == (1 if rfmt == 3 else 58):  # ICMP: type and code
+                dp = ((sp & 0xFF) << 8) | (dp & 0xFF)
+                sp = 0
+            _no_ip(&sampled, 0)
+            _ip(&sampled, 4 if rfmt == 3 else 6, _u32(d, p + 20 + q) & 0xFF, 0, _u32(d, p), pr & 0xFF)
+            if rfmt == 3:
+                _v4(sampled.src, d + p + 8)
+                _v4(sampled.dst, d + p + 12)
+            else:
+                memcpy(sampled.src, d + p + 8, 16)
+                memcpy(sampled.dst, d + p + 24, 16)
+            sampled.sp = sp & 0xFFFF
+            sampled.dp = dp & 0xFFFF
+            sampled.flags = _u32(d, p + 16 + q) & 0xFF
+            have_sampled = True
+        else:
+            _problem(o, P_RECORD_TYPE)
+        p += (rlen + 3) & ~3
+    if not have_parsed or (x.parsed.ipv == 0 and have_sampled):
+        if have_sampled:
+            x.parsed = sampled
+        else:
+            _no_ip(&x.parsed, 0)
+    return 0
+
+
 cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code, Out* o, fallback,
                    Py_ssize_t i) except -1:
     """Decode one datagram into ``o``'s rows; 0, or an error code (then the rows written are void)."""
-    cdef int64_t atype, off, ns, j, sfmt, slen, end, p, nrec, r, rfmt, rlen, hlen, flen, stripped, hproto, at
-    cdef int64_t sseq, source, rate, pool, drops, in_if, out_if, fb = 0, sw_vlan, sw1, sw2, sw3, frame_bytes
-    cdef int64_t nbytes, gen_at, eth_at, cseq, ifmt, ofmt, sp, dp, pr
+    cdef int64_t atype, off, ns, j, sfmt, slen, end, p, nrec, r, rfmt, rlen
+    cdef int64_t sseq, source, rate, pool, drops, in_if, out_if, fb = 0
+    cdef int64_t nbytes, gen_at, eth_at, cseq, ifmt, ofmt
     cdef uint64_t est
-    cdef bint have_parsed, have_sampled
-    cdef uint8_t next_hop[16]
-    cdef Parsed parsed, sampled
+    cdef Recs x
     cdef FlowRow* row
     cdef SampleRow* fact
     cdef CounterRow* c
-    cdef int q
+    cdef int code
 
     if n < 8:
         return _fail(o, E_HEADER, 0, 0, 0)
@@ -566,83 +689,10 @@ cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code
                 if fb == 0:
                     fb = fallback(i)
                 rate = fb
-            have_parsed = False
-            have_sampled = False
-            sw_vlan = sw1 = sw2 = sw3 = 0
-            memset(next_hop, 0, 16)
-            frame_bytes = 0
-            for r in range(nrec):
-                if p + 8 > end:
-                    return _fail(o, E_RECORD_HEADER, p, 0, 0)
-                rfmt = _u32(d, p)
-                rlen = _u32(d, p + 4)
-                p += 8
-                if p + rlen > end:
-                    return _fail(o, E_RECORD_PAST, p, 0, 0)
-                if rfmt == 1:  # raw packet header
-                    if rlen < 16:
-                        return _fail(o, E_RAW_RECORD, p, 0, 0)
-                    hproto = _u32(d, p)
-                    flen = _u32(d, p + 4)
-                    stripped = _u32(d, p + 8)
-                    hlen = _u32(d, p + 12)
-                    if hlen > rlen - 16:
-                        hlen = rlen - 16
-                        _problem(o, P_CLAMPED)
-                    if hproto == 1 or hproto == 11 or hproto == 12:
-                        _header(d + p + 16, hlen, hproto, &parsed)
-                    else:
-                        _no_ip(&parsed, 0)
-                        _problem(o, P_HEADER_PROTOCOL)
-                    have_parsed = True
-                    frame_bytes = flen - stripped if flen > stripped else 0
-                elif rfmt == 1001:  # extended switch
-                    if rlen < 16:
-                        return _fail(o, E_SWITCH_RECORD, p, 0, 0)
-                    sw_vlan = _u32(d, p)
-                    sw1 = _u32(d, p + 4) & 7
-                    sw2 = _u32(d, p + 8) & 0xFFF
-                    sw3 = _u32(d, p + 12) & 7
-                elif rfmt == 1002:  # extended router: the next hop
-                    if rlen >= 8:
-                        at = _u32(d, p)
-                        if at == 1:
-                            _v4(next_hop, d + p + 4)
-                        elif at == 2 and rlen >= 20:
-                            memcpy(next_hop, d + p + 4, 16)
-                elif rfmt == 3 or rfmt == 4:  # sampled IPv4 / IPv6
-                    if rfmt == 3 and rlen < 32:
-                        return _fail(o, E_SAMPLED_V4, p, 0, 0)
-                    if rfmt == 4 and rlen < 56:
-                        return _fail(o, E_SAMPLED_V6, p, 0, 0)
-                    q = 8 if rfmt == 3 else 32  # length, protocol, addresses, then the ports
-                    pr = _u32(d, p + 4)
-                    sp = _u32(d, p + 8 + q)
-                    dp = _u32(d, p + 12 + q)
-                    if pr == (1 if rfmt == 3 else 58):  # ICMP: type and code
-                        dp = ((sp & 0xFF) << 8) | (dp & 0xFF)
-                        sp = 0
-                    _no_ip(&sampled, 0)
-                    _ip(&sampled, 4 if rfmt == 3 else 6, _u32(d, p + 20 + q) & 0xFF, 0, _u32(d, p), pr & 0xFF)
-                    if rfmt == 3:
-                        _v4(sampled.src, d + p + 8)
-                        _v4(sampled.dst, d + p + 12)
-                    else:
-                        memcpy(sampled.src, d + p + 8, 16)
-                        memcpy(sampled.dst, d + p + 24, 16)
-                    sampled.sp = sp & 0xFFFF
-                    sampled.dp = dp & 0xFFFF
-                    sampled.flags = _u32(d, p + 16 + q) & 0xFF
-                    have_sampled = True
-                else:
-                    _problem(o, P_RECORD_TYPE)
-                p += (rlen + 3) & ~3
-            if not have_parsed or (parsed.ipv == 0 and have_sampled):
-                if have_sampled:
-                    parsed = sampled
-                else:
-                    _no_ip(&parsed, 0)
-            nbytes = parsed.iplen if parsed.iplen >= 0 else frame_bytes
+            code = _records(d, p, end, nrec, o, &x)
+            if code:
+                return code
+            nbytes = x.parsed.iplen if x.parsed.iplen >= 0 else x.frame_bytes
             est = <uint64_t>nbytes * <uint64_t>rate
             if est > I64_MAX:
                 est = I64_MAX
@@ -660,15 +710,15 @@ cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code
             row.packets = 1
             row.bytes_est = <int64_t>est
             row.packets_est = rate
-            row.ip_version = <int32_t>parsed.ipv
-            memcpy(row.src_addr, parsed.src, 16)
-            memcpy(row.dst_addr, parsed.dst, 16)
-            row.src_port = <int32_t>parsed.sp
-            row.dst_port = <int32_t>parsed.dp
-            row.ip_protocol = <int32_t>parsed.proto
-            row.tcp_flags = <int32_t>parsed.flags
-            row.tos = <int32_t>parsed.tos
-            row.vlan = <int32_t>((sw_vlan & 0xFFF) if sw_vlan != 0 else parsed.vlan)
+            row.ip_version = <int32_t>x.parsed.ipv
+            memcpy(row.src_addr, x.parsed.src, 16)
+            memcpy(row.dst_addr, x.parsed.dst, 16)
+            row.src_port = <int32_t>x.parsed.sp
+            row.dst_port = <int32_t>x.parsed.dp
+            row.ip_protocol = <int32_t>x.parsed.proto
+            row.tcp_flags = <int32_t>x.parsed.flags
+            row.tos = <int32_t>x.parsed.tos
+            row.vlan = <int32_t>((x.sw_vlan & 0xFFF) if x.sw_vlan != 0 else x.parsed.vlan)
             row.in_if = in_if
             row.out_if = out_if
             row.direction = 0
@@ -676,13 +726,13 @@ cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code
             row.time_end_ms = t
             row.time_received_ms = t
             row.time_export_ms = t
-            row.vxlan_vni = parsed.vni
-            row.roce_opcode = <int32_t>parsed.rop
-            row.roce_dest_qp = parsed.rqp
-            row.vlan_out = <int32_t>sw2
-            row.vlan_priority_in = <int32_t>sw1
-            row.vlan_priority_out = <int32_t>sw3
-            memcpy(row.next_hop, next_hop, 16)
+            row.vxlan_vni = x.parsed.vni
+            row.roce_opcode = <int32_t>x.parsed.rop
+            row.roce_dest_qp = x.parsed.rqp
+            row.vlan_out = <int32_t>x.sw2
+            row.vlan_priority_in = <int32_t>x.sw1
+            row.vlan_priority_out = <int32_t>x.sw3
+            memcpy(row.next_hop, x.next_hop, 16)
             memset(row.bgp_next_hop, 0, 16)
             fact.seq = sseq
             fact.pool = pool
@@ -691,6 +741,10 @@ cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code
             fact.source = source
             fact.rate = rate
             fact.received_ms = t
+        elif sfmt == SAMPLE_DISCARD:
+            code = _discard(d, off, end, t, o)
+            if code:
+                return code
         elif sfmt == 2 or sfmt == 4:
             if sfmt == 2:
                 if slen < 12:
@@ -740,6 +794,47 @@ cdef int _datagram(const uint8_t* d, Py_ssize_t n, int64_t t, int32_t proto_code
         else:
             _problem(o, P_SAMPLE_TYPE)
         off += (slen + 3) & ~3
+    return 0
+
+
+cdef int _discard(const uint8_t* d, int64_t off, int64_t end, int64_t t, Out* o) except -1:
+    """A discarded packet sample's body at ``off`` (ending at ``end``) as a discard row; 0 or an error code."""
+    cdef int64_t nrec, p
+    cdef int code
+    cdef Recs x
+    cdef DiscardRow* row
+    if end - off < 32:
+        return _fail(o, E_DISCARD_SAMPLE, off, 0, 0)
+    nrec = _u32(d, off + 28)
+    p = off + 32
+    if nrec * 8 > end - p:
+        return _fail(o, E_DISCARD_RECORDS, p - 4, nrec, 0)
+    code = _records(d, p, end, nrec, o, &x)
+    if code:
+        return code
+    if o.ndisc >= o.cap:
+        raise RuntimeError("sFlow discard rows past the capacity computed for them")
+    row = o.discards + o.ndisc
+    o.ndisc += 1
+    memcpy(row.exporter_addr, o.agent, 16)
+    row.observation_domain = o.sub
+    row.sample_sequence = _u32(d, off)
+    row.source_id = _expanded_source(d, off + 4)
+    row.drops = _u32(d, off + 12)
+    row.in_if = _u32(d, off + 16)
+    row.out_if = _u32(d, off + 20)
+    row.reason = <int32_t>_u32(d, off + 24)
+    row.egress_queue = <int32_t>x.queue
+    row.time_received_ms = t
+    row.bytes = x.parsed.iplen if x.parsed.iplen >= 0 else x.frame_bytes
+    row.ip_version = <int32_t>x.parsed.ipv
+    memcpy(row.src_addr, x.parsed.src, 16)
+    memcpy(row.dst_addr, x.parsed.dst, 16)
+    row.src_port = <int32_t>x.parsed.sp
+    row.dst_port = <int32_t>x.parsed.dp
+    row.ip_protocol = <int32_t>x.parsed.proto
+    row.vlan = <int32_t>((x.sw_vlan & 0xFFF) if x.sw_vlan != 0 else x.parsed.vlan)
+    row.roce_opcode = <int32_t>x.parsed.rop
     return 0
 
 
@@ -794,14 +889,15 @@ cdef void _counter_row(CounterRow* c, const uint8_t* d, int64_t g, int64_t e, Ou
 
 
 def walk(list datas, const int64_t[::1] ts, int32_t proto_code, fallback, uint8_t[::1] flows,
-         uint8_t[::1] samples, uint8_t[::1] counters, int8_t[::1] status, int64_t[:, ::1] heads,
-         uint8_t[:, ::1] agents, int64_t[::1] fbounds, int64_t[::1] cbounds):
+         uint8_t[::1] samples, uint8_t[::1] counters, uint8_t[::1] discards, int8_t[::1] status,
+         int64_t[:, ::1] heads, uint8_t[:, ::1] agents, int64_t[::1] fbounds, int64_t[::1] cbounds,
+         int64_t[::1] dbounds):
     """Decode the datagrams (``bytes``) into the rows of ``flows``/``samples``/``counters`` (room for
-    :func:`capacity` rows each) and per datagram ``i`` into ``status[i]`` (0: flow rows only, 1: counters
-    or problems too, 2: error), ``heads[i]`` (sub-agent, sequence, uptime), ``agents[i]`` and the row
-    bounds (``fbounds[i]:fbounds[i + 1]``, the same for counters). ``fallback(i)``: the sampling rate for
-    a zero rate of datagram ``i``. Returns (flow rows, counter rows, {i: [(problem, count)] in order of
-    first occurrence}, {i: (error code, offset, a, b)})."""
+    :func:`capacity` rows each; ``discards`` likewise) and per datagram ``i`` into ``status[i]`` (0: flow
+    rows only, 1: counters, discards or problems too, 2: error), ``heads[i]`` (sub-agent, sequence, uptime),
+    ``agents[i]`` and the row bounds (``fbounds[i]:fbounds[i + 1]``, the same for counters and discards).
+    ``fallback(i)``: the sampling rate for a zero rate of datagram ``i``. Returns (flow rows, counter rows,
+    discard rows, {i: [(problem, count)] in order of first occurrence}, {i: (error code, offset, a, b)})."""
     cdef Py_ssize_t k = len(datas), i, q
     cdef Out o
     cdef int code
@@ -810,16 +906,19 @@ def walk(list datas, const int64_t[::1] ts, int32_t proto_code, fallback, uint8_
     errors = {}
     o.cap = flows.shape[0] // sizeof(FlowRow)
     if (samples.shape[0] // sizeof(SampleRow) < o.cap or counters.shape[0] // sizeof(CounterRow) < o.cap
-            or ts.shape[0] < k or status.shape[0] < k or heads.shape[0] < k or agents.shape[0] < k
+            or discards.shape[0] // sizeof(DiscardRow) < o.cap or dbounds.shape[0] <= k or ts.shape[0] < k or status.shape[0] < k or heads.shape[0] < k or agents.shape[0] < k
             or agents.shape[1] != 16 or heads.shape[1] != 3 or fbounds.shape[0] <= k or cbounds.shape[0] <= k):
         raise ValueError("output arrays too small for the datagrams")
     o.flows = <FlowRow*>&flows[0] if flows.shape[0] else NULL
     o.samples = <SampleRow*>&samples[0] if samples.shape[0] else NULL
     o.counters = <CounterRow*>&counters[0] if counters.shape[0] else NULL
+    o.discards = <DiscardRow*>&discards[0] if discards.shape[0] else NULL
     o.nflow = 0
     o.nctr = 0
+    o.ndisc = 0
     fbounds[0] = 0
     cbounds[0] = 0
+    dbounds[0] = 0
     for i in range(k):
         d = datas[i]
         if d is None:
@@ -829,16 +928,19 @@ def walk(list datas, const int64_t[::1] ts, int32_t proto_code, fallback, uint8_
         o.nrank = 0
         fbounds[i + 1] = o.nflow
         cbounds[i + 1] = o.nctr
+        dbounds[i + 1] = o.ndisc
         code = _datagram(<const uint8_t*>PyBytes_AS_STRING(d), PyBytes_GET_SIZE(d), ts[i], proto_code, &o,
                          fallback, i)
         if code:
             o.nflow = fbounds[i + 1]  # the datagram's rows are void
             o.nctr = cbounds[i + 1]
+            o.ndisc = dbounds[i + 1]
             status[i] = 2
             errors[i] = (code, o.err_off, o.err_a, o.err_b)
             continue
         fbounds[i + 1] = o.nflow
         cbounds[i + 1] = o.nctr
+        dbounds[i + 1] = o.ndisc
         heads[i, 0] = o.sub
         heads[i, 1] = o.seq
         heads[i, 2] = o.uptime
@@ -850,5 +952,5 @@ def walk(list datas, const int64_t[::1] ts, int32_t proto_code, fallback, uint8_
             found = [(o.rank[q], PROBLEMS[q], o.prob[q]) for q in range(NPROB) if o.prob[q]]
             found.sort()
             problems[i] = [(name, count) for _, name, count in found]
-        status[i] = 1 if o.nrank or cbounds[i + 1] > cbounds[i] else 0
-    return o.nflow, o.nctr, problems, errors
+        status[i] = 1 if o.nrank or cbounds[i + 1] > cbounds[i] or dbounds[i + 1] > dbounds[i] else 0
+    return o.nflow, o.nctr, o.ndisc, problems, errors

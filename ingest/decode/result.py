@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE
+from schemas.columns import COUNTER_DTYPE, DISCARD_DTYPE, FLOW_DTYPE
 
 EMPTY_FLOWS = np.zeros(0, dtype=FLOW_DTYPE)
 EMPTY_COUNTERS = np.zeros(0, dtype=COUNTER_DTYPE)
@@ -17,6 +17,8 @@ EMPTY_COUNTERS = np.zeros(0, dtype=COUNTER_DTYPE)
 SAMPLE_DTYPE = np.dtype([("seq", "<i8"), ("pool", "<i8"), ("drops", "<i8"), ("domain", "<i8"), ("source", "<i8"),
                          ("rate", "<i8"), ("received_ms", "<i8")])
 EMPTY_SAMPLES = np.zeros(0, dtype=SAMPLE_DTYPE)
+#: Discard rows (DISCARD_DTYPE, schemas/avro/discarded_packet.avsc): one per sFlow discarded packet sample.
+EMPTY_DISCARDS = np.zeros(0, dtype=DISCARD_DTYPE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +54,5 @@ class DecodeResult:
     templates_withdrawn: int = 0
     # sFlow: SAMPLE_DTYPE rows aligned with ``flows`` (None for the other protocols)
     samples: np.ndarray | None = None
+    # sFlow: DISCARD_DTYPE rows, one per discarded packet sample (empty for the other protocols)
+    discards: np.ndarray = field(default_factory=lambda: EMPTY_DISCARDS)

@@ -3,8 +3,8 @@
 :func:`decode_sflow` (one datagram, what :func:`ingest.decode.decode` calls), :func:`decode_sflow_many`
 (many, a result or :class:`DecodeError` each) and :func:`decode_sflow_group` (many, the ingest pipeline's
 form) all run the one compiled walk of ``_sflow_compiled.pyx``, built with the wheel or image: samples,
-records, counters and every sampled header shape, written straight into FLOW_DTYPE, SAMPLE_DTYPE and
-COUNTER_DTYPE rows. What it returns for any bytes is what the readable reference
+records, counters, discarded packet samples and every sampled header shape, written straight into
+FLOW_DTYPE, SAMPLE_DTYPE, COUNTER_DTYPE and DISCARD_DTYPE rows. What it returns for any bytes is what the readable reference
 (:mod:`ingest.decode.reference.sflow`, tests only) returns: same rows, values, order, problems and
 errors. Pure: no I/O, no clock. Column conventions and the error cases: docs/architecture.md, "What the
 decoders read"; why compiled ahead of time: "Compiled decoders" there.
@@ -20,7 +20,8 @@ from fabricflow.compiled import NotBuilt, load
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5, addr_str
 
 from .errors import DecodeError
-from .result import EMPTY_COUNTERS, EMPTY_FLOWS, EMPTY_SAMPLES, SAMPLE_DTYPE, DecodeResult, ExportHeader
+from .result import (DISCARD_DTYPE, EMPTY_COUNTERS, EMPTY_DISCARDS, EMPTY_FLOWS, EMPTY_SAMPLES, SAMPLE_DTYPE,
+                     DecodeResult, ExportHeader)
 from .templates import TemplateCache
 
 __all__ = ["decode_sflow", "decode_sflow_many", "decode_sflow_group", "SflowGroup"]
@@ -28,7 +29,8 @@ __all__ = ["decode_sflow", "decode_sflow_many", "decode_sflow_group", "SflowGrou
 P = "sflow5"
 _compiled = load("ingest.decode._sflow_compiled")
 try:
-    _compiled.check_layouts(np.zeros(1, FLOW_DTYPE), np.zeros(1, SAMPLE_DTYPE), np.zeros(1, COUNTER_DTYPE))
+    _compiled.check_layouts(np.zeros(1, FLOW_DTYPE), np.zeros(1, SAMPLE_DTYPE), np.zeros(1, COUNTER_DTYPE),
+                            np.zeros(1, DISCARD_DTYPE))
 except ValueError as e:  # the rows it writes are not the dtypes' (a schema changed since it was built)
     raise NotBuilt(f"ingest.decode._sflow_compiled does not write the current record layout ({e}): rebuild it "
                    "(`make venv`), after updating its row structs if a schema changed") from None
@@ -59,7 +61,8 @@ def _error(code_offset_a_b: tuple) -> DecodeError:
 class _Walk:
     """One compiled walk over ``k`` datagrams: every row, and per datagram its status, header and bounds."""
 
-    __slots__ = ("flows", "samples", "counters", "status", "heads", "agents", "fb", "cb", "problems", "errors")
+    __slots__ = ("flows", "samples", "counters", "discards", "status", "heads", "agents", "fb", "cb", "db", "problems",
+                 "errors")
 
     def __init__(self, datas: list[bytes], ts: list, fallback: _Fallback):
         k = len(datas)
@@ -67,22 +70,27 @@ class _Walk:
         flows = np.empty(cap, dtype=FLOW_DTYPE)
         samples = np.empty(cap, dtype=SAMPLE_DTYPE)
         counters = np.empty(cap, dtype=COUNTER_DTYPE)
+        discards = np.empty(cap, dtype=DISCARD_DTYPE)
         self.status = np.empty(k, dtype=np.int8)
         self.heads = np.zeros((k, 3), dtype=np.int64)
         self.agents = np.zeros((k, 16), dtype=np.uint8)
         self.fb = np.empty(k + 1, dtype=np.int64)
         self.cb = np.empty(k + 1, dtype=np.int64)
-        nf, nc, self.problems, self.errors = _compiled.walk(
+        self.db = np.empty(k + 1, dtype=np.int64)
+        nf, nc, nd, self.problems, self.errors = _compiled.walk(
             datas, np.asarray(ts, dtype=np.int64), PROTO_SFLOW5, fallback, flows.view(np.uint8),
-            samples.view(np.uint8), counters.view(np.uint8), self.status, self.heads, self.agents, self.fb, self.cb)
+            samples.view(np.uint8), counters.view(np.uint8), discards.view(np.uint8), self.status, self.heads,
+            self.agents, self.fb, self.cb, self.db)
         self.flows = flows[:nf]
         self.samples = samples[:nf]
         self.counters = counters[:nc].copy() if nc else EMPTY_COUNTERS  # few: not the whole buffer kept
+        self.discards = discards[:nd].copy() if nd else EMPTY_DISCARDS
 
     def result(self, i: int, head: tuple, agent16: bytes) -> DecodeResult:
         """Datagram ``i``'s :class:`DecodeResult` (not for an error)."""
         lo, hi = self.fb[i], self.fb[i + 1]
         clo, chi = self.cb[i], self.cb[i + 1]
+        dlo, dhi = self.db[i], self.db[i + 1]
         sub_agent, dseq, uptime = head
         return DecodeResult(
             self.flows[lo:hi] if hi > lo else EMPTY_FLOWS,
@@ -90,6 +98,7 @@ class _Walk:
             ExportHeader(P, addr_str(agent16), sub_agent, dseq, 1, None, uptime),
             Counter(dict(self.problems.get(i, ()))),
             samples=self.samples[lo:hi] if hi > lo else EMPTY_SAMPLES,
+            discards=self.discards[dlo:dhi] if dhi > dlo else EMPTY_DISCARDS,
         )
 
 

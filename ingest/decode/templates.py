@@ -110,6 +110,9 @@ class TemplateCache:
         self.withdrawn_total = 0
         self.rejected_total = 0
         self.pending_held_total = 0
+        # (exporter, version) -> data sets whose template was unknown when they came (held or not), until the
+        # caller reads and clears it (ingest: fabricflow_ingest_template_missing_sets_total)
+        self.missing_sets: Counter = Counter()
         self.pending_decoded_total = 0
         self.pending_expired_total = 0
         self.pending_dropped_total = 0
@@ -219,6 +222,7 @@ class TemplateCache:
     # -- data before template ----------------------------------------------
     def hold(self, key: TemplateKey, item: Pending) -> bool:
         """Keep a data set until its template arrives; False when holding is off or full."""
+        self.missing_sets[key[:2]] += 1
         if self.pending_hold_s <= 0:
             return False
         if self._pending_sets >= self.max_pending_sets or self._pending_bytes + len(item.body) > self.max_pending_bytes:

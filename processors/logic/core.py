@@ -25,7 +25,9 @@ from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_S
 
 from .detectors.congestion import CongestionConfig
 from .detectors.connstorm import ConnStormConfig
+from .detectors.fabric import FabricBalanceConfig
 from .detectors.incast import IncastConfig
+from .detectors.jobspread import JobSpreadConfig
 from .detectors.lbskew import LbSkewConfig
 from .detectors.linkhealth import LinkHealthConfig
 from .detectors.pattern import PatternConfig
@@ -56,6 +58,8 @@ _SECTIONS = {
     "congestion": CongestionConfig,
     "conn_storm": ConnStormConfig,
     "diagnosis": DiagnosisConfig,
+    "fabric_balance": FabricBalanceConfig,
+    "job_spread": JobSpreadConfig,
 }
 
 
@@ -126,6 +130,7 @@ class ProcessorCore:
         self.engine = Engine(self.config, capacity_bps=caps, switch_name=self.inventory.switch_name,
                              port_info=_port_info(self.inventory), node_job=_node_job(self.inventory),
                              node_port=self.inventory.node_ports().get)
+        self.engine.set_inventory(self.inventory)
         self.policy = PolicyEngine(policy_config(policy) if policy is not None else None, self.inventory.cluster_ranges)
         self.rules = rules
         self.watermark_ms = 0
@@ -143,6 +148,7 @@ class ProcessorCore:
         self.engine.link.node_job = _node_job(inventory)
         self.engine.link.set_port_info(_port_info(inventory))
         self.engine.congestion.node_port = self.engine.conn_storm.node_port = inventory.node_ports().get
+        self.engine.set_inventory(inventory)
 
     def unregistered_sources(self, enriched) -> np.ndarray | None:
         """Rows (bool) whose source address is inside the cluster ranges but not in the inventory: the sources

@@ -22,6 +22,8 @@ from .detectors.congestion import CongestionConfig, CongestionDetector
 from .detectors.connstorm import ConnStormConfig, ConnStormDetector
 from .detectors.incast import SIGNALS as INCAST_SIGNALS
 from .detectors.incast import IncastAggregator, IncastConfig, IncastDetector, as_capacity, endpoint_codes
+from .detectors.fabric import FabricBalanceConfig, FabricBalanceDetector
+from .detectors.jobspread import JobSpreadConfig, JobSpreadDetector
 from .detectors.lbskew import LbSkewConfig, LbSkewDetector
 from .detectors.linkhealth import LinkHealthConfig, LinkHealthDetector
 from .detectors.pattern import PatternConfig, PatternDetector
@@ -40,8 +42,11 @@ __all__ = ["EngineConfig", "Engine", "Output", "KINDS", "DETECTORS"]
 KINDS = ("matrix", "incast", "straggler", "link", "pattern")  # output kinds of their own topics (plus "alert")
 # names in EngineConfig.enabled: lb_skew, storage_bound, congestion and conn_storm emit "alert", timeline emits "pattern";
 # diagnosis adds the bottleneck diagnosis to incast, straggler, link and congestion outputs
-DETECTORS = (*KINDS, "lb_skew", "storage_bound", "timeline", "congestion", "conn_storm", "diagnosis")
-MAIN_KINDS = {"matrix", "straggler", "pattern", "lb_skew", "storage_bound", "congestion", "conn_storm"}  # detectors on the main windows
+# fabric_balance (uplink_imbalance, rail_imbalance) and job_spread emit "alert" too
+DETECTORS = (*KINDS, "lb_skew", "storage_bound", "timeline", "congestion", "conn_storm", "diagnosis", "fabric_balance",
+             "job_spread")
+MAIN_KINDS = {"matrix", "straggler", "pattern", "lb_skew", "storage_bound", "congestion", "conn_storm", "fabric_balance",
+              "job_spread"}  # detectors on the main windows
 # string columns of a flow batch the detectors use, as interner codes (in this order: KEY_COLUMNS of a cell)
 CODED_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category", "src_rack", "dst_rack")
 SNAPSHOT_VERSION = 1
@@ -69,6 +74,8 @@ class EngineConfig:
     congestion: CongestionConfig = field(default_factory=CongestionConfig)
     conn_storm: ConnStormConfig = field(default_factory=ConnStormConfig)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
+    fabric_balance: FabricBalanceConfig = field(default_factory=FabricBalanceConfig)
+    job_spread: JobSpreadConfig = field(default_factory=JobSpreadConfig)
     time_field: str = "time_end_ms"
     enabled: tuple[str, ...] = DETECTORS
 
@@ -110,6 +117,9 @@ class Engine:
         self.conn_storm = ConnStormDetector(cfg.conn_storm, cfg.window.size_ms, self.link.node_state, node_port)
         self.phases = WindowManager(cfg.window, PhaseAggregator(cfg.timeline.slot_ms, cfg.window.size_ms))
         self.timeline = TimelineDetector(cfg.timeline, cfg.window.size_ms)
+        # topology and rack sizes come with the inventory (ProcessorCore.set_inventory -> set_inventory)
+        self.fabric = FabricBalanceDetector(cfg.fabric_balance, cfg.window.size_ms)
+        self.job_spread = JobSpreadDetector(cfg.job_spread, cfg.window.size_ms)
         self.incast_starts: dict[str, int] = {}  # open incast event id -> its first window start
         self.records_in = 0
         self.last_codes: dict[str, np.ndarray] | None = None  # string columns of the last flow batch, as interner codes
@@ -135,6 +145,8 @@ class Engine:
         packets = batch["packets"].astype(np.int64)
         bytes_est = batch["bytes_est"].astype(np.int64)
         out: list[Output] = []
+        if "fabric_balance" in cfg.enabled:
+            self.fabric.observe_flows(batch)
         if MAIN_KINDS & set(cfg.enabled):
             rows = {k: codes[f] for k, f in zip(KEY_COLUMNS, CODED_FIELDS)}
             rows.update(bytes_est=bytes_est, packets_est=batch["packets_est"].astype(np.int64),
@@ -274,7 +286,22 @@ class Engine:
             out.extend(Output("alert", a["dedup_key"], a) for a in self.congestion.on_window(ws, we, cells, self.interner))
         if "conn_storm" in en:
             out.extend(Output("alert", a["dedup_key"], a) for a in self.conn_storm.on_window(ws, we, cells, self.interner))
+        if "fabric_balance" in en:
+            out.extend(Output("alert", a["dedup_key"], a) for a in self.fabric.advance(we))
+        if "job_spread" in en:
+            out.extend(Output("alert", a["dedup_key"], a) for a in self.job_spread.on_window(ws, we, cells, self.interner))
         return out
+
+    def set_inventory(self, inventory) -> None:
+        """The inventory's topology (uplinks, NICs), racks and job memberships for the fabric detectors."""
+        self.fabric.set_inventory(inventory)
+        node_id = {n: i for i, n in enumerate(inventory.node_names)}
+
+        def jobs_of(nodes: list[str], t_ms: int) -> list[str]:
+            ids = np.array([node_id.get(n, -1) for n in nodes], dtype=np.int64)
+            return inventory.jobs_at(ids, np.full(len(ids), t_ms, dtype=np.int64)).tolist()
+
+        self.job_spread.set_racks(inventory.rack_nodes(), jobs_of)
 
     def _phase_rows(self, codes, times, bytes_est) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Rows of the batch in a timeline phase (PhaseAggregator rows): collective inside a job,
@@ -341,7 +368,11 @@ class Engine:
         out = self.link.process(batch, message, emit=emit)
         if not emit:
             return []
-        return [Output("link", f"{d['exporter']}|{d['if_index']}", d) for d in out]
+        alerts = []
+        if "fabric_balance" in self.config.enabled and out:
+            self.fabric.observe_link(out)
+            alerts = [Output("alert", a["dedup_key"], a) for a in self.fabric.advance(max(d["time_ms"] for d in out))]
+        return [Output("link", f"{d['exporter']}|{d['if_index']}", d) for d in out] + alerts
 
     # -- timer -------------------------------------------------------------------
     def tick(self, now_ms: int) -> list[Output]:
@@ -396,6 +427,8 @@ class Engine:
             "storage_bound": self.storage_bound.snapshot(),
             "congestion": self.congestion.snapshot(),
             "conn_storm": self.conn_storm.snapshot(),
+            "fabric_balance": self.fabric.snapshot(),
+            "job_spread": self.job_spread.snapshot(),
             "incast_starts": dict(sorted(self.incast_starts.items())),
             "phases": self.phases.snapshot(),
             "timeline": self.timeline.snapshot(),
@@ -422,6 +455,9 @@ class Engine:
             self.congestion.restore(snap["congestion"])
         if "conn_storm" in snap:
             self.conn_storm.restore(snap["conn_storm"])
+        if "fabric_balance" in snap:
+            self.fabric.restore(snap["fabric_balance"])
+            self.job_spread.restore(snap["job_spread"])
         self.incast_starts = {k: int(v) for k, v in snap.get("incast_starts", {}).items()}
         if "timeline" in snap:
             self.phases.restore(snap["phases"])

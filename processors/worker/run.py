@@ -45,6 +45,7 @@ def run_processors(settings: Settings) -> int:
     svc = proc.service
     svc.ensure_topics(settings.kafka)
     svc.serve_http(p.web_bind, p.metrics_port)
+    proc.start_live_jobs()
     svc.on_stop(lambda: _flush_on_exit(proc.publisher, settings.ingest.producer.flush_timeout_s), "output producer")
     app.on_ready = lambda: svc.mark_ready(_consuming(proc, app))
     worker = faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True)

@@ -10,6 +10,8 @@ import logging
 
 from fabricflow.service import Service
 from fabricflow.settings import Settings
+from fabricflow.streams import topic_of
+from schemas.registry import encode_record
 
 from ..config_files import (
     ConfigFiles,
@@ -19,6 +21,7 @@ from ..config_files import (
     load_inventory_file,
     load_policy_file,
 )
+from ..jobsource import LiveJobs
 from ..logic.core import ProcessorCore, engine_config
 from ..logic.enrich.inventory import Inventory
 from .checkpoint import Checkpoint
@@ -64,6 +67,17 @@ class Processors:
                                self.shards, self.reuse,
                                self.publisher, self.metrics)
         self.detect = Detect(s, self.shards, self.reuse, self.publisher, self.metrics)
+        # Live job membership (processors.jobs.source kubernetes / slurm): a thread reports, on_tick applies
+        self.live_jobs: LiveJobs | None = None
+        if p.jobs.source != "file":
+            self.live_jobs = LiveJobs(p.jobs, self.inventory, registry=self.metrics.registry)
+            self.service.add_note("jobs source", self.live_jobs.note)
+
+    def start_live_jobs(self) -> None:
+        """Start the live job source's thread (``fabricflow process``; tests drive :meth:`apply_live_jobs`)."""
+        if self.live_jobs is not None:
+            self.live_jobs.start()
+            self.service.on_stop(self.live_jobs.stop, "jobs source")
 
     def _new_core(self) -> ProcessorCore:
         p = self.settings.processors
@@ -110,9 +124,25 @@ class Processors:
         return self.shards.active(partition).core
 
     def on_tick(self, now_ms: int) -> None:
-        """Timer: reload the configuration files that changed, then :meth:`Detect.tick`."""
+        """Timer: reload the configuration files that changed, apply the live job membership, then :meth:`Detect.tick`."""
         self.reload_config_files(now_ms / 1000.0)
+        self.apply_live_jobs(now_ms / 1000.0)
         self.detect.tick(now_ms)
+
+    def apply_live_jobs(self, now_s: float) -> None:
+        """What the live job source reported since the last tick: a new inventory (the file's with the live jobs)
+        to every core; the changed memberships (and an hourly snapshot) to ``inventory.jobs.v1`` for replay."""
+        live = self.live_jobs
+        if live is None:
+            return
+        inv = live.poll(now_s)
+        if inv is not None:
+            self._apply("inventory", inv)
+        rows = live.version_rows(int(now_s * 1000))
+        if rows:
+            topic = topic_of(self.settings.kafka, "jobs")
+            for row in rows:
+                self.publisher.produce(topic, row["source"].encode(), encode_record("job_membership", row))
 
     def reload_config_files(self, now_s: float) -> None:
         """Re-read the inventory, policy and category rules files that changed; a bad one keeps the last good
@@ -120,7 +150,10 @@ class Processors:
         for name, w in self.watchers.items():
             errors = w.errors_total
             if w.maybe_reload(now_s):
-                self._apply(name, w.value)
+                if name == "inventory" and self.live_jobs is not None:
+                    self.live_jobs.set_base(w.value)  # applied with the live jobs by apply_live_jobs
+                else:
+                    self._apply(name, w.value)
                 self.metrics.config_reloads.labels(name, "ok").inc()
                 if name == "inventory":
                     self.metrics.reloads.labels("ok").inc()

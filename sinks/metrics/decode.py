@@ -18,7 +18,8 @@ __all__ = ["Undecodable", "STREAM_OF", "SCHEMAS", "decode_value"]
 
 #: What the sink reads: its kind (the ``topic`` label's key) -> the stream (fabricflow/streams.py).
 STREAM_OF = {"matrix": "matrix", "counters": "counters_raw", "link": "link_health", "incast": "incast",
-             "straggler": "straggler", "alerts": "alerts", "patterns": "patterns", "changes": "changes"}
+             "straggler": "straggler", "alerts": "alerts", "patterns": "patterns", "changes": "changes",
+             "discards": "discards_raw"}
 #: Kind -> Avro schema name, from the stream catalog; patterns: None = Avro single-object or JSON (its old form).
 SCHEMAS = {k: None if k == "patterns" else streams.BY_NAME[name].schema for k, name in STREAM_OF.items()}
 
@@ -30,12 +31,12 @@ class Undecodable(ValueError):
 
 
 def decode_value(kind: str, value: bytes | None) -> dict | np.ndarray:
-    """One message value: a record dict, or for ``counters`` the decoded ``CounterBatch`` rows."""
+    """One message value: a record dict, or for ``counters`` / ``discards`` the decoded batch rows."""
     if not value:
         raise Undecodable("empty")
     schema = SCHEMAS[kind]
     try:
-        if kind == "counters":
+        if kind in ("counters", "discards"):
             return codec.decode_batch(value, expect=schema)
         if schema is not None:
             return codec.decode_record(value, expect=schema)

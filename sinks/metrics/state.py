@@ -25,6 +25,9 @@ from schemas.columns import addr16
 
 from .budget import PairBudget
 from .decode import STREAM_OF, Undecodable, decode_value
+from .drops import DropFamilies
+from .roce import RoceFamilies
+from .fabric import FabricMetrics
 from .labels import UNKNOWN, node_label
 from .store import COUNTER, GAUGE, Family
 
@@ -169,6 +172,7 @@ class MetricsState:
         self.port_errors = F("sflow_port_errors_total", "Port errors (ifIn/OutErrors)", (*port, "direction"), COUNTER, t)
         self.port_discards = F("sflow_port_discards_total", "Port discards (ifIn/OutDiscards)", (*port, "direction"), COUNTER, t)
         self.port_up = F("sflow_port_oper_up", "1 when the port is operationally up", port, GAUGE, t)
+        self.drops, self.roce = DropFamilies(F, t), RoceFamilies(F, self._jobs_at)  # drop reasons; RoCEv2 ops
         self.bandwidth = F("node_interface_bandwidth_bytes", "Node link bandwidth in bytes/s: live ifSpeed/8 of its switch port(s), else the inventory capacity/8", nd, GAUGE)
         # detector state
         self.straggler_score = F("straggler_score", "Smoothed robust z-score of the node within its job (latest window; negative = sends less)", ("job", "node"), GAUGE, t)
@@ -182,6 +186,7 @@ class MetricsState:
         self.link_util = F("link_utilization_ratio", "Port utilisation 0..1 between the last two counter samples", (*port, "direction"), GAUGE, t)
         self.alerts_total = F("flow_alerts_total", "Flow alerts fired", ("rule", "severity"), COUNTER)
         self.alerts_firing = F("flow_alerts_firing", "Flow alerts currently firing", ("rule", "severity"), GAUGE)
+        self.fabric = FabricMetrics(F, t, self.inventory)  # per-uplink and per-rail families (fabric.py)
         self.period = F("job_iteration_period_seconds", "Detected training iteration (compute/communication cycle) period", ("job",), GAUGE, t)
         # change markers (changes.v1): for Grafana annotations (deploy/grafana) and alert silences
         scope = ("job", "scope")
@@ -225,6 +230,7 @@ class MetricsState:
     def set_inventory(self, inventory: Inventory) -> None:
         self.inventory = inventory
         self._port_peer.clear()
+        self.fabric.set_inventory(inventory)
 
     def count_message(self, kind: str, n: int = 1) -> None:
         self.messages.inc((self.topics[kind],), n)
@@ -268,8 +274,9 @@ class MetricsState:
             dkeys.append(k)
         if not decoded:
             return 0
-        if kind == "counters":
-            return self.add_counters(decoded[0] if len(decoded) == 1 else np.concatenate(decoded), now)
+        if kind in ("counters", "discards"):
+            arr = decoded[0] if len(decoded) == 1 else np.concatenate(decoded)
+            return self.add_counters(arr, now) if kind == "counters" else self.drops.add(self.inventory, arr, now)
         if kind == "matrix":
             return self.add_matrix(decoded, dkeys)
         return self._adders[kind](decoded, now)
@@ -318,6 +325,7 @@ class MetricsState:
                     fam.inc((src, "tx"), v)
                     fam.inc((dst, "rx"), v)
             self.budget.add(src, dst, cat, b, p, syn, rst)
+            self.roce.add_cell(c, src, dst, end)
         elif level == "rack":
             self.r2r_bytes.inc((src, dst, cat), b)
             self.r2r_packets.inc((src, dst, cat), p)
@@ -426,6 +434,7 @@ class MetricsState:
                 if switch != UNKNOWN:
                     self.link_util.set((*key, "rx"), ui, now)
                     self.link_util.set((*key, "tx"), uo, now)
+                    self.fabric.add_sample(switch, ifx, r.get("interval_ms") or 0, r.get("if_speed") or 0, ui, uo, now)
             elif self._link_seen.add((exporter, ifx, kind, t)):
                 self.link_events.inc((*key, kind), 1)
                 self._diagnosis("link", (exporter, ifx, kind, t), verdict)

@@ -186,3 +186,18 @@ def _idle_job_view(drv, url):
     assert drawn["names"] == ["stor01"]
     assert drawn["series"] == [["sent (all traffic)", 0, 600, 4_000_000], ["received (all traffic)", 0, 600, 0]]
     assert console_errors(drv) == []
+
+
+def test_exporters_view_names_the_lossy_exporter_as_text(page_url, drv):
+    from tests.unit.console.fixtures import WS
+
+    drv.get(page_url + f"#view=exporters&mode=range&from={WS}&to={WS + 3 * 10_000}")
+    assert wait_rendered(drv, "exporters") == "exporters"
+    rows = drv.execute_script("return Array.from(document.querySelectorAll('#x-table tbody tr')).map("
+                              "tr => Array.from(tr.children).map(td => td.textContent))")
+    by = {r[0]: r for r in rows}
+    assert set(by) == {"10.0.255.1", EVIL}
+    assert by[EVIL][2] == "export loss" and by[EVIL][5] == "8.26 %" and by["10.0.255.1"][2] == "ok"
+    assert "1 with a problem" in drv.find_element("id", "x-info").text
+    _no_injection(drv)
+    assert console_errors(drv) == []

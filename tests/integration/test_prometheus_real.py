@@ -38,6 +38,7 @@ def prom(tmp_path_factory):
         server.wait_for_query("direction:sflow_port_utilization:quantile_rate5m > 0")
         server.wait_for_query("src_dst:node_to_node_flow_traffic_bytes:rate5m > 0")
         server.wait_for_query("fabricflow:checkpoint_quiet:any")
+        server.wait_for_query("exporter_protocol:fabricflow_ingest_export_loss:ratio_rate10m")  # a rule on a rule
         yield server
 
 

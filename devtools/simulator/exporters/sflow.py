@@ -162,11 +162,13 @@ class SflowAgent:
         self.poll_offset = {p: (i * iv) // n for i, p in enumerate(self.ports)}
         self.interval_ms = iv
 
-    def chunk(self, t0, t1, start_ms, ingress, egress, extra, faults, local_macs: dict[int, bytes]) -> list[tuple[int, bytes]]:
+    def chunk(self, t0, t1, start_ms, ingress, egress, extra, faults, local_macs: dict[int, bytes],
+              transit=None) -> list[tuple[int, bytes]]:
         """Encode the chunk ``[t0, t1)`` (relative ms). Returns ``[(abs send ms, datagram)]``.
 
         ``ingress``/``egress``: ``(segs, if_index array)`` of segments entering/leaving this switch;
-        the ingress ones are the sampled population. ``extra``: per port dict of fault counter deltas
+        the ingress ones are the sampled population. ``transit``: ``(segs, if_index array)`` entering on an
+        uplink from another leaf (sampled there already): counted in the uplinks' in-counters only. ``extra``: per port dict of fault counter deltas
         (``in_err``, ``fcs``, ``out_disc``).
         """
         cfg = self.cfg
@@ -193,7 +195,8 @@ class SflowAgent:
             pool_add = {}
         # ---- counter deltas of this chunk
         delta = {p: [0] * 10 for p in self.ports}
-        for (s, ifs, base) in ((segs, in_if, 0), (egress[0], egress[1], 4)):
+        counted = [(segs, in_if, 0), (egress[0], egress[1], 4)] + ([(transit[0], transit[1], 0)] if transit else [])
+        for (s, ifs, base) in counted:
             if len(s) == 0:
                 continue
             octets = s["bytes"] + ETH_OVERHEAD * s["packets"]

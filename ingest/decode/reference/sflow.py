@@ -3,7 +3,8 @@
 sflow.org "sFlow Version 5". One flow row per flow sample (formats 1 and 3) and one counter row per
 counter sample (formats 2 and 4) with a generic interface counters record. Flow records decoded: raw
 packet header (1, parsed by :mod:`.packet`), sampled IPv4 (3) and IPv6 (4), extended switch (1001) and
-extended router (1002); unknown types are skipped by their length and counted in ``problems``. Raises
+extended router (1002), extended egress queue (1036); one discard row per discarded packet sample (format 5,
+sflow.org "sFlow Dropped Packet Notification Structures"), its records read the same way; unknown types are skipped by their length and counted in ``problems``. Raises
 :class:`DecodeError` (only) when the datagram structure is broken. The production decoder is the
 compiled one (:mod:`ingest.decode.sflow`); tests prove both give identical rows, problems and errors.
 Column conventions and the error cases: docs/architecture.md, "What the decoders read".
@@ -20,7 +21,8 @@ import numpy as np
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5, addr_str
 
 from ..errors import DecodeError
-from ..result import EMPTY_COUNTERS, EMPTY_FLOWS, EMPTY_SAMPLES, SAMPLE_DTYPE, DecodeResult, ExportHeader
+from ..result import (DISCARD_DTYPE, EMPTY_COUNTERS, EMPTY_DISCARDS, EMPTY_FLOWS, EMPTY_SAMPLES, SAMPLE_DTYPE,
+                      DecodeResult, ExportHeader)
 from ..templates import TemplateCache
 from .packet import NON_IP, V4_PREFIX, ZERO16, parse_ethernet, parse_ipv4, parse_ipv6
 
@@ -31,6 +33,7 @@ SAMPLE_FLOW = 1
 SAMPLE_COUNTER = 2
 SAMPLE_FLOW_EXPANDED = 3
 SAMPLE_COUNTER_EXPANDED = 4
+SAMPLE_DISCARD = 5
 
 
 _II = Struct(">II").unpack_from
@@ -43,6 +46,7 @@ _SW = Struct(">IIII").unpack_from  # extended switch: src VLAN, src priority, ds
 _I = Struct(">I").unpack_from
 _CS = Struct(">III").unpack_from  # seq, source, records
 _CSX = Struct(">IIII").unpack_from  # seq, src type, src index, records
+_DS = Struct(">IIIIIIII").unpack_from  # seq, src type, src index, drops, in, out, reason, records
 _SIP4 = Struct(">II4s4sIIII").unpack_from  # length, protocol, src, dst, sport, dport, flags, tos
 _SIP6 = Struct(">II16s16sIIII").unpack_from  # length, protocol, src, dst, sport, dport, flags, priority
 # Generic interface counters; 64-bit counters read signed (same 64 bits, fits an Avro long).
@@ -81,6 +85,7 @@ def _row_struct(dt: np.dtype) -> Struct:
 _ROW = _row_struct(FLOW_DTYPE).pack
 _FACT = _row_struct(SAMPLE_DTYPE).pack
 _CROW = _row_struct(COUNTER_DTYPE).pack
+_DROW = _row_struct(DISCARD_DTYPE).pack
 _ETH_ZERO = (0,) * 13
 
 
@@ -99,7 +104,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
         raise DecodeError(P, "bad_count", off - 4, f"{nsamples} samples in {n - off} bytes")
 
     problems: Counter = Counter()
-    rows, facts, counters = [], [], []
+    rows, facts, counters, discards = [], [], [], []
     fallback = _Fallback(templates, exporter)
     for _ in range(nsamples):
         if off + 8 > n:
@@ -112,7 +117,7 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
         if sfmt == SAMPLE_FLOW or sfmt == SAMPLE_FLOW_EXPANDED:
             fields, row = _flow_sample(data, off, end, sfmt == SAMPLE_FLOW_EXPANDED, problems, fallback)
             sseq, source, rate, pool, drops, in_if, out_if = fields
-            nbytes, ipv, sa, da, sp, dp, pr, fl, tos, vlan, vni, rop, rqp, vlan_out, prio_in, prio_out, nh = row
+            nbytes, ipv, sa, da, sp, dp, pr, fl, tos, vlan, vni, rop, rqp, vlan_out, prio_in, prio_out, nh, _q = row
             t = received_at_ms
             rows.append(_ROW(PROTO_SFLOW5, agent16, sub_agent, source, rate, nbytes, 1,
                              min(nbytes * rate, _I64_MAX), rate, ipv, sa, da, sp, dp, pr, fl, tos, vlan, in_if,
@@ -122,6 +127,8 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
             c = _counter_sample(data, off, end, sfmt, slen, problems)
             if c is not None:
                 counters.append(c)
+        elif sfmt == SAMPLE_DISCARD:
+            discards.append(_discard_sample(data, off, end, problems, agent16, sub_agent, received_at_ms))
         else:
             problems["unknown_sample_type"] += 1
         off += (slen + 3) & ~3
@@ -132,7 +139,8 @@ def decode_sflow(datagram: bytes, exporter: str, received_at_ms: int, templates:
     flows = np.frombuffer(bytearray(b"".join(rows)), dtype=FLOW_DTYPE) if rows else EMPTY_FLOWS
     samples = np.frombuffer(b"".join(facts), dtype=SAMPLE_DTYPE) if rows else EMPTY_SAMPLES
     ctr = _counter_array(counters, agent16, sub_agent, received_at_ms, uptime) if counters else EMPTY_COUNTERS
-    return DecodeResult(flows=flows, counters=ctr, header=header, problems=problems, samples=samples)
+    dis = np.frombuffer(bytearray(b"".join(discards)), dtype=DISCARD_DTYPE) if discards else EMPTY_DISCARDS
+    return DecodeResult(flows=flows, counters=ctr, header=header, problems=problems, samples=samples, discards=dis)
 
 
 def _agent(data: bytes) -> tuple[bytes, int]:
@@ -203,12 +211,13 @@ def _flow_sample(data: bytes, off: int, end: int, expanded: bool, problems: Coun
 def _flow_records(data: bytes, p: int, end: int, nrec: int, problems: Counter) -> tuple:
     """The flow row's values from a flow sample's ``nrec`` records at ``p``: (bytes, the header's ip_version
     .. roce_dest_qp but the VLAN from the extended switch record if it has one, vlan_out, priority in and
-    out, next hop)."""
+    out, next hop, egress queue or -1)."""
     parsed = None  # the last raw packet header record's parse
     sampled = None  # the last sampled IPv4/IPv6 record's values
     sw_vlan, prio_in, vlan_out, prio_out = 0, 0, 0, 0
     next_hop = ZERO16
     frame_bytes = 0
+    queue = -1
     for _r in range(nrec):
         rfmt, rlen, p = _record_header(data, p, end, "flow")
         if rfmt == 1:
@@ -241,6 +250,9 @@ def _flow_records(data: bytes, p: int, end: int, nrec: int, problems: Counter) -
                     next_hop = V4_PREFIX + data[p + 4 : p + 8]
                 elif atype == 2 and rlen >= 20:
                     next_hop = data[p + 4 : p + 20]
+        elif rfmt == 1036:  # extended egress queue
+            if rlen >= 4:
+                queue = _I(data, p)[0]
         elif rfmt == 3:
             if rlen < 32:
                 raise DecodeError(P, "bad_length", p, "sampled IPv4 record")
@@ -265,7 +277,28 @@ def _flow_records(data: bytes, p: int, end: int, nrec: int, problems: Counter) -
     if nbytes < 0:
         nbytes = frame_bytes
     vlan = sw_vlan & 0xFFF if sw_vlan else hvlan
-    return nbytes, ipv, sa, da, sp, dp, pr, fl, tos, vlan, vni, rop, rqp, vlan_out, prio_in, prio_out, next_hop
+    return nbytes, ipv, sa, da, sp, dp, pr, fl, tos, vlan, vni, rop, rqp, vlan_out, prio_in, prio_out, next_hop, queue
+
+
+def _discard_sample(data: bytes, off: int, end: int, problems: Counter, agent16: bytes, sub_agent: int,
+                    t: int) -> bytes:
+    """A discarded packet sample's body at ``off`` as one packed DISCARD_DTYPE row."""
+    if end - off < 32:
+        raise DecodeError(P, "bad_length", off, "discarded packet sample")
+    sseq, stype, sidx, drops, in_if, out_if, reason, nrec = _DS(data, off)
+    p = off + 32
+    if nrec * 8 > end - p:
+        raise DecodeError(P, "bad_count", p - 4, f"{nrec} discarded packet records")
+    nbytes, ipv, sa, da, sp, dp, pr, _fl, _tos, vlan, _vni, rop, _rqp, _vo, _pi, _po, _nh, queue = _flow_records(
+        data, p, end, nrec, problems)
+    source = ((stype & 0xFF) << 24) | (sidx & 0xFFFFFF)
+    return _DROW(agent16, sub_agent, source, sseq, drops, in_if, out_if, _i32(reason), _i32(queue), t, nbytes, ipv,
+                 sa, da, sp, dp, pr, vlan, rop)
+
+
+def _i32(v: int) -> int:
+    """``v`` (a 32-bit unsigned wire value, or -1) as the int32 the row holds."""
+    return v - (1 << 32) if v >= 1 << 31 else v
 
 
 def _counter_sample(data: bytes, off: int, end: int, sfmt: int, slen: int, problems: Counter):

@@ -23,6 +23,7 @@ from pydantic import Field
 from ..params import detector_params
 from .groupby import group_reduce
 from .interning import Interner
+from .roce import ROCE_OP_COLUMNS, roce_op_columns
 from .snapshots import dump_columns, load_columns
 
 __all__ = [
@@ -33,7 +34,7 @@ __all__ = [
 # key columns (int32 interned codes) and value columns (int64) of a window state; the rack columns come last so
 # that adding them left the interner's code order of the other labels as it was
 KEY_COLUMNS = ("sn", "dn", "sg", "dg", "sj", "dj", "cat", "sr", "dr")
-SIGNAL_COLUMNS = ("syn_packets_est", "rst_packets_est", "ecn_ce_packets_est", "cnp_packets_est")
+SIGNAL_COLUMNS = ("syn_packets_est", "rst_packets_est", "ecn_ce_packets_est", "cnp_packets_est", *ROCE_OP_COLUMNS)
 VALUE_COLUMNS = ("bytes_est", "packets_est", "flow_records", "samples", *SIGNAL_COLUMNS)
 # window-state columns that no matrix cell emits: RoCEv2 packets whose BTH the record showed (sFlow header samples;
 # NetFlow/IPFIX never): whether an absence of CNPs can be judged (the diagnosis)
@@ -58,6 +59,8 @@ def signal_columns(batch) -> dict[str, np.ndarray]:
     - ``ecn_ce_packets_est``: ``packets_est`` of records whose ``tos & 3 == 3`` (IP ECN CE mark).
     - ``cnp_packets_est``: ``packets_est`` of records whose RoCEv2 BTH opcode is 0x81 (CNP; sFlow header
       samples only, -1 elsewhere).
+    - ``roce_<op>_packets_est``: ``packets_est`` of records whose BTH opcode is that RoCEv2 operation (send,
+      write, read_request, read_response, ack, atomic: :mod:`.roce`).
     - ``bth_packets_est`` (a window column no cell emits): ``packets_est`` of records with a BTH opcode.
     """
     rate = np.maximum(np.asarray(batch["sampling_rate"], dtype=np.int64), 1)
@@ -71,6 +74,7 @@ def signal_columns(batch) -> dict[str, np.ndarray]:
         "ecn_ce_packets_est": np.where((np.asarray(batch["tos"]) & 3) == ECN_CE, packets_est, zero),
         "cnp_packets_est": np.where(np.asarray(batch["roce_opcode"]) == ROCE_CNP, packets_est, zero),
         "bth_packets_est": np.where(np.asarray(batch["roce_opcode"]) >= 0, packets_est, zero),
+        **roce_op_columns(batch["roce_opcode"], packets_est),
     }
 
 
@@ -165,7 +169,7 @@ def matrix_cells(
         src = ep_names[keys[0]].tolist()
         dst = ep_names[keys[1]].tolist()
         cat = cat_names[keys[2]].tolist()
-        b, p, r, s, syn, rst, ce, cnp = (x.tolist() for x in sums)
+        b, p, r, s, syn, rst, ce, cnp, *ops = (x.tolist() for x in sums)
         ws, we = int(window_start), int(window_end)
         for i in range(len(src)):
             out.append(
@@ -184,6 +188,7 @@ def matrix_cells(
                     "rst_packets_est": rst[i],
                     "ecn_ce_packets_est": ce[i],
                     "cnp_packets_est": cnp[i],
+                    **{col: v[i] for col, v in zip(ROCE_OP_COLUMNS, ops)},
                 }
             )
     return out

@@ -101,6 +101,15 @@ def fill_store(store: LiveStore, windows=3) -> None:
     store.add("alert", ALERT)
 
 
+def quality(ws, exporter, lost):
+    """An ingest_quality window of an sFlow exporter (``lost`` datagrams of 100 lost in transit)."""
+    return {"window_start_ms": ws, "window_end_ms": ws + W, "exporter": exporter, "protocol": "sflow5",
+            "ingest_worker": 0, "datagrams": 100, "records": 600, "sequence_unit": "datagrams",
+            "sequence_lost": lost, "sequence_received": 100, "loss_ratio": lost / (lost + 100),
+            "records_lost_est": lost * 6, "records_without_rate": 0, "duplicates": 0, "restarts": 0,
+            "clock_skew_ms": None, "clock_skew_max_ms": None, "sampler_samples": 600, "sampler_drops": 0}
+
+
 def write_archive(root: str, windows=3) -> None:
     """The same outputs in the archive, plus flows for the drill-down."""
     w = ParquetWriter(None, root)
@@ -118,6 +127,8 @@ def write_archive(root: str, windows=3) -> None:
     put("link_health", [link(WS + W, "tor2", 1), link(WS + W + 5000, "tor2", 1, kind="link_downgrade",
                                                            speed=1_000_000_000)], "link_health")
     put("alerts", [ALERT], "alert")
+    put("ingest_quality", [quality(WS + k * W, exp, lost) for k in range(windows)
+                           for exp, lost in (("10.0.255.1", 0), (EVIL, 9))], "ingest_quality")
     flows = []
     for i, src in enumerate(["gpu01", EVIL, "gpu04"]):
         flows.append({"time_end_ms": WS + 2100, "src_node": src, "dst_node": "gpu02", "category": "collective",

@@ -177,3 +177,16 @@ def tcp_frame(src="10.0.0.1", dst="10.0.0.2", sport=40000, dport=443, flags=0x18
     seg = tcp(sport, dport, flags, b"\x00" * 32)
     pkt = ipv4(seg, 6, src, dst, tos=tos, total_len=size)
     return eth(pkt, 0x0800, [(0x8100, vlan)] if vlan else [])
+
+
+def egress_queue(queue: int) -> bytes:
+    """extended_egress_queue (sflow.org drop notification structures, flow record 1036)."""
+    return record(1036, struct.pack(">I", queue))
+
+
+def discard_sample(records: list[bytes], seq=1, source_type=0, source_index=1, drops=0, in_if=1, out_if=0,
+                   reason=259) -> bytes:
+    """discarded_packet (sflow.org "sFlow Dropped Packet Notification Structures", sample format 5): sequence,
+    expanded data source (type, index), drops, input and output ifIndex, drop reason, flow records."""
+    body = struct.pack(">IIIIIIII", seq, source_type, source_index, drops, in_if, out_if, reason, len(records))
+    return _sample(5, body + b"".join(records))

@@ -48,6 +48,11 @@ def _hand_built() -> list[bytes]:
             b.counter_sample_expanded([b.generic_counters(in_octets=1 << 63), b.ethernet_counters(1, 2)]),
             b.raw_sample(77, b"\x00" * 8),
         ], agent="2001:db8::5"),
+        b.datagram([  # discarded packet samples (sFlow drop notifications)
+            b.discard_sample([b.raw_header(b.eth(b.ipv4(b.udp(1, 4791, b.bth(0x81, 3)), 17))), b.egress_queue(4),
+                              b.ext_switch(7)], reason=259, drops=2, in_if=3, out_if=4),
+            b.discard_sample([b.sampled_ipv4(60, 6, "10.0.0.1", "10.0.0.2", 5, 6)], source_type=2, reason=999),
+        ]),
     ]
 
 
@@ -76,7 +81,7 @@ def test_golden_sample_present():
 def test_truncated_at_every_offset(idx):
     data = (GOLDEN + HAND)[idx]
     full = decode_sflow(data, "x", 1, TemplateCache())
-    assert len(full.flows) + len(full.counters) > 0
+    assert len(full.flows) + len(full.counters) + len(full.discards) > 0
     for cut in range(len(data)):
         _check(data[:cut])
 

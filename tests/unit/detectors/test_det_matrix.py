@@ -1,6 +1,7 @@
 """Traffic matrix cells: sampling-scaled sums, node and group levels, late data."""
 
 from processors.logic.engine import Engine, EngineConfig
+from processors.logic.windows.roce import ROCE_OP_COLUMNS
 from processors.logic.windows.tumbling import WindowConfig
 
 from .helpers import flows
@@ -14,7 +15,8 @@ def cells(outs):
     return [o.value for o in outs if o.kind == "matrix"]
 
 
-NO_SIGNALS = dict(syn_packets_est=0, rst_packets_est=0, ecn_ce_packets_est=0, cnp_packets_est=0)
+NO_SIGNALS = dict(syn_packets_est=0, rst_packets_est=0, ecn_ce_packets_est=0, cnp_packets_est=0,
+                  **{c: 0 for c in ROCE_OP_COLUMNS})
 
 
 def test_matrix_cells_scaled_by_sampling_rate():
@@ -59,15 +61,30 @@ def test_signal_columns_exact():
         dict(src="a", dst="b", t=1_500, packets=2, rate=50, tos=0xB8 | 3),  # DSCP 46 + ECN CE: 100
         dict(src="a", dst="b", t=1_600, packets=2, rate=50, tos=0x02),  # ECT(0), not CE
         dict(src="a", dst="b", t=1_700, packets=1, rate=20, roce_opcode=0x81),  # CNP: 20
-        dict(src="a", dst="b", t=1_800, packets=1, rate=20, roce_opcode=0x0A),  # RDMA WRITE: nothing
+        dict(src="a", dst="b", t=1_800, packets=1, rate=20, roce_opcode=0x0A),  # RDMA WRITE only: a write
     ])
     e.process_flows(batch)
     out = [c for c in cells(e.flush()) if c["level"] == "node"]
     got = {c["category"]: {k: c[k] for k in NO_SIGNALS} for c in out}
     assert got == {
-        "other": dict(syn_packets_est=1_010, rst_packets_est=1, ecn_ce_packets_est=0, cnp_packets_est=0),
-        "collective": dict(syn_packets_est=0, rst_packets_est=0, ecn_ce_packets_est=100, cnp_packets_est=20),
+        "other": NO_SIGNALS | dict(syn_packets_est=1_010, rst_packets_est=1),
+        "collective": NO_SIGNALS | dict(ecn_ce_packets_est=100, cnp_packets_est=20, roce_write_packets_est=20),
     }
+
+
+def test_roce_operations_per_cell():
+    """Every RoCEv2 operation class from its BTH opcode, scaled like packets; other transports' opcodes too."""
+    e = engine()
+    ops = {0x04: "send", 0x64: "send", 0x06: "write", 0x2A: "write", 0x0C: "read_request", 0x10: "read_response",
+           0x11: "ack", 0x13: "atomic", 0xA4: "send"}  # RC, UD, RC, UC, RC x4, XRC
+    batch = flows([dict(src="a", dst="b", t=1_000 + i, packets=1, rate=10, roce_opcode=opc)
+                   for i, opc in enumerate([*ops, 0x15, 0x64 + 0x06])])  # reserved; UD has no WRITE: neither counts
+    e.process_flows(batch)
+    (cell,) = [c for c in cells(e.flush()) if c["level"] == "node"]
+    want = {c: 0 for c in ROCE_OP_COLUMNS}
+    for op in ops.values():
+        want[f"roce_{op}_packets_est"] += 10
+    assert {c: cell[c] for c in ROCE_OP_COLUMNS} == want and cell["packets_est"] == 110
 
 
 def test_snapshot_without_rack_and_signal_columns_restores():

@@ -308,7 +308,7 @@ def test_csv_row_shape_errors(tmp_path):
     assert errors_of(p) == [
         "line 4: column 'group': 'storage' conflicts with 'gpu' given for node 'gpu-1' on line 3",
         "line 5: column 'kind': unknown kind 'router' (expected one of host, cluster_range, external_authorized, "
-        "job, switch_agent, switch_port)",
+        "job, switch_agent, switch_port, nic, switch, link)",
         "line 6: column 'address' does not apply to kind 'job'",
         "line 7: 6 cells but the header has 5 columns",
         "line 8: column 'switch': required value missing",
@@ -323,7 +323,7 @@ def test_csv_header_and_cross_reference_errors(tmp_path):
     """)
     assert errors_of(p) == [
         "line 1: unknown column 'colour' (known columns: kind, address, node, group, rack, switch, capacity, "
-        "job, from, until, if_index, speed)"
+        "job, from, until, if_index, speed, nic, rail, role, peer_switch, peer_if_index)"
     ]
     p = write(tmp_path, "xref.csv", """
         kind,address,node,group,job,from

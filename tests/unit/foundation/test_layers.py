@@ -3,7 +3,7 @@
 Layers, bottom to top (docs/architecture.md, "Layers"): the shared foundation ``fabricflow``
 (settings, stream catalog, Kafka clients, logging, service lifecycle) <- ``schemas`` <- ``processors.logic``
 (the pure domain library: enrichment, windows, detectors, policy rules) <- ``processors.config_files`` (the
-files that library is built from, read and watched) <- the services ``ingest``, ``processors`` (Faust
+files that library is built from, read and watched) and ``processors.jobsource`` (live job membership) <- the services ``ingest``, ``processors`` (Faust
 wiring) and ``sinks`` <- ``query`` (reads the archive the sinks write) <- ``replay`` and ``console`` <-
 ``devtools`` (embedded stack, demo, runner, simulator, scoring) <- ``cli`` <- ``bench`` (benchmarks) <-
 ``scripts``. Packages of one layer do not import each other. ``deploy/`` (dashboard builder) and ``docs/``
@@ -26,6 +26,7 @@ LAYERS = {
     "schemas": 1,
     "processors.logic": 2,
     "processors.config_files": 3,
+    "processors.jobsource": 3,
     "ingest": 4,
     "processors": 4,
     "sinks": 4,

@@ -56,7 +56,9 @@ def test_many_similar_records_and_round_trip(monkeypatch):
     monkeypatch.setattr("schemas.records.encode_record", None)  # the vectorised path, no per-record fallback
     out = encode_records("matrix_cell", recs)
     assert out == expected  # fields left out (the signal columns) are written as their defaults, like fastavro
-    signals = {"syn_packets_est": 0, "rst_packets_est": 0, "ecn_ce_packets_est": 0, "cnp_packets_est": 0}
+    signals = {"syn_packets_est": 0, "rst_packets_est": 0, "ecn_ce_packets_est": 0, "cnp_packets_est": 0,
+               **{f"roce_{op}_packets_est": 0 for op in ("send", "write", "read_request", "read_response", "ack",
+                                                          "atomic")}}
     assert [codec.decode_record(m, expect="matrix_cell") for m in out[:50]] == [r | signals for r in recs[:50]]
     recs = [r | signals | {"level": "rack", "syn_packets_est": i} for i, r in enumerate(recs)]
     assert encode_records("matrix_cell", recs) == _plain("matrix_cell", recs)

@@ -257,3 +257,28 @@ def test_skew_gauge_shows_latest_smoothed_skew_across_protocols():
     p.maybe_flush()
     gauge = m.registry.get_sample_value("fabricflow_ingest_clock_skew_seconds", {"exporter": "192.0.2.7"})
     assert gauge == p.skew.skew_ms("192.0.2.7") / 1000.0
+
+
+def test_data_before_its_template_is_counted_per_exporter():
+    """The exporter-labelled count FabricExporterTemplatesMissing reads (data sets that came before their template)."""
+    p, sink, m = _pipeline()
+    data = _payloads("softflowd_v9.pcap")
+    p.handle(data[1], "192.0.2.8", 1_700_000_000_000)  # data datagram first: its template is unknown
+    p.flush()
+    assert _metric(m, "fabricflow_ingest_template_missing_sets_total", exporter="192.0.2.8", protocol="netflow9") >= 1
+    p.handle(data[0], "192.0.2.9", 1_700_000_000_000)  # another exporter, template first: nothing missing
+    p.flush()
+    assert _metric(m, "fabricflow_ingest_template_missing_sets_total", exporter="192.0.2.9", protocol="netflow9") == 0
+
+
+def test_discard_notifications_are_counted_and_published():
+    from tests.unit.decode_sflow.discard_seeds import seeds
+
+    p, sink, m = _pipeline()
+    published = []
+    sink.publish_discards = lambda exporter, arr: published.append((exporter, arr)) or True
+    for data in seeds().values():
+        p.handle(data, "10.254.0.3", 1_700_000_000_000)
+    p.flush()
+    assert sum(len(a) for _e, a in published) == 4
+    assert _metric(m, "fabricflow_ingest_records_total", exporter="10.254.0.3", protocol="sflow5", kind="discard") == 4

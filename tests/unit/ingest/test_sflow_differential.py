@@ -62,6 +62,7 @@ def _assert_same(got, ref):
     # the flow samples' sequence, sample_pool and drops (sampler loss), one row per flow row
     assert got.samples is not None and ref.samples is not None and len(got.samples) == len(got.flows)
     assert got.samples.tobytes() == ref.samples.tobytes()
+    assert got.discards.dtype == ref.discards.dtype and got.discards.tobytes() == ref.discards.tobytes()
     assert (got.templates_learned, got.templates_withdrawn) == (ref.templates_learned, ref.templates_withdrawn)
 
 
@@ -280,14 +281,43 @@ def test_truncated_at_every_length_identical():
 
 def test_compiled_rows_have_the_dtypes_layout():
     """The compiled decoder's row structs are checked against the dtypes; a changed dtype is refused."""
-    from ingest.decode.result import SAMPLE_DTYPE
+    from ingest.decode.result import DISCARD_DTYPE, SAMPLE_DTYPE
     from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE
 
     flows, samples, counters = np.zeros(1, FLOW_DTYPE), np.zeros(1, SAMPLE_DTYPE), np.zeros(1, COUNTER_DTYPE)
-    assert _sflow_compiled.check_layouts(flows, samples, counters)
+    discards = np.zeros(1, DISCARD_DTYPE)
+    assert _sflow_compiled.check_layouts(flows, samples, counters, discards)
     wrong = np.dtype([(n, "<i4" if n == "bytes" else FLOW_DTYPE.fields[n][0]) for n in FLOW_DTYPE.names])
     with pytest.raises(ValueError):
-        _sflow_compiled.check_layouts(np.zeros(1, wrong), samples, counters)
+        _sflow_compiled.check_layouts(np.zeros(1, wrong), samples, counters, discards)
+    wrong_d = np.dtype([(n, "<i8" if n == "reason" else DISCARD_DTYPE.fields[n][0]) for n in DISCARD_DTYPE.names])
+    with pytest.raises(ValueError):
+        _sflow_compiled.check_layouts(flows, samples, counters, np.zeros(1, wrong_d))
+
+
+def _discard_datagram() -> bytes:
+    roce = b.eth(b.ipv6(b.udp(7, 4791, b.bth(0x81, 9)), 17), 0x86DD, [(0x8100, 12)])
+    return b.datagram([
+        b.flow_sample([b.raw_header(b.tcp_frame())], rate=50),
+        b.discard_sample([b.raw_header(roce), b.egress_queue(6), b.ext_switch(12), b.ext_router()], reason=259,
+                         drops=1, in_if=3, out_if=9),
+        b.discard_sample([b.sampled_ipv4(60, 17, "10.0.0.1", "10.0.0.2", 5, 4791), b.record(1042, b"x")],
+                         source_type=2, source_index=5, reason=0xFFFFFFFF),
+        b.counter_sample([b.generic_counters(if_index=9)]),
+    ], seq=3)
+
+
+def test_discards_identical_at_every_length_and_mutated():
+    base = _discard_datagram()
+    _check_all([base[:cut] for cut in range(len(base) + 1)])
+    rnd = random.Random(5)
+    mutated = []
+    for _ in range(300):
+        buf = bytearray(base)
+        pos = rnd.randrange(0, len(buf) - 4) & ~3
+        struct.pack_into(">I", buf, pos, rnd.choice([0, 1, 5, 8, 31, 32, 1036, 0xFFFFFFFF, rnd.getrandbits(32)]))
+        mutated.append(bytes(buf))
+    _check_all(mutated)
 
 
 def test_dispatch_uses_compiled_decoder():

@@ -111,13 +111,15 @@ def test_a_capture_sent_one_second_after_start_arrives_whole(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing written in the working directory
 
 
-def test_a_stop_while_waiting_for_kafka_ends_at_once(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_stop_while_waiting_for_kafka_ends_at_once(tmp_path, workers):
+    """Also with ``ingest.workers: 2``, whose parent hands its sockets to the workers before it says it is ready."""
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # bound, never listening: connections are refused
         env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
         env.update({"FABRICFLOW_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{port}", "FABRICFLOW_KAFKA__WAIT_TIMEOUT_S": "120",
-                    "FABRICFLOW_INGEST__METRICS_PORT": "0"})
+                    "FABRICFLOW_INGEST__METRICS_PORT": "0", "FABRICFLOW_INGEST__WORKERS": str(workers)})
         proc = subprocess.Popen([FABRICFLOW, "ingest", "--listen", f"sflow://127.0.0.1:{_free_udp_port()}"], env=env,
                                 cwd=tmp_path, stderr=subprocess.PIPE, text=True)
         err = []
@@ -129,3 +131,4 @@ def test_a_stop_while_waiting_for_kafka_ends_at_once(tmp_path):
         rc = proc.wait(timeout=30)  # not after kafka.wait_timeout_s (120 s)
         err = "".join(err) + proc.stderr.read()
     assert rc == 0 and "stopped while waiting for Kafka" in err and "Traceback" not in err, err
+    assert "ingest ready in" in err and (workers == 1 or f"{workers} workers listening on sflow://127.0.0.1:" in err), err

@@ -132,3 +132,20 @@ def test_bad_captures_are_one_line_errors(tmp_path):
     with pytest.raises(ReplayError, match="cannot read"):
         Backfill(s, str(bad), root=str(tmp_path / "a")).run()
     assert np.isscalar(capture_base_offset(str(bad)))
+
+
+def test_drop_notifications_are_archived_as_discards_raw(tmp_path):
+    """sFlow discarded packet samples in a capture land in discards_raw with their reasons, not in flows_raw."""
+    from schemas.drop_reasons import reason_names
+    from tests.unit.decode_sflow.discard_seeds import seeds
+
+    t0 = 1_796_133_600_000
+    p = tmp_path / "drops.pcap"
+    write_pcap(p, [(t0 + 1000 * i, "sflow", d) for i, d in enumerate(seeds().values())])
+    root = tmp_path / "archive"
+    _bf, st = _run(str(p), root)
+    got = pq.read_table([str(f) for f in root.rglob("*.parquet") if "discards_raw" in str(f)]).to_pylist()
+    assert sorted(reason_names(np.array([r["reason"] for r in got]))) == [
+        "acl", "no_buffer_space", "other", "unknown_buffer"]
+    flows = [f for f in root.rglob("*.parquet") if "flows_raw" in str(f)]
+    assert sum(pq.read_metadata(f).num_rows for f in flows) == 1  # the one flow sample of the mixed datagram

@@ -1,4 +1,4 @@
-"""Cluster inventory: addresses -> node, rack, ToR switch, group, jobs over time, switches.
+"""Cluster inventory: addresses -> node, NIC, rail, rack, ToR switch, group, jobs over time, switches, links.
 
 Parses the text of a YAML or CSV inventory file (format in ``docs/inventory.md``),
 validates it and compiles it into numpy tables for the vectorised lookups the
@@ -8,7 +8,8 @@ enricher and the detectors use; every problem is reported in one
 
 - :mod:`.models`: the file's shape (pydantic models, value parsers);
 - :mod:`.reader`: YAML / CSV text -> validated spec, with problem locations;
-- :mod:`.tables`: :class:`Inventory`, the compiled lookup tables.
+- :mod:`.tables`: :class:`Inventory`, the compiled lookup tables;
+- :mod:`.topology`: :class:`Topology`, switch roles, links, NICs and rails.
 """
 
 from .models import (
@@ -16,8 +17,12 @@ from .models import (
     UNKNOWN_GROUP,
     InventoryError,
     InventorySpec,
+    SWITCH_ROLES,
     JobSpec,
+    LinkEndSpec,
+    LinkSpec,
     NetworkSpec,
+    NicSpec,
     NodeSpec,
     PortSpec,
     SwitchSpec,
@@ -25,6 +30,7 @@ from .models import (
 )
 from .reader import CSV_COLUMNS, CSV_KINDS, inventory_format
 from .tables import Inventory
+from .topology import Link, Nic, PortUse, Topology
 
 __all__ = [
     "CSV_COLUMNS",
@@ -34,7 +40,15 @@ __all__ = [
     "Inventory",
     "InventoryError",
     "InventorySpec",
+    "SWITCH_ROLES",
     "JobSpec",
+    "Link",
+    "LinkEndSpec",
+    "LinkSpec",
+    "Nic",
+    "NicSpec",
+    "PortUse",
+    "Topology",
     "NetworkSpec",
     "NodeSpec",
     "PortSpec",

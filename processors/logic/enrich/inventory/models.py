@@ -16,15 +16,19 @@ from collections.abc import Sequence
 from datetime import date, datetime, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 __all__ = [
     "EXTERNAL_AUTHORIZED_GROUP",
     "UNKNOWN_GROUP",
     "InventoryError",
     "InventorySpec",
+    "SWITCH_ROLES",
     "JobSpec",
+    "LinkEndSpec",
+    "LinkSpec",
     "NetworkSpec",
+    "NicSpec",
     "NodeSpec",
     "PortSpec",
     "SwitchSpec",
@@ -158,6 +162,16 @@ def _ports_by_index(value: Any) -> Any:
     return out
 
 
+def _link_end(value: Any) -> Any:
+    """A link end written ``switch:ifIndex`` (``leaf-1:49``) -> ``{switch, port}``."""
+    if isinstance(value, str):
+        name, sep, port = value.rpartition(":")
+        if not sep or not name or not port.strip().isdigit():
+            raise ValueError(f"{value!r} is not a link end (use 'switch:ifIndex' or {{switch, port}})")
+        return {"switch": name, "port": int(port)}
+    return value
+
+
 Prefix = Annotated[str, BeforeValidator(_prefix)]
 HostAddr = Annotated[str, BeforeValidator(_host)]
 Name = Annotated[str, BeforeValidator(_name)]
@@ -165,6 +179,8 @@ Label = Annotated[str, BeforeValidator(_label)]
 Group = Annotated[str, BeforeValidator(_group)]
 Bps = Annotated[int, BeforeValidator(parse_bps)]
 Timestamp = Annotated[datetime, BeforeValidator(_timestamp)]
+IfIndex = Annotated[int, Field(ge=0, le=0xFFFFFFFF)]
+Rail = Annotated[int, Field(ge=0, le=255)]
 
 
 # ---------------------------------------------------------------- models
@@ -172,20 +188,54 @@ Timestamp = Annotated[datetime, BeforeValidator(_timestamp)]
 _CFG = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-class NodeSpec(BaseModel):
-    """A named host: its addresses (IPs or CIDRs), group, rack, ToR switch and NIC link capacity."""
+class NicSpec(BaseModel):
+    """One network interface of a node: its addresses, the switch port it is cabled to and its rail.
+
+    ``port`` is the switch's ifIndex; ``rail`` numbers the NIC's rail in a rail-optimised fabric (rank r's
+    traffic goes out on rail r); ``speed`` defaults to the node's ``capacity``.
+    """
 
     model_config = _CFG
     name: Name
     addresses: Annotated[
         list[Prefix],
         BeforeValidator(_one_or_list),
-        Field(min_length=1, validation_alias=AliasChoices("addresses", "ips")),
+        Field(min_length=1, validation_alias=AliasChoices("addresses", "address", "ips")),
+    ]
+    switch: Label = ""
+    port: Annotated[IfIndex | None, Field(validation_alias=AliasChoices("port", "if_index"))] = None
+    rail: Rail | None = None
+    speed: Bps | None = None
+
+
+class NodeSpec(BaseModel):
+    """A named host: its addresses (IPs or CIDRs), group, rack, ToR switch and NIC link capacity.
+
+    A node with several NICs lists them in ``nics`` (each with its own addresses, switch port and rail);
+    ``addresses`` then holds only the addresses that are on no listed NIC (it may be empty). A node
+    needs ``addresses`` or ``nics`` (checked with the cross-references).
+    """
+
+    model_config = _CFG
+    name: Name
+    addresses: Annotated[
+        list[Prefix],
+        BeforeValidator(_one_or_list),
+        Field(validation_alias=AliasChoices("addresses", "ips")),
     ]
     group: Group
     rack: Label = ""
     switch: Label = ""
     capacity: Bps | None = None
+    nics: list[NicSpec] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _addresses_optional_with_nics(cls, data: Any) -> Any:
+        """``addresses`` may be left out when ``nics`` is given (required otherwise)."""
+        if isinstance(data, dict) and data.get("nics") and "addresses" not in data and "ips" not in data:
+            return {**data, "addresses": []}
+        return data
 
 
 class NetworkSpec(BaseModel):
@@ -217,8 +267,12 @@ class PortSpec(BaseModel):
     speed: Bps | None = None
 
 
+SWITCH_ROLES = ("", "leaf", "spine")
+
+
 class SwitchSpec(BaseModel):
-    """A switch: sFlow agent / management addresses and optional ports by ifIndex."""
+    """A switch: sFlow agent / management addresses, optional ports by ifIndex, its role in a two-tier fabric
+    (``leaf`` or ``spine``; empty when not said) and, for a rail leaf, the rail it carries."""
 
     model_config = _CFG
     name: Name
@@ -226,7 +280,26 @@ class SwitchSpec(BaseModel):
         list[HostAddr], BeforeValidator(_one_or_list), Field(validation_alias=AliasChoices("agents", "agent"))
     ] = []
     rack: Label = ""
-    ports: Annotated[dict[Annotated[int, Field(ge=0, le=0xFFFFFFFF)], PortSpec], BeforeValidator(_ports_by_index)] = {}
+    ports: Annotated[dict[IfIndex, PortSpec], BeforeValidator(_ports_by_index)] = {}
+    role: Literal["", "leaf", "spine"] = ""
+    rail: Rail | None = None
+
+
+class LinkEndSpec(BaseModel):
+    """One end of a switch-to-switch link: the switch and its port (ifIndex)."""
+
+    model_config = _CFG
+    switch: Name
+    port: Annotated[IfIndex, Field(validation_alias=AliasChoices("port", "if_index"))]
+
+
+class LinkSpec(BaseModel):
+    """A switch-to-switch link (e.g. a leaf uplink to a spine): both ends and the link speed (required)."""
+
+    model_config = _CFG
+    a: Annotated[LinkEndSpec, BeforeValidator(_link_end)]
+    b: Annotated[LinkEndSpec, BeforeValidator(_link_end)]
+    speed: Bps
 
 
 class InventorySpec(BaseModel):
@@ -240,4 +313,5 @@ class InventorySpec(BaseModel):
     networks: list[NetworkSpec] = []
     jobs: list[JobSpec] = []
     switches: list[SwitchSpec] = []
+    links: list[LinkSpec] = []
     simulation: Any = Field(default=None, description="ignored: simulator scenario files double as inventories")

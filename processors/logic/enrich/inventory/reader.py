@@ -78,6 +78,10 @@ class Locator:
             col = "address"
         elif section == "switches" and len(loc) >= 4 and loc[2] == "ports":
             col = "if_index" if len(loc) == 4 else _CSV_COLUMN_OF["switches"].get(str(loc[4]), str(loc[4]))
+        elif section == "nodes" and "nics" in names and names[-1] != "nics":
+            col = {"name": "nic", "port": "if_index", "addresses": "address"}.get(names[-1], names[-1])
+        elif section == "links" and len(names) >= 2 and names[0] in ("a", "b"):
+            col = ("peer_" if names[0] == "b" else "") + ("if_index" if names[1] == "port" else names[1])
         elif names:
             col = _CSV_COLUMN_OF.get(section, {}).get(names[-1], names[-1])
         else:
@@ -122,6 +126,7 @@ def _pydantic_problems(err: ValidationError, locate: Locator, is_csv: bool) -> l
 
 CSV_COLUMNS = (
     "kind", "address", "node", "group", "rack", "switch", "capacity", "job", "from", "until", "if_index", "speed",
+    "nic", "rail", "role", "peer_switch", "peer_if_index",
 )
 CSV_KINDS = {
     "host": {"address", "node", "group", "rack", "switch", "capacity"},
@@ -130,6 +135,9 @@ CSV_KINDS = {
     "job": {"job", "node", "from", "until"},
     "switch_agent": {"switch", "address", "rack"},
     "switch_port": {"switch", "if_index", "node", "speed"},
+    "nic": {"node", "nic", "address", "group", "rack", "capacity", "switch", "if_index", "rail", "speed"},
+    "switch": {"switch", "role", "rail", "rack", "address"},
+    "link": {"switch", "if_index", "peer_switch", "peer_if_index", "speed"},
 }
 
 
@@ -221,20 +229,38 @@ class _CsvFold:
             lst.append(c["address"])
         elif kind == "job":
             self.job(c, line)
+        elif kind == "nic":
+            self.nic(c, line)
         elif "switch" not in c:
             self.problems.append(f"line {line}: column 'switch': required value missing")
-        elif kind == "switch_agent":
-            self.switch_agent(c, line)
+        elif kind in ("switch_agent", "switch"):
+            self.switch_agent(c, line, kind)
+        elif kind == "link":
+            self.link(c, line)
         else:
             self.switch_port(c, line)
 
     def host(self, c: dict[str, str], line: int) -> None:
-        data, at, problems = self.data, self.at, self.problems
+        data, at = self.data, self.at
         if "node" not in c:
             nets = data.setdefault("networks", [])
             at[("networks", len(nets))] = line
             nets.append({("prefix" if k == "address" else k): v for k, v in c.items() if k != "kind"})
             return
+        i = self._node(c, line, ("group", "rack", "switch", "capacity"))
+        if i is None:
+            return
+        node = data["nodes"][i]
+        if "address" in c:
+            at[("nodes", i, "addresses", len(node["addresses"]))] = line
+            node["addresses"].append(c["address"])
+        else:
+            self.problems.append(f"line {line}: column 'address': required value missing")
+
+    def _node(self, c: dict[str, str], line: int, cols: tuple[str, ...]) -> int | None:
+        """Position of node ``c["node"]`` (created on first sight) after merging its ``cols`` from this row;
+        None when a value conflicts with an earlier row's."""
+        data, at = self.data, self.at
         name = c["node"]
         if name not in self.node_pos:
             nodes = data.setdefault("nodes", [])
@@ -244,10 +270,10 @@ class _CsvFold:
         i = self.node_pos[name]
         node = data["nodes"][i]
         bad = False
-        for col in ("group", "rack", "switch", "capacity"):
+        for col in cols:
             if col in c:
                 if col in node and node[col] != c[col]:
-                    problems.append(
+                    self.problems.append(
                         f"line {line}: column {col!r}: {c[col]!r} conflicts with {node[col]!r} "
                         f"given for node {name!r} on line {at[('nodes', i, col)]}"
                     )
@@ -255,13 +281,50 @@ class _CsvFold:
                 elif col not in node:
                     node[col] = c[col]
                     at[("nodes", i, col)] = line
-        if bad:
+        return None if bad else i
+
+    def nic(self, c: dict[str, str], line: int) -> None:
+        """A ``nic`` row: one address of one NIC of a node (rows of one NIC are merged like host rows)."""
+        at, problems = self.at, self.problems
+        for col in ("node", "nic", "address"):
+            if col not in c:
+                problems.append(f"line {line}: column {col!r}: required value missing")
+                return
+        i = self._node(c, line, ("group", "rack", "capacity"))
+        if i is None:
             return
-        if "address" in c:
-            at[("nodes", i, "addresses", len(node["addresses"]))] = line
-            node["addresses"].append(c["address"])
-        else:
-            problems.append(f"line {line}: column 'address': required value missing")
+        nics = self.data["nodes"][i].setdefault("nics", [])
+        j = next((k for k, n in enumerate(nics) if n["name"] == c["nic"]), None)
+        if j is None:
+            j = len(nics)
+            nics.append({"name": c["nic"], "addresses": []})
+            at[("nodes", i, "nics", j)] = line
+        nic = nics[j]
+        for col, key in (("switch", "switch"), ("if_index", "port"), ("rail", "rail"), ("speed", "speed")):
+            if col in c:
+                if key in nic and nic[key] != c[col]:
+                    first = at[("nodes", i, "nics", j, key)]
+                    problems.append(f"line {line}: column {col!r}: {c[col]!r} conflicts with {nic[key]!r} given for "
+                                    f"NIC {c['nic']!r} of node {c['node']!r} on line {first}")
+                    return
+                nic[key] = c[col]
+                at[("nodes", i, "nics", j, key)] = line
+        at[("nodes", i, "nics", j, "addresses", len(nic["addresses"]))] = line
+        nic["addresses"].append(c["address"])
+
+    def link(self, c: dict[str, str], line: int) -> None:
+        """A ``link`` row: one switch-to-switch link."""
+        for col in ("if_index", "peer_switch", "peer_if_index"):
+            if col not in c:
+                self.problems.append(f"line {line}: column {col!r}: required value missing")
+                return
+        links = self.data.setdefault("links", [])
+        self.at[("links", len(links))] = line
+        link: dict[str, Any] = {"a": {"switch": c["switch"], "port": c["if_index"]},
+                                "b": {"switch": c["peer_switch"], "port": c["peer_if_index"]}}
+        if "speed" in c:
+            link["speed"] = c["speed"]
+        links.append(link)
 
     def job(self, c: dict[str, str], line: int) -> None:
         data = self.data
@@ -290,22 +353,26 @@ class _CsvFold:
             self.at[("switches", self.switch_pos[name])] = line
         return self.switch_pos[name]
 
-    def switch_agent(self, c: dict[str, str], line: int) -> None:
+    def switch_agent(self, c: dict[str, str], line: int, kind: str = "switch_agent") -> None:
+        """A ``switch_agent`` row (one agent address) or a ``switch`` row (role, rail, rack, optional agent)."""
         at, problems = self.at, self.problems
         s = self._switch(c["switch"], line)
         sw = self.data["switches"][s]
-        if "rack" in c:
-            if sw.get("rack", c["rack"]) != c["rack"]:
+        for col in ("rack", "role", "rail"):
+            if col not in c:
+                continue
+            if sw.get(col, c[col]) != c[col]:
                 problems.append(
-                    f"line {line}: column 'rack': {c['rack']!r} conflicts with {sw['rack']!r} "
-                    f"given for switch {c['switch']!r} on line {at[('switches', s, 'rack')]}"
+                    f"line {line}: column {col!r}: {c[col]!r} conflicts with {sw[col]!r} "
+                    f"given for switch {c['switch']!r} on line {at[('switches', s, col)]}"
                 )
                 return
-            if "rack" not in sw:
-                sw["rack"] = c["rack"]
-                at[("switches", s, "rack")] = line
+            if col not in sw:
+                sw[col] = c[col]
+                at[("switches", s, col)] = line
         if "address" not in c:
-            problems.append(f"line {line}: column 'address': required value missing")
+            if kind == "switch_agent":
+                problems.append(f"line {line}: column 'address': required value missing")
             return
         at[("switches", s, "agents", len(sw["agents"]))] = line
         sw["agents"].append(c["address"])

@@ -22,6 +22,7 @@ from schemas.columns import addr16, addr_str
 from ..lpm import PrefixTable, parse_prefix, prefix_str
 from .models import EXTERNAL_AUTHORIZED_GROUP, UNKNOWN_GROUP, InventoryError, InventorySpec
 from .reader import Locator, by_line, parse_text, read_spec
+from .topology import Topology, check_topology
 
 __all__ = ["Inventory"]
 
@@ -57,11 +58,11 @@ def _node_ids(spec: InventorySpec, locate: Locator, problems: list[str]) -> dict
 
 
 def _address_entries(spec: InventorySpec, node_id: dict[str, int], locate: Locator, problems: list[str]
-                     ) -> tuple[list[tuple[int, int]], list[tuple[str, str, str, str, int, float]]]:
-    """(prefixes, label rows) of the address entries: nodes, networks, external_authorized; a prefix given
-    twice is a problem."""
+                     ) -> tuple[list[tuple[int, int]], list[tuple]]:
+    """(prefixes, label rows) of the address entries: nodes (and their NICs), networks, external_authorized; a
+    prefix given twice is a problem. A row is (node, group, rack, switch, node id, capacity, nic, rail)."""
     prefixes: list[tuple[int, int]] = []
-    rows: list[tuple[str, str, str, str, int, float]] = []
+    rows: list[tuple] = []
     where: dict[tuple[int, int], tuple] = {}
 
     def add(loc: tuple, text: str, row: tuple) -> None:
@@ -75,13 +76,20 @@ def _address_entries(spec: InventorySpec, node_id: dict[str, int], locate: Locat
 
     for i, n in enumerate(spec.nodes):
         cap = float(n.capacity) if n.capacity else math.nan
+        nid = node_id.get(n.name, -1)
         for j, a in enumerate(n.addresses):
-            add(("nodes", i, "addresses", j), a, (n.name, n.group, n.rack, n.switch, node_id.get(n.name, -1), cap))
+            add(("nodes", i, "addresses", j), a, (n.name, n.group, n.rack, n.switch, nid, cap, "", -1))
+        for j, nic in enumerate(n.nics):
+            rail = -1 if nic.rail is None else nic.rail
+            nic_cap = float(nic.speed) if nic.speed else cap
+            for k, a in enumerate(nic.addresses):
+                add(("nodes", i, "nics", j, "addresses", k), a,
+                    (n.name, n.group, n.rack, nic.switch or n.switch, nid, nic_cap, nic.name, rail))
     for i, net in enumerate(spec.networks):
         cap = float(net.capacity) if net.capacity else math.nan
-        add(("networks", i, "prefix"), net.prefix, ("", net.group, net.rack, net.switch, -1, cap))
+        add(("networks", i, "prefix"), net.prefix, ("", net.group, net.rack, net.switch, -1, cap, "", -1))
     for i, a in enumerate(spec.external_authorized):
-        add(("external_authorized", i), a, ("", EXTERNAL_AUTHORIZED_GROUP, "", "", -1, math.nan))
+        add(("external_authorized", i), a, ("", EXTERNAL_AUTHORIZED_GROUP, "", "", -1, math.nan, "", -1))
     return prefixes, rows
 
 
@@ -160,6 +168,7 @@ class Inventory:
         prefixes, rows = _address_entries(spec, node_id, locate, problems)
         mem_rows = _memberships(spec, node_id, self.node_names, locate, problems)
         sw_seen, agent_rows, agent_switch = _switch_agents(spec, locate, problems)
+        self.topology: Topology = check_topology(spec, locate, problems)
         if problems:
             raise InventoryError(source, by_line(problems) if locate.csv_lines is not None else problems)
         self._compile_entries(spec, prefixes, rows)
@@ -177,6 +186,8 @@ class Inventory:
         self.entry_switch = np.array([""] + [r[3] for r in rows], dtype=object)
         self.entry_node_id = np.array([-1] + [r[4] for r in rows], dtype=np.int32)
         self.entry_capacity_bps = np.array([math.nan] + [r[5] for r in rows], dtype=np.float64)
+        self.entry_nic = np.array([""] + [r[6] for r in rows], dtype=object)
+        self.entry_rail = np.array([-1] + [r[7] for r in rows], dtype=np.int16)
         self.groups: list[str] = [UNKNOWN_GROUP] + sorted({r[1] for r in rows})
         gid = {g: i for i, g in enumerate(self.groups)}
         self.entry_group_id = np.array([gid[g] for g in self.entry_group], dtype=np.int32)
@@ -236,6 +247,12 @@ class Inventory:
         for s, name in enumerate(self.switch_names):
             for if_index, port in spec.switches[sw_seen[name]].ports.items():
                 port_rows.append(((s << 32) | if_index, port.peer, float(port.speed) if port.speed else math.nan))
+        explicit = {r[0] for r in port_rows}
+        sw_id = {name: s for s, name in enumerate(self.switch_names)}
+        for (name, if_index), use in self.topology.ports.items():  # NIC ports and link ends, unless given
+            key = (sw_id[name] << 32) | if_index
+            if key not in explicit:
+                port_rows.append((key, use.peer, use.speed_bps))
         port_rows.sort(key=lambda r: r[0])
         self._port_keys = np.array([r[0] for r in port_rows], dtype=np.int64)
         self._port_peer = np.array([r[1] for r in port_rows] + [""], dtype=object)
@@ -272,6 +289,14 @@ class Inventory:
     def node_capacities(self) -> dict[str, float]:
         """Node name -> NIC capacity in bits/s, for nodes that have one."""
         return {n.name: float(n.capacity) for n in self.spec.nodes if n.capacity}
+
+    def rack_nodes(self) -> dict[str, list[str]]:
+        """Rack -> the names of its nodes, in file order (nodes without a rack are left out)."""
+        out: dict[str, list[str]] = {}
+        for n in self.spec.nodes:
+            if n.rack:
+                out.setdefault(n.rack, []).append(n.name)
+        return out
 
     def switch_name(self, agent: str | bytes) -> str:
         """Switch name of one agent address (text, 4 or 16 bytes); the address text when unknown."""
@@ -339,6 +364,12 @@ class Inventory:
         pos = np.minimum(np.searchsorted(self._node_sorted, q), len(self._node_sorted) - 1)
         ok = self._node_sorted[pos] == q
         return np.where(ok, self._node_sorted_cap[pos], math.nan)
+
+    def nic_info(self, addrs: np.ndarray, entry_index: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(NIC names, rails) per address of an (n, 16) column: object array ("" when the address is on no listed
+        NIC) and int16 (-1 when unknown or no rail given). The node is ``entry_node[lookup(addrs) + 1]``."""
+        idx = self.lookup(addrs) if entry_index is None else entry_index
+        return self.entry_nic[idx + 1], self.entry_rail[idx + 1]
 
     def switch_for_agents(self, agent_addrs: np.ndarray) -> np.ndarray:
         """Object array of switch names for an (n, 16) column of sFlow agent addresses ("" when unknown)."""

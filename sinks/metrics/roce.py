@@ -1,0 +1,50 @@
+"""RoCEv2 operations per node and per job from node-level matrix cells (pure logic, no Kafka).
+
+Each node cell carries ``roce_<op>_packets_est`` and ``cnp_packets_est`` (sFlow header samples; NetFlow and
+IPFIX carry no BTH): the sender counts them as ``direction="tx"``, the receiver as ``rx``, and the sender's job
+at the window end (from the inventory) as its job's. ``op`` is one of :data:`ROCE_OPS` (seven values), so the
+series are at most nodes x 2 x 7 plus jobs x 7. docs/metrics.md, "RoCEv2 operations".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from processors.logic.windows.roce import ROCE_OP_COLUMNS, ROCE_OPS
+
+from .labels import UNKNOWN
+from .store import COUNTER
+from .visibility import VisibilityFamilies
+
+__all__ = ["RoceFamilies"]
+
+_COLUMNS = tuple(zip(ROCE_OPS, (*ROCE_OP_COLUMNS, "cnp_packets_est")))
+
+
+class RoceFamilies:
+    """``family(name, doc, labels, kind)`` registers a family; ``jobs_at(t_ms)``: {node: job} at a time."""
+
+    def __init__(self, family, jobs_at: Callable[[int], dict[str, str]]):
+        self.visibility = VisibilityFamilies(family, jobs_at)  # the job's collectives seen at all (RoCEv2 or TCP)
+        self.node = family("node_roce_operations_total", "Estimated RoCEv2 packets per node, direction and "
+                           "operation (BTH opcode of sFlow header samples)", ("node", "direction", "op"), COUNTER)
+        self.job = family("job_roce_operations_total", "Estimated RoCEv2 packets sent by a job's nodes, per "
+                          "operation", ("job", "op"), COUNTER)
+        self.jobs_at = jobs_at
+        self._jobs: tuple[int, dict[str, str]] = (-1, {})
+
+    def add_cell(self, c: Mapping, src: str, dst: str, end_ms: int) -> None:
+        """A node-level cell's operations (cells without them, written before they existed, add nothing), and
+        its part in the job's collective visibility."""
+        self.visibility.add_cell(src, dst, c["category"], end_ms)
+        for op, col in _COLUMNS:
+            v = c.get(col, 0)
+            if not v:
+                continue
+            if type(v) is not int:
+                raise ValueError(f"{col} is not an integer")
+            self.node.inc((src, "tx", op), v)
+            self.node.inc((dst, "rx", op), v)
+            if self._jobs[0] != end_ms:
+                self._jobs = (end_ms, self.jobs_at(end_ms))
+            self.job.inc((self._jobs[1].get(src) or UNKNOWN, op), v)

@@ -1,0 +1,79 @@
+"""Collective visibility per job from node-level matrix cells (pure logic, no Kafka).
+
+What share of a job's expected collective traffic the telemetry sees, per closed window. *Expected*: every
+member node that the flows show active in the window (it sent or received anything, any category, any peer)
+takes part in the job's collectives, so it should send collective traffic (category ``collective``: TCP
+collectives such as NCCL sockets / Gloo, or ``rocev2``: UDP 4791) to another member. *Seen*: the members whose
+such traffic is in the window's cells. ``share = seen / expected``. The state names what that means:
+``visible`` (share >= 0.5), ``partial`` (0 < share < 0.5), ``not_visible`` (members active, no collective
+flow at all: InfiniBand, RDMA on a fabric that is not sampled, or NetFlow-only exporters that never see it),
+``idle`` (no member active: nothing to expect). docs/metrics.md, "Collective visibility".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .store import GAUGE
+
+__all__ = ["VisibilityFamilies", "COLLECTIVE", "STATES", "visibility"]
+
+COLLECTIVE = ("collective", "rocev2")
+STATES = ("visible", "partial", "not_visible", "idle")
+
+
+def visibility(active: set[str], senders: set[str]) -> tuple[float | None, str]:
+    """(share or None, state) of one job's window: ``active`` members, members seen sending collectives."""
+    if not active:
+        return None, "idle"
+    share = len(senders & active) / len(active)
+    return share, "visible" if share >= 0.5 else "partial" if share > 0 else "not_visible"
+
+
+class VisibilityFamilies:
+    """Gauges per job of the inventory at the window's end, set when a newer window than the one being gathered
+    arrives (a window's node cells all carry its end), so they show the window before the newest. A job no
+    longer in the inventory loses its series. ``jobs_at(t_ms)``: {node: job}."""
+
+    def __init__(self, family, jobs_at: Callable[[int], dict[str, str]]):
+        self.ratio = family("job_collective_visibility_ratio", "Share of the job's active member nodes whose "
+                            "collective traffic (TCP collectives or RoCEv2) the flows show, latest window",
+                            ("job",), GAUGE)
+        self.state = family("job_collective_visibility_state", "1 for the job's collective visibility state of "
+                            "the latest window (visible, partial, not_visible: collectives not visible, "
+                            "InfiniBand or this fabric is not sampled; idle)", ("job", "state"), GAUGE)
+        self.jobs_at = jobs_at
+        self.end = -1
+        self.active: set[str] = set()
+        self.senders: set[tuple[str, str]] = set()
+
+    def add_cell(self, src: str, dst: str, category: str, end_ms: int) -> None:
+        if end_ms > self.end:
+            self.close()
+            self.end, self.active, self.senders = end_ms, set(), set()
+        elif end_ms < self.end:
+            return  # a late cell of an already judged window
+        self.active.update((src, dst))
+        if category in COLLECTIVE and src != dst:
+            self.senders.add((src, dst))
+
+    def close(self) -> None:
+        """Judge the window gathered so far (also called when the sink is asked for its values)."""
+        if self.end < 0:
+            return
+        jobs = self.jobs_at(self.end)
+        members: dict[str, set[str]] = {}
+        for node, job in jobs.items():
+            members.setdefault(job, set()).add(node)
+        senders = {s for s, d in self.senders if jobs.get(s) and jobs.get(s) == jobs.get(d)}
+        for job, nodes in members.items():
+            share, state = visibility(self.active & nodes, senders & nodes)
+            if share is not None:
+                self.ratio.set((job,), share)
+            else:
+                self.ratio.remove((job,))
+            for st in STATES:
+                self.state.set((job, st), 1 if st == state else 0)
+        for fam in (self.ratio, self.state):
+            for key in [k for k in fam.values if k[0] not in members]:
+                fam.remove(key)
