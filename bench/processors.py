@@ -12,17 +12,12 @@ import cProfile
 import hashlib
 import math
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime
 from pathlib import Path
-
-import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 # The code measured: this checkout, or FF_BENCH_CODE=/path/to/other/checkout (side-by-side baselines; the worker
@@ -32,152 +27,10 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(REPO))  # bench.common
 sys.path.insert(0, str(CODE))
 
-from bench.common import cpu_seconds, pin  # noqa: E402
-from schemas.columns import empty_counters, empty_flows, v4_column_to_addr16  # noqa: E402
+from bench.common import pin  # noqa: E402
+from bench.processors_input import inventory_dict, make_input  # noqa: E402
+from bench.processors_worker import pin_tree, run_worker  # noqa: E402
 
-T0_MS = 1_796_083_200_000  # 2026-12-01T00:00:00Z
-STORAGE = ["nfs-1", "nfs-2", "nfs-3", "nfs-4"]
-
-
-# --------------------------------------------------------------------------- synthetic cluster and traffic
-
-
-def _ip(a: int, b: int, c: int, d: int) -> int:
-    return (a << 24) | (b << 16) | (c << 8) | d
-
-
-def node_ip(i: int) -> int:
-    return _ip(10, 1, i // 200, i % 200 + 1)
-
-
-def inventory_dict(nodes: int, job_size: int, rack_size: int, capacity: str = "100G") -> dict:
-    racks = math.ceil(nodes / rack_size)
-    inv = {
-        "version": 1,
-        "cluster_ranges": ["10.0.0.0/8"],
-        "nodes": [
-            {"name": f"gpu-{i:04d}", "addresses": [_str(node_ip(i))], "group": "gpu", "rack": f"r{i // rack_size:02d}",
-             "switch": f"tor-{i // rack_size:02d}", "capacity": capacity}
-            for i in range(nodes)
-        ],
-        "jobs": [{"name": f"job-{k:02d}", "nodes": [f"gpu-{i:04d}" for i in range(k, min(k + job_size, nodes))]}
-                 for k in range(0, nodes, job_size)],
-        "switches": [
-            {"name": f"tor-{r:02d}", "agents": [_str(_ip(10, 255, 0, r + 1))], "rack": f"r{r:02d}",
-             "ports": {p + 1: {"peer": f"gpu-{r * rack_size + p:04d}", "speed": capacity}
-                       for p in range(min(rack_size, nodes - r * rack_size))}}
-            for r in range(racks)
-        ],
-    }
-    inv["nodes"] += [{"name": n, "addresses": [_str(_ip(10, 200, 0, k + 1))], "group": "storage", "rack": "rs",
-                      "switch": "tor-s", "capacity": "400G"} for k, n in enumerate(STORAGE)]
-    inv["nodes"].append({"name": "dns-1", "addresses": ["10.250.0.53"], "group": "mgmt", "rack": "rs", "switch": "tor-s"})
-    inv["nodes"].append({"name": "mgmt-1", "addresses": ["10.250.0.10"], "group": "mgmt", "rack": "rs", "switch": "tor-s"})
-    return inv
-
-
-def _str(ip: int) -> str:
-    return ".".join(str((ip >> s) & 255) for s in (24, 16, 8, 0))
-
-
-def make_input(nodes=256, job_size=32, rack_size=16, messages=240, records=4096, sampling=1024, event_s=300.0, phase_s=1.0, seed=7):
-    """(flow messages, counter messages): lists of (exporter, array) ordered by event time."""
-    rng = np.random.default_rng(seed)
-    racks = math.ceil(nodes / rack_size)
-    per_exporter = max(1, messages // racks)
-    span_ms = int(event_s * 1000)
-    step_ms = span_ms // per_exporter
-    phase_ms = max(1, min(step_ms, int(phase_s * 1000)))
-    ips = np.array([node_ip(i) for i in range(nodes)], dtype=np.uint32)
-    storage = np.array([_ip(10, 200, 0, k + 1) for k in range(len(STORAGE))], dtype=np.uint32)
-    dns, mgmt = np.uint32(_ip(10, 250, 0, 53)), np.uint32(_ip(10, 250, 0, 10))
-    job_of = np.arange(nodes) // job_size
-    a2a_jobs = set(range(0, int(job_of.max()) + 1, 4))  # a quarter of the jobs also do all-to-all (MoE)
-    slow = {j: j * job_size + 3 for j in range(int(job_of.max()) + 1)}  # one straggler per job
-    flows: list[tuple[int, str, np.ndarray]] = []
-    for r in range(racks):
-        members = np.arange(r * rack_size, min((r + 1) * rack_size, nodes))
-        weight = np.array([0.5 if slow[job_of[i]] == i else 1.0 for i in members])
-        n = per_exporter * records
-        # Message k of every exporter holds the k-th communication phase (synchronous training: all
-        # exporters see the collective at the same time), so exporters stay within phase_ms of each other.
-        t = (T0_MS + np.repeat(np.arange(per_exporter, dtype=np.int64) * step_ms, records)
-             + np.sort(rng.integers(0, phase_ms, (per_exporter, records)), axis=1).ravel())
-        src = rng.choice(members, n, p=weight / weight.sum())
-        job = job_of[src]
-        first = job * job_size
-        size = np.minimum(job_size, nodes - first)
-        ring = first + (src - first + 1) % size
-        a2a = first + rng.integers(0, size)
-        kind = rng.choice(6, n, p=[0.70, 0.10, 0.12, 0.03, 0.03, 0.02])  # ring, a2a, storage, dns, mgmt, unregistered
-        kind = np.where((kind == 1) & ~np.isin(job, list(a2a_jobs)), 0, kind)
-        dst_ip = np.select(
-            [kind == 0, kind == 1, kind == 2, kind == 3, kind == 4],
-            [ips[ring], ips[np.minimum(a2a, nodes - 1)], storage[rng.integers(0, len(storage), n)], np.full(n, dns), np.full(n, mgmt)],
-            default=_ip(10, 1, 250, 1) + rng.integers(0, 20, n),
-        ).astype(np.uint32)
-        f = empty_flows(n)
-        f["export_protocol"] = 1
-        f["exporter_addr"] = v4_column_to_addr16(np.full(n, _ip(10, 255, 0, r + 1), dtype=np.uint32))
-        f["sampling_rate"] = sampling
-        f["packets"] = 1
-        f["bytes"] = np.where(kind <= 1, 4158, rng.integers(64, 9000, n))
-        f["packets_est"] = sampling
-        f["bytes_est"] = f["bytes"] * sampling
-        f["ip_version"] = 4
-        f["src_addr"] = v4_column_to_addr16(ips[src])
-        f["dst_addr"] = v4_column_to_addr16(dst_ip)
-        f["ip_protocol"] = np.select([kind <= 1, kind == 3], [17, 17], default=6)
-        f["src_port"] = rng.integers(40000, 60000, n)
-        f["dst_port"] = np.select([kind <= 1, kind == 2, kind == 3, kind == 4], [4791, 2049, 53, 22], default=443)
-        f["in_if"] = src - r * rack_size + 1
-        for col in ("time_start_ms", "time_end_ms", "time_received_ms", "time_export_ms"):
-            f[col] = t
-        for k in range(per_exporter):
-            m = f[k * records : (k + 1) * records]
-            flows.append((int(m["time_received_ms"][0]), _str(_ip(10, 255, 0, r + 1)), m))
-    # Incast: in every other phase all members of one job send to one node within 200 ms (RoCEv2), > its capacity.
-    jobs = int(job_of.max()) + 1
-    for b, at in enumerate(range(phase_ms // 2, span_ms, 2 * step_ms)):
-        j = b % jobs
-        dst = j * job_size + 1
-        senders = np.array([i for i in range(j * job_size, min((j + 1) * job_size, nodes)) if i != dst])
-        k = len(senders) * 40
-        f = empty_flows(k)
-        src = np.repeat(senders, 40)
-        f["export_protocol"], f["sampling_rate"], f["packets"], f["bytes"] = 1, sampling, 1, 4158
-        f["packets_est"], f["bytes_est"] = sampling, 4158 * sampling
-        f["ip_version"], f["ip_protocol"], f["src_port"], f["dst_port"] = 4, 17, 49152, 4791
-        f["src_addr"] = v4_column_to_addr16(ips[src])
-        f["dst_addr"] = v4_column_to_addr16(np.full(k, ips[dst], dtype=np.uint32))
-        tt = T0_MS + at + np.sort(rng.integers(0, 200, k))
-        for col in ("time_start_ms", "time_end_ms", "time_received_ms", "time_export_ms"):
-            f[col] = tt
-        for r in np.unique(src // rack_size):
-            sel = f[src // rack_size == r]
-            sel["exporter_addr"] = v4_column_to_addr16(np.full(len(sel), _ip(10, 255, 0, r + 1), dtype=np.uint32))
-            flows.append((int(tt[0]), _str(_ip(10, 255, 0, r + 1)), sel))
-    flows.sort(key=lambda x: x[0])
-    # Interface counters: every switch, every port, every 10 s; steady utilisation, a few errors on one port.
-    counters = []
-    octets = rng.integers(10**12, 10**13, (racks, rack_size)).astype(np.int64)
-    for step, at in enumerate(range(0, span_ms, 10_000)):
-        for r in range(racks):
-            c = empty_counters(rack_size)
-            c["exporter_addr"] = v4_column_to_addr16(np.full(rack_size, _ip(10, 255, 0, r + 1), dtype=np.uint32))
-            c["source_id"] = np.arange(1, rack_size + 1)
-            c["sample_sequence"] = step
-            c["time_received_ms"] = T0_MS + at
-            c["agent_uptime_ms"] = 3_600_000 + at
-            c["if_index"] = np.arange(1, rack_size + 1)
-            c["if_type"], c["if_speed"], c["if_direction"] = 6, 100_000_000_000, 1
-            c["if_admin_up"] = c["if_oper_up"] = True
-            octets[r] += rng.integers(10**9, 6 * 10**10, rack_size)
-            c["in_octets"] = c["out_octets"] = octets[r]
-            c["in_ucast_pkts"] = c["out_ucast_pkts"] = octets[r] // 4096
-            c["in_errors"] = np.where(np.arange(rack_size) == 5, step * 50, 0)
-            counters.append((T0_MS + at, _str(_ip(10, 255, 0, r + 1)), c))
-    return [(e, a) for _t, e, a in flows], [(e, a) for _t, e, a in counters]
 
 
 # --------------------------------------------------------------------------- in-process measurements
@@ -469,156 +322,6 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
             "kept": cap.kept, "reused": proc.metrics.registry.get_sample_value("fabricflow_processors_reused_batches_total") or 0}
 
 
-# --------------------------------------------------------------------------- Faust worker on the embedded broker
-
-
-def _pin_tree(pid: int, cpu: int) -> None:
-    """Pin every thread of ``pid`` (threads already started keep their own affinity)."""
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            pin(int(tid), cpu)
-    except OSError:
-        pass
-
-
-def _ready_wallclock(log: Path) -> float | None:
-    m = re.search(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[\d+\] \[INFO\] \[\S*Recovery\]: Worker ready",
-                  log.read_text(errors="replace"), re.M)
-    if not m:
-        return None
-    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-
-
-def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: int, want_shuffle: int,
-               timeout_s: float, legacy: bool = False, want_records: int = 0) -> dict:
-    from confluent_kafka import Consumer, KafkaError
-
-    t = settings.kafka.topics
-    changelog = f"{settings.processors.app_id}-core-state-changelog"
-    log = workdir / "worker.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
-    env["PYTHONPATH"] = str(CODE)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "--config", cfg_path, "process"],
-        stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(workdir),
-        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}) if cpu >= 0 else None,
-    )
-    c = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "bench-" + uuid.uuid4().hex[:8],
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.max.bytes": 64_000_000})
-    subscribed = False  # the changelog topic exists once the worker is ready
-    seen = {t.flows_enriched: 0, changelog: 0, t.matrix: 0}
-    first_ms: dict[str, int] = {}
-    last_ms: dict[str, int] = {}
-    ready = None
-    cpu_ready = cpu_done = 0.0
-    detect_done = durable = None
-    committed = None
-    port = settings.processors.metrics_port
-    next_scrape = 0.0
-    period = 0.1  # seconds between scrapes of the worker's /metrics (and the longest consume wait)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"worker exited with {proc.returncode}; see {log}")
-            if ready is None:
-                ready = _ready_wallclock(log)
-                if ready is None:
-                    time.sleep(0.1)
-                    continue
-                cpu_ready = cpu_seconds(proc.pid)
-            if not subscribed:
-                c.subscribe([t.flows_enriched, changelog, t.matrix])
-                subscribed = True
-            now = time.monotonic()
-            if not legacy and now >= next_scrape and (detect_done is None or durable is None):
-                next_scrape = now + period
-                mt = _scrape(port, _PROGRESS)
-                if "fabricflow_processors_detect_records_total" in mt:  # every input flow record through the detectors
-                    applied = mt["fabricflow_processors_detect_records_total"]
-                    finished = applied >= want_records
-                    # The end time is known to one scrape period: 0.1 s (~3 % of a run) while most records are
-                    # ahead, 10 ms for the last 10 % (a scrape costs the worker ~1 ms of CPU).
-                    period = 0.01 if 0.9 * want_records <= applied < want_records else 0.1
-                else:  # code before that metric: one shuffle message count for a given input
-                    finished = mt.get("fabricflow_processors_shuffle_messages_total", 0) >= want_shuffle
-                if detect_done is None and finished:
-                    detect_done, cpu_done = time.time(), cpu_seconds(proc.pid)
-                    # how many shuffle messages the worker applied (prepare's grouping decides), for the commit check
-                    want_shuffle = int(mt.get("fabricflow_processors_shuffle_messages_total", want_shuffle))
-                if detect_done is not None and mt.get("fabricflow_processors_unsnapshotted_messages", 1) == 0:
-                    durable = time.time()
-            for m in c.consume(2000, period):
-                if m.error():
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        print("consumer:", m.error())
-                    continue
-                topic = m.topic()
-                seen[topic] += 1
-                ts = m.timestamp()[1]
-                first_ms[topic] = min(first_ms.get(topic, ts), ts)
-                last_ms[topic] = max(last_ms.get(topic, 0), ts)
-            if legacy and detect_done is None and seen[changelog] >= want_shuffle:  # one snapshot per shuffle message
-                detect_done = durable = last_ms[changelog] / 1000.0
-                cpu_done = cpu_seconds(proc.pid)
-            if seen[t.flows_enriched] >= want_enriched and detect_done is not None and durable is not None:
-                break
-        if durable is not None and not legacy:
-            committed = _wait_committed(settings, want_shuffle, until=time.monotonic() + 15)
-    finally:
-        c.close()
-        metrics = _scrape(settings.processors.metrics_port) if settings.processors.metrics_port else {}
-        if proc.poll() is None:
-            os.killpg(proc.pid, 15)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-    done = seen[t.flows_enriched] >= want_enriched and detect_done is not None
-    return {"done": done, "seen": seen, "first_ms": first_ms, "last_ms": last_ms, "ready": ready,
-            "detect_done": detect_done, "durable": durable, "committed": committed,
-            "cpu": (cpu_done - cpu_ready) if done else None, "changelog": changelog, "metrics": metrics, "log": str(log)}
-
-
-def _wait_committed(settings, want: int, until: float) -> tuple[int, int]:
-    """(committed offsets summed over the shuffle partitions for the worker's group, ``want``) once all ``want``
-    shuffle messages are committed or at ``until``: the worker acknowledges shuffle messages only once a snapshot
-    covers them, then Faust commits them. (Offsets start at 0, so the sum counts messages.)"""
-    from confluent_kafka import Consumer, TopicPartition
-
-    g = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": settings.processors.app_id,
-                  "enable.auto.commit": False})
-    try:
-        tps = [TopicPartition(settings.kafka.topics.shuffle, p) for p in range(settings.kafka.partitions)]
-        while True:
-            done = sum(max(tp.offset, 0) for tp in g.committed(tps, timeout=5))
-            if done >= want or time.monotonic() > until:
-                return done, want
-            time.sleep(0.5)
-    finally:
-        g.close()
-
-
-# the metrics the end-of-run check reads: rendering only these keeps a scrape's cost to the worker small
-_PROGRESS = ("fabricflow_processors_detect_records_total", "fabricflow_processors_shuffle_messages_total",
-             "fabricflow_processors_unsnapshotted_messages")
-
-
-def _scrape(port: int, names: tuple[str, ...] = ()) -> dict[str, float]:
-    import urllib.parse
-    import urllib.request
-
-    query = ("?" + urllib.parse.urlencode([("name[]", n) for n in names])) if names else ""
-    try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics{query}", timeout=3).read().decode()
-    except OSError:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("fabricflow_processors_") and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
 
 
 # --------------------------------------------------------------------------- main
@@ -687,7 +390,7 @@ def main() -> int:
 
     with EmbeddedStack(settings, with_s3=False) as st:
         if args.cpu >= 0:
-            _pin_tree(int(st.broker.pid()), args.broker_cpu)
+            pin_tree(int(st.broker.pid()), args.broker_cpu)
         ok = measure(args, settings, st, work, inv_path, flows, counters, raw, n_records, prefix, topics)
     if args.keep or not ok:
         print(f"work directory kept: {work}")

@@ -14,6 +14,7 @@ from schemas.columns import addr_str
 from . import events as ev
 from . import topology as topo
 from . import views
+from .http import BadRequest, answered_fields
 
 __all__ = ["fabric_routes", "recent_link_events"]
 
@@ -47,8 +48,9 @@ def link_health_series(layout, key: tuple[str, int], series: dict) -> list[list[
             zip(series["if_speed"], series["oper_up"], series["errors_per_s"], series["discards_per_s"])]
 
 
-def fabric_routes(state, api, BadRequest, answered_fields):
-    """(path, endpoint, methods) of /api/topology, /api/ports, /api/port, /api/link and /api/rails."""
+def fabric_routes(state) -> list[tuple]:
+    """(path, handler) of /api/topology, /api/ports, /api/port, /api/link and /api/rails of ``state`` (a
+    :class:`console.app.ConsoleState`)."""
 
     def need_history():
         if state.history is None:
@@ -130,5 +132,5 @@ def fabric_routes(state, api, BadRequest, answered_fields):
             rates, source = {(r["switch"], int(r["if_index"])): r for r in rows}, "archive"
         return topo.rails(state.layout, rates, below) | {"source": source}
 
-    return [("/api/topology", api(topology), ["GET"]), ("/api/ports", api(ports), ["GET"]), ("/api/port", api(port), ["GET"]),
-            ("/api/link", api(link), ["GET"]), ("/api/rails", api(rails), ["GET"])]
+    return [("/api/topology", topology), ("/api/ports", ports), ("/api/port", port), ("/api/link", link),
+            ("/api/rails", rails)]

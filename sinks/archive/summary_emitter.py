@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaException, Producer
 
-from fabricflow.kafka import client_config
+from fabricflow.kafka import producer_config
 from fabricflow.logs import RateLimitedLog
 from schemas import codec
 from sinks.archive import layout
@@ -184,13 +184,8 @@ class SummaryEmitter:
             self.producer = None  # destroyed: no client threads left behind
 
     def _producer_config(self) -> dict:
+        """Every fabricflow producer's settings (:func:`fabricflow.kafka.producer_config`), with its own client
+        id and a short linger: a few summaries an hour, sent as soon as the hour is written."""
         k = self.settings.kafka
-        p = self.settings.ingest.producer
-        conf = client_config(k)
-        conf.update({
-            "client.id": f"{k.client_id}-archive-summaries",
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "compression.type": p.compression,
-        })
-        return conf
+        return producer_config(k, self.settings.ingest.producer, **{"client.id": f"{k.client_id}-archive-summaries",
+                                                                    "linger.ms": 5})

@@ -293,3 +293,16 @@ def test_max_file_age_writes_files_while_rows_keep_coming_each_with_its_own_offs
     ranges = sorted((k.first_offset, k.last_offset) for k in map(layout.parse_key, files))
     assert ranges == [(0, 3), (4, 7)]  # contiguous offset ranges: each key names its own rows, none twice
     assert sorted(x for tb in tables for x in tb["in_if"].to_pylist()) == list(range(8))
+
+
+def test_the_summaries_producer_is_configured_like_every_other_producer():
+    """The summaries' producer takes :func:`fabricflow.kafka.producer_config` (acks=all, the murmur2 partitioner,
+    the message size bound, ingest.producer's bounds) and only adds its client id and linger."""
+    from fabricflow.kafka import producer_config
+
+    svc = service()
+    conf = svc.summaries._producer_config()
+    k = svc.settings.kafka
+    assert conf == producer_config(k, svc.settings.ingest.producer, **{"client.id": f"{k.client_id}-archive-summaries",
+                                                                       "linger.ms": 5})
+    assert conf["partitioner"] == "murmur2_random" and conf["acks"] == "all"
