@@ -98,7 +98,7 @@ def fixture_datagrams(name: str) -> list[bytes]:
     try:
         import dpkt
 
-        from tests.fixtures_path import SHARED_FIXTURES
+        from tests.support.fixtures_path import SHARED_FIXTURES
     except ImportError:
         return []
     path = SHARED_FIXTURES / "exports" / f"{name}.pcap"

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ingest.decode import TemplateCache, decode  # noqa: E402
-from tests.unit.decode_sflow import sflow_build as b  # noqa: E402
+from tests.support import sflow_build as b  # noqa: E402
 
 
 def _frame(rng: random.Random) -> bytes:
@@ -61,7 +61,7 @@ def synthetic(k: int, per: int, seed: int = 1) -> list[bytes]:
 
 def fixtures() -> list[bytes]:
     from ingest.pcapread import read_udp
-    from tests.fixtures_path import SHARED_FIXTURES
+    from tests.support.fixtures_path import SHARED_FIXTURES
 
     p = SHARED_FIXTURES / "exports" / "pmacct_sfprobe_rate1.pcap"
     return [x.payload for x in read_udp(p)] if p.exists() else []

@@ -1,7 +1,7 @@
 """A simulator scenario as an archive, offline: simulate -> pcap -> ``fabricflow backfill``'s code.
 
 No broker: the scenario's datagrams (with its step marks and changes) are written to a capture and backfilled into
-a local archive. The tests (``tests/scenario_archives.py``, cached per session) and ``bench/detection.py``'s
+a local archive. The tests (``tests/support/scenario_archives.py``, cached per session) and ``bench/detection.py``'s
 compare scoring build their archives with it.
 """
 

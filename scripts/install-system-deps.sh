@@ -2,7 +2,7 @@
 # Installs the Debian packages the interop tests and benchmarks use:
 # real exporters (softflowd, pmacct), an independent decoder (tshark),
 # a peer collector (nfdump), tcpdump, Prometheus + promtool (the rules'
-# unit tests and the real-Prometheus tests; tests/prom.py starts its own
+# unit tests and the real-Prometheus tests; tests/support/prom.py starts its own
 # instance on loopback, whatever the package's service does), headless
 # Chromium with its chromedriver for the console's browser tests, and
 # docker-compose (v1, only to run `docker-compose config` on docker-compose.yml

@@ -137,8 +137,8 @@ def unique_topic():
     return f"t{uuid.uuid4().hex[:10]}."
 
 
-# A real Prometheus on loopback for the monitoring tests (tests/prom.py).
-from tests.prom import prometheus_factory  # noqa: E402,F401
+# A real Prometheus on loopback for the monitoring tests (tests/support/prom.py).
+from tests.support.prom import prometheus_factory  # noqa: E402,F401
 
 
 @pytest.fixture(autouse=True)
@@ -155,8 +155,8 @@ def _drop_closed_log_handlers():
 @pytest.fixture(scope="session")
 def scenario_archive(tmp_path_factory):
     """``get(doc, seed, duration_s) -> (archive dir, inventory file)``: a simulator scenario backfilled offline,
-    once per session (tests/scenario_archives.py)."""
-    from tests import scenario_archives
+    once per session (tests/support/scenario_archives.py)."""
+    from tests.support import scenario_archives
 
     root = tmp_path_factory.mktemp("scenario-archives")
 

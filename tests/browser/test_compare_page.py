@@ -24,7 +24,7 @@ from console.history import History
 from console.layout import load_layout
 from console.live import LiveStore
 from fabricflow.settings import load_settings
-from tests import scenario_archives as sa
+from tests.support import scenario_archives as sa
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 PORT = int(os.environ.get("FABRICFLOW_TEST_CONSOLE_PORT", "31333")) + 2  # +1: test_console_page's second server

@@ -18,7 +18,7 @@ from bench.console_run import wait_for
 from console.app import ConsoleState, create_app
 from console.history import History
 from console.live import LiveStore
-from tests.unit.console.fixtures import EVIL, EVIL2, LATER, fill_store, layout, write_archive, write_later_flows
+from tests.support.console import EVIL, EVIL2, LATER, fill_store, layout, write_archive, write_later_flows
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 PORT = int(os.environ.get("FABRICFLOW_TEST_CONSOLE_PORT", "31333"))
@@ -144,7 +144,7 @@ def test_jobs_view_opens_on_a_job_with_rates_and_draws_every_jobs_nodes(drv, arc
     traffic), live and for an archive range, says that it has no scores, and says what the lines count."""
     from console.layout import Layout
     from processors.logic.enrich.inventory import Inventory
-    from tests.unit.console.fixtures import INVENTORY, WS, cell
+    from tests.support.console import INVENTORY, WS, cell
 
     inv = dict(INVENTORY, jobs=[{"name": "a-idle", "nodes": ["stor01"]}, *INVENTORY["jobs"]])
     L = Layout.from_inventory(Inventory.from_dict(inv))
@@ -190,7 +190,7 @@ def _idle_job_view(drv, url):
 
 
 def test_exporters_view_names_the_lossy_exporter_as_text(page_url, drv):
-    from tests.unit.console.fixtures import WS
+    from tests.support.console import WS
 
     drv.get(page_url + f"#view=exporters&mode=range&from={WS}&to={WS + 3 * 10_000}")
     assert wait_rendered(drv, "exporters") == "exporters"

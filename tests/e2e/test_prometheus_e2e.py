@@ -3,14 +3,14 @@
 
 Two runs, each on a fresh local pipeline (:class:`devtools.runner.LocalPipeline`, driven by
 ``bench/detection.py``'s ``run_scenario``) on this file's ports, with a Prometheus
-(tests/prom.py) that starts once the pipeline is up, scrapes the flow-metrics sink every
+(tests/support/prom.py) that starts once the pipeline is up, scrapes the flow-metrics sink every
 0.5 s, evaluates the shipped rules every 0.5 s and is stopped at teardown:
 
 - ``healthy`` (300 s at 10x): the final values of ``node_to_node_flow_traffic_bytes_total``,
   summed over app categories, match the simulator's truth per node pair over the whole run
   within the sampling bound (pairs with >= 1,000 expected samples); with every alert's
   ``for:`` set to 0, no alert expression was true at any evaluation (``ALERTS`` stays empty); and
-  every rule expression and dashboard query (tests/promql_sources.py) runs without error on the
+  every rule expression and dashboard query (tests/support/promql_sources.py) runs without error on the
   pipeline's series (many-to-many matches show up only on real data).
 - ``link_downgrade`` (220 s at 10x; tor2 port 2 toward gpu10 at 1G with CRC errors from t=60 s
   to t=200 s): ``FabricLinkSpeedDowngrade`` goes pending, then ``firing`` (``for:`` 6 s of wall
@@ -40,8 +40,8 @@ from devtools.runner import PipelineError, PipelinePorts
 from devtools.scoring import matrix_total_error
 from devtools.simulator.truth import read_truth
 from devtools.stack import port_free
-from tests.prom import PromQueryError, prometheus_or_skip
-from tests.promql_sources import dashboard_expressions, rule_expressions
+from tests.support.prom import PromQueryError, prometheus_or_skip
+from tests.support.promql_sources import dashboard_expressions, rule_expressions
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from ingest.decode import TemplateCache, decode
 from ingest.pcapread import read_udp
 from schemas import codec
-from tests.fixtures_path import SHARED_FIXTURES
-from tests.unit.decode_netflow import nfbuild as nb
-from tests.unit.decode_sflow import sflow_build as sb
+from tests.support.fixtures_path import SHARED_FIXTURES
+from tests.support import nfbuild as nb
+from tests.support import sflow_build as sb
 
 from . import framing, sflow_tree
 from .framing import ctl

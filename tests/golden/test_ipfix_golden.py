@@ -10,7 +10,7 @@ import pytest
 
 from ingest.decode import TemplateCache, decode
 from schemas.columns import FLOW_DTYPE, PROTO_IPFIX, is_v4_mapped
-from tests.fixtures_path import SHARED_FIXTURES
+from tests.support.fixtures_path import SHARED_FIXTURES
 from tests.golden.test_netflow_golden import CAPTURES, _exp_tuple, _record_tuple, decode_all, key_of, per_5tuple, read_csv, udp_payloads
 
 EXPORTS = SHARED_FIXTURES / "exports"

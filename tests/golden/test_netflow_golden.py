@@ -18,7 +18,7 @@ import pytest
 
 from ingest.decode import TemplateCache, decode
 from schemas.columns import FLOW_DTYPE, PROTO_NETFLOW5, PROTO_NETFLOW9, addr_str, is_v4_mapped
-from tests.fixtures_path import SHARED_FIXTURES
+from tests.support.fixtures_path import SHARED_FIXTURES
 
 EXPORTS = SHARED_FIXTURES / "exports"
 SUMMARIES = SHARED_FIXTURES / "summaries"

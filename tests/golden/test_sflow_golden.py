@@ -20,7 +20,7 @@ from ingest.decode.reference.sflow import decode_sflow as decode_sflow_reference
 from ingest.decode.sflow import decode_sflow_many
 from ingest.pcapread import read_udp
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5, addr_str
-from tests.fixtures_path import SHARED_FIXTURES
+from tests.support.fixtures_path import SHARED_FIXTURES
 
 EXPORTS = SHARED_FIXTURES / "exports"
 SUMMARIES = SHARED_FIXTURES / "summaries"

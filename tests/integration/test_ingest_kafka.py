@@ -16,7 +16,7 @@ import pytest
 from ingest.listener import parse_listen
 from ingest.service import IngestWorker
 from schemas.columns import addr_str
-from tests.fixtures_path import SHARED_FIXTURES
+from tests.support.fixtures_path import SHARED_FIXTURES
 
 from .kafka_helpers import batch_rows, consume, count_records, create_topics, s3_engine_broker, settings_for
 

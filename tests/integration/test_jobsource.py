@@ -19,7 +19,7 @@ from processors.jobsource.feed import Feed, SourceMetrics
 from processors.jobsource.slurm import SlurmPollError, SlurmSource
 from processors.logic.enrich.inventory import Inventory
 from schemas.columns import addr16
-from tests.fake_scheduler_api import DATA, FakeSchedulerAPI, load
+from tests.support.fake_scheduler_api import DATA, FakeSchedulerAPI, load
 
 BASE = Inventory.from_dict({
     "nodes": [{"name": f"gpu0{i}", "addresses": [f"10.0.0.{i}"], "group": "gpu"} for i in range(1, 5)],

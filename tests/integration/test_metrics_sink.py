@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from processors.logic.enrich.inventory import Inventory
 from schemas import codec
 from sinks.metrics.service import MetricsService
-from tests.unit.detectors.helpers import counters
+from tests.support.flows import counters
 
 from .kafka_helpers import create_topics, settings_for
 

@@ -19,7 +19,7 @@ import pytest
 from fabricflow.streams import OUTPUTS
 from processors.logic.core import ProcessorCore, engine_config, shard_of
 from processors.logic.enrich.inventory import Inventory
-from tests.synth import training_batches
+from tests.support.synth import training_batches
 
 from .kafka_helpers import consume, create_topics, decode_outputs, produce_batches, settings_for, write_config
 
@@ -34,7 +34,7 @@ ALERT_IDENTITY = ("dedup_key", "rule", "severity", "state", "first_seen_ms", "en
 def counter_batches(start_ms=1_767_225_600_000, seconds=60) -> list[tuple[str, np.ndarray]]:
     """(exporter, CounterBatch) every 5 s from two switches, 3 ports each: an error burst on one port, a downgrade
     on another, and one sample that arrives after a newer one of its port (stale)."""
-    from tests.unit.detectors.helpers import counters
+    from tests.support.flows import counters
 
     out = []
     for k, t in enumerate(range(start_ms, start_ms + seconds * 1000 + 1, 5000)):

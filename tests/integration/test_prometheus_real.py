@@ -1,7 +1,7 @@
 """Every PromQL expression the repository ships, run by a real Prometheus.
 
-A real Prometheus (tests/prom.py) scrapes a stand-in target that serves every
-family of the flow-metrics contract (tests/fake_flow_metrics.py) and loads the
+A real Prometheus (tests/support/prom.py) scrapes a stand-in target that serves every
+family of the flow-metrics contract (tests/support/fake_flow_metrics.py) and loads the
 shipped rules. Then every rule expression and every dashboard query (Grafana
 variables substituted) goes through /api/v1/query: any error fails, and so
 does an empty answer where the stand-in data must give one.
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fake_flow_metrics import FakeFlowMetrics
-from tests.prom import DEFAULT_PORT, PromQueryError, PrometheusServer, prometheus_or_skip
-from tests.promql_sources import dashboard_expressions, rule_expressions, rules
+from tests.support.fake_flow_metrics import FakeFlowMetrics
+from tests.support.prom import DEFAULT_PORT, PromQueryError, PrometheusServer, prometheus_or_skip
+from tests.support.promql_sources import dashboard_expressions, rule_expressions, rules
 
 # Dashboard queries allowed to be empty on the stand-in data, with the reason.
 MAY_BE_EMPTY = {

@@ -19,7 +19,7 @@ from sinks.archive.arrow_schema import table_from_columns
 from cli.options import parse_duration_ms
 from sinks.archive.retention import retention_policy
 from sinks.archive.layout import HOUR_MS
-from tests.unit.sinks.helpers import T0, enriched
+from tests.support.archive import T0, enriched
 
 register(app)
 runner = CliRunner()

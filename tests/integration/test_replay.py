@@ -25,7 +25,7 @@ from replay import (
     slice_batches,
 )
 from schemas import codec
-from tests.unit.replay import helpers as h
+from tests.support import replay as h
 
 from .kafka_helpers import consume, create_topics, s3_engine_broker, settings_for
 
@@ -168,7 +168,7 @@ def test_publish_to_replay_topics(loaded, factory):
 def test_cli_kafka_source(loaded, tmp_path):
     from typer.testing import CliRunner
 
-    from tests.unit.replay.test_replay_cli import make_app
+    from tests.unit.cli.test_replay import make_app
 
     s, _flows, msgs, _c, _st = loaded
     cfg = tmp_path / "c.yaml"

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from cli.main import app
 from devtools.simulator.engine import Simulation
 from devtools.simulator.exporters.pcap import DistinctSources, write_pcap
-from tests import scenario_archives as sa
-from tests.fixtures_path import REPO
+from tests.support import scenario_archives as sa
+from tests.support.fixtures_path import REPO
 
 runner = CliRunner()
 

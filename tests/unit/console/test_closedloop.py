@@ -13,7 +13,7 @@ from console.app import ConsoleState, create_app
 from console.history import History
 from console.layout import load_layout
 from console.live import LiveStore
-from tests import scenario_archives as sa
+from tests.support import scenario_archives as sa
 
 JSON = {"content-type": "application/json"}
 

@@ -11,7 +11,7 @@ from console.exporters import THRESHOLDS, exporter_health
 from console.history import History
 from console.layout import load_layout
 from console.live import LiveStore
-from tests import scenario_archives as sa
+from tests.support import scenario_archives as sa
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from devtools import fabric_fixture as ff
 from sinks.archive.arrow_schema import table_from_dicts
 from sinks.archive.buffer import HourlyBuffer
 from sinks.archive.parquet import ParquetWriter
-from tests.unit.console.fixtures import EVIL, WS, W, fill_store, layout, write_archive
+from tests.support.console import EVIL, WS, W, fill_store, layout, write_archive
 
 T = WS + 10 * W
 

@@ -12,7 +12,7 @@ from fabricflow import streams
 from fabricflow.settings import load_settings
 from schemas import codec
 from schemas.columns import addr16, empty_counters
-from tests.unit.console.fixtures import INCAST, WS, cell, layout
+from tests.support.console import INCAST, WS, cell, layout
 
 
 def _counters(t_ms, octets, speed=25_000_000_000, errors=0):

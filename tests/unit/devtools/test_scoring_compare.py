@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from devtools.scoring_compare import CompareOutcome, expected_verdict
-from tests.fixtures_path import REPO
+from tests.support.fixtures_path import REPO
 
 
 def _doc(faults, changes):

@@ -16,7 +16,7 @@ import pytest
 
 from fabricflow.stepmarks import StepMarks
 from schemas.marks import parse_mark
-from tests.fixtures_path import REPO
+from tests.support.fixtures_path import REPO
 
 
 @pytest.fixture

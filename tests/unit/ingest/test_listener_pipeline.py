@@ -8,7 +8,7 @@ from ingest.listener import ListenError, parse_listen
 from ingest.metrics import IngestMetrics
 from ingest.pcapread import read_udp
 from ingest.pipeline import Allowlist, IngestPipeline
-from tests.fixtures_path import SHARED_FIXTURES
+from tests.support.fixtures_path import SHARED_FIXTURES
 
 
 class FakeSink:
@@ -272,7 +272,7 @@ def test_data_before_its_template_is_counted_per_exporter():
 
 
 def test_discard_notifications_are_counted_and_published():
-    from tests.unit.decode_sflow.discard_seeds import seeds
+    from tests.support.discard_seeds import seeds
 
     p, sink, m = _pipeline()
     published = []

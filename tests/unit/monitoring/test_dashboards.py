@@ -13,8 +13,8 @@ import re
 import pytest
 import yaml
 
-from tests import promql_sources
-from tests.promql_sources import DASHBOARD_DIR, REPO, dashboard_expressions, dashboards, substitute
+from tests.support import promql_sources
+from tests.support.promql_sources import DASHBOARD_DIR, REPO, dashboard_expressions, dashboards, substitute
 
 GRAFANA = REPO / "deploy" / "grafana"
 PANEL_TYPES = {"timeseries", "table", "bargauge", "stat", "status-history", "heatmap", "row"}

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.prom import promtool_or_skip
-from tests.promql_sources import REPO, rule_files, rules
+from tests.support.prom import promtool_or_skip
+from tests.support.promql_sources import REPO, rule_files, rules
 
 DEPLOY = REPO / "deploy" / "prometheus"
 UNIT_TESTS = sorted((REPO / "tests" / "prometheus").glob("*.test.yml"))
@@ -139,7 +139,7 @@ def test_monitoring_doc_lists_every_alert_and_dashboard():
 
 def test_missing_tools_skip_or_fail(monkeypatch):
     """Skip without promtool/prometheus, except under FABRICFLOW_REQUIRE_BROKER=1 (make test): fail."""
-    import tests.prom as prom
+    import tests.support.prom as prom
 
     monkeypatch.setattr(prom, "find_tool", lambda name: None)
     monkeypatch.setattr(prom, "REQUIRE", False)

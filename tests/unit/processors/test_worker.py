@@ -9,7 +9,7 @@ from fabricflow.settings import load_settings
 from processors.worker import Processors, shuffle
 from processors.logic.core import shard_of
 from schemas import codec
-from tests.synth import training_batches
+from tests.support.synth import training_batches
 
 INVENTORY = Path(__file__).resolve().parents[2] / "data" / "cluster_inventory.yaml"
 
@@ -484,7 +484,7 @@ def test_enriched_messages_copy_the_flow_fields_of_the_raw_message(tmp_path):
     enriched messages."""
     import random
 
-    from tests.unit.foundation.test_codec_fastpaths import other_writer
+    from tests.unit.schemas.test_codec_fastpaths import other_writer
 
     _exp, batch = training_batches(seconds=2)[0]
     batch = batch[:300]
@@ -528,7 +528,7 @@ def test_counter_samples_wait_for_a_batch_and_give_the_same_link_outputs(tmp_pat
     """detect queues counter samples per shard (processors.counter_batch_rows) and applies them together at the
     threshold and at the tick: the link-health outputs equal those of applying each message as it comes. A
     snapshot keeps the waiting samples (it does not apply them), and a restore from it applies them later."""
-    from tests.unit.detectors.helpers import counters
+    from tests.support.flows import counters
 
     def message(t, exporters, late=False):
         rows = [dict(exporter=e, if_index=i, t=t - (25_000 if late and i == 1 else 0), in_octets=t * 1000 * (i + 1),
@@ -631,7 +631,7 @@ def test_revocation_drops_the_shard_and_hands_its_state_over(tmp_path):
 def test_counter_batches_reach_every_shard_and_copies_only_update_the_port_state(tmp_path):
     """prepare sends a counter batch to its exporter's shard and a copy marked role=state to every other
     shard; detect applies such a copy to the port state only (node_state), with no outputs and no counting."""
-    from tests.unit.detectors.helpers import counters
+    from tests.support.flows import counters
 
     p, sent = _proc(tmp_path, counter_batch_rows=1)
     msgs = [codec.encode_batch("counter_batch", counters([dict(exporter="192.0.2.10", if_index=1, t=t,
@@ -663,7 +663,7 @@ def test_counter_batches_taken_together_travel_as_one_message_per_shard_with_the
     shard as when each batch travels alone (the owner reports, the others keep the state)."""
     import zlib
 
-    from tests.unit.detectors.helpers import counters
+    from tests.support.flows import counters
 
     exporters = ["192.0.2.10", "192.0.2.14", "192.0.2.11", "192.0.2.15"]
     assert len({zlib.crc32(e.encode()) % 2 for e in exporters}) == 2  # both shards own some
@@ -707,7 +707,7 @@ def test_counter_owner_shard_is_the_one_replay_gives(tmp_path):
     192.0.2.10 and .14 are exporters whose shard the earlier replay rule (CRC32 of the 16-byte address) put
     elsewhere than live."""
     from replay.core import counter_shard_of
-    from tests.unit.detectors.helpers import counters
+    from tests.support.flows import counters
 
     p, sent = _proc(tmp_path)
     exporters = ["192.0.2.10", "192.0.2.14", "10.255.0.4", "2001:db8::7"]

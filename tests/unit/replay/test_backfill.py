@@ -19,7 +19,7 @@ from replay import ReplayError, archive_source, replay_batches
 from replay.backfill import OFFSET_SPAN, Backfill, capture_base_offset, remove_previous
 from replay.config import core_factory_from
 from sinks.archive import layout
-from tests.fixtures_path import REPO
+from tests.support.fixtures_path import REPO
 
 INV = str(REPO / "scenarios" / "tuning.yaml")
 
@@ -137,7 +137,7 @@ def test_bad_captures_are_one_line_errors(tmp_path):
 def test_drop_notifications_are_archived_as_discards_raw(tmp_path):
     """sFlow discarded packet samples in a capture land in discards_raw with their reasons, not in flows_raw."""
     from schemas.drop_reasons import reason_names
-    from tests.unit.decode_sflow.discard_seeds import seeds
+    from tests.support.discard_seeds import seeds
 
     t0 = 1_796_133_600_000
     p = tmp_path / "drops.pcap"

@@ -10,9 +10,9 @@ from fabricflow.settings import load_settings
 from replay import ReplayError, kafka_source
 from replay.kafka_source import FAST_FETCH_WAIT_MS, SLOW_FETCH_WAIT_MS
 from schemas import codec
-from tests.fake_kafka import FakeMessage
+from tests.support.fake_kafka import FakeMessage
 
-from . import helpers as h
+from tests.support import replay as h
 
 
 class _Broker:

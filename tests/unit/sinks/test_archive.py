@@ -16,7 +16,7 @@ from sinks.archive import layout
 from sinks.archive.buffer import HourlyBuffer
 from sinks.archive.index import FsWrittenIndex, WrittenIndex
 from sinks.archive.parquet import ParquetWriter
-from tests.unit.sinks.helpers import FakeLog, flow_table, hour_ms
+from tests.support.archive import FakeLog, flow_table, hour_ms
 
 GRACE = 5 * 60_000
 

@@ -8,8 +8,8 @@ import pytest
 from devtools.simulator import Simulation, scenario_from_dict
 from devtools.simulator.faults import expected_diagnosis
 from devtools.simulator.model import ScenarioError, ip_int, load_scenario
-from tests.unit.simulator.helpers import small, small_doc
-from tests.unit.simulator.wire import parse_sflow
+from tests.support.simulator import small, small_doc
+from tests.support.wire import parse_sflow
 
 SOURCES = ["g1", "g2", "g4"]
 

@@ -13,7 +13,7 @@ import pytest
 
 from query.compare.report import CompareError, CompareRequest, build_report
 from query.reports import ArchiveQuery
-from tests import scenario_archives as sa
+from tests.support import scenario_archives as sa
 
 DURATION_S = 300
 CHANGED = ("improved", "worse")

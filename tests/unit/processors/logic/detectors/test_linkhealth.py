@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from processors.logic.detectors.linkhealth import LinkHealthConfig, LinkHealthDetector
-from tests.unit.detectors.helpers import counters
+from tests.support.flows import counters
 
 EXPORTER = "192.0.2.10"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from processors.logic.diagnosis.catalog import DCQCN_HANDLED, HOST, LINK_FAULT, MICROBURST, UNDETERMINED
 from processors.logic.engine import Engine, EngineConfig
 from processors.logic.windows.tumbling import WindowConfig
-from tests.unit.detectors.helpers import counters, flows
+from tests.support.flows import counters, flows
 
 G25 = 25_000_000_000
 EXPORTER = "192.0.2.10"

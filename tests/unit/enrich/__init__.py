@@ -1,1 +1,0 @@
-"""Tests for inventory, longest-prefix match, app categories and flow enrichment."""

@@ -1,0 +1,121 @@
+"""congestion: a job's ECN-CE / RoCEv2 CNP share far above its own baseline; marks at the usual level are quiet."""
+
+from processors.logic.engine import Engine, EngineConfig
+from processors.logic.windows.tumbling import WindowConfig
+
+from tests.support.flows import flows
+
+RING = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")]
+ECT0, CE = 2, 3
+
+
+def engine():
+    return Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("congestion",)))
+
+
+def window(w, ce=None, cnp=None, job="j"):
+    """The ring's four flows, 100 sampled packets each (rate 100); ``ce``: {dst: CE-marked of its 100 samples};
+    ``cnp``: {src: CNP samples it sends back to its ring predecessor}."""
+    ce, cnp = ce or {}, cnp or {}
+    t = w * 10_000 + 100
+    out = []
+    for s, d in RING:
+        marked = ce.get(d, 0)
+        if 100 - marked:
+            out.append(dict(src=s, dst=d, t=t, packets=100 - marked, rate=100, tos=ECT0, job=job))
+        if marked:
+            out.append(dict(src=s, dst=d, t=t, packets=marked, rate=100, tos=CE, job=job))
+        if cnp.get(d):
+            out.append(dict(src=d, dst=s, t=t, packets=cnp[d], rate=100, bytes=64, roce_opcode=0x81, job=job))
+    return out
+
+
+def run(windows, e=None):
+    e = e or engine()
+    recs = [r for w, kw in enumerate(windows) for r in window(w, **kw)]
+    return e.process_flows(flows(recs)) + e.flush()
+
+
+def test_ecn_marks_at_the_jobs_normal_baseline_on_a_balanced_job_raise_nothing():
+    # a balanced job: every receiver gets 5 % of its packets marked in every window (a fabric that always marks
+    # a little): that is its own baseline, and no fixed threshold applies
+    assert run([dict(ce={"a": 5, "b": 5, "c": 5, "d": 5})] * 14) == []
+    # the usual level wobbling (1-2 marks of 100 per receiver) stays inside the sampling bounds
+    assert run([dict(ce={"c": 1 + w % 2, "a": w % 3}) for w in range(14)]) == []
+
+
+def test_a_congestion_episode_fires_with_job_node_share_and_baseline_then_resolves():
+    base = dict(ce={"c": 1})  # 1 of 400 sampled packets: 0.25 %
+    hot = dict(ce={"c": 30, "d": 6})  # receiver c's downlink marks 30 %, d 6 %
+    out = run([base] * 6 + [hot] * 3 + [base] * 5)
+    assert [(o.kind, o.key, o.value["state"], o.value["window_end_ms"]) for o in out] == [
+        ("alert", "congestion|j|ecn_ce", "firing", 80_000),  # second elevated window (persist_windows 2)
+        ("alert", "congestion|j|ecn_ce", "resolved", 130_000),  # quiet for more than 3 windows
+    ]
+    assert out[0].value == {
+        "dedup_key": "congestion|j|ecn_ce", "rule": "congestion", "severity": "warning", "state": "firing",
+        "summary": "job j: 9.00% of its packets are ECN-CE marked packets (95 % bounds 6.20%-11.80%, 400 sampled "
+                   "packets), 36.0x its baseline 0.25%, for 2 windows; congested receivers: c 30.0%; d 6.0%",
+        "entities": {"job": "j", "signal": "ecn_ce", "share": "0.0900", "baseline": "0.0025",
+                     "fraction_low": "0.0620", "fraction_high": "0.1180", "samples": "400", "packets_est": "40000",
+                     "signal_packets_est": "3600", "evidence_windows": "2", "nodes": "c:0.300,d:0.060", "ports": ""},
+        "window_start_ms": 70_000, "window_end_ms": 80_000, "first_seen_ms": 60_000, "last_seen_ms": 80_000,
+        "bytes_est": 0, "flows": 0, "sample_flows": [], "diagnosis": None,
+    }  # fmt: skip
+
+
+def test_cnp_burst_names_the_notification_point_and_its_port():
+    e = engine()
+    e.congestion.link_state = lambda node, now: (
+        {"switch": "tor1", "if_index": 7, "port": "192.0.2.10|7"} if node == "c" else None)
+    out = run([{}] * 6 + [dict(cnp={"c": 20})] * 2 + [{}] * 4, e)
+    firing = [o.value for o in out if o.value["state"] == "firing"]
+    assert [a["dedup_key"] for a in firing] == ["congestion|j|cnp"]
+    ent = firing[0]["entities"]
+    assert (ent["share"], ent["baseline"], ent["nodes"], ent["ports"], ent["samples"]) == (
+        "0.0476", "0.0000", "c:0.200", "c=tor1/if7", "420")
+    assert "c 20.0% (port tor1/if7)" in firing[0]["summary"]
+
+
+def test_a_short_spike_or_too_few_samples_do_not_fire():
+    hot = dict(ce={"c": 30})
+    assert run([{}] * 6 + [hot] + [{}] * 6) == []  # one window: persist_windows is 2
+    e = Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("congestion",)))
+    # 1 in 100 sampled packets fewer than min_samples: nothing judged at all
+    few = [dict(src=s, dst=d, t=w * 10_000 + 1, packets=10, rate=100, tos=CE if w >= 6 else ECT0, job="j")
+           for w in range(12) for s, d in RING]
+    assert e.process_flows(flows(few)) + e.flush() == []
+
+
+def test_traffic_between_jobs_is_not_a_jobs_congestion():
+    recs = [r for w in range(12) for r in window(w)]
+    recs += [dict(src="a", dst="x", t=w * 10_000 + 5, packets=100, rate=100, tos=CE, src_job="j", dst_job="k")
+             for w in range(6, 12)]
+    e = engine()
+    assert e.process_flows(flows(recs)) + e.flush() == []
+
+
+def test_snapshot_restore_continues_the_same():
+    windows = [dict(ce={"c": 1})] * 6 + [dict(ce={"c": 40})] * 3
+    recs = [r for w, kw in enumerate(windows) for r in window(w, **kw)]
+    a = engine()
+    first = a.process_flows(flows(recs[: len(recs) // 2]))
+    b = engine()
+    b.restore(a.snapshot())
+    assert first + b.process_flows(flows(recs[len(recs) // 2:])) + b.flush() == run(windows)
+
+
+def test_the_inventory_names_the_port_when_no_counter_sample_did():
+    from processors.logic.core import ProcessorCore
+    from processors.logic.enrich.inventory import Inventory
+
+    inv = Inventory.from_dict({
+        "nodes": [{"name": n, "ips": [f"10.0.0.{i + 1}"], "switch": "tor1", "group": "gpu"} for i, n in enumerate("abcd")],
+        "switches": [{"name": "tor1", "agent": "192.0.2.10",
+                      "ports": [{"if_index": i + 1, "node": n} for i, n in enumerate("abcd")]}],
+    })
+    assert inv.node_ports() == {"a": "tor1/if1", "b": "tor1/if2", "c": "tor1/if3", "d": "tor1/if4"}
+    core = ProcessorCore(inv, EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("congestion",)))
+    out = run([dict(ce={"c": 1})] * 6 + [dict(ce={"c": 30})] * 2 + [dict(ce={"c": 1})] * 4, core.engine)
+    firing = [o.value for o in out if o.value["state"] == "firing"]
+    assert [(a["dedup_key"], a["entities"]["ports"]) for a in firing] == [("congestion|j|ecn_ce", "c=tor1/if3")]

@@ -1,0 +1,135 @@
+"""storage_bound: storage I/O far below its baseline while the links have room and no link event is open."""
+
+from processors.logic.engine import Engine, EngineConfig
+from processors.logic.windows.tumbling import WindowConfig
+
+from tests.support.flows import counters, flows
+
+M = 1_000_000
+NODES = ["n0", "n1", "n2", "n3"]
+PORTS = {1: "n0", 2: "n1", 3: "n2", 4: "n3", 17: "st"}
+SPEED = {"n0": 25e9, "n1": 25e9, "n2": 25e9, "n3": 25e9, "st": 100e9}
+EXPORTER = "192.0.2.10"
+
+
+def engine():
+    def port_info(exporter, if_index):
+        node = PORTS.get(if_index, "") if exporter == EXPORTER else ""
+        return node, SPEED.get(node, float("nan"))
+
+    return Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("storage_bound", "link")),
+                  port_info=port_info, node_job=lambda node, t: "j" if node in NODES else "")
+
+
+def io(w, reads=100 * M, writes=0):
+    """Dataset reads st -> each node and checkpoint writes each node -> st in window ``w``."""
+    out = []
+    for n in NODES:
+        if reads:
+            out.append(dict(src="st", dst=n, t=w * 10_000 + 100, bytes=reads, packets=50, category="storage",
+                            src_group="storage", dst_job="j"))
+        if writes:
+            out.append(dict(src=n, dst="st", t=w * 10_000 + 200, bytes=writes, packets=50, category="storage",
+                            dst_group="storage", src_job="j"))
+    return out
+
+
+def ports(w, st_speed=100e9, errors=0):
+    """One counter sample per port at the start of window ``w`` (light load: 1 % of 25G)."""
+    out = []
+    for i, node in PORTS.items():
+        octets = int(w * 10 * 25e9 / 8 * 0.01)
+        speed = st_speed if node == "st" else 25e9
+        out.append(dict(exporter=EXPORTER, if_index=i, t=w * 10_000, seq=w + 1, speed=int(speed),
+                        in_octets=octets, out_octets=octets, in_errors=errors * w if node == "st" else 0))
+    return out
+
+
+def run(plan, **port_kw):
+    """plan: per window (reads, writes) bytes per node."""
+    e = engine()
+    out = []
+    for w, (reads, writes) in enumerate(plan):
+        out += e.process_counters(counters(ports(w, **port_kw)))
+        out += e.process_flows(flows(io(w, reads, writes)))
+    out += e.flush()
+    return [o.value for o in out if o.kind == "alert"]
+
+
+STEADY = [(100 * M, 0)] * 8
+SLOW = [(25 * M, 0)] * 4
+
+
+def test_reads_far_below_baseline_with_link_headroom_give_a_verdict():
+    out = run(STEADY + SLOW + STEADY)
+    assert [(a["state"], a["window_end_ms"]) for a in out] == [("firing", 110_000), ("resolved", 160_000)]
+    assert out[0] == {
+        "dedup_key": "storage_bound|j|st|dataset_reads", "rule": "storage_bound", "severity": "warning", "state": "firing",
+        "summary": "job j: dataset reads with st at 80.00 Mb/s, 25% of their baseline 320.00 Mb/s for 3 windows, "
+                   "while the 5 ports involved stay at <= 1% utilisation with no link event: the network is not "
+                   "the bottleneck",
+        "entities": {"job": "j", "storage": "st", "signal": "dataset_reads", "throughput_bps": "80000000",
+                     "baseline_bps": "320000000", "ratio": "0.250", "windows": "3", "max_link_util": "0.010",
+                     "link_headroom": "0.990", "storage_port": "192.0.2.10|17", "storage_port_util": "0.003",
+                     "ports_checked": "5"},
+        "window_start_ms": 100_000, "window_end_ms": 110_000, "first_seen_ms": 100_000, "last_seen_ms": 110_000,
+        "bytes_est": 100 * M, "flows": 0, "sample_flows": [], "diagnosis": None,
+    }  # fmt: skip
+
+
+def test_a_slowdown_that_comes_with_a_link_fault_gives_no_verdict():
+    # the storage port runs at 10G instead of its configured 100G: the network may be the cause
+    assert run(STEADY + SLOW + STEADY, st_speed=10e9) == []
+
+
+def test_a_slowdown_during_an_error_burst_gives_no_verdict():
+    assert run(STEADY + SLOW + STEADY, errors=1000) == []
+
+
+def test_no_counter_samples_no_verdict():
+    e = engine()
+    out = []
+    for w, (reads, writes) in enumerate(STEADY + SLOW):
+        out += e.process_flows(flows(io(w, reads, writes)))
+    assert [o for o in out + e.flush() if o.kind == "alert"] == []
+
+
+def test_one_or_two_slow_windows_and_a_stopped_job_give_no_verdict():
+    assert run(STEADY + [(25 * M, 0)] * 2 + STEADY) == []
+    assert run(STEADY + [(0, 0)] * 5) == []
+
+
+def test_checkpoint_bursts_of_any_alignment_give_no_verdict():
+    # a 15 s burst spans 2 or 3 windows; the partial windows are far below the peak, the middle one is not
+    bursts = [(100 * M, 0), (100 * M, 500 * M), (100 * M, 3000 * M), (100 * M, 1500 * M)] * 2
+    bursts += [(100 * M, 0), (100 * M, 2000 * M), (100 * M, 2500 * M), (100 * M, 0)]
+    assert run(STEADY + bursts + bursts) == []
+
+
+def test_a_stretched_checkpoint_at_a_quarter_of_its_rate_gives_a_verdict():
+    normal = [(100 * M, 0), (100 * M, 1500 * M), (100 * M, 3000 * M), (100 * M, 0)]
+    slow = [(100 * M, 0)] + [(100 * M, 750 * M)] * 6 + [(100 * M, 0)]
+    out = run(STEADY + normal * 2 + slow + STEADY)
+    assert [(a["state"], a["window_end_ms"], a["entities"]["signal"], a["entities"]["ratio"]) for a in out] == [
+        ("firing", 200_000, "checkpoint_writes", "0.250"),  # third window of the stretched burst
+        ("updated", 260_000, "checkpoint_writes", "0.250"),  # update_every 6 windows, while it was seen
+        ("resolved", 270_000, "checkpoint_writes", "0.250"),  # 3 quiet windows after the burst ended at 230 s
+    ]
+
+
+def test_snapshot_restore_gives_the_same_verdicts():
+    plan = STEADY + SLOW + STEADY
+    whole = run(plan)
+    a = engine()
+    out = []
+    for w, (reads, writes) in enumerate(plan[:10]):
+        out += a.process_counters(counters(ports(w)))
+        out += a.process_flows(flows(io(w, reads, writes)))
+    b = engine()
+    b.restore_bytes(a.snapshot_bytes())
+    for w, (reads, writes) in enumerate(plan):
+        if w >= 10:
+            out += b.process_counters(counters(ports(w)))
+            out += b.process_flows(flows(io(w, reads, writes)))
+    out += b.flush()
+    assert [o.value for o in out if o.kind == "alert"] == whole

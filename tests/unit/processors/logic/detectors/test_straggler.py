@@ -1,0 +1,100 @@
+"""Straggler scores: persistent low sender flagged; uniform slowdown and one spike are not."""
+
+from processors.logic.engine import Engine, EngineConfig
+from processors.logic.detectors.straggler import leave_one_out_median
+from processors.logic.windows.tumbling import WindowConfig
+
+from tests.support.flows import flows
+
+S = 1_000_000
+NODES = [f"n{i}" for i in range(5)]
+
+
+def run(sent_by_window):
+    """sent_by_window: list of {node: bytes} per 10 s window; ring n_i -> n_(i+1)."""
+    e = Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("straggler",)))
+    recs = []
+    for w, sent in enumerate(sent_by_window):
+        for i, n in enumerate(NODES):
+            if sent.get(n, S):
+                recs.append(dict(src=n, dst=NODES[(i + 1) % 5], t=w * 10_000 + 100, bytes=sent.get(n, S), job="j"))
+    out = e.process_flows(flows(recs)) + e.flush()
+    return [o.value for o in out if o.kind == "straggler"]
+
+
+def test_persistent_low_sender_is_flagged_after_k_windows():
+    out = run([{"n4": S // 10}] * 4)
+    n4 = [s for s in out if s["node"] == "n4"]
+    assert [s["evidence_windows"] for s in n4] == [1, 2, 3, 4]
+    assert [s["straggler"] for s in n4] == [False, False, True, True]
+    assert n4[2] == {
+        "window_start_ms": 20_000, "window_end_ms": 30_000, "job": "j", "node": "n4",
+        "sent_bytes": S // 10, "recv_bytes": S, "peer_median_sent": float(S), "peer_median_recv": float(S),
+        "ratio_sent": 0.1, "score": -10.0, "evidence_windows": 3, "straggler": True, "peers": 4,
+        "explained_by": "", "diagnosis": None,
+    }
+    n0 = [s for s in out if s["node"] == "n0"]
+    assert n0[0]["recv_bytes"] == S // 10 and n0[0]["ratio_sent"] == 1.0 and n0[0]["score"] == 0.0
+    assert not any(s["straggler"] for s in out if s["node"] != "n4")
+    assert len(out) == 20
+
+
+def test_uniformly_slower_job_is_not_a_straggler():
+    out = run([{}, {}, {n: S // 4 for n in NODES}, {n: S // 4 for n in NODES}, {n: S // 4 for n in NODES}])
+    assert {s["ratio_sent"] for s in out} == {1.0}
+    assert not any(s["straggler"] for s in out)
+
+
+def test_one_spike_is_not_a_straggler():
+    out = run([{}, {"n2": S // 20}, {}, {}, {}])
+    n2 = [s for s in out if s["node"] == "n2"]
+    assert [s["evidence_windows"] for s in n2] == [0, 1, 0, 0, 0]
+    assert [s["score"] for s in n2] == [0.0, -5.0, 0.0, 0.0, 0.0]  # rolling median of 3
+    assert not any(s["straggler"] for s in out)
+
+
+def test_silent_member_scores_zero_and_needs_three_peers():
+    out = run([{}, {"n3": 0}, {"n3": 0}, {"n3": 0}])
+    n3 = [s for s in out if s["node"] == "n3"]
+    assert [s["sent_bytes"] for s in n3] == [S, 0, 0, 0]
+    assert n3[-1]["straggler"] is True
+    e = Engine(EngineConfig(enabled=("straggler",)))
+    small = [dict(src=f"m{i}", dst=f"m{(i + 1) % 3}", t=100, bytes=S, job="k") for i in range(3)]
+    assert [o for o in e.process_flows(flows(small)) + e.flush() if o.kind == "straggler"] == []
+
+
+def test_leave_one_out_median():
+    assert leave_one_out_median([1, 2, 3, 4]).tolist() == [3.0, 3.0, 2.0, 2.0]
+    assert leave_one_out_median([5, 5, 5]).tolist() == [5.0, 5.0, 5.0]
+
+
+def run_tree(windows: int, slow: dict[str, float] | None = None):
+    """Binary-tree AllReduce on NODES (as the simulator's ``collective: tree``): per window each child sends S to
+    its parent and each parent S to each child, so n0 (root) sends 2S, n1 3S and the leaves n2-n4 S each."""
+    e = Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("straggler",)))
+    recs = []
+    for w in range(windows):
+        for i in range(1, len(NODES)):
+            child, parent = NODES[i], NODES[(i - 1) // 2]
+            for src, dst in ((child, parent), (parent, child)):
+                recs.append(dict(src=src, dst=dst, t=w * 10_000 + 100, bytes=int(S * (slow or {}).get(src, 1.0)), job="j"))
+    out = e.process_flows(flows(recs)) + e.flush()
+    return [o.value for o in out if o.kind == "straggler"]
+
+
+def test_tree_leaves_are_not_stragglers():
+    # Leaves send a third of what the inner node sends: by total bytes every leaf was at 0.67 of its peers'
+    # median with z -4.5 and flagged after 3 windows (train-b in scenarios/mixed.yaml). Per link all send S.
+    out = run_tree(5)
+    assert not any(s["straggler"] for s in out)
+    assert {s["ratio_sent"] for s in out} == {1.0}
+    assert {(s["node"], s["sent_bytes"]) for s in out if s["window_start_ms"] == 0} == {
+        ("n0", 2 * S), ("n1", 3 * S), ("n2", S), ("n3", S), ("n4", S)}
+
+
+def test_slow_node_in_a_tree_is_flagged():
+    for node in ("n1", "n4"):  # an inner node and a leaf
+        out = run_tree(4, slow={node: 0.3})
+        flagged = [(s["node"], s["window_start_ms"]) for s in out if s["straggler"]]
+        assert flagged == [(node, 20_000), (node, 30_000)]
+        assert {round(s["ratio_sent"], 2) for s in out if s["node"] == node} == {0.3}

@@ -1,0 +1,64 @@
+"""RoCEv2 operations per node and job from node-level matrix cells."""
+
+from __future__ import annotations
+
+from processors.logic.enrich.inventory import Inventory
+from sinks.metrics.state import MetricsState
+from tests.unit.sinks.metrics.test_state import INVENTORY, T0, scrape, values
+from tests.unit.sinks.metrics.test_state import cell as plain_cell
+
+
+def cell(**kw):
+    """A matrix cell with RoCEv2 operation columns (``roce_*_packets_est``) as given."""
+    return plain_cell(**kw) | {k: v for k, v in kw.items() if k.startswith("roce_")}
+
+
+def test_roce_operations_per_node_and_job():
+    st = MetricsState(Inventory.from_dict(INVENTORY))
+    ops = dict(roce_write_packets_est=300, roce_ack_packets_est=30, cnp_packets_est=2)
+    st.add_matrix([cell(src="gpu-1", dst="gpu-3", cat="rocev2", **ops),
+                   cell(level="group", src="gpu", dst="gpu", cat="rocev2", **ops),  # not node level: not counted
+                   cell(src="gpu-2", dst="gpu-1", cat="rocev2", roce_send_packets_est=7),  # gpu-2 is in no job
+                   cell(src="gpu-1", dst="gpu-2")])  # an old cell without the columns adds nothing
+    scrape(st)
+    assert values(st, "node_roce_operations_total") == {
+        ("gpu-1", "tx", "write"): 300.0, ("gpu-3", "rx", "write"): 300.0, ("gpu-1", "tx", "ack"): 30.0,
+        ("gpu-3", "rx", "ack"): 30.0, ("gpu-1", "tx", "cnp"): 2.0, ("gpu-3", "rx", "cnp"): 2.0,
+        ("gpu-2", "tx", "send"): 7.0, ("gpu-1", "rx", "send"): 7.0}
+    assert values(st, "job_roce_operations_total") == {
+        ("job-a", "write"): 300.0, ("job-a", "ack"): 30.0, ("job-a", "cnp"): 2.0, ("unknown", "send"): 7.0}
+
+
+def test_a_non_integer_operation_count_is_a_bad_record():
+    st = MetricsState(Inventory.from_dict(INVENTORY))
+    assert st.add_matrix([cell(roce_read_request_packets_est="12")]) == 0
+    assert values(st, "fabricflow_metrics_undecodable_messages_total") == {("matrix", "bad_record"): 0.0}
+
+
+def test_collective_visibility_per_job():
+    """job-a (gpu-1, gpu-3): window 1 both active, only storage traffic -> not_visible; window 2 gpu-1 sends
+    RoCEv2 to gpu-3 -> share 1/2, visible; window 3 nothing from them -> idle. Judged when the next window comes."""
+    st = MetricsState(Inventory.from_dict(INVENTORY))
+    w = 10_000
+    st.add_matrix([cell(src="gpu-1", dst="st-1", cat="storage", end=T0 + w),
+                   cell(src="gpu-3", dst="st-1", cat="storage", end=T0 + w)])
+    assert values(st, "job_collective_visibility_state") == {}  # the window is judged once the next one comes
+    st.add_matrix([cell(src="gpu-1", dst="gpu-3", cat="rocev2", end=T0 + 2 * w),
+                   cell(src="gpu-2", dst="gpu-1", cat="collective", end=T0 + 2 * w)])  # gpu-2: in no job
+    assert values(st, "job_collective_visibility_state")[("job-a", "not_visible")] == 1
+    assert values(st, "job_collective_visibility_ratio") == {("job-a",): 0.0}
+    st.add_matrix([cell(src="gpu-2", dst="st-1", cat="storage", end=T0 + 3 * w)])
+    assert values(st, "job_collective_visibility_ratio") == {("job-a",): 0.5}
+    assert values(st, "job_collective_visibility_state")[("job-a", "visible")] == 1
+    st.add_matrix([cell(src="gpu-2", dst="st-1", cat="storage", end=T0 + 4 * w)])
+    assert values(st, "job_collective_visibility_ratio") == {}
+    assert {k: v for k, v in values(st, "job_collective_visibility_state").items() if v} == {("job-a", "idle"): 1}
+
+
+def test_visibility_states():
+    from sinks.metrics.visibility import visibility
+
+    assert visibility(set(), set()) == (None, "idle")
+    assert visibility({"a", "b", "c"}, set()) == (0.0, "not_visible")
+    assert visibility({"a", "b", "c"}, {"a"}) == (1 / 3, "partial")
+    assert visibility({"a", "b"}, {"a", "x"}) == (0.5, "visible")
