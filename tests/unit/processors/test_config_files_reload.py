@@ -13,21 +13,11 @@ from processors.worker import Processors
 from processors.logic.enrich.categories import CATEGORY_CODE
 from processors.config_files import ConfigFileError, check_config_files
 from tests.support.synth import training_batches
+from tests.support.worker import NoBrokerProducer
 
 REPO = Path(__file__).resolve().parents[3]
 INVENTORY = REPO / "tests" / "data" / "cluster_inventory.yaml"
 POLICY = REPO / "deploy" / "fabricflow" / "policy.yaml"
-
-
-class _NoBrokerProducer:
-    def __init__(self, _config):
-        pass
-
-    def poll(self, _timeout=0):
-        return 0
-
-    def flush(self, _timeout=None):
-        return 0
 
 
 def _proc(tmp_path, **processors):
@@ -36,7 +26,7 @@ def _proc(tmp_path, **processors):
         kafka={"bootstrap_servers": "127.0.0.1:9", "partitions": 2},
         processors={"datadir": str(tmp_path / "d"), "metrics_port": 0, "web_port": 0, "inventory_reload_s": 0, **processors},
     )
-    with mock.patch("processors.worker.publish.Producer", _NoBrokerProducer):
+    with mock.patch("processors.worker.publish.Producer", NoBrokerProducer):
         p = Processors(s)
     p.publisher.produce = lambda *a, **kw: None
     p.publisher.poll = lambda: None

@@ -17,7 +17,7 @@ from processors.worker import Processors
 from schemas.columns import FLOW_DTYPE, addr16
 from schemas.registry import decode_record
 from tests.support.fake_scheduler_api import DATA
-from tests.unit.processors.test_config_files_reload import _NoBrokerProducer
+from tests.support.worker import NoBrokerProducer
 
 INVENTORY = """\
 nodes:
@@ -51,7 +51,7 @@ def worker(tmp_path, monkeypatch):
     s = load_settings(None, kafka={"bootstrap_servers": "127.0.0.1:9", "partitions": 2}, processors={
         "datadir": str(tmp_path / "d"), "metrics_port": 0, "web_port": 0, "inventory_reload_s": 0,
         "inventory": str(inv), "jobs": {"source": "slurm"}})
-    with mock.patch("processors.worker.publish.Producer", _NoBrokerProducer):
+    with mock.patch("processors.worker.publish.Producer", NoBrokerProducer):
         p = Processors(s)
     p.sent = []
     p.publisher.produce = lambda topic, key, value, **kw: p.sent.append((topic, key, decode_record(value)))
