@@ -43,7 +43,7 @@ demo: venv
 
 ## bench: run the benchmarks (prints records/s and ratios; not part of the tests)
 bench: venv
-	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	for b in bench/*.py; do grep -q __main__ $$b || continue; m=$$(basename $$b .py); echo "== bench.$$m"; $(BIN)/python -m bench.$$m || exit 1; done
 
 ## fuzz: coverage-guided fuzzing of every decoder, FUZZ_CPU_S CPU-seconds per target (docs/fuzzing.md)
 FUZZ_CPU_S ?= 600

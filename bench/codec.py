@@ -66,14 +66,14 @@ def _decode_all(dgrams: list[bytes], n: int) -> np.ndarray:
 
 
 def softflowd_flows(n: int) -> np.ndarray:
-    from bench.common import netflow_stream
+    from devtools.loadgen import netflow_stream
 
     s = netflow_stream(9, records=25, pool=64)
     return _decode_all(s.templates + s.data, n)
 
 
 def sflow_flows(n: int) -> np.ndarray:
-    from bench.decode_sflow import synthetic
+    from devtools.sflow_build import synthetic
 
     return _decode_all(synthetic(64, 7), n)
 

@@ -182,7 +182,7 @@ class _Discard:
 
 def pipeline_run(proto: str, seconds: float, profile: str | None = None) -> dict:
     """CPU-s per 1 M records of ``IngestPipeline.handle`` + flush (discard sink) on softflowd-shaped datagrams."""
-    from bench.common import netflow_stream
+    from devtools.loadgen import netflow_stream
     from fabricflow.settings import load_settings
     from ingest.metrics import IngestMetrics
     from ingest.pipeline import IngestPipeline

@@ -8,7 +8,6 @@ How it works: bench/README.md, "bench/decode_sflow.py"; results: docs/performanc
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from pathlib import Path
@@ -17,46 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ingest.decode import TemplateCache, decode  # noqa: E402
-from tests.support import sflow_build as b  # noqa: E402
-
-
-def _frame(rng: random.Random) -> bytes:
-    kind = rng.random()
-    a = f"10.30.{rng.randrange(0, 4)}.{rng.randrange(1, 250)}"
-    z = f"10.30.{rng.randrange(0, 4)}.{rng.randrange(1, 250)}"
-    if kind < 0.45:
-        seg = b.tcp(rng.randrange(1024, 65535), 29400, 0x10, b"\x00" * 80)
-        tags = [(0x8100, 210)] if rng.random() < 0.3 else []
-        return b.eth(b.ipv4(seg, 6, a, z, tos=0x68, total_len=9000), 0x0800, tags)
-    if kind < 0.75:
-        return b.eth(b.ipv4(b.udp(rng.randrange(49152, 65535), 4791, b.bth(10, rng.randrange(1 << 24)) +
-                                  b"\x00" * 40), 17, a, z, tos=0x6A, total_len=4158))
-    if kind < 0.85:
-        inner = b.eth(b.ipv4(b.tcp(40000, 2049, 0x18, b"\x00" * 20), 6, "192.168.0.1", "192.168.0.2"))
-        return b.eth(b.ipv4(b.udp(50000, 4789, b.vxlan(5001, inner)), 17, a, z, total_len=1550))
-    if kind < 0.95:
-        return b.eth(b.ipv6(b.tcp(5555, 9100, 0x18, b"\x00" * 40), 6, "fd00:99::30", "fd00:30::1", payload_len=1400),
-                     0x86DD)
-    return b.eth(b.ipv4(b.udp(33333, 53, b"\x00" * 40), 17, a, "10.40.0.53"))
-
-
-def synthetic(k: int, per: int, seed: int = 1) -> list[bytes]:
-    rng = random.Random(seed)
-    out = []
-    pool = 0
-    for i in range(k):
-        samples = []
-        for j in range(per):
-            fr = _frame(rng)
-            pool += 4096
-            samples.append(b.flow_sample([b.ext_switch(rng.choice((0, 0, 110, 210))), b.raw_header(fr)],
-                                         seq=i * per + j, rate=4096, pool=pool, in_if=rng.randrange(1, 65),
-                                         out_if=rng.randrange(1, 65)))
-        if i % 20 == 0:
-            samples.append(b.counter_sample([b.generic_counters(if_index=1, if_speed=400_000_000_000,
-                                                                in_octets=1 << 40), b.ethernet_counters()]))
-        out.append(b.datagram(samples, agent="10.254.1.1", seq=i + 1, uptime=i * 10))
-    return out
+from devtools.sflow_build import synthetic  # noqa: E402
 
 
 def fixtures() -> list[bytes]:

@@ -34,7 +34,7 @@ _BENCH = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
 sys.path.insert(0, str(_BENCH.parent))
 
-from bench.common import (  # noqa: E402
+from devtools.loadgen import (  # noqa: E402
     Sender, Stream, cpu_seconds, free_tcp_port, free_udp_port, netflow_stream, pin, sflow_stream, udp_socket_stats,
     use_port_range, wait_quiet,
 )

@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import free_tcp_port, pin
+from devtools.loadgen import free_tcp_port, pin
 
 # --------------------------------------------------------------------------- process hygiene
 

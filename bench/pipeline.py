@@ -41,7 +41,8 @@ import time  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from bench.chaos import scrape, write_inventory  # noqa: E402
+from devtools.chaos import scrape  # noqa: E402
+from devtools.chaos_outputs import write_inventory  # noqa: E402
 from bench.pipeline_load import Fleet, Sent  # noqa: E402
 from bench.pipeline_run import BenchPipeline, Code, TopicCounter, archive_rows, archive_totals, output_digests  # noqa: E402
 from devtools.runner import PipelineError  # noqa: E402

@@ -6,8 +6,8 @@ numbers stay per exporter, and with ``ingest.workers > 1`` the kernel's SO_REUSE
 worker (docs/operations.md). The addresses are chosen so that every raw partition gets the same number of
 exporters under Kafka's murmur2 partitioner (the one ingest's producer uses).
 
-Datagrams come from ``bench.common.netflow_stream`` (softflowd's templates, addresses from the 512-node pool that
-``bench.chaos.write_inventory`` names), one pool per exporter with its own seed. Flows are unique: before a pool
+Datagrams come from ``devtools.loadgen.netflow_stream`` (softflowd's templates, addresses from the 512-node pool that
+``devtools.chaos_outputs.write_inventory`` names), one pool per exporter with its own seed. Flows are unique: before a pool
 datagram goes out again, each of its flows gets the next value of a running counter in its source port (kept in
 the ephemeral range 49152-65535), and its export time moves one second per second of load.
 
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.common import Sender, Stream, netflow_stream
+from devtools.loadgen import Sender, Stream, netflow_stream
 
-HOSTS = 512  # the address pool of bench.common._Hosts; bench.chaos.write_inventory names every host of it
+HOSTS = 512  # the address pool of devtools.loadgen._Hosts; devtools.chaos_outputs.write_inventory names every host of it
 END_SPREAD_MS = 10_000  # flows end up to 10 s before their export: inside processors.allowed_lateness_s (30 s)
 
 
@@ -49,7 +49,7 @@ def exporter_addresses(count: int, partitions: int) -> list[str]:
 
 
 class Exporter(Sender):
-    """One exporter: a :class:`bench.common.Sender` from its own address (``source``) whose flows get unique source
+    """One exporter: a :class:`devtools.loadgen.Sender` from its own address (``source``) whose flows get unique source
     ports (instead of the Sender's stamps, which also rewrite source addresses: these stay the inventory's)."""
 
     def __init__(self, stream: Stream, source: str, target: tuple[str, int]):

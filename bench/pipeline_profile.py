@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.common import CLK_TCK, process_tree
+from devtools.loadgen import CLK_TCK, process_tree
 
 RATE = 50  # py-spy samples per second
 SKIP_THREAD_FRAMES = ("_bootstrap", "_bootstrap_inner", "run", "<module>", "_run_module_as_main", "_run_code")
@@ -99,7 +99,7 @@ def pure_core(settings) -> dict:
     """The processors' pure core (``fabricflow replay``'s path: enrich, shard, detectors; no codec, no Kafka) on every
     record of flows.raw, in this process: CPU-s per 1 M records, to hold against the worker's in the pipeline (the
     core is this checkout's: meaningful for the checkout under test only). Timed up to the last batch."""
-    from bench.chaos import read_raw
+    from devtools.chaos_outputs import read_raw
     from replay import core_factory_from, replay_batches
 
     src = read_raw(settings)

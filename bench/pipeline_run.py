@@ -27,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from bench.chaos import read_metrics
-from bench.common import cpu_seconds
+from devtools.chaos import read_metrics
+from devtools.loadgen import cpu_seconds
 from devtools.runner import LocalPipeline, PipelineError, PipelinePorts, udp_free
 from devtools.stack import EmbeddedStack, StackError, port_free, tail
 

@@ -24,10 +24,10 @@ REPO = Path(__file__).resolve().parents[1]
 # subprocess gets it as PYTHONPATH). bench/ itself must not be on sys.path: bench/processors.py would shadow the package.
 CODE = Path(os.environ.get("FF_BENCH_CODE") or REPO).resolve()
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO))  # bench.common
+sys.path.insert(0, str(REPO))  # devtools.loadgen
 sys.path.insert(0, str(CODE))
 
-from bench.common import pin  # noqa: E402
+from devtools.loadgen import pin  # noqa: E402
 from bench.processors_input import inventory_dict, make_input  # noqa: E402
 from bench.processors_worker import pin_tree, run_worker  # noqa: E402
 

@@ -12,7 +12,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-from bench.common import cpu_seconds, pin
+from devtools.loadgen import cpu_seconds, pin
 
 REPO = Path(__file__).resolve().parents[1]
 CODE = Path(os.environ.get("FF_BENCH_CODE") or REPO).resolve()  # the code measured (see bench/processors.py)

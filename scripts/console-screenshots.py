@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from devtools.browser import available, browser, console_errors, wait_rendered
-from bench.console_run import ports_in_block, scenario_with_console, wait_for
+from devtools.console_run import ports_in_block, scenario_with_console, wait_for
 
 
 def main() -> int:

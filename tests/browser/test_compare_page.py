@@ -17,7 +17,7 @@ import pytest
 
 from devtools.browser import browser, console_errors, wait_rendered
 from tests.browser.serve import need_browser, serve
-from bench.console_run import wait_for
+from devtools.console_run import wait_for
 from console.app import ConsoleState, create_app
 from console.closedloop import mark_storer
 from console.history import History

@@ -14,7 +14,7 @@ import pytest
 
 from tests.browser.serve import need_browser, serve
 from devtools.browser import browser, click, console_errors, wait_rendered
-from bench.console_run import wait_for
+from devtools.console_run import wait_for
 from console.app import ConsoleState, create_app
 from console.history import History
 from console.live import LiveStore

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bench.console_run import wait_for
+from devtools.console_run import wait_for
 from console.app import ConsoleState, create_app
 from console.live import LiveStore
 from devtools import fabric_fixture as ff

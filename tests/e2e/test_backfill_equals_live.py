@@ -32,7 +32,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from bench.detection import run_scenario
+from devtools.scenario_run import run_scenario
 from devtools.runner import PipelineError, PipelinePorts
 from devtools.stack import port_free
 

@@ -1,4 +1,4 @@
-"""Chaos pass/fail facts (bench/chaos.py at a small load): after kill -9 of the archive sink mid-file, of ingest
+"""Chaos pass/fail facts (devtools/chaos.py, the harness of bench/chaos.py, at a small load): after kill -9 of the archive sink mid-file, of ingest
 and of one of two processors workers, every record in Kafka is archived once (0 lost, 0 duplicated), the killed
 service recovers, and the live output windows equal a replay of the same records (the uninterrupted run).
 
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from bench.chaos import run
+from devtools.chaos import run
 from devtools.runner import PipelineError
 from devtools.stack import port_free
 

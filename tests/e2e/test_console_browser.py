@@ -2,7 +2,7 @@
 
 The first 150 s of ``mixed`` at 10x go through a fresh local pipeline (embedded broker +
 object store, ingest, processors, archive sink to a local directory) with the console
-serving beside it (bench/console_run.py), all on ports 31300-31399. Once the console's live
+serving beside it (devtools/console_run.py), all on ports 31300-31399. Once the console's live
 reader holds the incast into gpu05 and the downgrade of tor2/if4 (gpu12), and the archive
 holds the flows of the incast window, Chromium checks what a person would look at:
 
@@ -22,7 +22,7 @@ import os
 import pytest
 
 from devtools.browser import available, browser, click, console_errors, wait_rendered
-from bench.console_run import ports_in_block, scenario_with_console, wait_for
+from devtools.console_run import ports_in_block, scenario_with_console, wait_for
 from devtools.runner import PipelineError
 from devtools.stack import port_free
 

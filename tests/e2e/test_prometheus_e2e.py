@@ -2,7 +2,7 @@
 -> Prometheus (scraping it, with the shipped rules) -> Prometheus' HTTP API.
 
 Two runs, each on a fresh local pipeline (:class:`devtools.runner.LocalPipeline`, driven by
-``bench/detection.py``'s ``run_scenario``) on this file's ports, with a Prometheus
+``devtools/scenario_run.py``'s ``run_scenario``) on this file's ports, with a Prometheus
 (tests/support/prom.py) that starts once the pipeline is up, scrapes the flow-metrics sink every
 0.5 s, evaluates the shipped rules every 0.5 s and is stopped at teardown:
 
@@ -35,7 +35,7 @@ import time
 
 import pytest
 
-from bench.detection import run_scenario
+from devtools.scenario_run import run_scenario
 from devtools.runner import PipelineError, PipelinePorts
 from devtools.scoring import matrix_total_error
 from devtools.simulator.truth import read_truth

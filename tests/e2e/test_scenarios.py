@@ -4,7 +4,7 @@ Three short runs, each on a fresh local pipeline (:class:`devtools.runner.LocalP
 embedded broker + object store, ``fabricflow ingest``, ``fabricflow process``,
 ``fabricflow sink archive`` as subprocesses) on ports clear of the test stack
 (``PipelinePorts.offset(12000)``: every port below the ephemeral range), driven by
-``bench/detection.py``'s ``run_scenario``:
+``devtools/scenario_run.py``'s ``run_scenario``:
 
 - the first 150 s of ``mixed`` at 10x: the straggler (gpu03), the incast (into gpu05) and
   the link downgrade with CRC errors (tor2/if4) are found, with nothing else unexplained,
@@ -24,7 +24,7 @@ import os
 
 import pytest
 
-from bench.detection import run_scenario, score_run
+from devtools.scenario_run import run_scenario, score_run
 from devtools.runner import PipelineError, PipelinePorts
 from devtools.stack import port_free
 

@@ -23,8 +23,8 @@ from ingest.decode import TemplateCache, decode
 from ingest.pcapread import read_udp
 from schemas import codec
 from tests.support.fixtures_path import SHARED_FIXTURES
-from tests.support import nfbuild as nb
-from tests.support import sflow_build as sb
+from devtools import nfbuild as nb
+from devtools import sflow_build as sb
 
 from . import framing, sflow_tree
 from .framing import ctl

@@ -12,7 +12,7 @@ import pytest
 from ingest.offline import decode_pcap, parse_port_map, run_decode, summarize_pcap
 from ingest.pcapread import PcapError, PcapStats, read_udp
 from tests.support.fixtures_path import SHARED_FIXTURES
-from tests.support import sflow_build as b
+from devtools import sflow_build as b
 
 EXPORTS = SHARED_FIXTURES / "exports"
 needs_fixtures = pytest.mark.skipif(not EXPORTS.is_dir(), reason="shared fixtures not present")

@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and sched_setaffinity")]
 
-from bench import common  # noqa: E402
+from devtools import loadgen as common  # noqa: E402
 from bench import ingest as bi  # noqa: E402
 from bench import ingest_peers as peers  # noqa: E402
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support import sflow_build as b
+from devtools import sflow_build as b
 
 DIR = Path(__file__).resolve().parents[1] / "fixtures" / "sflow_discards"
 

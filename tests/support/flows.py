@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas.columns import COUNTER_DTYPE, FLOW_ABSENT, addr16, dtype_for
+from schemas.columns import COUNTER_DTYPE, FLOW_ABSENT, addr16, dtype_for, v4_column_to_addr16
 
 ENRICHED = dtype_for("flow_enriched")
 STRING_FIELDS = [n for n in ENRICHED.names if ENRICHED[n] == np.dtype(object)]
@@ -82,3 +82,52 @@ def counters(samples: list[dict]) -> np.ndarray:
                 v -= 2**64
             arr[i][c] = v
     return arr
+
+
+def make_batches(nodes: int, job_size: int, batches: int, batch_size: int, records_per_s: int, seed: int = 7):
+    rng = np.random.default_rng(seed)
+    names = np.array([f"gpu-{i:04d}" for i in range(nodes)] + ["stor-01", "stor-02", "mgmt-01", ""], dtype=object)
+    groups = np.array(["gpu"] * nodes + ["storage", "storage", "mgmt", "unknown"], dtype=object)
+    jobs = np.array([f"job-{i // job_size:03d}" for i in range(nodes)] + ["", "", "", ""], dtype=object)
+    racks = np.array([f"r{i // 16:03d}" for i in range(nodes)] + ["rs", "rs", "rm", ""], dtype=object)
+    ips = (np.uint32(10 << 24) + np.arange(len(names), dtype=np.uint32)).astype(np.uint32)
+    cats = np.array(["collective", "rocev2", "storage", "dns", "mgmt", "other"], dtype=object)
+    out = []
+    t0 = 1_800_000_000_000
+    for b in range(batches):
+        n = batch_size
+        arr = np.zeros(n, dtype=ENRICHED)
+        for k, v in FLOW_ABSENT.items():
+            arr[k] = v
+        kind = rng.choice(6, size=n, p=[0.45, 0.30, 0.15, 0.03, 0.02, 0.05])
+        src = rng.integers(0, nodes, n)
+        ring_dst = (src // job_size) * job_size + (src % job_size + 1) % job_size
+        dst = np.where(kind <= 1, ring_dst, rng.integers(0, len(names), n))
+        dst = np.where(kind == 2, nodes + rng.integers(0, 2, n), dst)
+        src = np.where(rng.random(n) < 0.01, len(names) - 1, src)  # some unknown sources
+        rate = 4096
+        arr["export_protocol"] = 1
+        arr["sampling_rate"] = rate
+        arr["bytes"] = rng.integers(64, 4200, n)
+        arr["packets"] = 1
+        arr["bytes_est"] = arr["bytes"] * rate
+        arr["packets_est"] = rate
+        arr["ip_version"] = 4
+        arr["src_addr"] = v4_column_to_addr16(ips[src])
+        arr["dst_addr"] = v4_column_to_addr16(ips[dst])
+        arr["exporter_addr"] = v4_column_to_addr16(np.full(n, (192 << 24) + 10, dtype=np.uint32))
+        arr["ip_protocol"] = 17
+        arr["dst_port"] = 4791
+        t = t0 + (b * batch_size + np.arange(n)) * 1000 // records_per_s
+        arr["time_start_ms"] = t
+        arr["time_end_ms"] = t
+        arr["time_received_ms"] = t
+        arr["time_export_ms"] = t
+        arr["src_node"], arr["dst_node"] = names[src], names[dst]
+        arr["src_group"], arr["dst_group"] = groups[src], groups[dst]
+        arr["src_rack"], arr["dst_rack"] = racks[src], racks[dst]
+        arr["src_switch"], arr["dst_switch"] = racks[src], racks[dst]
+        arr["src_job"], arr["dst_job"] = jobs[src], jobs[dst]
+        arr["category"] = cats[kind]
+        out.append(arr)
+    return out

@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and sched_setaffinity")
 
-from bench import common  # noqa: E402
+from devtools import loadgen as common  # noqa: E402
 from bench import ingest as bi  # noqa: E402
 from bench import ingest_peers as peers  # noqa: E402
 from ingest.decode import TemplateCache, decode  # noqa: E402

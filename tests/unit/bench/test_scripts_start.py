@@ -1,10 +1,6 @@
-"""Every benchmark script starts as a script (``python bench/X.py --help``).
-
-Run as a script, ``bench/`` is first on ``sys.path``, so ``bench/processors.py``
-or ``bench/ingest.py`` can shadow the packages of the same name; this caught
-bench/enrich.py and bench/detectors.py failing with "'processors' is not a
-package".
-"""
+"""Every benchmark script starts the way bench/README.md runs it: ``python -m bench.X --help`` from the repository
+root (the root first on ``sys.path``, so ``bench/processors.py`` cannot shadow the ``processors`` package and no
+script edits ``sys.path``)."""
 
 from __future__ import annotations
 
@@ -15,9 +11,9 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
-# helpers: imported by the scripts, no command line of their own
+# helpers (imported by the scripts) have no command line
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py")
-                 if p.name not in ("__init__.py", "common.py", "console_run.py") and "__main__" in p.read_text())
+                 if p.name != "__init__.py" and "__main__" in p.read_text())
 
 
 def test_scripts_found():
@@ -26,7 +22,7 @@ def test_scripts_found():
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script_help(script):
-    r = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True, timeout=120,
+    r = subprocess.run([sys.executable, "-m", f"bench.{script[:-3]}", "--help"], capture_output=True, text=True, timeout=120,
                        cwd=BENCH.parent)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "usage" in r.stdout.lower()

@@ -56,7 +56,7 @@ def _wheel_like_copy(dest: Path) -> None:
 
 
 def test_decoders_import_and_run_without_compiling_or_writing(tmp_path):
-    from tests.support import sflow_build as b
+    from devtools import sflow_build as b
 
     root = tmp_path / "site"
     root.mkdir()

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import ingest.pipeline as pipeline_mod
-from bench.decode_sflow import synthetic
+from devtools.sflow_build import synthetic
 from fabricflow.settings import load_settings
 from ingest.decode import DecodeError
 from ingest.listener import parse_listen

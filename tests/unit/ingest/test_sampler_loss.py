@@ -10,7 +10,7 @@ from ingest.decode.sflow import decode_sflow
 from ingest.metrics import IngestMetrics
 from ingest.pipeline import IngestPipeline
 from ingest.sampler_loss import SamplerLoss
-from tests.support import sflow_build as b
+from devtools import sflow_build as b
 from tests.unit.ingest.test_quality import QualitySink
 
 FRAME = b.raw_header(b.tcp_frame())

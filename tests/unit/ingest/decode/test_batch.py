@@ -26,7 +26,7 @@ from ingest.decode.batch import FlowBatch, concat_rows
 from ingest.pcapread import read_udp
 from schemas.columns import FLOW_DTYPE
 from tests.support.fixtures_path import SHARED_FIXTURES
-from tests.support import nfbuild as b
+from devtools import nfbuild as b
 
 CAPTURES = Path(__file__).resolve().parents[3] / "captures"
 PCAPS = [
@@ -157,7 +157,7 @@ def test_bench_stream_two_templates_per_datagram():
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
-    from bench.common import netflow_stream
+    from devtools.loadgen import netflow_stream
 
     for version in (9, 10):
         s = netflow_stream(version, pool=40)

@@ -9,7 +9,7 @@ import pytest
 from ingest.decode import DecodeError, TemplateCache, decode
 from schemas.columns import FLOW_DTYPE, PROTO_NETFLOW5, PROTO_NETFLOW9, addr16, addr_str, is_v4_mapped
 
-from tests.support import nfbuild as b
+from devtools import nfbuild as b
 
 EXP = "192.0.2.1"
 EXPORT_MS = b.EXPORT_S * 1000

@@ -14,7 +14,7 @@ from ingest.decode import DecodeError, TemplateCache, decode
 from schemas.columns import FLOW_DTYPE
 from tests.support.fixtures_path import SHARED_FIXTURES
 
-from tests.support import nfbuild as b
+from devtools import nfbuild as b
 
 CAPTURES = Path(__file__).resolve().parents[3] / "captures"
 

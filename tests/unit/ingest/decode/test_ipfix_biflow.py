@@ -13,7 +13,7 @@ from ingest.decode._nf_plan import PEN_REVERSE, reverse_fields
 from ingest.decode.batch import FlowBatch
 from schemas.columns import FLOW_DTYPE, addr_str
 
-from tests.support import nfbuild as b
+from devtools import nfbuild as b
 
 R = PEN_REVERSE
 EXPORT_MS = b.EXPORT_S * 1000

@@ -16,7 +16,7 @@ from ingest.decode._nf_plan import I64_MAX, PEN_REVERSE
 from ingest.decode.batch import FlowBatch
 from schemas.columns import addr16
 
-from tests.support import nfbuild as b
+from devtools import nfbuild as b
 
 EXP = "192.0.2.1"
 T_MS = b.EXPORT_S * 1000 + 5

@@ -9,7 +9,7 @@ from ingest.decode import TemplateCache, decode
 from ingest.decode._nf_plan import PEN_REVERSE
 from schemas.columns import addr_str
 
-from tests.support import nfbuild as b
+from devtools import nfbuild as b
 
 
 def _ip(a: str) -> bytes:

@@ -11,7 +11,7 @@ from ingest.decode import DecodeError, TemplateCache, decode
 from ingest.decode.sflow import decode_sflow
 from ingest.decode.sflow import decode_sflow_many
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5, addr_str
-from tests.support import sflow_build as b
+from devtools import sflow_build as b
 
 T = 1_700_000_000_000
 

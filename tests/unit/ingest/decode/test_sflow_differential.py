@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.decode_sflow import synthetic
+from devtools.sflow_build import synthetic
 from ingest.decode import DecodeError, TemplateCache, decode
 from ingest.decode import _sflow_compiled
 from ingest.decode.reference.packet import parse_ethernet
@@ -30,7 +30,7 @@ from ingest.decode.sflow import decode_sflow, decode_sflow_many
 from ingest.pcapread import read_udp
 from tests.support.fixtures_path import SHARED_FIXTURES
 from ingest.decode.reference.packet import parse_header
-from tests.support import sflow_build as b
+from devtools import sflow_build as b
 
 
 CAPTURES = Path(__file__).resolve().parents[3] / "captures"

@@ -13,7 +13,7 @@ from schemas.drop_reasons import REASON_GROUP, REASONS, reason_name, reason_name
 from ingest.decode.reference.sflow import decode_sflow as decode_reference
 from ingest.decode.result import DISCARD_DTYPE
 from ingest.decode.sflow import decode_sflow, decode_sflow_many
-from tests.support import sflow_build as b
+from devtools import sflow_build as b
 
 T = 1_700_000_000_000
 

@@ -12,7 +12,7 @@ from ingest.decode.reference.sflow import decode_sflow as decode_sflow_reference
 from ingest.decode.sflow import decode_sflow, decode_sflow_many
 from schemas.columns import addr_str
 
-from tests.support import sflow_build as b
+from devtools import sflow_build as b
 
 FRAME = b.raw_header(b.tcp_frame(vlan=5))
 

@@ -15,7 +15,7 @@ from ingest.decode.sflow import decode_sflow
 from ingest.pcapread import read_udp
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE
 from tests.support.fixtures_path import SHARED_FIXTURES
-from tests.support import sflow_build as b
+from devtools import sflow_build as b
 
 EXPORTS = SHARED_FIXTURES / "exports"
 

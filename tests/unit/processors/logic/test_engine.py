@@ -6,7 +6,7 @@ import fastavro
 import numpy as np
 import pytest
 
-from bench.detectors import make_batches
+from tests.support.flows import make_batches
 from processors.logic.engine import KINDS, Engine, EngineConfig
 from processors.logic.detectors.incast import IncastConfig
 from processors.logic.detectors.pattern import PatternConfig

@@ -2,7 +2,6 @@
 
 from unittest import mock
 
-from processors.worker import shuffle
 from tests.support.worker import worker_without_broker
 
 

@@ -1,6 +1,5 @@
 """The processor worker without a broker, counter batches and their owner shards."""
 
-from processors.logic.core import shard_of
 from processors.worker import shuffle
 from schemas import codec
 from tests.support.worker import Event, detecting_cores, metric_value, worker_without_broker

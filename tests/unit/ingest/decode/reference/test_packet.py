@@ -7,7 +7,7 @@ import pytest
 
 from ingest.decode.reference.packet import parse_ethernet, parse_header
 from schemas.columns import addr16, addr_str
-from tests.support import sflow_build as b
+from devtools import sflow_build as b
 
 FIELDS = ("ipv", "src", "dst", "sport", "dport", "proto", "flags", "tos", "vlan", "ip_len", "vni", "roce_op", "roce_qp")
 

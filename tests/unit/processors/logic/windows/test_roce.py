@@ -7,7 +7,7 @@ import numpy as np
 from ingest.decode import TemplateCache
 from ingest.decode.sflow import decode_sflow
 from processors.logic.windows.roce import OP_OF_OPCODE, ROCE_OPS, roce_op_codes, roce_op_columns
-from tests.support import sflow_build as b
+from devtools import sflow_build as b
 
 # (opcode, class) from IBTA vol. 1 table 35 (RC 0x00-0x17, UC 0x20-0x2B, UD 0x64-0x65) and the RoCEv2 CNP
 SPEC = [(0x00, "send"), (0x05, "send"), (0x16, "send"), (0x17, "send"), (0x06, "write"), (0x0B, "write"),

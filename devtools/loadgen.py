@@ -1,4 +1,4 @@
-"""Shared helpers for the benchmarks: export datagram builders, a paced UDP sender,
+"""Load generation for the benchmarks and the chaos harness: export datagram builders, a paced UDP sender,
 CPU pinning, per-process CPU time and kernel socket counters from /proc.
 
 Builders:
@@ -7,8 +7,8 @@ Builders:
   1024, IPv6 template 2048, 16 fields each); data records are generated for
   those templates with addresses drawn from a cluster-sized host pool, so the
   stream looks like softflowd's but carries ``records`` flows per datagram.
-* sFlow v5: ``bench/decode_sflow.synthetic`` (7 flow samples per datagram,
-  raw-header records) when importable, else the real pmacct sfprobe capture.
+* sFlow v5: ``devtools.sflow_build.synthetic`` (7 flow samples per datagram,
+  raw-header records).
 
 Linux only (``/proc``, ``sched_setaffinity``). No Kafka, no collectors here.
 """
@@ -19,14 +19,11 @@ import os
 import random
 import socket
 import struct
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 CAPTURES = REPO / "tests" / "captures" / "shared" / "exports"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -252,16 +249,10 @@ def sflow_stream(samples: int = 7, pool: int = 256) -> Stream:
     """sFlow v5 datagrams with ``samples`` flow samples each (IPv4 agent address)."""
     from ingest.decode import TemplateCache, decode
 
-    try:
-        from bench.decode_sflow import synthetic
+    from devtools.sflow_build import synthetic
 
-        data = synthetic(pool, samples)
-        source = f"bench/decode_sflow.synthetic ({samples} samples/datagram)"
-    except Exception:  # the builder lives in another part of the tree; fall back to the real capture
-        from ingest.pcapread import read_udp
-
-        data = [p.payload for p in read_udp(CAPTURES / "pmacct_sfprobe_rate1.pcap")]
-        source = "pmacct_sfprobe_rate1.pcap (real datagrams)"
+    data = synthetic(pool, samples)
+    source = f"devtools.sflow_build.synthetic ({samples} samples/datagram)"
     cache = TemplateCache()
     counts = [len(decode(d, "127.0.0.1", 0, cache).flows) for d in data]
     keep = [(d, c) for d, c in zip(data, counts) if c > 0]

@@ -1,6 +1,6 @@
 """A simulator scenario through a fresh local pipeline with the console serving beside it.
 
-Shared by the console's browser test (tests/e2e/test_console_browser.py), the screenshot
+Shared by the console's browser tests (tests/e2e/test_console_browser.py), the screenshot
 script (scripts/console-screenshots.py) and bench/console.py. The pipeline is
 :class:`devtools.runner.LocalPipeline` (embedded broker + object store, ingest,
 processors, archive sink to a local directory); the console is started in-process
@@ -9,7 +9,6 @@ with the pipeline's own settings file, as ``fabricflow console --config`` would 
 
 from __future__ import annotations
 
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,11 +16,7 @@ from pathlib import Path
 
 import yaml
 
-if __name__ == "__main__":  # `make bench` runs every bench/*.py: this one is a helper module
-    print("bench/console_run.py is a helper (see bench/README.md); nothing to measure")
-    sys.exit(0)
-
-from bench.detection import SimRun, next_epoch_ms, pipeline_extra, policy_for, scenario_file
+from devtools.scenario_run import SimRun, next_epoch_ms, pipeline_extra, policy_for, scenario_file
 from devtools.runner import LocalPipeline, PipelinePorts
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import random
 import struct
 
 
@@ -190,3 +191,44 @@ def discard_sample(records: list[bytes], seq=1, source_type=0, source_index=1, d
     expanded data source (type, index), drops, input and output ifIndex, drop reason, flow records."""
     body = struct.pack(">IIIIIIII", seq, source_type, source_index, drops, in_if, out_if, reason, len(records))
     return _sample(5, body + b"".join(records))
+
+
+def _frame(rng: random.Random) -> bytes:
+    kind = rng.random()
+    a = f"10.30.{rng.randrange(0, 4)}.{rng.randrange(1, 250)}"
+    z = f"10.30.{rng.randrange(0, 4)}.{rng.randrange(1, 250)}"
+    if kind < 0.45:
+        seg = tcp(rng.randrange(1024, 65535), 29400, 0x10, b"\x00" * 80)
+        tags = [(0x8100, 210)] if rng.random() < 0.3 else []
+        return eth(ipv4(seg, 6, a, z, tos=0x68, total_len=9000), 0x0800, tags)
+    if kind < 0.75:
+        return eth(ipv4(udp(rng.randrange(49152, 65535), 4791, bth(10, rng.randrange(1 << 24)) +
+                                  b"\x00" * 40), 17, a, z, tos=0x6A, total_len=4158))
+    if kind < 0.85:
+        inner = eth(ipv4(tcp(40000, 2049, 0x18, b"\x00" * 20), 6, "192.168.0.1", "192.168.0.2"))
+        return eth(ipv4(udp(50000, 4789, vxlan(5001, inner)), 17, a, z, total_len=1550))
+    if kind < 0.95:
+        return eth(ipv6(tcp(5555, 9100, 0x18, b"\x00" * 40), 6, "fd00:99::30", "fd00:30::1", payload_len=1400),
+                     0x86DD)
+    return eth(ipv4(udp(33333, 53, b"\x00" * 40), 17, a, "10.40.0.53"))
+
+
+def synthetic(k: int, per: int, seed: int = 1) -> list[bytes]:
+    """``k`` datagrams of ``per`` flow samples of a mixed AI-cluster packet mix (TCP, RoCEv2, VXLAN, IPv6, DNS), a
+    counter sample every 20 datagrams; seeded."""
+    rng = random.Random(seed)
+    out = []
+    pool = 0
+    for i in range(k):
+        samples = []
+        for j in range(per):
+            fr = _frame(rng)
+            pool += 4096
+            samples.append(flow_sample([ext_switch(rng.choice((0, 0, 110, 210))), raw_header(fr)],
+                                         seq=i * per + j, rate=4096, pool=pool, in_if=rng.randrange(1, 65),
+                                         out_if=rng.randrange(1, 65)))
+        if i % 20 == 0:
+            samples.append(counter_sample([generic_counters(if_index=1, if_speed=400_000_000_000,
+                                                                in_octets=1 << 40), ethernet_counters()]))
+        out.append(datagram(samples, agent="10.254.1.1", seq=i + 1, uptime=i * 10))
+    return out
