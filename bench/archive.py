@@ -13,14 +13,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 
 import numpy as np
-
-if not os.environ.get("PYTHONPATH"):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from schemas.columns import FLOW_DTYPE, dtype_for, empty_flows, v4_column_to_addr16
 from sinks.archive.buffer import HourlyBuffer

@@ -19,18 +19,15 @@ import uuid
 
 import numpy as np
 
-if not os.environ.get("PYTHONPATH"):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.archive import T0, make_batch  # noqa: E402
-from fabricflow.settings import load_settings  # noqa: E402
-from devtools.stack import EmbeddedStack  # noqa: E402
-from fabricflow.kafka import ensure_topics  # noqa: E402
-from schemas import codec  # noqa: E402
-from sinks.archive import service as service_mod  # noqa: E402
-from sinks.archive.parquet import ParquetWriter  # noqa: E402
-from sinks.archive.arrow_schema import table_from_columns  # noqa: E402
-from sinks.archive.service import ArchiveService  # noqa: E402
+from bench.archive import T0, make_batch
+from fabricflow.settings import load_settings
+from devtools.stack import EmbeddedStack
+from fabricflow.kafka import ensure_topics
+from schemas import codec
+from sinks.archive import service as service_mod
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import table_from_columns
+from sinks.archive.service import ArchiveService
 
 
 def _cpu() -> float:

@@ -24,15 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-if not os.environ.get("PYTHONPATH"):  # PYTHONPATH=<other tree> runs that tree's code with this script
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from schemas.columns import v4_column_to_addr16  # noqa: E402
-from sinks.archive import layout  # noqa: E402
-from sinks.archive.buffer import HourlyBuffer  # noqa: E402
-from sinks.archive.parquet import ParquetWriter  # noqa: E402
-from sinks.archive.arrow_schema import arrow_schema, table_from_columns  # noqa: E402
-from query.reports import ArchiveQuery  # noqa: E402
+from schemas.columns import v4_column_to_addr16
+from sinks.archive import layout
+from sinks.archive.buffer import HourlyBuffer
+from sinks.archive.parquet import ParquetWriter
+from sinks.archive.arrow_schema import arrow_schema, table_from_columns
+from query.reports import ArchiveQuery
 
 DAY = 20454  # 2026-01-01, days since the epoch
 DAY_START_MS = DAY * layout.DAY_MS

@@ -17,14 +17,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # before bench/ itself: bench/processors.py must not shadow the processors package
-
-from devtools.simulator.engine import Simulation  # noqa: E402
-from devtools.simulator.exporters.pcap import DistinctSources, write_pcap  # noqa: E402
-from fabricflow.settings import load_settings  # noqa: E402
-from ingest.offline import summarize_pcap  # noqa: E402
-from replay.backfill import Backfill  # noqa: E402
-from replay.config import core_factory_from  # noqa: E402
+from devtools.simulator.engine import Simulation
+from devtools.simulator.exporters.pcap import DistinctSources, write_pcap
+from fabricflow.settings import load_settings
+from ingest.offline import summarize_pcap
+from replay.backfill import Backfill
+from replay.config import core_factory_from
 
 
 def main() -> int:

@@ -15,10 +15,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # before bench/ itself: bench/ingest.py must not shadow the ingest package
-
-from schemas import codec as new_codec  # noqa: E402
-from schemas.columns import COUNTER_DTYPE, dtype_for  # noqa: E402
+from schemas import codec as new_codec
+from schemas.columns import COUNTER_DTYPE, dtype_for
 
 ENRICHED = dtype_for("flow_enriched")
 CATEGORIES = ("collective", "rocev2", "storage", "dns", "mgmt", "external", "other")

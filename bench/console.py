@@ -14,10 +14,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from pathlib import Path
-
-# this file is bench/console.py: the script's own directory must not shadow the console package
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import fsspec
 import numpy as np

@@ -8,15 +8,12 @@ How it works: bench/README.md, "bench/decode_sflow.py"; results: docs/performanc
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from ingest.decode import TemplateCache, decode  # noqa: E402
-from devtools.sflow_build import synthetic  # noqa: E402
+from ingest.decode import TemplateCache, decode
+from devtools.sflow_build import synthetic
 
 
 def fixtures() -> list[bytes]:

@@ -13,16 +13,13 @@ Target: >= 300,000 records/s on one core.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # before bench/ itself: bench/processors.py must not shadow the processors package
-
-from processors.logic.engine import Engine  # noqa: E402
-from tests.support.flows import make_batches  # noqa: E402
+from processors.logic.engine import Engine
+from tests.support.flows import make_batches
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

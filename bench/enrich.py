@@ -10,18 +10,15 @@ and destinations among nodes, subnets and unknown addresses.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # before bench/ itself: bench/processors.py must not shadow the processors package
-
-from processors.logic.enrich.enricher import Enricher  # noqa: E402
-from processors.logic.enrich.inventory import Inventory  # noqa: E402
-from schemas.columns import empty_flows  # noqa: E402
+from processors.logic.enrich.enricher import Enricher
+from processors.logic.enrich.inventory import Inventory
+from schemas.columns import empty_flows
 
 
 def synthetic_inventory(n_nodes: int) -> dict:

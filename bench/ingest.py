@@ -29,16 +29,11 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-# Run as a script, this file's folder is sys.path[0] and would shadow the `ingest` package.
-_BENCH = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
-sys.path.insert(0, str(_BENCH.parent))
-
-from devtools.loadgen import (  # noqa: E402
+from devtools.loadgen import (
     Sender, Stream, cpu_seconds, free_tcp_port, free_udp_port, netflow_stream, pin, sflow_stream, udp_socket_stats,
     use_port_range, wait_quiet,
 )
-from bench.ingest_peers import (  # noqa: E402,F401  (PeerCollector, udp_bound: used by tests through this module)
+from bench.ingest_peers import (  # noqa: F401  (PeerCollector, udp_bound: used by tests through this module)
     CHILDREN, KAFKA_PEERS, RCVBUF, PeerCollector, cleanup_children, udp_bound, goflow2_binary,
 )
 

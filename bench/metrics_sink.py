@@ -8,7 +8,6 @@ Run: .venv/bin/python bench/metrics_sink.py [--nodes 512 --windows 12 --records-
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -16,15 +15,13 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from prometheus_client import CollectorRegistry, generate_latest
 
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
-
-from processors.logic.enrich.inventory import Inventory  # noqa: E402
-from schemas import codec  # noqa: E402
-from schemas.columns import COUNTER_DTYPE, addr16  # noqa: E402
-from schemas.records import encode_records  # noqa: E402
-from sinks.metrics.state import MetricsState  # noqa: E402
+from processors.logic.enrich.inventory import Inventory
+from schemas import codec
+from schemas.columns import COUNTER_DTYPE, addr16
+from schemas.records import encode_records
+from sinks.metrics.state import MetricsState
 
 WINDOW_MS = 10_000
 T0 = 1_800_000_000_000

@@ -22,9 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from devtools.installed import Installed, install, port_settings, set_writable  # noqa: E402
+from devtools.installed import Installed, install, port_settings, set_writable
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURE = REPO / "tests/captures/pmacct_sfprobe_fabric/pmacct_sfprobe_fabric.pcap"
