@@ -138,6 +138,61 @@ _TABLE_BUDGET = 32 << 20
 _TABLES = [0]  # bytes of the live plans' tables
 
 
+class _Gather:
+    """The gather layout a :class:`Plan` builds: ``base[i]`` is, for output byte i of a row, the index of its source
+    byte in (constants + record), or C_ZERO / C_FF. ``offs``: IE -> (offset, length) of the template's fields."""
+
+    def __init__(self, offs: dict[int, tuple[int, int]]):
+        self.offs = offs
+        self.base = np.full(ITEMSIZE, C_ZERO, dtype=np.intp)
+
+    def put_int(self, col: str, src_off: int, src_len: int, max_bytes: int | None = None):
+        dt, coff = _COLS[col]
+        size = dt.itemsize
+        k = min(src_len, size if max_bytes is None else max_bytes)
+        for j in range(size):
+            pos = coff + j if LITTLE else coff + size - 1 - j
+            self.base[pos] = CONST_LEN + src_off + src_len - 1 - j if j < k else C_ZERO
+
+    def put_const_int(self, col: str, cpos: int):
+        dt, coff = _COLS[col]
+        for j in range(dt.itemsize):
+            self.base[coff + j] = cpos + j
+
+    def put_const_byte(self, col: str, cpos: int):
+        dt, coff = _COLS[col]
+        size = dt.itemsize
+        for j in range(size):
+            pos = coff + j if LITTLE else coff + size - 1 - j
+            self.base[pos] = cpos if j == 0 else C_ZERO
+
+    def fill(self, col: str, cpos: int):
+        dt, coff = _COLS[col]
+        self.base[coff : coff + dt.itemsize] = cpos
+
+    def put_v4(self, col: str, src_off: int):
+        _, coff = _COLS[col]
+        self.base[coff : coff + 10] = C_ZERO
+        self.base[coff + 10 : coff + 12] = C_FF
+        self.base[coff + 12 : coff + 16] = np.arange(CONST_LEN + src_off, CONST_LEN + src_off + 4)
+
+    def put_v6(self, col: str, src_off: int):
+        _, coff = _COLS[col]
+        self.base[coff : coff + 16] = np.arange(CONST_LEN + src_off, CONST_LEN + src_off + 16)
+
+    def pick(self, *ies, max_len=8):
+        for ie in ies:
+            if ie in self.offs and self.offs[ie][1] <= max_len:
+                return ie
+        return None
+
+    def put_ie(self, col, *ies, max_bytes=None):
+        ie = self.pick(*ies)
+        if ie is not None:
+            self.put_int(col, self.offs[ie][0], self.offs[ie][1], max_bytes)
+        return ie
+
+
 class Plan:
     """Gather index + fix-up flags for one fixed-length record layout."""
 
@@ -174,72 +229,26 @@ class Plan:
                 offs[ie] = (off, length)
             off += length
         self.rec_len = off
-        K = CONST_LEN
-        base = np.full(ITEMSIZE, C_ZERO, dtype=np.intp)
-
-        def put_int(col: str, src_off: int, src_len: int, max_bytes: int | None = None):
-            dt, coff = _COLS[col]
-            size = dt.itemsize
-            k = min(src_len, size if max_bytes is None else max_bytes)
-            for j in range(size):
-                pos = coff + j if LITTLE else coff + size - 1 - j
-                base[pos] = K + src_off + src_len - 1 - j if j < k else C_ZERO
-
-        def put_const_int(col: str, cpos: int):
-            dt, coff = _COLS[col]
-            for j in range(dt.itemsize):
-                base[coff + j] = cpos + j
-
-        def put_const_byte(col: str, cpos: int):
-            dt, coff = _COLS[col]
-            size = dt.itemsize
-            for j in range(size):
-                pos = coff + j if LITTLE else coff + size - 1 - j
-                base[pos] = cpos if j == 0 else C_ZERO
-
-        def fill(col: str, cpos: int):
-            dt, coff = _COLS[col]
-            base[coff : coff + dt.itemsize] = cpos
-
-        def put_v4(col: str, src_off: int):
-            _, coff = _COLS[col]
-            base[coff : coff + 10] = C_ZERO
-            base[coff + 10 : coff + 12] = C_FF
-            base[coff + 12 : coff + 16] = np.arange(K + src_off, K + src_off + 4)
-
-        def put_v6(col: str, src_off: int):
-            _, coff = _COLS[col]
-            base[coff : coff + 16] = np.arange(K + src_off, K + src_off + 16)
-
-        def pick(*ies, max_len=8):
-            for ie in ies:
-                if ie in offs and offs[ie][1] <= max_len:
-                    return ie
-            return None
-
-        def put_ie(col, *ies, max_bytes=None):
-            ie = pick(*ies)
-            if ie is not None:
-                put_int(col, offs[ie][0], offs[ie][1], max_bytes)
-            return ie
+        g = _Gather(offs)
+        base = g.base
 
         # Constants.
-        put_const_byte("export_protocol", C_PROTO)
+        g.put_const_byte("export_protocol", C_PROTO)
         for i in range(16):
             base[_COLS["exporter_addr"][1] + i] = C_EXPORTER + i
-        put_const_int("observation_domain", C_DOMAIN)
-        put_const_int("time_received_ms", C_RECV)
-        put_const_int("time_export_ms", C_EXPORT)
-        put_const_int("sampling_rate", C_RATE)
+        g.put_const_int("observation_domain", C_DOMAIN)
+        g.put_const_int("time_received_ms", C_RECV)
+        g.put_const_int("time_export_ms", C_EXPORT)
+        g.put_const_int("sampling_rate", C_RATE)
         for col in ("vxlan_vni", "roce_opcode", "roce_dest_qp"):
-            fill(col, C_FF)
+            g.fill(col, C_FF)
 
         # Counters (bytes_est/packets_est start as a copy, scaled later). One read from 8 bytes
         # can be >= 2**63, negative as int64: ``wide_counts`` says saturate_counts() must run.
         self.wide_counts = False
         for col, ies in (("bytes", (IE_IN_BYTES, IE_OUT_BYTES, IE_OCTET_TOTAL)), ("packets", (IE_IN_PKTS, IE_OUT_PKTS, IE_PKT_TOTAL))):
-            ie = put_ie(col, *ies)
-            put_ie(col + "_est", *ies)
+            ie = g.put_ie(col, *ies)
+            g.put_ie(col + "_est", *ies)
             self.wide_counts |= ie is not None and offs[ie][1] == 8
 
         # Addresses and IP version.
@@ -253,44 +262,44 @@ class Plan:
         self.v6_dst = offs[IE_IPV6_DST][0] if v6d else None
         if has_v4:
             if v4s:
-                put_v4("src_addr", offs[IE_IPV4_SRC][0])
+                g.put_v4("src_addr", offs[IE_IPV4_SRC][0])
             if v4d:
-                put_v4("dst_addr", offs[IE_IPV4_DST][0])
+                g.put_v4("dst_addr", offs[IE_IPV4_DST][0])
         elif has_v6:
             if v6s:
-                put_v6("src_addr", offs[IE_IPV6_SRC][0])
+                g.put_v6("src_addr", offs[IE_IPV6_SRC][0])
             if v6d:
-                put_v6("dst_addr", offs[IE_IPV6_DST][0])
-        self.has_ipver_field = put_ie("ip_version", IE_IP_VERSION) is not None
+                g.put_v6("dst_addr", offs[IE_IPV6_DST][0])
+        self.has_ipver_field = g.put_ie("ip_version", IE_IP_VERSION) is not None
         if not self.has_ipver_field and not self.dual_af:
             if has_v4:
-                put_const_byte("ip_version", C_V4)
+                g.put_const_byte("ip_version", C_V4)
             elif has_v6:
-                put_const_byte("ip_version", C_V6)
+                g.put_const_byte("ip_version", C_V6)
 
         # Scalars.
-        put_ie("ip_protocol", IE_PROTOCOL)
-        put_ie("tos", IE_TOS)
-        put_ie("tcp_flags", IE_TCP_FLAGS, max_bytes=1)
-        put_ie("vlan", IE_SRC_VLAN, IE_DOT1Q_VLAN, max_bytes=2)
-        put_ie("vlan_out", IE_POST_VLAN, max_bytes=2)
-        put_ie("vlan_priority_in", IE_DOT1Q_PRIORITY, max_bytes=1)
+        g.put_ie("ip_protocol", IE_PROTOCOL)
+        g.put_ie("tos", IE_TOS)
+        g.put_ie("tcp_flags", IE_TCP_FLAGS, max_bytes=1)
+        g.put_ie("vlan", IE_SRC_VLAN, IE_DOT1Q_VLAN, max_bytes=2)
+        g.put_ie("vlan_out", IE_POST_VLAN, max_bytes=2)
+        g.put_ie("vlan_priority_in", IE_DOT1Q_PRIORITY, max_bytes=1)
         # next hops: IPv4 (IPv4-mapped) if the template has it, else IPv6
         for col, v4, v6 in (("next_hop", IE_NEXT_HOP_V4, IE_NEXT_HOP_V6),
                             ("bgp_next_hop", IE_BGP_NEXT_HOP_V4, IE_BGP_NEXT_HOP_V6)):
             if v4 in offs and offs[v4][1] == 4:
-                put_v4(col, offs[v4][0])
+                g.put_v4(col, offs[v4][0])
             elif v6 in offs and offs[v6][1] == 16:
-                put_v6(col, offs[v6][0])
-        put_ie("in_if", IE_INPUT_SNMP)
-        put_ie("out_if", IE_OUTPUT_SNMP)
-        put_ie("direction", IE_DIRECTION, max_bytes=1)
-        self.has_sampler = put_ie("sampler_id", IE_FLOW_SAMPLER_ID, IE_SELECTOR_ID) is not None
+                g.put_v6(col, offs[v6][0])
+        g.put_ie("in_if", IE_INPUT_SNMP)
+        g.put_ie("out_if", IE_OUTPUT_SNMP)
+        g.put_ie("direction", IE_DIRECTION, max_bytes=1)
+        self.has_sampler = g.put_ie("sampler_id", IE_FLOW_SAMPLER_ID, IE_SELECTOR_ID) is not None
 
         # Ports and ICMP type/code (dst_port = type*256+code, src_port = 0).
-        has_ports = put_ie("src_port", IE_L4_SRC_PORT) is not None
-        has_ports = (put_ie("dst_port", IE_L4_DST_PORT) is not None) or has_ports
-        icmp = pick(IE_ICMP_TYPE, IE_ICMP_TYPE_CODE_V6, max_len=2)
+        has_ports = g.put_ie("src_port", IE_L4_SRC_PORT) is not None
+        has_ports = (g.put_ie("dst_port", IE_L4_DST_PORT) is not None) or has_ports
+        icmp = g.pick(IE_ICMP_TYPE, IE_ICMP_TYPE_CODE_V6, max_len=2)
         self.icmp_src = None
         self.icmp_where = False
         if icmp is not None:
@@ -307,13 +316,13 @@ class Plan:
                 _, coff = _COLS["dst_port"]
                 size = _COLS["dst_port"][0].itemsize
                 if self.icmp_src[0] == "tc":
-                    put_int("dst_port", self.icmp_src[1], self.icmp_src[2])
+                    g.put_int("dst_port", self.icmp_src[1], self.icmp_src[2])
                 else:
                     order = [self.icmp_src[2], self.icmp_src[1]]  # least significant first
                     for j in range(size):
                         pos = coff + j if LITTLE else coff + size - 1 - j
                         src = order[j] if j < 2 else None
-                        base[pos] = C_ZERO if src is None else K + src
+                        base[pos] = C_ZERO if src is None else CONST_LEN + src
 
         # Timestamps.
         self.start_kind = self.end_kind = None
@@ -325,9 +334,9 @@ class Plan:
                 self.end_kind, self.end_src = kind, offs[e_ie]
         for col, kind, src in (("time_start_ms", self.start_kind, self.start_src), ("time_end_ms", self.end_kind, self.end_src)):
             if kind is None:
-                put_const_int(col, C_EXPORT)
+                g.put_const_int(col, C_EXPORT)
             elif kind in ("ms", "s", "uptime", "delta_us"):
-                put_int(col, src[0], src[1])
+                g.put_int(col, src[0], src[1])
             # ntp: computed in fix-up from the raw record
         self.system_init_src = offs.get(IE_SYSTEM_INIT_MS)
 
