@@ -6,7 +6,7 @@ values; it is a prometheus_client custom collector (:meth:`MetricsState.collect`
 advance by each closed window's cells (node pairs through :mod:`sinks.metrics.budget`, per-node
 families from every node cell); port families are the switches' own counters; detector gauges expire
 after ``ttl_s``. Re-emitted matrix cells are counted once by Kafka key and window within
-``duplicate_horizon_s`` (:class:`_CellKeys`); a bad record is counted and skipped whole. Time comes in
+``duplicate_horizon_s`` (:class:`CellKeys`); a bad record is counted and skipped whole. Time comes in
 as arguments (``now``: processing time in unix seconds).
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -24,6 +23,7 @@ from processors.logic.enrich.inventory import Inventory
 from schemas.columns import addr16
 
 from .budget import PairBudget
+from .dedup import CellKeys, SeenIds
 from .decode import STREAM_OF, Undecodable, decode_value
 from .drops import DropFamilies
 from .roce import RoceFamilies
@@ -36,7 +36,6 @@ __all__ = ["MetricsState", "KINDS", "BadRecord"]
 KINDS = tuple(STREAM_OF)
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
 _KIND_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-DEDUP_KEEP = 100_000  # event ids remembered against re-delivered duplicates
 
 
 class BadRecord(ValueError):
@@ -70,60 +69,6 @@ def _name(rec: Mapping, field: str) -> str:
     if not _KIND_RE.match(v):
         raise BadRecord(f"{field} {v!r} is not a lower-case name")
     return v
-
-
-class _Seen:
-    """Bounded set of ids (oldest forgotten first)."""
-
-    def __init__(self, keep: int = DEDUP_KEEP):
-        self.keep = keep
-        self.ids: OrderedDict = OrderedDict()
-
-    def add(self, key) -> bool:
-        """True when ``key`` was not seen before."""
-        if key in self.ids:
-            return False
-        self.ids[key] = None
-        if len(self.ids) > self.keep:
-            self.ids.popitem(last=False)
-        return True
-
-
-class _CellKeys:
-    """Matrix cell keys of the windows ending within ``horizon_ms`` of the newest window end seen.
-
-    A processor re-emits the cells of windows it closed again after a crash (its outputs are at-least-once
-    with deterministic Kafka keys: window start, level, src, dst, category and shard). A cell whose
-    (window end, key) is held is a duplicate; windows that end more than the horizon before the newest are
-    forgotten, so memory is bounded by the cells of the windows within it. A key (any hashable: the service
-    passes the Kafka key with the cell's window and names) is held as its 64-bit hash.
-    """
-
-    def __init__(self, horizon_ms: int):
-        self.horizon_ms = horizon_ms
-        self.by_end: dict[int, set[int]] = {}
-        self.newest = -1
-
-    def add(self, end_ms: int, key) -> bool:
-        """True when (``end_ms``, ``key``) is new (or its window is beyond the horizon: cannot tell, counted)."""
-        if end_ms < self.newest - self.horizon_ms:
-            return True
-        seen = self.by_end.get(end_ms)
-        if seen is None:
-            seen = self.by_end[end_ms] = set()
-        h = hash(key)
-        if h in seen:
-            return False
-        seen.add(h)
-        if end_ms > self.newest:
-            self.newest = end_ms
-            cut = end_ms - self.horizon_ms
-            for e in [e for e in self.by_end if e < cut]:
-                del self.by_end[e]
-        return True
-
-    def __len__(self) -> int:
-        return sum(len(s) for s in self.by_end.values())
 
 
 class MetricsState:
@@ -207,13 +152,13 @@ class MetricsState:
         self._set_dropped()  # four series from the start, so the budget counts them before the first scrape
         self._port_time: dict[tuple[str, str], int] = {}
         self._port_peer: dict[tuple[str, int], str] = {}
-        self._incast_seen = _Seen()
-        self._link_seen = _Seen()
-        self._alert_seen = _Seen()
-        self._change_seen = _Seen()
-        self._diag_seen = _Seen()
+        self._incast_seen = SeenIds()
+        self._link_seen = SeenIds()
+        self._alert_seen = SeenIds()
+        self._change_seen = SeenIds()
+        self._diag_seen = SeenIds()
         self._straggling: dict[tuple[str, str], int] = {}  # (job, node) flagged -> end of its first flagged window
-        self._cell_seen = _CellKeys(int(duplicate_horizon_s * 1000))
+        self._cell_seen = CellKeys(int(duplicate_horizon_s * 1000))
         self._firing: dict[str, tuple[tuple[str, str], float]] = {}  # dedup key -> ((rule, severity), last update)
         self._window_ms: dict[str, int] = {}
         self.matrix_window_ms = -1  # latest matrix window end seen
@@ -291,7 +236,7 @@ class MetricsState:
     def add_matrix(self, cells: Iterable[Mapping], keys: Iterable[bytes | None] | None = None) -> int:
         """Matrix cells of closed windows: counters advance by the cells' estimates. ``keys``: each cell's
         Kafka key (deterministic per window, cell and shard): a cell whose key was seen for its window is a
-        re-emitted duplicate, counted as skipped ``duplicate`` and not added again (:class:`_CellKeys`).
+        re-emitted duplicate, counted as skipped ``duplicate`` and not added again (:class:`CellKeys`).
         A cell without a key is always added."""
         self.budget.fixed = self._fixed_series()
         if keys is None:
