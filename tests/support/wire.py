@@ -86,19 +86,25 @@ def parse_v9(d: bytes, templates: dict) -> dict:
             templates[tid] = [(-t, ln) for t, ln in fields[: slen // 4]] + fields[slen // 4 :]
             n += 1
         else:
-            fields = templates[sid]
-            size = sum(ln for _, ln in fields)
-            o = 0
-            while o + size <= len(body):
-                rec, p = {}, o
-                for t, ln in fields:
-                    rec[t] = int.from_bytes(body[p : p + ln], "big")
-                    p += ln
-                (opts if any(t < 0 for t, _ in fields) else recs).append(rec)
-                o += size
-                n += 1
+            n += _data_records(body, templates[sid], recs, opts)
     return {"count": count, "uptime": uptime, "secs": secs, "seq": seq, "source": source, "records": recs,
             "options": opts, "n": n}  # fmt: skip
+
+
+def _data_records(body: bytes, fields: list, recs: list, opts: list) -> int:
+    """Append the records of one data set (as {IE: value}; scope IEs negative) to ``recs`` or, for an options
+    template, ``opts``; return how many."""
+    size = sum(ln for _, ln in fields)
+    o = n = 0
+    while o + size <= len(body):
+        rec, p = {}, o
+        for t, ln in fields:
+            rec[t] = int.from_bytes(body[p : p + ln], "big")
+            p += ln
+        (opts if any(t < 0 for t, _ in fields) else recs).append(rec)
+        o += size
+        n += 1
+    return n
 
 
 def parse_ipfix(d: bytes, templates: dict) -> dict:
@@ -123,14 +129,5 @@ def parse_ipfix(d: bytes, templates: dict) -> dict:
                 if sid == 3:
                     break  # padding follows
         else:
-            fields = templates[sid]
-            size = sum(ln for _, ln in fields)
-            o = 0
-            while o + size <= len(body):
-                rec, p = {}, o
-                for t, ln in fields:
-                    rec[t] = int.from_bytes(body[p : p + ln], "big")
-                    p += ln
-                (opts if any(t < 0 for t, _ in fields) else recs).append(rec)
-                o += size
+            _data_records(body, templates[sid], recs, opts)
     return {"secs": secs, "seq": seq, "domain": domain, "records": recs, "options": opts}

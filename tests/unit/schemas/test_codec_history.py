@@ -17,17 +17,7 @@ from tests.support.archive import enriched
 
 def old_enriched_message(rows: np.ndarray) -> bytes:
     """A FlowEnrichedBatch as the previous version wrote it (no ``duplicate`` column), encoded by fastavro."""
-    old = json.loads((AVRO_DIR / "history" / "flow_enriched.1.avsc").read_text())
-    schema = derive_batch_schema("flow_enriched", old)
-    parsed = fastavro.parse_schema(schema)
-    fp = bytes.fromhex(fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
-    cols = {}
-    for f in old["fields"]:
-        v = rows[f["name"]]
-        cols[f["name"]] = [bytes(bytearray(x)) for x in v] if v.ndim == 2 else v.tolist()
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, parsed, cols)
-    return codec.MAGIC + fp + buf.getvalue()
+    return _old_batch("flow_enriched", "flow_enriched.1.avsc", "flow_enriched_batch", rows)
 
 
 def test_an_old_enriched_batch_decodes_with_the_new_column_at_its_default():
