@@ -18,7 +18,7 @@ from devtools.console_run import wait_for
 from console.app import ConsoleState, create_app
 from console.history import History
 from console.live import LiveStore
-from tests.support.console import EVIL, EVIL2, LATER, fill_store, layout, write_archive, write_later_flows
+from tests.support.console import EVIL, EVIL2, LATER, archive_root_for, fill_store, layout
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 PORT = int(os.environ.get("FABRICFLOW_TEST_CONSOLE_PORT", "31333"))
@@ -26,10 +26,7 @@ PORT = int(os.environ.get("FABRICFLOW_TEST_CONSOLE_PORT", "31333"))
 
 @pytest.fixture(scope="module")
 def archive_root(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("archive"))
-    write_archive(root)
-    write_later_flows(root)
-    return root
+    return archive_root_for(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

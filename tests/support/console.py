@@ -171,3 +171,11 @@ def write_later_flows(root: str) -> None:
     b = HourlyBuffer("counters_raw", 0)
     b.add(table_from_columns(counters(samples), "counter_sample"), 0)
     ParquetWriter(None, root).write_plan(b.flush_plan(force=True))
+
+
+def archive_root_for(tmp_path_factory) -> str:
+    """A module's archive: the windows of :func:`write_archive` and the later flows of :func:`write_later_flows`."""
+    root = str(tmp_path_factory.mktemp("archive"))
+    write_archive(root)
+    write_later_flows(root)
+    return root

@@ -10,15 +10,12 @@ from console.app import ConsoleState, create_app
 from console.history import History
 from console.live import LiveStore
 from console.server import ConsoleConfigError, check_listen
-from tests.support.console import EVIL, EVIL2, LATER, WS, W, fill_store, layout, write_archive, write_later_flows
+from tests.support.console import EVIL, EVIL2, LATER, W, WS, archive_root_for, fill_store, layout
 
 
 @pytest.fixture(scope="module")
 def archive_root(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("archive"))
-    write_archive(root)
-    write_later_flows(root)
-    return root
+    return archive_root_for(tmp_path_factory)
 
 
 def make_state(archive_root=None, token=None, fill=True) -> ConsoleState:
