@@ -1,4 +1,5 @@
-/* fabricflow console: one page, six views (the Compare view in compare.js, Topology in topology.js); the URL hash keeps the whole view state.
+/* fabricflow console: one page, six views (the Compare view in compare.js, Topology in topology.js, Top-N in topn.js, an event's
+ * evidence and diagnosis in evidence.js); the URL hash keeps the whole view state.
  * Every name from inventories, policies and flows goes into the page as text (textContent, canvas
  * fillText, ECharts' canvas renderer); nothing from the data is ever parsed as HTML. */
 (function () {
@@ -465,46 +466,6 @@
     }, true);
     if (state.event) await renderEventDetail(); else $("e-detail").hidden = true;
   }
-  function kvTable(obj) {
-    const t = el("table", { class: "kv" });
-    for (const [k, v] of Object.entries(obj || {})) {
-      if (v === null || v === undefined) continue;
-      let text;
-      if (Array.isArray(v)) text = v.map((x) => (typeof x === "object" ? Object.values(x).map((y) => typeof y === "number" && Math.abs(y) > 1e6 ? fmtRate(y) : y).join(" ") : x)).join(", ");
-      else if (typeof v === "object") text = Object.entries(v).map(([a, b]) => a + "=" + b).join(", ");
-      else if (typeof v === "number" && /bps$/.test(k)) text = fmtRate(v);
-      else if (typeof v === "number" && /(fraction|util|rel95)/.test(k)) text = fmtPct(v);
-      else if (typeof v === "number" && /bytes/.test(k)) text = fmtBytes(v);
-      else text = String(v);
-      t.appendChild(el("tr", {}, el("td", {}, k), el("td", {}, text)));
-    }
-    return t;
-  }
-  function fmtEvidence(x) {
-    const f = (v) => (/bps$/.test(x.signal) ? fmtRate(v) : /(share|utilisation)$/.test(x.signal) ? fmtPct(v) :
-      Math.abs(v) >= 100 ? String(Math.round(v)) : String(+v.toFixed(3)));
-    return f(x.value) + (x.low !== x.high ? " (" + f(x.low) + " – " + f(x.high) + ")" : "");
-  }
-  function diagnosisBox(dg) {
-    // the bottleneck diagnosis: verdict, why, next step, what the data cannot tell, what is missing, evidence
-    const box = el("div", { class: "diagnosis dg-" + dg.verdict, id: "e-diagnosis" });
-    box.appendChild(el("h4", {}, "Diagnosis: " + dg.title));
-    box.appendChild(el("div", {}, dg.summary));
-    if (dg.missing && dg.missing.length) {
-      box.appendChild(el("div", { class: "dg-label" }, "Missing or contradictory"));
-      const ul = el("ul", {}); for (const m of dg.missing) ul.appendChild(el("li", {}, m)); box.appendChild(ul);
-    }
-    box.appendChild(el("div", { class: "dg-label" }, "Next step")); box.appendChild(el("div", {}, dg.next_step));
-    box.appendChild(el("div", { class: "dg-label" }, "What flow data cannot tell")); box.appendChild(el("div", { class: "muted" }, dg.cannot_tell));
-    const t = el("table", { class: "dg-evidence" });
-    t.appendChild(el("tr", {}, ...["signal", "of", "value (bounds)", "source", "measured"].map((h) => el("th", {}, h))));
-    for (const x of dg.evidence || []) {
-      t.appendChild(el("tr", {}, el("td", {}, x.signal), el("td", {}, x.subject), el("td", { class: "num" }, fmtEvidence(x)),
-        el("td", {}, x.source), el("td", { class: "muted" }, x.note)));
-    }
-    box.appendChild(t);
-    return box;
-  }
   async function renderEventDetail() {
     const box = $("e-detail");
     let d;
@@ -515,9 +476,10 @@
     box.appendChild(el("h3", { class: "sev-" + e.severity }, e.type + " · " + e.entity));
     box.appendChild(el("div", {}, e.summary));
     box.appendChild(el("div", { class: "muted" }, fmtTime(e.start_ms) + " – " + fmtTime(e.end_ms) + " · " + e.state));
-    if (e.diagnosis) box.appendChild(diagnosisBox(e.diagnosis));
-    box.appendChild(el("h4", {}, "Evidence")); box.appendChild(kvTable(e.evidence));
-    box.appendChild(el("h4", {}, "Uncertainty")); box.appendChild(kvTable(e.uncertainty));
+    const evidence = window.fabricflowEvidence(helpers());
+    if (e.diagnosis) box.appendChild(evidence.diagnosisBox(e.diagnosis));
+    box.appendChild(el("h4", {}, "Evidence")); box.appendChild(evidence.kvTable(e.evidence));
+    box.appendChild(el("h4", {}, "Uncertainty")); box.appendChild(evidence.kvTable(e.uncertainty));
     box.appendChild(el("h4", {}, "Related events (" + d.related.length + ")"));
     const ul = el("ul", {});
     for (const r of d.related) {
@@ -547,33 +509,6 @@
     box.hidden = false;
   }
 
-  // ------------------------------------------------------------------ top-N
-
-  async function renderTopn() {
-    const d = await api("topn", Object.assign({ level: state.nlevel, n: state.n, category: state.ncat }, windowParams()));
-    $("n-info").textContent = d.source + " · " + fmtTime(d.start_ms) + " – " + fmtTime(d.end_ms).slice(11) +
-      (d.answered ? " · from " + d.answered : "");
-    // Sankey: source -> category -> destination (sources and destinations are separate nodes)
-    const nodes = new Map(); const links = new Map();
-    const add = (a, b, v) => { const k = a + "\u0000" + b; links.set(k, (links.get(k) || 0) + v); nodes.set(a, 1); nodes.set(b, 1); };
-    for (const l of d.links) { add("from " + l.src, l.category, l.bytes_est); add(l.category, "to " + l.dst, l.bytes_est); }
-    chart("n-sankey").setOption({ backgroundColor: "transparent", animation: false, textStyle: { color: "#d8dee6" },
-      title: { text: d.level + " → category → " + d.level, textStyle: { color: "#d8dee6", fontSize: 13 } },
-      tooltip: { formatter: (p) => p.dataType === "edge" ? tipBox(p.data.source + " → " + p.data.target, [["bytes (est.)", fmtBytes(p.data.value)]]) : tipBox(p.name, [["bytes (est.)", fmtBytes(p.value)]]) },
-      series: [{ type: "sankey", top: 40, left: 10, right: 170, nodeGap: 10, emphasis: { focus: "adjacency" },
-        label: { color: "#d8dee6" }, lineStyle: { color: "gradient", opacity: 0.45 },
-        data: Array.from(nodes.keys()).map((name) => ({ name })),
-        links: Array.from(links.entries()).map(([k, v]) => { const [s, t] = k.split("\u0000"); return { source: s, target: t, value: v }; }) }] }, true);
-    const talkers = d.talkers.slice().reverse();
-    chart("n-bars").setOption({ backgroundColor: "transparent", animation: false, textStyle: { color: "#d8dee6" },
-      title: { text: "top talkers (node pairs)", textStyle: { color: "#d8dee6", fontSize: 13 } },
-      grid: { left: 200, right: 40, top: 40, bottom: 30 },
-      tooltip: { formatter: (p) => tipBox(p.name, [["bytes (est.)", fmtBytes(talkers[p.dataIndex].bytes_est)], ["rate", fmtRate(talkers[p.dataIndex].rate_bps)]].concat(talkers[p.dataIndex].folded ? [["pairs folded", String(talkers[p.dataIndex].folded)]] : [])) },
-      xAxis: { type: "value", axisLabel: { formatter: (v) => fmtRate(v) } },
-      yAxis: { type: "category", data: talkers.map((t) => t.folded ? t.src + " (" + t.folded + " pairs)" : clip(t.src, 14) + " → " + clip(t.dst, 14)) },
-      series: [{ type: "bar", data: talkers.map((t) => ({ value: t.rate_bps, itemStyle: { color: t.folded ? "#5c6773" : "#4fa3e0" } })) }] }, true);
-  }
-
   // ------------------------------------------------------------------ render loop
 
   let rendering = false, again = false;
@@ -582,8 +517,8 @@
     rendering = true;
     try {
       if (!fromLive || state.view === "matrix") await loadWindows();
-      const extra = (window.fabricflowViews || {})[state.view];  // compare.js
-      const fn = { matrix: renderMatrix, jobs: renderJobs, events: renderEvents, topn: renderTopn }[state.view] ||
+      const extra = (window.fabricflowViews || {})[state.view];  // compare.js, topology.js, exporters.js, topn.js
+      const fn = { matrix: renderMatrix, jobs: renderJobs, events: renderEvents }[state.view] ||
         (extra && (() => extra(helpers())));
       await fn();
       document.body.dataset.rendered = state.view;
@@ -639,9 +574,9 @@
     window.addEventListener("resize", () => { for (const c of Object.values(charts)) c.resize(); if (M && state.view === "matrix") drawMatrix(M); });
   }
   function stopPlay() { if (playing) { clearInterval(playing); playing = null; } }
-  function helpers() {  // what the views of compare.js and topology.js use
+  function helpers() {  // what the views in their own files use
     return { api, el, clear, chart, state, setState, fmtBytes, fmtRate, fmtPct, fmtTime, toLocalInput, fromLocalInput, timeParams,
-      tipBox, marksFor, token: TOKEN };
+      windowParams, clip, tipBox, marksFor, token: TOKEN };
   }
   async function marksFor(params) {  // change markers (and step marks) for a time chart; none when the API fails
     try { return await api("marks", Object.assign(params, timeParams())); } catch (e) { return { changes: [], steps: [] }; }
