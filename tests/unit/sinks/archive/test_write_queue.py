@@ -190,13 +190,20 @@ def feed(svc, msgs, start, step=3):
         svc.flush()
 
 
-def test_write_failure_is_reported_retried_and_never_committed_past():
+def memory_service():
+    """An archive service on a fresh in-memory filesystem with a fake consumer, and a message log of flows_raw
+    partition 0: (fs, root, consumer, service, topic-partition, messages, rows)."""
     fs = fsspec.filesystem("memory")
     root = "/" + uuid.uuid4().hex
     consumer = FakeConsumer()
     svc = make_service(fs, root, consumer)
     tp = (svc.settings.kafka.topics.flows_raw, 0)
     msgs, nrows = message_log(tp[0])
+    return fs, root, consumer, svc, tp, msgs, nrows
+
+
+def test_write_failure_is_reported_retried_and_never_committed_past():
+    fs, root, consumer, svc, tp, msgs, nrows = memory_service()
     real = svc.writer.write
     failures, gate = [], threading.Event()
 
@@ -227,12 +234,7 @@ def test_write_failure_is_reported_retried_and_never_committed_past():
 def test_crash_with_a_write_in_flight_then_restart_archives_every_row_once():
     """Process A dies while one writer thread is inside its 3rd file (the other thread may have written
     later files meanwhile); the consumer thread had gone on decoding. B restarts from A's last commit."""
-    fs = fsspec.filesystem("memory")
-    root = "/" + uuid.uuid4().hex
-    consumer = FakeConsumer()
-    a = make_service(fs, root, consumer)
-    tp = (a.settings.kafka.topics.flows_raw, 0)
-    msgs, nrows = message_log(tp[0])
+    fs, root, consumer, a, tp, msgs, nrows = memory_service()
     real = a.writer.write
     calls, in_flight, dead = [], threading.Event(), threading.Event()
 
@@ -298,12 +300,7 @@ def test_each_file_is_written_once_when_jobs_finish_between_plan_and_queueing():
 
 
 def test_revoke_waits_for_files_in_flight_and_commits_before_giving_up():
-    fs = fsspec.filesystem("memory")
-    root = "/" + uuid.uuid4().hex
-    consumer = FakeConsumer()
-    svc = make_service(fs, root, consumer)
-    tp = (svc.settings.kafka.topics.flows_raw, 0)
-    msgs, nrows = message_log(tp[0])
+    fs, root, consumer, svc, tp, msgs, nrows = memory_service()
     real, gate = svc.writer.write, threading.Event()
 
     def slow(f):
@@ -321,12 +318,7 @@ def test_revoke_waits_for_files_in_flight_and_commits_before_giving_up():
 
 
 def test_lost_partition_is_never_committed():
-    fs = fsspec.filesystem("memory")
-    root = "/" + uuid.uuid4().hex
-    consumer = FakeConsumer()
-    svc = make_service(fs, root, consumer)
-    tp = (svc.settings.kafka.topics.flows_raw, 0)
-    msgs, _ = message_log(tp[0])
+    fs, root, consumer, svc, tp, msgs, _ = memory_service()
     real, gate = svc.writer.write, threading.Event()
     svc.writer.write = lambda f: (gate.wait(WAIT), real(f))[1]
     feed(svc, msgs, 0)
