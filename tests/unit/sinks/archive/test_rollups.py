@@ -65,6 +65,19 @@ def random_flows(rng: np.random.Generator, times) -> np.ndarray:
     return out
 
 
+def write_through(w, buf, tables) -> None:
+    """Each table into ``buf`` as one message (offset = its index), the files it plans written by ``w`` and confirmed
+    as the sink does, then a forced flush."""
+    for o, t in enumerate(tables):
+        buf.add(t, o)
+        plan = buf.flush_plan(o * 1000)
+        w.write_plan(plan)
+        buf.confirm(plan)
+    plan = buf.flush_plan(force=True)
+    w.write_plan(plan)
+    buf.confirm(plan)
+
+
 def write_archive(root: str, rng, hours=(0, 1, 2), per_hour=600, partitions=2, max_rows=150, msg_rows=20) -> None:
     """Flows over ``hours`` (at random seconds, with rows out of order and late), through the sink's
     buffers and writer: several files per hour and partition."""
@@ -74,14 +87,8 @@ def write_archive(root: str, rng, hours=(0, 1, 2), per_hour=600, partitions=2, m
     for p in range(partitions):
         b = HourlyBuffer("flows_enriched", p, max_rows=max_rows, grace_ms=5 * MIN)
         mine = times[p::partitions]
-        for o, i in enumerate(range(0, len(mine), msg_rows)):
-            b.add(table_from_columns(random_flows(rng, mine[i:i + msg_rows]), "flow_enriched"), o)
-            plan = b.flush_plan(o * 1000)
-            w.write_plan(plan)
-            b.confirm(plan)
-        plan = b.flush_plan(force=True)
-        w.write_plan(plan)
-        b.confirm(plan)
+        write_through(w, b, (table_from_columns(random_flows(rng, mine[i:i + msg_rows]), "flow_enriched")
+                             for i in range(0, len(mine), msg_rows)))
 
 
 @pytest.fixture(scope="module")
@@ -331,14 +338,7 @@ def run(root, messages, *, crash_at: int | None, max_rows: int, counter: list):
         return inner_rollups(*a, **kw)
 
     w.write_table, w.write_rollups = write_table, write_rollups
-    for o, m in enumerate(messages):
-        buf.add(m, o)
-        plan = buf.flush_plan(o * 1000)
-        w.write_plan(plan)
-        buf.confirm(plan)
-    plan = buf.flush_plan(force=True)
-    w.write_plan(plan)
-    buf.confirm(plan)
+    write_through(w, buf, messages)
     return buf
 
 
