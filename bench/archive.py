@@ -1,6 +1,6 @@
 """Archive throughput: numpy flow batches -> Arrow -> HourlyBuffer -> Parquet on a local directory.
 
-    .venv/bin/python bench/archive.py [--rows 2000000] [--batch 100000] [--dataset flows_raw|flows_enriched]
+    .venv/bin/python -m bench.archive [--rows 2000000] [--batch 100000] [--dataset flows_raw|flows_enriched]
 
 Prints rows per CPU-second per stage and overall (one process, one thread). In the service the
 consumer thread does the buffering and a writer thread builds the file's table and encodes it, so

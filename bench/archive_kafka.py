@@ -2,7 +2,7 @@
 
 How it works: bench/README.md, "bench/archive_kafka.py"; results: docs/performance.md#archive-sink.
 
-    .venv/bin/python bench/archive_kafka.py [--rows 2000000] [--batch 4096] [--partitions 2]
+    .venv/bin/python -m bench.archive_kafka [--rows 2000000] [--batch 4096] [--partitions 2]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark: `fabricflow backfill` throughput, records/s and datagrams/s per CPU-second, against decoding alone.
 
-    .venv/bin/python bench/backfill.py [--scenario healthy] [--seconds 300] [--repeat 3]
+    .venv/bin/python -m bench.backfill [--scenario healthy] [--seconds 300] [--repeat 3]
 
 The scenario is simulated into a capture first (not timed). Then, each repeat: the capture decoded alone
 (`ingest.offline.summarize_pcap`, what `fabricflow decode` does: the floor for reading it) and the capture

@@ -2,9 +2,9 @@
 
 How it works: bench/README.md, "bench/decode_netflow.py"; results: docs/performance.md#netflow-v5-v9-and-ipfix.
 
-    .venv/bin/python bench/decode_netflow.py [--seconds 2]
-    .venv/bin/python bench/decode_netflow.py --pipeline [--compare /work/main] [--rounds 3]
-    .venv/bin/python bench/decode_netflow.py --gather
+    .venv/bin/python -m bench.decode_netflow [--seconds 2]
+    .venv/bin/python -m bench.decode_netflow --pipeline [--compare /work/main] [--rounds 3]
+    .venv/bin/python -m bench.decode_netflow --gather
 """
 
 from __future__ import annotations

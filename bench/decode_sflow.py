@@ -2,7 +2,7 @@
 
 How it works: bench/README.md, "bench/decode_sflow.py"; results: docs/performance.md#sflow-v5.
 
-    .venv/bin/python bench/decode_sflow.py [--seconds 2] [--samples 7] [--batch 512] [--reference]
+    .venv/bin/python -m bench.decode_sflow [--seconds 2] [--samples 7] [--batch 512] [--reference]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ and a few unknown hosts; sFlow-like 1-in-4096 sampling; event time advancing
 so main (10 s) and incast (1 s) windows keep closing. Batches are built before
 timing; the timed part is process_flows only (windows, all flow detectors).
 
-Run: .venv/bin/python bench/detectors.py [--batches 60 --batch-size 10000]
+Run: .venv/bin/python -m bench.detectors [--batches 60 --batch-size 10000]
 Target: >= 300,000 records/s on one core.
 """
 

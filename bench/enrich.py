@@ -1,6 +1,6 @@
 """Benchmark: longest-prefix lookups/s and enriched records/s on a synthetic cluster.
 
-    .venv/bin/python bench/enrich.py [--records N] [--nodes N] [--repeat R]
+    .venv/bin/python -m bench.enrich [--records N] [--nodes N] [--repeat R]
 
 The inventory has N GPU nodes (IPv4 /32 and IPv6 /128 each), storage and
 management subnets, cluster ranges and time-bounded jobs; flows pick sources

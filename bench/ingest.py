@@ -6,7 +6,7 @@ keeps the highest rate with less than 0.1 % loss, with the collector's CPU time 
 127.0.0.1 only; bounded by ``--step-seconds`` and ``--max-steps``. Stream, placement, steps, counting
 per collector, sinks: bench/README.md; results: docs/performance.md#ingest-end-to-end.
 
-    .venv/bin/python bench/ingest.py [--protocols netflow9,ipfix,sflow]
+    .venv/bin/python -m bench.ingest [--protocols netflow9,ipfix,sflow]
                                      [--collectors fabricflow,nfacctd,nfacctd-kafka,goflow2,nfcapd]
                                      [--step-seconds 2] [--rounds 1] [--sink kafka|null|discard] [--json out.json]
                                      [--kafka-port 21192] [--goflow2 PATH] [--ports LO-HI]

@@ -2,7 +2,7 @@
 
 How it works: bench/README.md, "bench/metrics_sink.py"; results: docs/performance.md#flow-metrics-sink.
 
-Run: .venv/bin/python bench/metrics_sink.py [--nodes 512 --windows 12 --records-per-s 1000000] [--series]
+Run: .venv/bin/python -m bench.metrics_sink [--nodes 512 --windows 12 --records-per-s 1000000] [--series]
 """
 
 from __future__ import annotations

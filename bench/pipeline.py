@@ -14,7 +14,7 @@ gets the same steps, alternated, and the last line compares the two:
 machine's CPUs) and checks that the first step's outputs (archive totals, output topic digests) equal those with one.
 How it works and what it measured: bench/README.md and docs/performance.md ("Whole pipeline").
 
-    .venv/bin/python bench/pipeline.py [--start-rate 20000 --factor 1.4 --step-seconds 40] [--workers max] [--json F]
+    .venv/bin/python -m bench.pipeline [--start-rate 20000 --factor 1.4 --step-seconds 40] [--workers max] [--json F]
 """
 
 from __future__ import annotations

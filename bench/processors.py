@@ -2,7 +2,7 @@
 
 How it works: bench/README.md, "bench/processors.py"; results: docs/performance.md#processors.
 
-    .venv/bin/python bench/processors.py [--messages 240 --records 4096 --nodes 256 --job-size 32]
+    .venv/bin/python -m bench.processors [--messages 240 --records 4096 --nodes 256 --job-size 32]
 """
 
 from __future__ import annotations
