@@ -35,7 +35,7 @@ from devtools.detections import Detection, DetectionFeed  # noqa: E402
 from devtools.runner import LocalPipeline, PipelinePorts  # noqa: E402
 from devtools.offline import offline_settings, run_offline  # noqa: E402
 from devtools.scenario_variants import born_broken_file  # noqa: E402
-from bench.detection_report import _pct, detector_table, matrix_line, print_run, report_json  # noqa: E402
+from bench.detection_report import pct, detector_table, matrix_line, print_run, report_json  # noqa: E402
 from devtools.scoring import (  # noqa: E402
     MatrixReport,
     Observed,
@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     dup = sum(s.duplicates for s in totals.values())
     recall = tp / (tp + fn) if tp + fn else None
     precision = (tp + dup) / (tp + dup + fp) if tp + dup + fp else None
-    print(f"    overall: recall {_pct(recall)}, precision {_pct(precision)}"
+    print(f"    overall: recall {pct(recall)}, precision {pct(precision)}"
           f" (TP {tp}, FP {fp}, FN {fn}, duplicates {dup})")
     diagnoses = merge_diagnoses(r.diagnosis_score or {} for r in runs)
     print("    diagnoses of the detections matched to a fault (final verdict per detection):")

@@ -7,10 +7,10 @@ from datetime import datetime, timezone
 from devtools.scoring import MatrixReport
 from devtools.scoring_diagnosis import diagnosis_table
 
-__all__ = ["detector_table", "matrix_line", "print_run", "report_json"]
+__all__ = ["pct", "detector_table", "matrix_line", "print_run", "report_json"]
 
 
-def _pct(x) -> str:
+def pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
@@ -26,7 +26,7 @@ def detector_table(scores: dict) -> list[str]:
         s = scores[name]
         lines.append(
             f"    {name:<22}{s.tp:>4}{s.fp:>4}{s.fn:>4}{s.duplicates:>5}{s.explained:>6}"
-            f"{_pct(s.precision):>11}{_pct(s.recall):>9}{_f(s.median_ttd_windows):>10}"
+            f"{pct(s.precision):>11}{pct(s.recall):>9}{_f(s.median_ttd_windows):>10}"
         )
     return lines
 
@@ -34,9 +34,9 @@ def detector_table(scores: dict) -> list[str]:
 def matrix_line(m: MatrixReport) -> str:
     return (
         f"    matrix: {m.cells} cells >= {m.min_expected_samples:g} expected samples, "
-        f"median |err| {_pct(m.median_rel_error)} "
-        f"(median 95% bound {_pct(m.median_bound95)}), within bound {_pct(m.within_bound95)}, "
-        f"median |z| {_f(m.median_abs_z, 2)}, bias {_pct(m.bias)}, missing {m.missing}"
+        f"median |err| {pct(m.median_rel_error)} "
+        f"(median 95% bound {pct(m.median_bound95)}), within bound {pct(m.within_bound95)}, "
+        f"median |z| {_f(m.median_abs_z, 2)}, bias {pct(m.bias)}, missing {m.missing}"
         + (f", {m.skipped_windows} windows skipped (exporter loss)" if m.skipped_windows else "")
         + (" OK" if m.ok else " OUTSIDE BOUND")
     )
