@@ -170,3 +170,13 @@ def test_a_floor_episode_is_never_rebaselined_into_normal():
 def test_a_tcp_job_is_judged_against_its_baseline_only():
     # ECN on TCP (DCTCP) marks at a few percent by design: the floor reference is RoCEv2 only
     assert run([dict(ce={"c": 12})] * 8) == []
+
+
+def test_cnps_from_the_first_window_fire_on_the_cnp_floor():
+    # receiver c sends back 5 CNPs per 100 RoCEv2 packets it gets, from the job's first window: 5 % (lower
+    # bound 0.7 %) against cnp_floor 0.5 %; the ECN-CE floor sees no marks
+    e = engine()
+    out = e.process_flows(flows(roce([dict(cnp={"c": 5})] * 3 + [{}] * 4))) + e.flush()
+    firing = [o.value for o in out if o.value["state"] == "firing"]
+    assert [(a["dedup_key"], a["window_end_ms"], a["entities"]["reference"], a["entities"]["floor_hits"])
+            for a in firing] == [("congestion|j|cnp", 20_000, "floor", "c:0.007")]
