@@ -6,13 +6,16 @@ against an embedded broker and object store started here on ``--ports-from`` (do
 "Start-up"). For each: wall seconds from exec to ready, CPU seconds used by then, and the figure the
 service logged itself. Ready: services log "<name> ready in N s" (docs/operations.md); commands are timed
 to their result (exit). The broker's share of a group member's start is printed beside: a plain consumer's
-join on the same broker. Printed figures only, no pass/fail; the 1-minute load average is printed with them.
+join on the same broker, at the members' session timeout (default the embedded stack's,
+``devtools.stack.SESSION_TIMEOUT_MS``) and at Apache Kafka's smallest default (6000 ms). Printed figures only, no
+pass/fail; the 1-minute load average is printed with them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -25,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devtools.installed import Installed, install, port_settings, set_writable  # noqa: E402
+from devtools.stack import SESSION_TIMEOUT_MS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURE = REPO / "tests/captures/pmacct_sfprobe_fabric/pmacct_sfprobe_fabric.pcap"
@@ -133,6 +137,16 @@ def _archive_for_queries(inst: Installed, env: dict, stack) -> None:
         sink.stop()
 
 
+def _demo_ready(state_dir: Path) -> str:
+    """Each demo service's own "ready in N s" figure, from its log (``<state_dir>/<name>.log``)."""
+    figures = []
+    for log in sorted(state_dir.glob("*.log")):
+        m = re.search(r"\b([a-z ]+?) ready in ([0-9.]+) s", log.read_text(errors="replace"))
+        if m:
+            figures.append(f"{m.group(1)} {m.group(2)} s")
+    return "services ready in: " + (", ".join(figures) or "(no ready line found)")
+
+
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
 
@@ -149,7 +163,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="warm starts per command (median printed)")
     ap.add_argument("--ports-from", type=int, default=41300, help="first of ~40 ports on 127.0.0.1 (broker, S3, services)")
     ap.add_argument("--wheelhouse", default=str(REPO / ".venv" / "wheelhouse"), help="wheels to install from (make wheelhouse)")
-    ap.add_argument("--session-ms", type=int, default=6000, help="kafka.session_timeout_ms of the group members")
+    ap.add_argument("--session-ms", type=int, default=SESSION_TIMEOUT_MS,
+                    help="kafka.session_timeout_ms of the group members (default: the embedded stack's)")
     ap.add_argument("--demo", action="store_true", help="also time `fabricflow demo` to its 'pipeline up' line")
     args = ap.parse_args()
 
@@ -165,8 +180,10 @@ def main() -> int:
         inst = Installed(prefix, base, args.user, version)
         stack = _stack(base, args.ports_from)
         env = _settings(inst, stack.bootstrap, args.ports_from, stack.s3_endpoint, args.session_ms)
-        print(f"broker {stack.bootstrap}: a plain consumer joins a new group in {_join_s(stack.bootstrap, args.session_ms):.2f} s "
-              f"(session.timeout.ms {args.session_ms})")
+        joins = ", ".join(f"{_join_s(stack.bootstrap, ms):.2f} s at session.timeout.ms {ms}"
+                          for ms in dict.fromkeys((args.session_ms, 6000)))
+        print(f"broker {stack.bootstrap}: a plain consumer joins a new group in {joins}; the members run with "
+              f"{args.session_ms}")
         print(f"{'':<22} {'cold':>7} {'':>7}    {'warm':>7}\n{'ready (s from exec)':<22} {'wall':>7} {'cpu':>7}    "
               f"{'wall':>7} {'cpu':>7}")
         for name, argv in SERVICES:
@@ -200,7 +217,7 @@ def main() -> int:
                                            out / f"demo-{run}"], port_settings(args.ports_from))
                 at, line = demo.wait_line(r"pipeline up in [0-9.]+s", timeout=300)
                 first = demo.wait_line(r"first detection \d+s", timeout=300)[1] if demo.proc.wait(300) == 0 else "failed"
-                print(f"demo {run}: '{line.strip()}' (seen after {at:.1f} s); {first}")
+                print(f"demo {run}: '{line.strip()}' (seen after {at:.1f} s); {first}; {_demo_ready(out / f'demo-{run}')}")
         print(f"load average at the end {os.getloadavg()[0]:.2f}")
     finally:
         if stack is not None:

@@ -28,7 +28,7 @@ def stack_up(
     no_s3: bool = typer.Option(False, "--no-s3", help="Do not start the object store (only with --storage memory)."),
 ):
     """Start the embedded broker and object store in the background and create the topics."""
-    from devtools.stack import EmbeddedStack, StackError
+    from devtools.stack import SESSION_TIMEOUT_MS, EmbeddedStack, StackError
     from fabricflow.kafka import ensure_topics
     from fabricflow.statedir import StateDirError
 
@@ -46,6 +46,10 @@ def stack_up(
     created = ensure_topics(s.kafka.model_copy(update={"bootstrap_servers": st.bootstrap}))
     typer.echo(f"topics: {sum(v == 'created' for v in created.values())} created, {sum(v == 'exists' for v in created.values())} existing")
     typer.echo(f"broker: {st.bootstrap}   s3: {st.s3_endpoint if st.with_s3 else '-'} bucket={s.stack.bucket}")
+    if s.kafka.session_timeout_ms > SESSION_TIMEOUT_MS:
+        typer.echo(f"group members join this broker in {-(-s.kafka.session_timeout_ms // 2000)} s with kafka.session_timeout_ms "
+                   f"{s.kafka.session_timeout_ms}; FABRICFLOW_KAFKA__SESSION_TIMEOUT_MS={SESSION_TIMEOUT_MS} makes it 1 s "
+                   "(docs/embedded-stack.md)")
 
 
 @stack_app.command("down")

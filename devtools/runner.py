@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from fabricflow.settings import Settings, load_settings
-from .stack import EmbeddedStack, StackError, port_free, tail
+from .stack import SESSION_TIMEOUT_MS, EmbeddedStack, StackError, port_free, tail
 
 
 DRAIN_AFTER_INGEST_S = 2.0  # stop(): time the consumers get to read what ingest published as it stopped
@@ -106,7 +106,8 @@ class LocalPipeline:
     def settings_dict(self) -> dict:
         p = self.ports
         d = {
-            "kafka": {"bootstrap_servers": f"127.0.0.1:{p.kafka}", "partitions": 4},
+            # the embedded broker's shortest group join (devtools.stack.SESSION_TIMEOUT_MS)
+            "kafka": {"bootstrap_servers": f"127.0.0.1:{p.kafka}", "partitions": 4, "session_timeout_ms": SESSION_TIMEOUT_MS},
             "ingest": {
                 "listen": [f"sflow://127.0.0.1:{p.sflow}", f"netflow://127.0.0.1:{p.netflow}", f"ipfix://127.0.0.1:{p.ipfix}",
                            f"marks://127.0.0.1:{p.marks}"],

@@ -31,6 +31,15 @@ from fabricflow.settings import Settings, StackSettings
 from fabricflow.statedir import writable_dir
 
 
+#: ``kafka.session_timeout_ms`` for the group members of a pipeline on the embedded broker. Tansu holds every
+#: JoinGroup (after the member-id round trip) until half of the group's session timeout has passed, checked in
+#: 1-second steps, so 6000 ms (Apache Kafka's smallest by default) costs 3 s per join and 2000 ms costs 1 s, the
+#: least it ever waits. Eviction uses the same timeout: a member whose heartbeats (every third of it, from
+#: librdkafka's and aiokafka's own threads) stop for 2 s leaves the group. Not the settings default: Apache
+#: Kafka refuses sessions under ``group.min.session.timeout.ms`` (6000 by default). docs/embedded-stack.md.
+SESSION_TIMEOUT_MS = 2000
+
+
 class StackError(Exception):
     """A service could not be found, started or reached; the message says which and why."""
 

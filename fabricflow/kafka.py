@@ -31,7 +31,7 @@ def consumer_config(kafka: KafkaSettings, group: str, client: str, **extra: Any)
     """librdkafka settings of a consumer in ``group`` that commits offsets itself, from the earliest offset.
 
     ``client``: suffix of the client id (``<kafka.client_id>-<client>``); ``extra`` overrides or adds settings.
-    Joins take about half of ``kafka.session_timeout_ms`` (docs/embedded-stack.md), so it stays short.
+    The embedded broker holds each join for half of ``kafka.session_timeout_ms`` (docs/embedded-stack.md).
     """
     conf = client_config(kafka)
     conf.update({

@@ -68,7 +68,11 @@ class KafkaSettings(_Section):
     )
     partitions: int = Field(4, ge=1, le=1024, description="Partitions per topic at creation (Tansu cannot add partitions later)")
     replication_factor: int = Field(1, ge=1, le=16, description="Replication factor at topic creation")
-    session_timeout_ms: int = Field(6000, ge=1000, description="Consumer group session timeout (joins take ~half of it)")
+    session_timeout_ms: int = Field(
+        6000, ge=1000, description="Consumer group session timeout: a member silent this long leaves the group. Apache Kafka's "
+        "smallest by default; the embedded broker (Tansu) holds each join for half of it, so pipelines on the embedded stack "
+        "use 2000 (a 1 s join, docs/embedded-stack.md)"
+    )
     topics: TopicNames = Field(default_factory=TopicNames)
 
     @model_validator(mode="after")

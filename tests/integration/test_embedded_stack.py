@@ -118,6 +118,7 @@ def test_stack_cli_up_status_down(tmp_path):
         up = subprocess.run([*exe, "stack", "up", "--no-s3"], env=env, capture_output=True, text=True, timeout=60)
         assert up.returncode == 0, up.stderr
         assert "tansu" in up.stdout and "running" in up.stdout and f"topics: {len(STREAMS)} created" in up.stdout
+        assert "FABRICFLOW_KAFKA__SESSION_TIMEOUT_MS=2000 makes it 1 s" in up.stdout  # joins take 3 s at the default
         st = subprocess.run([*exe, "stack", "status"], env=env, capture_output=True, text=True, timeout=30)
         assert st.returncode == 0 and "reachable" in st.stdout
     finally:

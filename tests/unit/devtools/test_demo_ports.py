@@ -34,3 +34,14 @@ def test_every_port_moves_with_the_settings(tmp_path):
     written = LocalPipeline(tmp_path / "demo", ports=ports).settings_dict()  # what the demo's services read
     assert written["stack"]["kafka_port"] == 42000 and written["console"]["listen"] == "127.0.0.1:42045"
     assert written["ingest"]["listen"][0] == "sflow://127.0.0.1:42030"
+
+
+def test_the_demos_group_members_use_the_embedded_brokers_shortest_join(tmp_path):
+    """Tansu holds each join for half the session timeout (3 s at the 6000 default): the demo's services get
+    devtools.stack.SESSION_TIMEOUT_MS (a 1 s join), and a setting given to the runner still wins."""
+    from devtools.stack import SESSION_TIMEOUT_MS
+
+    assert SESSION_TIMEOUT_MS < load_settings(None).kafka.session_timeout_ms
+    assert LocalPipeline(tmp_path / "a").settings_dict()["kafka"]["session_timeout_ms"] == SESSION_TIMEOUT_MS
+    given = LocalPipeline(tmp_path / "b", extra={"kafka": {"session_timeout_ms": 10000}}).settings_dict()
+    assert given["kafka"]["session_timeout_ms"] == 10000
