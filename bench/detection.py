@@ -8,6 +8,8 @@ How it works: bench/README.md, "bench/detection.py"; results: docs/detection-qua
     .venv/bin/python -m bench.detection --scenario mixed --set pattern.min_acf=0.75
     .venv/bin/python -m bench.detection --report /tmp/detection.json
     .venv/bin/python -m bench.detection --offline --seeds 101,102,103    # no broker: held-out seeds, ~5 s a scenario
+    .venv/bin/python -m bench.detection --offline --duration 1800 --born-broken    # 30-minute runs, and each
+                                                   # scenario again with its faults active from the jobs' start
 """
 
 import sys

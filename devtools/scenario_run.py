@@ -23,6 +23,8 @@ import yaml
 from devtools.detections import Detection, DetectionFeed
 from devtools.runner import LocalPipeline, PipelinePorts
 from devtools.offline import offline_settings, run_offline
+from devtools.scenario_variants import born_broken_file
+from devtools.scenario_report import pct, detector_table, matrix_line, print_run, report_json
 from devtools.scoring import (
     MatrixReport,
     Observed,
@@ -380,7 +382,7 @@ def run_scenario(
 
 
 def run_scenario_offline(name: str, state_dir: Path, *, seed: int | None = None, partitions: int = 1,
-                         extra: dict | None = None) -> RunResult:
+                         extra: dict | None = None, duration_s: float | None = None) -> RunResult:
     """One scenario through the pipeline's code without a broker (devtools/offline.py): the same settings as
     the live bench at 1x (sFlow for the traffic detectors), one seed, ``partitions`` detector shards."""
     path = scenario_file(name)
@@ -392,7 +394,8 @@ def run_scenario_offline(name: str, state_dir: Path, *, seed: int | None = None,
     epoch = int(time.time() * 1000) // 10_000 * 10_000
     policy = policy_for(scen, epoch)
     t0 = time.monotonic()
-    run = run_offline(path, seed, start_ms=epoch, settings=settings, partitions=partitions, policy=policy)
+    run = run_offline(path, seed, start_ms=epoch, settings=settings, partitions=partitions, policy=policy,
+                      duration_s=duration_s)
     feed = BenchFeed(settings, consumer=_NoConsumer())
     kinds = {"matrix", "incast", "straggler", "link", "alert", "pattern"}
     for o in run.outputs:
@@ -413,86 +416,6 @@ def score_run(run: RunResult, min_expected_samples: float = 100.0) -> RunResult:
     loss = [(f["start_ms"], f["end_ms"]) for f in truth if f.get("type") == "fault" and f["kind"] == "exporter_loss"]
     run.matrix = matrix_error(run.cells, truth, min_expected_samples=min_expected_samples, exclude=loss)
     return run
-
-
-# --------------------------------------------------------------------------- report
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def _f(x, nd=1) -> str:
-    return "-" if x is None else f"{x:.{nd}f}"
-
-
-def detector_table(scores: dict) -> list[str]:
-    head = (f"    {'detector':<22}{'TP':>4}{'FP':>4}{'FN':>4}{'dup':>5}{'expl':>6}"
-            f"{'precision':>11}{'recall':>9}{'ttd(win)':>10}")
-    lines = [head]
-    for name in sorted(scores):
-        s = scores[name]
-        lines.append(
-            f"    {name:<22}{s.tp:>4}{s.fp:>4}{s.fn:>4}{s.duplicates:>5}{s.explained:>6}"
-            f"{_pct(s.precision):>11}{_pct(s.recall):>9}{_f(s.median_ttd_windows):>10}"
-        )
-    return lines
-
-
-def matrix_line(m: MatrixReport) -> str:
-    return (
-        f"    matrix: {m.cells} cells >= {m.min_expected_samples:g} expected samples, "
-        f"median |err| {_pct(m.median_rel_error)} "
-        f"(median 95% bound {_pct(m.median_bound95)}), within bound {_pct(m.within_bound95)}, "
-        f"median |z| {_f(m.median_abs_z, 2)}, bias {_pct(m.bias)}, missing {m.missing}"
-        + (f", {m.skipped_windows} windows skipped (exporter loss)" if m.skipped_windows else "")
-        + (" OK" if m.ok else " OUTSIDE BOUND")
-    )
-
-
-def print_run(run: RunResult) -> None:
-    seed = f" seed {run.seed}" if run.seed is not None else ""
-    print(f"== {run.scenario}{seed}: {run.datagrams} datagrams, {run.wall_s:.0f}s wall, sFlow offsets {run.offsets_ms} ms")
-    for line in detector_table(run.score.detectors):
-        print(line)
-    if run.diagnosis_score:
-        for line in diagnosis_table(run.diagnosis_score):
-            print(line)
-        for s in run.diagnosis_score.values():
-            for w in s.wrong_as:
-                print(f"    wrong diagnosis (expected {s.expected}): {w}")
-    for o in run.score.outcomes:
-        if o.status in ("explained", "false_positive"):
-            why = f" ({o.reason})" if o.reason else ""
-            print(f"    {o.status}: {o.detection.kind} {o.detection.entity} @{o.detection.time_ms}{why}")
-    for s in run.score.detectors.values():
-        for m in s.missed:
-            print(f"    missed: {m}")
-    if run.score.uncovered:
-        kinds = ", ".join(sorted({f.kind for f in run.score.uncovered}))
-        print(f"    not scored (no detector on the output topics): {kinds}")
-    print(matrix_line(run.matrix))
-
-
-def report_json(runs: list[RunResult], totals: dict) -> dict:
-    return {
-        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "scenarios": {
-            r.scenario + (f"@{r.seed}" if r.seed is not None else ""): {
-                "speed": r.speed, "wall_s": round(r.wall_s, 1), "datagrams": r.datagrams,
-                "sflow_offsets_ms": r.offsets_ms,
-                "score": r.score.as_dict(), "matrix": r.matrix.as_dict(),
-                "diagnoses": {k: v.as_dict() for k, v in sorted((r.diagnosis_score or {}).items())},
-                "detections": [{"kind": s.detection.kind, "entity": s.detection.entity, "evidence_ms": s.evidence_ms,
-                                "summary": s.detection.summary,
-                                "diagnosis": r.diagnoses.get(s.detection.ref)} for s in r.seen],
-                "matrix_cells": {str(ws): {f"{a}>{b}": v for (a, b), v in sorted(c.items())}
-                                 for ws, c in sorted(r.cells.items())},
-            }
-            for r in runs
-        },
-        "totals": {k: v.as_dict() for k, v in sorted(totals.items())},
-    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -517,7 +440,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated simulator seeds to run each scenario with (--offline; default: the "
                          "scenario's own seed). Seeds other than the scenarios' own are held out from tuning")
     ap.add_argument("--partitions", type=int, default=1, help="detector shards of an --offline run (default 1)")
+    ap.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                    help="run every scenario for this long instead of its own duration_s (faults keep their times; "
+                         "the workloads run on)")
+    ap.add_argument("--born-broken", action="store_true",
+                    help="also run each scenario with faults with every fault active from its job's start "
+                         "(STATE_DIR/NAME-born-broken.yaml), scored as NAME+born")
     a = ap.parse_args(argv)
+    if a.duration is not None and a.duration <= 0:
+        ap.error(f"--duration {a.duration:g}: a positive number of seconds")
     if a.seeds and not a.offline:
         ap.error("--seeds needs --offline")
     try:
@@ -537,23 +468,32 @@ def main(argv: list[str] | None = None) -> int:
     compares: list[tuple[str, CompareOutcome]] = []  # (scenario@seed, outcome)
     t0 = time.monotonic()
     extra = {"processors": {"detectors": overrides}} if overrides else None
-    for name in names:
+    todo = [(name, Path(name).stem, name) for name in names]
+    if a.born_broken:
+        for name in names:
+            born = born_broken_file(scenario_file(name), state / "born-broken")
+            if born is not None:
+                todo.append((str(born), f"{Path(name).stem}+born", None))
+    for path, label, compare_name in todo:
         for seed in seeds:
             if a.offline:
-                run = run_scenario_offline(name, state / Path(name).stem, seed=seed, partitions=a.partitions,
-                                           extra=extra)
+                run = run_scenario_offline(path, state / label, seed=seed, partitions=a.partitions, extra=extra,
+                                           duration_s=a.duration)
             else:
                 ports = ports_block(a.port_block) if a.port_block else PipelinePorts.offset(a.port_offset)
-                run = run_scenario(name, state / Path(name).stem, speed=a.speed, ports=ports, extra=extra)
+                run = run_scenario(path, state / label, speed=a.speed, ports=ports, extra=extra,
+                                   duration_s=a.duration)
+            run.scenario = label
             print_run(score_run(run, a.min_samples))
             runs.append(run)
-            if a.offline:
-                compares.extend(compare_scenario(scenario_file(name), seed, state / Path(name).stem))
+            if a.offline and compare_name is not None:
+                compares.extend(compare_scenario(scenario_file(compare_name), seed, state / label))
     for name in COMPARE_SCENARIOS if a.offline and not a.scenario else ():
         compares += [c for seed in seeds for c in compare_scenario(scenario_file(name), seed, state / Path(name).stem)]
     totals = merge_scores(r.score for r in runs)
     how = "offline" + (f", seeds {a.seeds}" if a.seeds else "") + (f", {a.partitions} shards" if a.partitions > 1 else "") \
         if a.offline else f"at {a.speed:g}x"
+    how += f", {a.duration:g} s each" if a.duration else ""
     print(f"\n== all scenarios ({', '.join(sorted({r.scenario for r in runs}))}) {how} in {time.monotonic() - t0:.0f}s"
           + (f", overrides {overrides}" if overrides else ""))
     for line in detector_table(totals):
@@ -564,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     dup = sum(s.duplicates for s in totals.values())
     recall = tp / (tp + fn) if tp + fn else None
     precision = (tp + dup) / (tp + dup + fp) if tp + dup + fp else None
-    print(f"    overall: recall {_pct(recall)}, precision {_pct(precision)}"
+    print(f"    overall: recall {pct(recall)}, precision {pct(precision)}"
           f" (TP {tp}, FP {fp}, FN {fn}, duplicates {dup})")
     diagnoses = merge_diagnoses(r.diagnosis_score or {} for r in runs)
     print("    diagnoses of the detections matched to a fault (final verdict per detection):")

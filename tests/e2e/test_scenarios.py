@@ -13,18 +13,23 @@ embedded broker + object store, ``fabricflow ingest``, ``fabricflow process``,
 
 - 240 s of ``segmentation`` at 10x: the segmentation violation, unregistered host,
   exfiltration and off-hours transfer each raise their alert, with nothing unexplained.
+- 20 minutes of ``congestion`` born broken (its congestion active from the job's first second to 200 s)
+  at 40x: the congestion is found within the same windows as one that starts later, and the steady
+  jobs raise nothing over the long run (no pattern deviation from slow structure, issue 31).
 
-About 3 minutes on 2 cores. Skipped when the embedded broker / object store cannot start,
+About 5 minutes on 2 cores. Skipped when the embedded broker / object store cannot start,
 unless FABRICFLOW_REQUIRE_BROKER=1.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from devtools.scenario_run import run_scenario, score_run
+from devtools.scenario_run import SCENARIO_DIR, run_scenario, score_run
+from devtools.scenario_variants import born_broken_file
 from devtools.runner import PipelineError, PipelinePorts
 from devtools.stack import port_free
 
@@ -37,11 +42,12 @@ PORTS = PipelinePorts.offset(int(os.environ.get("FABRICFLOW_TEST_SCENARIO_PORT_O
 REQUIRE = os.environ.get("FABRICFLOW_REQUIRE_BROKER") == "1"
 
 
-def _run(name, tmp_path, **kw):
+def _run(name, tmp_path, speed=10.0, **kw):
     if not (port_free(PORTS.kafka) and port_free(PORTS.s3)):
         pytest.skip(f"ports {PORTS.kafka}/{PORTS.s3} in use")
     try:
-        return run_scenario(name, tmp_path / name, speed=10.0, ports=PORTS, log=lambda *_: None, **kw)
+        return run_scenario(str(name), tmp_path / Path(name).stem, speed=speed, ports=PORTS, log=lambda *_: None,
+                            **kw)
     except PipelineError as e:
         if REQUIRE or "exited with status" in str(e):
             raise
@@ -83,3 +89,19 @@ def test_segmentation_and_exfiltration_scenario_alerts(tmp_path):
         assert rule in s and s[rule].recall == 1.0, (rule, summary)
     fps = [f"{o.detection.kind} {o.detection.entity}" for o in run.score.outcomes if o.status == "false_positive"]
     assert not fps, fps
+
+
+@pytest.mark.timeout(420)
+def test_twenty_minutes_of_a_job_congested_from_its_start(tmp_path):
+    """Issue 31 end to end: a long run at high speed, its fault active from the job's start."""
+    born = born_broken_file(SCENARIO_DIR / "congestion.yaml", tmp_path / "variants")
+    run = score_run(_run(born, tmp_path, speed=40.0, duration_s=1200))
+    s = run.score.detectors
+    summary = {k: (v.tp, v.fp, v.fn, v.explained) for k, v in sorted(s.items())}
+    assert s["congestion"].recall == 1.0, summary
+    assert s["congestion"].median_ttd_windows is not None and s["congestion"].median_ttd_windows <= 3.0, summary
+    fps = [f"{o.detection.kind} {o.detection.entity}: {o.detection.summary}" for o in run.score.outcomes
+           if o.status == "false_positive"]
+    assert not fps, fps
+    assert not [x for x in run.seen if x.detection.kind == "pattern_deviation"]
+    assert max(run.cells) - min(run.cells) >= 1_150_000  # the matrix windows span the 20 minutes

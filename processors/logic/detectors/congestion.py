@@ -1,9 +1,12 @@
-"""``congestion`` alert: a job's share of ECN-CE marked packets or of RoCEv2 CNPs rose well above its own baseline.
+"""``congestion`` alert: a job's share of ECN-CE marked packets or of RoCEv2 CNPs rose well above its own
+baseline, or is above the physical floor of a lossless RoCEv2 fabric whatever the job's past.
 
 Per closed main window and job, from the window's cells (the signal columns of
 :func:`processors.logic.windows.matrix.signal_columns`) over the job's internal traffic: each share
-against the job's median of its last normal windows, with a sampling lower bound; the nodes
-named are the congested receivers with their switch ports. Persistent windows raise the rule
+against two references, with a sampling lower bound: the job's median of its last normal windows
+(``baseline``) and a fixed floor on the RoCEv2 traffic, for the job and for each receiver (``floor``:
+a job launched into a congested fabric has no normal past to learn). The nodes named are the
+congested receivers with their switch ports. Persistent windows raise the rule
 ``congestion`` through an :class:`~processors.logic.alerts.AlertManager`. The rules, the
 parameters and what sampled headers can and cannot show: docs/detectors.md, "Congestion signals".
 Pure logic: no clock, no Kafka.
@@ -52,6 +55,9 @@ class CongestionConfig:
     z: float = Field(1.96, gt=0, description="Normal quantile of the share's sampling bounds (1.96 ~ 95 %); the lower bound must be above the baseline")
     persist_windows: int = Field(2, ge=1, description="Elevated windows in a row before the alert fires")
     rebaseline_windows: int = Field(60, ge=1, description="Elevated windows in a row after which the baseline restarts (the new level is normal)")
+    ecn_ce_floor: float = Field(0.03, gt=0, lt=1, description="Floor reference: a RoCEv2 ECN-CE share (of the job, or of the packets one receiver gets) whose lower sampling bound reaches this is congestion on any day, whatever the baseline (a lossless fabric marks rarely)")
+    cnp_floor: float = Field(0.005, gt=0, lt=1, description="The same floor for CNPs per RoCEv2 packet received")
+    floor_min_samples: int = Field(30, ge=1, description="Sampled RoCEv2 packets a receiver needs in a window for the floor to judge it")
     resolve_windows: int = Field(3, ge=1, description="Quiet windows before the alert resolves")
     max_nodes: int = Field(3, ge=0, description="Receiving nodes named in the alert (highest share first)")
     severity: Literal["info", "warning", "critical"] = Field("warning", description="Alert severity")
@@ -85,6 +91,7 @@ class CongestionDetector(OneRuleDetector):
                                                                 *(x.tolist() for x in rs))}
             jobs = {j: (p, s) for j, p, s in zip(interner.lookup(jk[0]).tolist(), *(x.tolist() for x in js))}
             rocev2 = interner.index.get("rocev2", -1)
+            roce = internal & (cells["cat"] == rocev2)
 
             def signals(job: str) -> FlowSignals:  # the job's internal traffic, for the diagnosis
                 return cell_signals(cells, internal & (cells["sj"] == interner.index.get(job, -1)), rocev2)
@@ -95,39 +102,71 @@ class CongestionDetector(OneRuleDetector):
                 per_node: dict[str, dict[str, int]] = {}
                 for j, nd, v in zip(*(interner.lookup(k).tolist() for k in sk), ss[0].tolist()):
                     per_node.setdefault(j, {})[nd] = v
+                floors = self._floor_hits(cells, interner, roce, signal)
                 for job in sorted(jobs):
                     seen.add(f"{job}\x00{signal}")
-                    self._judge(ws, we, job, signal, jobs[job], per_node.get(job, {}), received, signals)
+                    self._judge(ws, we, job, signal, jobs[job], per_node.get(job, {}), received, signals,
+                                floors.get(job, []))
         # forget jobs without internal traffic for a long time
         for k in [k for k, st in self.jobs.items()
                   if k not in seen and ws - st["last"] > cfg.rebaseline_windows * self.window_ms]:
             del self.jobs[k]
         return self.alerts.evaluate(we)
 
+    def _floor_hits(self, cells: dict[str, np.ndarray], interner: Interner, roce: np.ndarray,
+                    signal: str) -> dict[str, list[tuple[str, float, float]]]:
+        """job -> [(receiver or "" for the whole job, share, lower bound)] of the RoCEv2 shares whose lower
+        sampling bound reaches the signal's floor (``floor_min_samples`` sampled packets at least)."""
+        cfg = self.config
+        col, node_col, _ = SIGNALS[signal]
+        floor = cfg.ecn_ce_floor if signal == "ecn_ce" else cfg.cnp_floor
+        if not roce.any():
+            return {}
+        # packets and samples a receiver gets; the signal counted at the receiver it names
+        rk, rs, _ = group_reduce([cells["dj"][roce], cells["dn"][roce]],
+                                 [cells[c][roce] for c in ("packets_est", "samples")])
+        mk, ms, _ = group_reduce([cells["sj"][roce], cells[node_col][roce]], [cells[col][roce]])
+        marks = {(j, nd): v for j, nd, v in zip(*(interner.lookup(k).tolist() for k in mk), ms[0].tolist())}
+        totals: dict[str, list[float]] = {}
+        out: dict[str, list[tuple[str, float, float]]] = {}
+        for j, nd, p, s in zip(*(interner.lookup(k).tolist() for k in rk), *(x.tolist() for x in rs)):
+            v = marks.get((j, nd), 0)
+            t = totals.setdefault(j, [0, 0, 0])
+            t[0], t[1], t[2] = t[0] + v, t[1] + p, t[2] + s
+            hit = _floor_hit(nd, v, p, s, floor, cfg)
+            if hit is not None:
+                out.setdefault(j, []).append(hit)
+        for j, (v, p, s) in totals.items():
+            hit = _floor_hit("", v, p, s, floor, cfg)
+            if hit is not None:
+                out.setdefault(j, []).insert(0, hit)
+        return out
+
     def _judge(self, ws: int, we: int, job: str, signal: str, total: tuple[int, int], nodes: dict[str, int],
-               received: dict, signals) -> None:
+               received: dict, signals, floors: list[tuple[str, float, float]]) -> None:
         cfg = self.config
         packets, samples = total
         st = self.jobs.setdefault(f"{job}\x00{signal}", {"shares": [], "elevated": 0, "last": ws})
         st["last"] = ws
-        if packets <= 0 or samples < cfg.min_samples:
+        if (packets <= 0 or samples < cfg.min_samples) and not floors:
             return  # too little evidence this window: neither adds nor resets
         marked = sum(nodes.values())
-        share = marked / packets
-        se = math.sqrt(max(share * (1 - share), 0.0) / samples)
+        share = marked / packets if packets > 0 else 0.0
+        se = math.sqrt(max(share * (1 - share), 0.0) / samples) if samples > 0 else 0.0
         low, high = max(0.0, share - cfg.z * se), min(1.0, share + cfg.z * se)
-        if len(st["shares"]) < cfg.min_baseline:
-            st["shares"] = (st["shares"] + [share])[-cfg.baseline_windows:]
-            return
-        base = float(median(st["shares"]))
+        ready = len(st["shares"]) >= cfg.min_baseline and samples >= cfg.min_samples
+        base = float(median(st["shares"])) if st["shares"] else 0.0
         limit = max(cfg.ratio * base, base + (cfg.min_increase if signal == "ecn_ce" else cfg.cnp_min_increase))
-        if not (share >= limit and low > base):
+        refs = (["baseline"] if ready and share >= limit and low > base else []) + (["floor"] if floors else [])
+        if not refs:
             st["elevated"] = 0
             st.pop("sig", None)
-            st["shares"] = (st["shares"] + [share])[-cfg.baseline_windows:]
+            if samples >= cfg.min_samples:
+                st["shares"] = (st["shares"] + [share])[-cfg.baseline_windows:]
             return
         st["elevated"] += 1
-        if st["elevated"] >= cfg.rebaseline_windows:
+        if st["elevated"] >= cfg.rebaseline_windows and not floors:
+            # a long run above the job's own past only becomes its normal level when no floor says otherwise
             st["shares"], st["elevated"] = [], 0
             st.pop("sig", None)
             return
@@ -149,12 +188,18 @@ class CongestionDetector(OneRuleDetector):
         ports = ",".join(f"{nd}={p}" for nd, _s, p in named if p)
         where = "; ".join(f"{nd or '?'} {sh:.1%}" + (f" (port {p})" if p else "") for nd, sh, p in named)
         vs = f"{share / base:.1f}x its baseline {base:.2%}" if base > 0 else f"baseline {base:.2%}"
+        floor = cfg.ecn_ce_floor if signal == "ecn_ce" else cfg.cnp_floor
+        floor_text = ", ".join(f"{nd or 'the job'} {sh:.1%} (lower bound {lo:.1%})" for nd, sh, lo in floors)
+        fired = " and ".join(vs if r == "baseline" else f"above the RoCEv2 floor {floor:.1%}: {floor_text}"
+                             for r in refs)
         self.alerts.observe(Condition(
             rule=RULE, key=(job, signal),
             summary=(f"job {job}: {share:.2%} of its packets are {what} (95 % bounds {low:.2%}-{high:.2%}, "
-                     f"{samples} sampled packets), {vs}, for {st['elevated']} windows; "
+                     f"{samples} sampled packets), {fired}, for {st['elevated']} windows; "
                      f"congested receivers: {where or '-'}"),
-            entities={"job": job, "signal": signal, "share": f"{share:.4f}", "baseline": f"{base:.4f}",
+            entities={"job": job, "signal": signal, "reference": ",".join(refs), "share": f"{share:.4f}",
+                      "baseline": f"{base:.4f}" if ready else "", "floor": f"{floor:.4f}",
+                      "floor_hits": ",".join(f"{nd or '*'}:{lo:.3f}" for nd, _sh, lo in floors),
                       "fraction_low": f"{low:.4f}", "fraction_high": f"{high:.4f}", "samples": str(samples),
                       "packets_est": str(packets), "signal_packets_est": str(marked),
                       "evidence_windows": str(st["elevated"]), "nodes": node_text, "ports": ports},
@@ -180,3 +225,13 @@ class CongestionDetector(OneRuleDetector):
                          "last": int(v["last"]), **({"sig": [float(x) for x in v["sig"]]} if "sig" in v else {})}
                      for k, v in snap["jobs"].items()}
         self.alerts.restore(snap["alerts"])
+
+
+def _floor_hit(node: str, marked: float, packets: float, samples: float, floor: float,
+               cfg: CongestionConfig) -> tuple[str, float, float] | None:
+    """(node, share, lower bound) when ``marked / packets`` is at or above ``floor`` with its lower bound, else None."""
+    if packets <= 0 or samples < cfg.floor_min_samples:
+        return None
+    share = marked / packets
+    low = share - cfg.z * math.sqrt(max(share * (1 - share), 0.0) / samples)
+    return (node, share, low) if low >= floor else None

@@ -2,8 +2,9 @@
 
 A hint to start a packet capture, not a measurement. Per closed main window and node, from the
 window's cells (:func:`processors.logic.windows.matrix.signal_columns`): the SYN rate it sends and the RST
-rate it receives, each against the node's median of its last normal windows with a Poisson lower
-bound; persistent storm windows raise the rule ``conn_storm`` through an
+rate it receives, each against two references with a Poisson lower bound: the node's median of its last
+normal windows (``baseline``) and a fixed rate no node of a training cluster reaches in normal work
+(``floor``: a node that storms from its first window has no normal past); persistent storm windows raise the rule ``conn_storm`` through an
 :class:`~processors.logic.alerts.AlertManager`. The rules, the parameters, sharding and what
 sampled headers can and cannot show: docs/detectors.md, "Connection storms".
 Pure logic: no clock, no Kafka.
@@ -40,6 +41,7 @@ class ConnStormConfig:
     z: float = Field(1.96, gt=0, description="Normal quantile of the Poisson bound on the sampled count")
     baseline_windows: int = Field(12, ge=1, description="Normal windows whose median rate is the node's baseline")
     min_baseline: int = Field(3, ge=1, description="Normal windows with traffic needed before a node is judged")
+    floor_per_s: float = Field(5000.0, gt=0, description="Floor reference: a SYN (RST) rate whose lower bound reaches this is a storm whatever the node's past (raise it for nodes that open this many connections in normal work)")
     persist_windows: int = Field(2, ge=1, description="Storm windows in a row before the alert fires")
     rebaseline_windows: int = Field(60, ge=1, description="Storm windows in a row after which the baseline restarts (the new level is normal)")
     resolve_windows: int = Field(3, ge=1, description="Quiet windows before the alert resolves")
@@ -95,25 +97,25 @@ class ConnStormDetector(OneRuleDetector):
         st = self.nodes.setdefault(node, {"syn": [], "rst": [], "storm": 0, "last": ws})
         st["last"] = ws
         rates = {s: est[s] / size_s for s in _SIGNALS}
-        if len(st["syn"]) < cfg.min_baseline:
-            for s in _SIGNALS:
-                st[s] = (st[s] + [rates[s]])[-cfg.baseline_windows:]
-            return
-        judged = {}
+        ready = len(st["syn"]) >= cfg.min_baseline
+        judged, refs = {}, set()
         for s in _SIGNALS:
-            base = float(median(st[s]))
+            base = float(median(st[s])) if st[s] else 0.0
             k = est[s] / per_sample if per_sample > 0 else 0.0  # sampled packets behind the estimate
             limit = max(cfg.ratio * base, base + cfg.min_rate_per_s)
             low = rates[s] * max(0.0, (k - cfg.z * math.sqrt(k)) / k) if k > 0 else 0.0
-            storm = k >= cfg.min_samples and rates[s] >= limit and low > base + cfg.min_rate_per_s / 2
-            judged[s] = (storm, base, k, low)
-        if not any(v[0] for v in judged.values()):
+            enough = k >= cfg.min_samples
+            over_base = ready and enough and rates[s] >= limit and low > base + cfg.min_rate_per_s / 2
+            over_floor = enough and low >= cfg.floor_per_s
+            refs |= {r for r, hit in (("baseline", over_base), ("floor", over_floor)) if hit}
+            judged[s] = (over_base or over_floor, base, k, low)
+        if not refs:
             st["storm"] = 0
             for s in _SIGNALS:
                 st[s] = (st[s] + [rates[s]])[-cfg.baseline_windows:]
             return
         st["storm"] += 1
-        if st["storm"] >= cfg.rebaseline_windows:
+        if st["storm"] >= cfg.rebaseline_windows and "floor" not in refs:  # a floor storm never becomes normal
             st["syn"], st["rst"], st["storm"] = [], [], 0
             return
         if st["storm"] < cfg.persist_windows:
@@ -124,14 +126,18 @@ class ConnStormDetector(OneRuleDetector):
         for s in _SIGNALS:
             _storm, base, k, _low = judged[s]
             verb = "sends" if s == "syn" else "receives"
-            parts.append(f"{verb} ~{rates[s]:.0f} {s.upper()}/s (baseline {base:.0f}/s, {k:.0f} sampled)")
+            parts.append(f"{verb} ~{rates[s]:.0f} {s.upper()}/s (baseline "
+                         + (f"{base:.0f}/s" if ready else "not yet known") + f", {k:.0f} sampled)")
+        reference = ",".join(sorted(refs))
+        above = " and ".join(("its own baseline" if r == "baseline" else f"the floor of {cfg.floor_per_s:.0f}/s")
+                             for r in sorted(refs))
         self.alerts.observe(Condition(
             rule=RULE, key=(node,),
             summary=(f"connection storm at {node}: " + ", ".join(parts)
-                     + f" to {peers} peers for {st['storm']} windows"
+                     + f" to {peers} peers for {st['storm']} windows, above {above}"
                      + (f"; capture on port {port_text}" if port_text else "")
                      + ". Sampled SYN/RST counts are a hint, not a measurement: confirm with a packet capture"),
-            entities={"node": node, "signals": ",".join(which),
+            entities={"node": node, "signals": ",".join(which), "reference": reference,
                       "syn_per_s": f"{rates['syn']:.1f}", "syn_baseline_per_s": f"{judged['syn'][1]:.1f}",
                       "syn_sampled": f"{judged['syn'][2]:.0f}", "syn_per_s_low": f"{judged['syn'][3]:.1f}",
                       "rst_per_s": f"{rates['rst']:.1f}", "rst_baseline_per_s": f"{judged['rst'][1]:.1f}",

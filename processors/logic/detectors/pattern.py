@@ -20,7 +20,7 @@ from ..params import detector_params
 from ..windows.groupby import group_reduce
 from ..windows.interning import Interner
 
-__all__ = ["PatternConfig", "PatternDetector", "estimate_period", "collective_structure"]
+__all__ = ["PatternConfig", "PatternDetector", "estimate_period", "window_period", "collective_structure"]
 
 
 @detector_params
@@ -34,6 +34,8 @@ class PatternConfig:
     min_pair_share: float = Field(0.01, ge=0, le=1, description="Share of the job's window bytes a pair needs to count")
     min_acf: float = Field(0.3, gt=0, le=1, description="Autocorrelation a period needs to be accepted")
     period_tolerance: float = Field(0.2, gt=0, description="Relative period change that is a period shift")
+    min_modulation: float = Field(0.5, ge=0, le=1, description="Depth a window-scale cycle needs, 1 - (10th percentile / 90th percentile) of the window bytes: iterations shorter than a window only wobble the bytes of each window (aliasing beats) and give no period")
+    persist_windows: int = Field(6, ge=1, description="Windows in a row a new period (the same one, within period_tolerance) must be measured before a period shift opens")
     max_history: int = Field(120, ge=1, description="Windows of history kept per job")
 
 
@@ -46,6 +48,12 @@ def estimate_period(series: np.ndarray, min_acf: float = 0.3) -> int | None:
     shift or trend makes r decay monotonically from lag 1: no local peak, so it
     is not mistaken for a period (it used to come out as lag 2).
     """
+    peak = _acf_peak(series, min_acf)
+    return None if peak is None else peak[0]
+
+
+def _acf_peak(series, min_acf: float) -> tuple[int, float] | None:
+    """(lag, autocorrelation) of :func:`estimate_period`'s peak, or None."""
     x = np.asarray(series, dtype=np.float64)
     n = len(x)
     if n < 4:
@@ -65,7 +73,25 @@ def estimate_period(series: np.ndarray, min_acf: float = 0.3) -> int | None:
             nxt = r[k + 1]
         if r[k] > r[k - 1] and r[k] >= nxt and r[k] >= floor and r[k] > best + 1e-12:
             best_k, best = k, float(r[k])
-    return best_k
+    return None if best_k is None else (best_k, best)
+
+
+def window_period(series, min_acf: float = 0.3, min_modulation: float = 0.5) -> tuple[int, float] | None:
+    """(period in windows, its autocorrelation as the confidence) of a window-scale cycle, or None.
+
+    :func:`estimate_period`'s peak, accepted only when the cycle is deep: ``1 - p10 / p90`` of the window
+    bytes at least ``min_modulation``. A job whose iterations are shorter than a window puts a few of them
+    into every window; how many (4 or 5 of 2.2 s in 10 s) beats slowly and deterministically, an
+    autocorrelation peak of ~10 % depth that is not the job's cycle (it came out as 110 s), and slow
+    structure (dataset reads, checkpoints) adds shallow wobbles of its own.
+    """
+    x = np.asarray(series, dtype=np.float64)
+    if len(x) < 4:
+        return None
+    p10, p90 = np.percentile(x, [10, 90])
+    if p90 <= 0 or 1.0 - p10 / p90 < min_modulation:
+        return None
+    return _acf_peak(x, min_acf)
 
 
 def _pairs_present(history: list[list[str]], presence: float) -> set[str]:
@@ -163,12 +189,14 @@ class PatternDetector:
             out.extend(self._evaluate(job, st, ws, we, size))
         return out
 
-    def _current(self, st: dict, size: int) -> tuple[int, set[str]]:
+    def _current(self, st: dict, size: int) -> tuple[int, float, set[str]]:
+        """(period ms or -1, its autocorrelation or 0, the pairs present now)."""
         cfg = self.config
-        period = estimate_period(np.array(st["series"][-cfg.baseline_windows :]), cfg.min_acf)
+        peak = window_period(st["series"][-cfg.baseline_windows :], cfg.min_acf, cfg.min_modulation)
         # pair presence over the last recent_windows windows that carried collective traffic
         active = [p for p in st["pairs"][-cfg.baseline_windows :] if p][-cfg.recent_windows :]
-        return (-1 if period is None else period * size), _pairs_present(active, cfg.presence)
+        period_ms, acf = (-1, 0.0) if peak is None else (peak[0] * size, peak[1])
+        return period_ms, acf, _pairs_present(active, cfg.presence)
 
     def peers(self, job: str) -> dict[str, list[str]]:
         """Each node's collective peers in ``job`` now (pair presence over the recent windows); {} when unknown."""
@@ -182,10 +210,10 @@ class PatternDetector:
         cfg = self.config
         if len(st["series"]) < cfg.baseline_windows:
             return []
-        period_ms, pairs = self._current(st, size)
+        period_ms, acf, pairs = self._current(st, size)
         base = st["baseline"]
         if base is None:
-            st["baseline"] = {"period_ms": period_ms, "pairs": sorted(pairs)}
+            st["baseline"] = {"period_ms": period_ms, "acf": acf, "pairs": sorted(pairs)}
             return [self._record("pattern_baseline", "open", job, "baseline", ws, we, "baseline established",
                                  period_ms, period_ms, set(), set(), pairs)]
         out = []
@@ -195,8 +223,10 @@ class PatternDetector:
         if added or removed:
             devs["pairs_changed"] = f"{len(added)} pairs added, {len(removed)} removed"
         bp = base["period_ms"]
-        if bp > 0 and period_ms > 0 and abs(period_ms - bp) > cfg.period_tolerance * bp:
-            devs["period_shift"] = f"period {bp} ms -> {period_ms} ms"
+        shift = self._period_shift(st, bp, period_ms)
+        if shift >= cfg.persist_windows or (shift and st["open"].get("period_shift")):
+            devs["period_shift"] = (f"period {bp} ms (autocorrelation {base.get('acf', 0.0):.2f}) -> {period_ms} ms "
+                                    f"(autocorrelation {acf:.2f}), measured in {shift} windows in a row")
         elif period_ms < 0 and st["open"].get("period_shift"):
             devs["period_shift"] = "period not measurable"  # keep an open shift open while unclear
         for dev in ("pairs_changed", "period_shift"):
@@ -210,6 +240,18 @@ class PatternDetector:
                 out.append(self._record("pattern_deviation", "close", job, dev, ws, we, "back to baseline", bp,
                                         period_ms, added, removed, pairs))
         return out
+
+    def _period_shift(self, st: dict, bp: int, period_ms: int) -> int:
+        """Windows in a row (this one included) whose period is away from the baseline's ``bp`` and the same
+        as the previous window's (within ``period_tolerance``); 0 when this window's is not a shift."""
+        tol = self.config.period_tolerance
+        if not (bp > 0 and period_ms > 0 and abs(period_ms - bp) > tol * bp):
+            st["shift"] = [0, -1]
+            return 0
+        run, last = st.get("shift", [0, -1])
+        run = run + 1 if last > 0 and abs(period_ms - last) <= tol * last else 1
+        st["shift"] = [run, period_ms]
+        return run
 
     @staticmethod
     def _record(kind, state, job, dev, ws, we, detail, bp, cp, added, removed, pairs) -> dict:
@@ -236,12 +278,14 @@ class PatternDetector:
         return {"jobs": {j: {"last_ws": s["last_ws"], "series": list(s["series"]),
                              "pairs": [list(p) for p in s["pairs"]],
                              "baseline": None if s["baseline"] is None else dict(s["baseline"]),
-                             "open": dict(s["open"])}
+                             "open": dict(s["open"]), "shift": list(s.get("shift", [0, -1]))}
                          for j, s in sorted(self.jobs.items())}}
 
     def restore(self, snap: dict) -> None:
         self.jobs = {j: {"last_ws": int(s["last_ws"]), "series": [int(x) for x in s["series"]],
                          "pairs": [list(p) for p in s["pairs"]],
                          "baseline": None if s["baseline"] is None else
-                         {"period_ms": int(s["baseline"]["period_ms"]), "pairs": list(s["baseline"]["pairs"])},
-                         "open": dict(s["open"])} for j, s in snap["jobs"].items()}
+                         {"period_ms": int(s["baseline"]["period_ms"]), "acf": float(s["baseline"].get("acf", 0.0)),
+                          "pairs": list(s["baseline"]["pairs"])},
+                         "open": dict(s["open"]), "shift": [int(x) for x in s.get("shift", [0, -1])]}
+                     for j, s in snap["jobs"].items()}

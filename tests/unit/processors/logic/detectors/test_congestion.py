@@ -56,7 +56,8 @@ def test_a_congestion_episode_fires_with_job_node_share_and_baseline_then_resolv
         "dedup_key": "congestion|j|ecn_ce", "rule": "congestion", "severity": "warning", "state": "firing",
         "summary": "job j: 9.00% of its packets are ECN-CE marked packets (95 % bounds 6.20%-11.80%, 400 sampled "
                    "packets), 36.0x its baseline 0.25%, for 2 windows; congested receivers: c 30.0%; d 6.0%",
-        "entities": {"job": "j", "signal": "ecn_ce", "share": "0.0900", "baseline": "0.0025",
+        "entities": {"job": "j", "signal": "ecn_ce", "reference": "baseline", "share": "0.0900", "baseline": "0.0025",
+                     "floor": "0.0300", "floor_hits": "",
                      "fraction_low": "0.0620", "fraction_high": "0.1180", "samples": "400", "packets_est": "40000",
                      "signal_packets_est": "3600", "evidence_windows": "2", "nodes": "c:0.300,d:0.060", "ports": ""},
         "window_start_ms": 70_000, "window_end_ms": 80_000, "first_seen_ms": 60_000, "last_seen_ms": 80_000,
@@ -119,3 +120,63 @@ def test_the_inventory_names_the_port_when_no_counter_sample_did():
     out = run([dict(ce={"c": 1})] * 6 + [dict(ce={"c": 30})] * 2 + [dict(ce={"c": 1})] * 4, core.engine)
     firing = [o.value for o in out if o.value["state"] == "firing"]
     assert [(a["dedup_key"], a["entities"]["ports"]) for a in firing] == [("congestion|j|ecn_ce", "c=tor1/if3")]
+
+
+def roce(windows):
+    """``window`` records as RoCEv2 traffic (the floor reference judges RoCEv2 only)."""
+    return [dict(r, category="rocev2") for w, kw in enumerate(windows) for r in window(w, **kw)]
+
+
+def test_a_job_congested_from_its_first_window_fires_on_the_floor_as_soon_as_a_later_episode_does():
+    # born broken: receiver c gets 12 % of its RoCEv2 packets CE-marked from the job's first window. Its own past
+    # is all congested (no normal window to learn), so only the floor reference can see it
+    e = engine()
+    out = e.process_flows(flows(roce([dict(ce={"c": 12})] * 4 + [{}] * 4))) + e.flush()
+    assert [(o.key, o.value["state"], o.value["window_end_ms"]) for o in out] == [
+        ("congestion|j|ecn_ce", "firing", 20_000),  # second window: persist_windows 2, as an episode after a baseline
+        ("congestion|j|ecn_ce", "resolved", 80_000),
+    ]
+    first = out[0].value
+    assert first["summary"] == (
+        "job j: 3.00% of its packets are ECN-CE marked packets (95 % bounds 1.33%-4.67%, 400 sampled packets), "
+        "above the RoCEv2 floor 3.0%: c 12.0% (lower bound 5.6%), for 2 windows; congested receivers: c 12.0%")
+    ent = first["entities"]
+    assert (ent["reference"], ent["baseline"], ent["floor"], ent["floor_hits"], first["first_seen_ms"]) == (
+        "floor", "", "0.0300", "c:0.056", 0)
+    # the same episode after six normal windows fires after the same two elevated windows, on both references
+    e = engine()
+    out = e.process_flows(flows(roce([{}] * 6 + [dict(ce={"c": 12})] * 2 + [{}] * 4))) + e.flush()
+    assert [(o.value["state"], o.value["window_end_ms"] - o.value["first_seen_ms"], o.value["entities"]["reference"])
+            for o in out] == [("firing", 20_000, "baseline,floor"), ("resolved", 60_000, "baseline,floor")]
+
+
+def test_a_healthy_roce_job_and_a_few_marks_stay_below_the_floor():
+    # 0-2 marks of 100 per receiver: lower bounds far below 3 %; no baseline is needed to stay quiet
+    e = engine()
+    assert e.process_flows(flows(roce([dict(ce={"c": w % 3, "a": 1}) for w in range(14)]))) + e.flush() == []
+
+
+def test_a_floor_episode_is_never_rebaselined_into_normal():
+    from processors.logic.detectors.congestion import CongestionConfig
+
+    e = Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("congestion",),
+                            congestion=CongestionConfig(rebaseline_windows=4)))
+    out = e.process_flows(flows(roce([dict(ce={"c": 30})] * 12 + [{}] * 4))) + e.flush()
+    # fires at window 2 and stays firing (updated every 6 windows) past rebaseline_windows: no resolve in between
+    assert [(o.value["state"], o.value["window_end_ms"]) for o in out] == [
+        ("firing", 20_000), ("updated", 80_000), ("updated", 140_000), ("resolved", 160_000)]
+
+
+def test_a_tcp_job_is_judged_against_its_baseline_only():
+    # ECN on TCP (DCTCP) marks at a few percent by design: the floor reference is RoCEv2 only
+    assert run([dict(ce={"c": 12})] * 8) == []
+
+
+def test_cnps_from_the_first_window_fire_on_the_cnp_floor():
+    # receiver c sends back 5 CNPs per 100 RoCEv2 packets it gets, from the job's first window: 5 % (lower
+    # bound 0.7 %) against cnp_floor 0.5 %; the ECN-CE floor sees no marks
+    e = engine()
+    out = e.process_flows(flows(roce([dict(cnp={"c": 5})] * 3 + [{}] * 4))) + e.flush()
+    firing = [o.value for o in out if o.value["state"] == "firing"]
+    assert [(a["dedup_key"], a["window_end_ms"], a["entities"]["reference"], a["entities"]["floor_hits"])
+            for a in firing] == [("congestion|j|cnp", 20_000, "floor", "c:0.007")]

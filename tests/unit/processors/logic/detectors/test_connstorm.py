@@ -52,13 +52,13 @@ def test_a_syn_storm_fires_once_names_node_rates_and_capture_port():
         ("conn_storm|s", "resolved", 100_000),  # quiet for more than 3 windows
     ]
     assert out[0].value["entities"] == {
-        "node": "s", "signals": "syn,rst", "syn_per_s": "300.0", "syn_baseline_per_s": "0.0", "syn_sampled": "30",
+        "node": "s", "signals": "syn,rst", "reference": "baseline", "syn_per_s": "300.0", "syn_baseline_per_s": "0.0", "syn_sampled": "30",
         "syn_per_s_low": "192.6", "rst_per_s": "300.0", "rst_baseline_per_s": "0.0", "rst_sampled": "30",
         "rst_per_s_low": "192.6", "syn_peers": "10", "evidence_windows": "2", "port": "tor1/if3",
     }  # fmt: skip
     assert out[0].value["summary"] == (
         "connection storm at s: sends ~300 SYN/s (baseline 0/s, 30 sampled), receives ~300 RST/s (baseline 0/s, "
-        "30 sampled) to 10 peers for 2 windows; capture on port tor1/if3. Sampled SYN/RST counts are a hint, "
+        "30 sampled) to 10 peers for 2 windows, above its own baseline; capture on port tor1/if3. Sampled SYN/RST counts are a hint, "
         "not a measurement: confirm with a packet capture")
     assert out[0].value["first_seen_ms"] == 30_000
 
@@ -81,3 +81,21 @@ def test_few_sampled_syns_or_a_node_that_always_storms_do_not_fire():
     assert run([steady] * 3 + [lambda w: steady(w) + storm(w, syn=12, rst=False)] * 3 + [steady] * 2) == []
     # the same SYN rate in every window from the start is this node's baseline
     assert run([lambda w: steady(w) + storm(w)] * 10) == []
+
+
+def test_a_node_storming_from_its_first_window_fires_on_the_floor_as_soon_as_a_later_storm_does():
+    # born broken: 8000 SYN/s estimated (800 sampled in 10 s), refused, from the node's first window: no normal
+    # past to learn, the floor reference (5000/s) judges it
+    hard = lambda w: steady(w) + storm(w, syn=800)  # noqa: E731
+    out = run([hard] * 3 + [steady] * 5)
+    assert [(o.key, o.value["state"], o.value["window_end_ms"], o.value["entities"]["reference"]) for o in out] == [
+        ("conn_storm|s", "firing", 20_000, "floor"),  # second storm window, as after a baseline (persist_windows 2)
+        ("conn_storm|s", "resolved", 70_000, "floor"),
+    ]
+    assert out[0].value["summary"] == (
+        "connection storm at s: sends ~8000 SYN/s (baseline not yet known, 800 sampled), receives ~8000 RST/s "
+        "(baseline not yet known, 800 sampled) to 10 peers for 2 windows, above the floor of 5000/s. Sampled SYN/RST counts are a hint, not a measurement: confirm with a packet capture")
+    # the same storm after a normal past: both references, same number of windows to fire
+    out = run([steady] * 3 + [hard] * 2 + [steady] * 5)
+    assert [(o.value["state"], o.value["window_end_ms"] - o.value["first_seen_ms"], o.value["entities"]["reference"])
+            for o in out][0] == ("firing", 20_000, "baseline,floor")
