@@ -88,7 +88,7 @@ def job_bytes(minutes, iteration_s, checkpoint_s, stall_s=15.0, seed=1, change_a
 
 
 def run_series(series, **cfg):
-    from .helpers import flows
+    from tests.support.flows import flows
 
     e = Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0),
                             pattern=PatternConfig(**cfg), enabled=("pattern",)))
@@ -123,7 +123,7 @@ def test_a_persistent_period_change_is_raised_with_both_periods_and_their_confid
     series = np.full(180, 1e5)
     series[[w for w in range(0, 90, 6)] + list(range(90, 180, 3))] = 5e7
     series *= np.random.default_rng(2).normal(1.0, 0.03, 180)
-    from .helpers import flows
+    from tests.support.flows import flows
 
     e = Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("pattern",)))
     recs = [dict(src=s, dst=d, t=w * 10_000 + 5, bytes=int(b), job="p") for w, b in enumerate(series)
