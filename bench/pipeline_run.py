@@ -298,7 +298,7 @@ def archive_rows(settings, dataset: str, hour: int) -> tuple[int, int]:
     offset range overlaps another file's of the same partition: written twice)."""
     import pyarrow.parquet as pq
 
-    from sinks.fs import archive_filesystem
+    from sinks.archive.fs import archive_filesystem
     from sinks.archive.layout import parse_key
 
     fs, root = archive_filesystem(settings.archive)
@@ -330,7 +330,7 @@ def archive_totals(settings, hour: int) -> str:
     import duckdb
     import pyarrow.dataset as ds
 
-    from sinks.fs import archive_filesystem
+    from sinks.archive.fs import archive_filesystem
 
     fs, root = archive_filesystem(settings.archive)
     fs.invalidate_cache()

@@ -51,6 +51,9 @@ def blank_record(schema: str) -> dict:
     out = {}
     for f in load_avsc(schema)["fields"]:
         t = f["type"]
+        if isinstance(t, list):  # an optional field (a union with null): absent
+            out[f["name"]] = None
+            continue
         kind = t if isinstance(t, str) else t["type"]
         out[f["name"]] = {
             "long": 0, "int": 0, "double": 0.0, "float": 0.0, "boolean": False, "string": "",
