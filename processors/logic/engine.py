@@ -301,7 +301,7 @@ class Engine:
             ids = np.array([node_id.get(n, -1) for n in nodes], dtype=np.int64)
             return inventory.jobs_at(ids, np.full(len(ids), t_ms, dtype=np.int64)).tolist()
 
-        self.job_spread.set_racks(inventory.rack_nodes(), jobs_of)
+        self.job_spread.set_racks(inventory.rack_nodes(), jobs_of, inventory.node_groups())
 
     def _phase_rows(self, codes, times, bytes_est) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Rows of the batch in a timeline phase (PhaseAggregator rows): collective inside a job,

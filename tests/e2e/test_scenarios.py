@@ -32,7 +32,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 # kafka 21092, s3 20333, SeaweedFS 31330-31338: disjoint from the defaults, the test stack and the bench (11300),
 # and not in the ephemeral range
-PORTS = PipelinePorts.offset(12000)
+# FABRICFLOW_TEST_SCENARIO_PORT_OFFSET moves them, for runs side by side on one machine
+PORTS = PipelinePorts.offset(int(os.environ.get("FABRICFLOW_TEST_SCENARIO_PORT_OFFSET", "12000")))
 REQUIRE = os.environ.get("FABRICFLOW_REQUIRE_BROKER") == "1"
 
 

@@ -2,7 +2,8 @@
 
 Per closed main window and job, the job's own collective traffic (both ends in the job, categories
 ``categories``): the racks its nodes are in, against the fewest racks that could hold that many nodes
-(per rack: its nodes that are in no other job at that time, from the inventory); and the share of its bytes that leaves a rack (crosses the spine layer of a
+(per rack: its nodes of the job's node groups, e.g. ``gpu``, that are in no other job at that time, from the
+inventory: a management host or a load balancer in the rack cannot hold a rank); and the share of its bytes that leaves a rack (crosses the spine layer of a
 two-tier fabric), with its Wilson bounds on the sampled packets. A job spread over more racks than it
 needs whose cross-rack share's lower bound is at least ``min_cross_share``, for ``persist_windows``
 windows, raises ``job_spread`` (dedup key ``job_spread|job``). The rule, parameters and limits:
@@ -59,21 +60,29 @@ class JobSpreadDetector(OneRuleDetector):
     RULE = RULE
 
     def __init__(self, config: JobSpreadConfig = JobSpreadConfig(), window_ms: int = 10_000,
-                 rack_nodes: dict[str, list[str]] | None = None, jobs_of: JobsOf | None = None):
+                 rack_nodes: dict[str, list[str]] | None = None, jobs_of: JobsOf | None = None,
+                 node_group: dict[str, str] | None = None):
         super().__init__(config, window_ms)
         self.evidence: dict[str, int] = {}
-        self.set_racks(rack_nodes or {}, jobs_of)
+        self.set_racks(rack_nodes or {}, jobs_of, node_group)
 
-    def set_racks(self, rack_nodes: dict[str, list[str]], jobs_of: JobsOf | None = None) -> None:
-        """The nodes of every rack, and the job each node is in at a time (None: every node free)."""
+    def set_racks(self, rack_nodes: dict[str, list[str]], jobs_of: JobsOf | None = None,
+                  node_group: dict[str, str] | None = None) -> None:
+        """The nodes of every rack, the job each node is in at a time (None: every node free) and each node's
+        group (None: every node could hold any job)."""
         self.rack_nodes = {r: list(ns) for r, ns in rack_nodes.items() if ns}
         self.jobs_of = jobs_of
+        self.node_group = dict(node_group or {})
 
-    def free_sizes(self, job: str, t_ms: int) -> dict[str, int]:
-        """Per rack, its nodes that are in no job other than ``job`` at ``t_ms``."""
-        if self.jobs_of is None:
-            return {r: len(ns) for r, ns in self.rack_nodes.items()}
-        return {r: sum(1 for j in self.jobs_of(ns, t_ms) if j in ("", job)) for r, ns in self.rack_nodes.items()}
+    def free_sizes(self, job: str, t_ms: int, groups: set[str] | None = None) -> dict[str, int]:
+        """Per rack, its nodes of ``groups`` (None: any) that are in no job other than ``job`` at ``t_ms``."""
+        out = {}
+        for r, ns in self.rack_nodes.items():
+            if groups is not None:
+                ns = [n for n in ns if self.node_group.get(n, "") in groups]
+            jobs = self.jobs_of(ns, t_ms) if self.jobs_of is not None and ns else [""] * len(ns)
+            out[r] = sum(1 for j in jobs if j in ("", job))
+        return out
 
     def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
         cfg = self.config
@@ -102,7 +111,8 @@ class JobSpreadDetector(OneRuleDetector):
         for col in ("sr", "dr"):
             for r, b in zip(interner.lookup(cells[col][rows]).tolist(), cells["bytes_est"][rows].tolist()):
                 rack_bytes[r] = rack_bytes.get(r, 0) + b
-        need = racks_needed(len(nodes), self.free_sizes(job, ws)) + cfg.slack_racks
+        groups = {self.node_group.get(n, "") for n in nodes} if self.node_group else None
+        need = racks_needed(len(nodes), self.free_sizes(job, ws, groups)) + cfg.slack_racks
         share = cross_bytes / total if total > 0 else 0.0
         low, high = wilson(cross_samples, samples, 1.96)
         spread = len(rack_bytes) > need and low >= cfg.min_cross_share

@@ -230,3 +230,21 @@ def test_job_spread_over_racks_the_other_jobs_fill_is_not_spread():
 def test_job_that_needs_two_racks_is_not_spread():
     # 12 nodes need two racks of 8: a ring over r1 and r2 is the placement it needs
     assert run_spread(ring({f"g{i}": ("r1" if i < 8 else "r2") for i in range(12)})) == []
+
+
+def test_hosts_of_other_groups_in_a_rack_cannot_hold_ranks():
+    # the mixed scenario's train-b: 4 GPU nodes in r1 and one in r2, where r1's other free hosts are a management
+    # host and a load balancer. With groups the job needs two racks (quiet); counting every host it "fits" r1.
+    racks = {"r1": ["a1", "a2", "a3", "a4", "mgmt", "lb"], "r2": ["b1", "stor", "ms"]}
+    groups = {"a1": "gpu", "a2": "gpu", "a3": "gpu", "a4": "gpu", "b1": "gpu", "mgmt": "mgmt", "lb": "frontend",
+              "stor": "storage", "ms": "model-store"}
+    placement = ring({"a1": "r1", "a2": "r1", "a3": "r1", "a4": "r1", "b1": "r2"})
+
+    def run(node_group):
+        det = JobSpreadDetector(JobSpreadConfig(persist_windows=3), 10_000, racks, None, node_group)
+        interner = Interner([""])
+        return [a["state"] for w in range(5)
+                for a in det.on_window(w * 10_000, (w + 1) * 10_000, spread_cells(interner, placement), interner)]
+
+    assert run(groups) == []
+    assert run(None) == ["firing"]

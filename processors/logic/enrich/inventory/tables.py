@@ -298,6 +298,10 @@ class Inventory:
                 out.setdefault(n.rack, []).append(n.name)
         return out
 
+    def node_groups(self) -> dict[str, str]:
+        """Node name -> its group ("" when it has none)."""
+        return {n.name: n.group or "" for n in self.spec.nodes}
+
     def switch_name(self, agent: str | bytes) -> str:
         """Switch name of one agent address (text, 4 or 16 bytes); the address text when unknown."""
         key = addr16(agent)
