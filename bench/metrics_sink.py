@@ -182,7 +182,8 @@ def run_state(cluster: Cluster, per_window, budget: int) -> dict:
         apply_window(st, msgs, now)
         if w % 3 != 1:  # two scrapes per three windows: every 15 s
             t, c = time.perf_counter(), time.process_time()
-            body = generate_latest(reg)
+            # what MetricsService.scrape serves (an older tree without exposition: prometheus_client's text)
+            body = st.exposition(now) if hasattr(st, "exposition") else generate_latest(reg)
             st.scraped()
             scrape_s.append(time.perf_counter() - t)
             scrape_cpu += time.process_time() - c

@@ -45,7 +45,7 @@ from .registry import (
     writer_schema,
 )
 from .strings import StringTable, decode_texts, encode_strings
-from .varint import encode_long, encode_long_column, read_long
+from .varint import encode_long, encode_long_column
 
 _compiled = load("schemas._batch_compiled")
 
@@ -349,12 +349,13 @@ class CodedBatch:
     Arrow dictionary (no string per row); :meth:`to_array` the ``flow_enriched`` structured array.
     """
 
-    __slots__ = ("rows", "labels")
+    __slots__ = ("rows", "labels", "_label_array")
     dtype = _ENRICHED_DTYPE
 
-    def __init__(self, rows: np.ndarray, labels: np.ndarray):
+    def __init__(self, rows: np.ndarray, labels: np.ndarray, label_array: pa.Array | None = None):
         self.rows = rows  # CODED_DTYPE
         self.labels = labels  # object array of str: the label table
+        self._label_array = label_array  # the table as Arrow strings, made once (label_array)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -362,7 +363,7 @@ class CodedBatch:
     def __getitem__(self, key):
         if isinstance(key, str):
             return self.labels.take(self.rows[key]) if key in LABEL_FIELDS else self.rows[key]
-        return CodedBatch(self.rows[key], self.labels)
+        return CodedBatch(self.rows[key], self.labels, self._label_array)
 
     def column(self, field: str) -> np.ndarray:
         """A label column as an object array (one gather: the strings are the table's)."""
@@ -373,7 +374,10 @@ class CodedBatch:
         return pa.DictionaryArray.from_arrays(pa.array(self.rows[field]), self.label_array())
 
     def label_array(self) -> pa.Array:
-        return pa.array(self.labels, type=pa.string(), from_pandas=False)
+        """The label table as an Arrow string array (converted once per table)."""
+        if self._label_array is None:
+            self._label_array = pa.array(self.labels, type=pa.string(), from_pandas=False)
+        return self._label_array
 
     def to_array(self) -> np.ndarray:
         """The ``flow_enriched`` structured array of these rows."""
@@ -458,29 +462,13 @@ def encode_coded(batch: str, arr, coded: Coded | None = None, verbatim: Mapping[
 
 
 def _read_labels(m: bytes, pos: int) -> tuple[np.ndarray, int]:
-    """The ``labels`` array at ``pos`` (any valid Avro blocking) and the position after it."""
-    labels = []
-    while True:
-        count, pos = read_long(m, pos, "labels")
-        if count == 0:
-            break
-        if count < 0:
-            count = -count
-            _size, pos = read_long(m, pos, "labels")
-        if count > len(m) - pos:
-            raise CodecError(f"labels: block count {count} larger than the message")
-        for _ in range(count):
-            k, pos = read_long(m, pos, "labels")
-            if k < 0 or pos + k > len(m):
-                raise CodecError("labels: bad string length")
-            try:
-                labels.append(m[pos:pos + k].decode())
-            except UnicodeDecodeError:
-                raise CodecError("labels: invalid UTF-8") from None
-            pos += k
-    table = np.empty(len(labels), dtype=object)
-    table[:] = labels
-    return table, pos
+    """The ``labels`` array at ``pos`` (any valid Avro blocking) and the position after it (the compiled
+    walk's ``strings``: no Python work per label but its string object)."""
+    err = np.zeros(4, dtype=np.int64)
+    out = _compiled.strings(np.frombuffer(m, dtype=np.uint8), pos, err)
+    if out is None:
+        raise _error(err, (("labels", "string"),))
+    return out
 
 
 def decode_coded(message: bytes, spans: dict | None = None) -> CodedBatch:

@@ -179,7 +179,8 @@ def table_from_parts(parts: list, avsc: str | Mapping, *, text_addresses: bool =
     block once while it is in cache (faster than one strided pass over everything per column).
 
     Parts may instead all be decoded ``flows.enriched.v2`` rows (``schemas.codec.CodedBatch``): each label
-    column is then gathered in Arrow from the parts' label tables by their codes (no string per row in Python).
+    column is then a dictionary column straight from the codes (:func:`label_dictionary`: the parts' label tables
+    made distinct once, the codes re-pointed with one numpy gather; no string per row anywhere).
     """
     coded = hasattr(parts[0], "labels")
     rows = [p.rows for p in parts] if coded else parts
@@ -203,10 +204,22 @@ def table_from_parts(parts: list, avsc: str | Mapping, *, text_addresses: bool =
                     out[a:b] += base[name][i]
             a = b
     if coded:
-        table = pa.array(np.concatenate([p.labels for p in parts]) if parts else [], type=pa.string(), from_pandas=False)
+        labels = pc.dictionary_encode(pa.array(np.concatenate([p.labels for p in parts]), type=pa.string(),
+                                               from_pandas=False))
+        unique = labels.indices.to_numpy(zero_copy_only=False)  # concatenated code -> code of its distinct string
         for f in base:
-            cols[f] = table.take(pa.array(cols[f]))
+            cols[f] = label_dictionary(unique[cols[f]], labels.dictionary)
     return table_from_columns(cols, avsc, text_addresses=text_addresses)
+
+
+def label_dictionary(codes: np.ndarray, values: pa.Array) -> pa.DictionaryArray:
+    """A label column as an Arrow dictionary of the distinct ``values`` it uses (``values`` distinct; ``codes``
+    index them): written to Parquet as is, its dictionary becomes the column chunk's dictionary page (no string
+    per row is made or hashed); readers get the same strings as from a plain string column."""
+    used = np.bincount(codes, minlength=len(values)) > 0 if len(codes) else np.zeros(len(values), bool)
+    keep = np.flatnonzero(used)
+    remap = np.cumsum(used, dtype=np.int32) - 1
+    return pa.DictionaryArray.from_arrays(pa.array(remap[codes], pa.int32()), values.take(pa.array(keep)))
 
 
 def table_from_columns(columns, avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:
@@ -214,7 +227,8 @@ def table_from_columns(columns, avsc: str | Mapping, *, text_addresses: bool = T
     or a mapping of column name -> 1-D array ((n, 16) uint8 for addresses).
 
     Numeric columns are wrapped with at most one contiguous copy; ``object``
-    string columns are converted by Arrow in C. Missing fields raise KeyError.
+    string columns are converted by Arrow in C; an Arrow dictionary of strings given for a string field
+    stays a dictionary (the table's field then has that type). Missing fields raise KeyError.
     """
     schema = arrow_schema(avsc, text_addresses=text_addresses)
     names = columns.dtype.names if isinstance(columns, np.ndarray) else list(columns)
@@ -226,7 +240,7 @@ def table_from_columns(columns, avsc: str | Mapping, *, text_addresses: bool = T
             raise KeyError(f"column {f.name!r} of {schema.metadata[b'avro_record'].decode()} is missing")
         col = columns[f.name]
         if isinstance(col, (pa.Array, pa.ChunkedArray)):
-            arrays[f.name] = col if col.type == f.type else col.cast(f.type)
+            arrays[f.name] = col if col.type == f.type or _dictionary_of(col.type, f.type) else col.cast(f.type)
         elif f.type == ADDR_TYPE:
             arrays[f.name] = addr_array(col)
         elif pa.types.is_string(f.type):
@@ -238,7 +252,13 @@ def table_from_columns(columns, avsc: str | Mapping, *, text_addresses: bool = T
             arrays[f.name] = pa.array(list(col), type=f.type)
     if text_addresses:
         _add_text_columns(arrays, schema)
-    return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
+    fields = [f if arrays[f.name].type == f.type else f.with_type(arrays[f.name].type) for f in schema]
+    return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=pa.schema(fields, metadata=schema.metadata))
+
+
+def _dictionary_of(t: pa.DataType, value_type: pa.DataType) -> bool:
+    """``t`` is a dictionary of ``value_type`` strings (kept as given: the file stores it as a dictionary column)."""
+    return pa.types.is_string(value_type) and pa.types.is_dictionary(t) and t.value_type == value_type
 
 
 def table_from_dicts(rows: Iterable[Mapping], avsc: str | Mapping, *, text_addresses: bool = True) -> pa.Table:

@@ -67,13 +67,37 @@ def _text(col) -> pa.Array:
     return pc.fill_null(addr_text_array(col).cast(_S), "")
 
 
-def _encode(col) -> pa.DictionaryArray:
-    """Dictionary encoding of a column (nulls get an entry of their own)."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
+def _single(col) -> pa.Array:
+    return (col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()) if isinstance(col, pa.ChunkedArray) else col
+
+
+def _distinct_dictionary(col: pa.Array) -> bool:
+    """``col`` is a dictionary array without nulls whose dictionary values are distinct (the archive's label
+    columns: :func:`sinks.archive.arrow_schema.label_dictionary`)."""
+    return (pa.types.is_dictionary(col.type) and col.null_count == 0
+            and pc.count_distinct(col.dictionary).as_py() == len(col.dictionary))
+
+
+def encode_column(col) -> pa.DictionaryArray:
+    """Dictionary encoding of a column (nulls get an entry of their own), codes in order of first appearance.
+
+    A dictionary column with distinct values is re-coded from its integer codes (no string hashed per row):
+    the same codes and dictionary as encoding its strings."""
+    col = _single(col)
     if pa.types.is_dictionary(col.type):
+        if _distinct_dictionary(col):
+            first = pc.dictionary_encode(col.indices)
+            return pa.DictionaryArray.from_arrays(first.indices, col.dictionary.take(first.dictionary))
         col = col.cast(col.type.value_type)
     return pc.dictionary_encode(col, null_encoding="encode")
+
+
+def _is_empty(col) -> pa.Array:
+    """Boolean mask: the string (or string dictionary) column is ``""`` there."""
+    col = _single(col)
+    if pa.types.is_dictionary(col.type):
+        return pc.equal(col.dictionary, "").take(col.indices)
+    return pc.equal(col, "")
 
 
 def _codes(enc: pa.DictionaryArray) -> np.ndarray:
@@ -102,27 +126,21 @@ def traffic(table: pa.Table, bucket_ms: int, coarser_ms: tuple[int, ...] = ()) -
     key columns are taken from one row of each group. Coarser rollups regroup the finer one's rows.
     """
     n = table.num_rows
-    empty = pa.scalar("", _S)
-
-    def s(name):
-        c = table.column(name)
-        return c if c.type == _S else c.cast(_S)
-
-    src_node, dst_node = s("src_node"), s("dst_node")
+    src_node, dst_node = table.column("src_node"), table.column("dst_node")
     dup = table.column("duplicate")
     keys = {
         "src_node": src_node, "dst_node": dst_node,
         # the address only for a side without an inventory node (bounded by the outside addresses seen)
-        "src_a": pc.if_else(pc.equal(src_node, empty), table.column("src_addr"), None),
-        "dst_a": pc.if_else(pc.equal(dst_node, empty), table.column("dst_addr"), None),
-        **{k: s(k) for k in TRAFFIC_KEYS[5:12]},
+        "src_a": pc.if_else(_is_empty(src_node), table.column("src_addr"), None),
+        "dst_a": pc.if_else(_is_empty(dst_node), table.column("dst_addr"), None),
+        **{k: table.column(k) for k in TRAFFIC_KEYS[5:12]},
         "export_protocol": table.column("export_protocol"),
         "duplicate": pc.fill_null(dup, False) if dup.null_count else dup,
     }
     time_ms = table.column(layout.spec("flows_enriched").time_column).to_numpy().astype(np.int64, copy=False)
     sums = {k: table.column(k).to_numpy().astype(np.int64, copy=False) for k in TRAFFIC_SUMS[:4]}
     sums["flow_records"] = np.ones(n, np.int64)
-    keys = {k: _encode(c) for k, c in keys.items()}
+    keys = {k: encode_column(c) for k, c in keys.items()}
     rest = _key([_codes(c) for c in keys.values()])  # every key but the time bucket
     out = []
     rows = None  # representative input row of each group of the current (coarsest so far) rollup
@@ -194,7 +212,7 @@ def _regroup_traffic(t: pa.Table) -> pa.Table:
     """Traffic rollup rows (any files, any buckets) summed per key: exact, sort-based like :func:`traffic`."""
     if t.num_rows == 0:
         return TRAFFIC_SCHEMA.empty_table()
-    enc = {k: _encode(t.column(k)) for k in TRAFFIC_KEYS}
+    enc = {k: encode_column(t.column(k)) for k in TRAFFIC_KEYS}
     g = GroupBy(*[_codes(e) for e in enc.values()])
     sums = {k: g.sum(t.column(k).to_numpy().astype(np.int64, copy=False)) for k in TRAFFIC_SUMS}
     rows = g.first

@@ -16,9 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fabricflow import streams
+from processors.logic.windows.groupby import GroupBy
 from schemas.columns import load_avsc
 from schemas.registry import LABEL_FIELDS
 from sinks.archive import layout
+from sinks.archive.rollups import encode_column
 
 # the streams counted in a summary (their ``event_kind``), their dataset and row-schema names, their event time
 _EVENT_STREAMS = [s for s in streams.STREAMS if s.event_kind]
@@ -64,39 +66,61 @@ def summary_columns(batch) -> pa.Table:
 _as_table = summary_columns
 
 
-def _str(col) -> pa.ChunkedArray | pa.Array:
-    return col.cast(pa.string()) if pa.types.is_dictionary(col.type) else col
+_SUMS = [("bytes_est", "sum"), ("packets_est", "sum"), ("n", "sum")]
+Coded = tuple[np.ndarray, pa.Array]  # (int64 code per row, the distinct strings they index)
 
 
-def _or(col, fallback):
-    """``col`` where non-empty, else ``fallback`` (a column or a scalar string)."""
-    col = _str(col)
-    return pc.if_else(pc.equal(col, ""), fallback if isinstance(fallback, str) else _str(fallback), col)
+def _ints(col) -> np.ndarray:
+    return col.to_numpy().astype(np.int64, copy=False)
 
 
-def _or_address(node, addr) -> pa.Array:
-    """``node`` where non-empty, else the text of ``addr`` (binary(16)); only those rows' addresses are
-    formatted (each distinct one once)."""
+def _coded(col) -> Coded:
+    """A string (or string dictionary) column as codes into distinct strings: a dictionary column with distinct
+    values keeps its codes, anything else is dictionary-encoded once."""
+    enc = encode_column(col)
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), enc.dictionary
+
+
+def _empty_codes(codes: np.ndarray, values: pa.Array) -> np.ndarray:
+    """Rows whose string is ``""``."""
+    return pc.equal(values, "").to_numpy(zero_copy_only=False)[codes] if len(codes) else np.zeros(0, bool)
+
+
+def _or_values(values: pa.Array, fallback: str) -> pa.Array:
+    """The distinct strings with ``""`` replaced by ``fallback`` (two codes may then share a string: groups are
+    merged by their strings in :meth:`HourlySummary._push`)."""
+    return pc.if_else(pc.equal(values, ""), fallback, values)
+
+
+def _or_address_coded(node: Coded, addr) -> Coded:
+    """:func:`_or_address` on codes: rows without a node get codes past the node strings, into the texts of
+    their distinct addresses."""
     from sinks.archive.arrow_schema import addr_text_array
 
-    node = _str(node)
-    if isinstance(node, pa.ChunkedArray):
-        node = node.combine_chunks()
-    empty = pc.equal(node, "")
-    if not pc.any(empty).as_py():
-        return node
+    codes, values = node
+    empty = _empty_codes(codes, values)
+    if not empty.any():
+        return codes, values
     if isinstance(addr, pa.ChunkedArray):
         addr = addr.combine_chunks()
-    texts = addr_text_array(pc.filter(addr, empty)).cast(pa.string())
-    return pc.replace_with_mask(node, empty, texts)
+    texts = addr_text_array(addr.filter(pa.array(empty)))
+    codes = codes.copy()
+    codes[empty] = len(values) + texts.indices.to_numpy(zero_copy_only=False)
+    return codes, pa.concat_arrays([values.cast(pa.string()), texts.dictionary.cast(pa.string())])
 
 
-_SUMS = [("bytes_est", "sum"), ("packets_est", "sum"), ("n", "sum")]
+def _group_coded(keys: dict[str, Coded], sums: dict[str, np.ndarray]) -> pa.Table:
+    """Rows grouped by the codes of ``keys`` (sort-based, exact int64 sums): the columns of :func:`_group`."""
+    g = GroupBy(*[c for c, _ in keys.values()])
+    cols = {k: values.take(pa.array(codes[g.first])) for k, (codes, values) in keys.items()}
+    cols.update({k: pa.array(g.sum(v), pa.int64()) for k, v in sums.items()})
+    return pa.table(cols)
 
 
 def _group(table: pa.Table, keys: list[str]) -> pa.Table:
     g = table.group_by(keys, use_threads=False).aggregate(_SUMS)
-    return g.rename_columns([c.removesuffix("_sum") for c in g.column_names])
+    g = g.rename_columns([c.removesuffix("_sum") for c in g.column_names])
+    return g.select([*keys, *(c for c, _ in _SUMS)])  # keys first, as _group_coded
 
 
 class HourlySummary:
@@ -118,29 +142,29 @@ class HourlySummary:
 
     def add_flows(self, enriched_batch) -> None:
         """Add a ``flow_enriched`` batch (Arrow table or numpy structured array); only its counted records
-        (each packet once: docs/detectors.md, "Counting each packet once")."""
+        (each packet once: docs/detectors.md, "Counting each packet once").
+
+        Grouped on integer codes (a label column that is a dictionary keeps its codes: no string per row), each
+        key's strings taken once per group; :meth:`_push` merges the groups by their strings."""
         t = _as_table(enriched_batch)
         if "duplicate" in t.column_names and t.num_rows and pc.any(t["duplicate"]).as_py():
             t = t.filter(pc.invert(pc.fill_null(t["duplicate"], False)))
         if t.num_rows == 0:
             return
-        n = pa.array(np.ones(t.num_rows, dtype=np.int64))
-        base = {"bytes_est": t["bytes_est"], "packets_est": t["packets_est"], "n": n,
-                "category": _str(t["category"])}
-        src_node, dst_node = _or(t["src_node"], "unknown"), _or(t["dst_node"], "unknown")
-        views = {
-            "node_tx": src_node, "node_rx": dst_node,
-            "job_tx": _str(t["src_job"]), "job_rx": _str(t["dst_job"]),
-        }
-        for part, ent in views.items():
-            tbl = pa.table({"e": ent, **base})
-            if part.startswith("job"):
-                tbl = tbl.filter(pc.not_equal(tbl["e"], ""))
-            self._push(part, _group(tbl, ["e", "category"]))
-        s = _or_address(t["src_node"], t["src_addr"])
-        d = _or_address(t["dst_node"], t["dst_addr"])
-        self._push("pair", _group(pa.table({"s": s, "d": d, **{k: base[k] for k in ("bytes_est", "packets_est", "n")}}),
-                                  ["s", "d"]))
+        sums = {"bytes_est": _ints(t["bytes_est"]), "packets_est": _ints(t["packets_est"]),
+                "n": np.ones(t.num_rows, dtype=np.int64)}
+        category = _coded(t["category"])
+        src_node, dst_node = _coded(t["src_node"]), _coded(t["dst_node"])
+        for part, (codes, values) in {"node_tx": src_node, "node_rx": dst_node}.items():
+            self._push(part, _group_coded({"e": (codes, _or_values(values, "unknown")), "category": category}, sums))
+        for part, col in {"job_tx": t["src_job"], "job_rx": t["dst_job"]}.items():
+            codes, values = _coded(col)
+            keep = ~_empty_codes(codes, values)
+            if keep.any():
+                self._push(part, _group_coded({"e": (codes[keep], values), "category": (category[0][keep], category[1])},
+                                              {k: v[keep] for k, v in sums.items()}))
+        pair = {"s": _or_address_coded(src_node, t["src_addr"]), "d": _or_address_coded(dst_node, t["dst_addr"])}
+        self._push("pair", _group_coded(pair, sums))
 
     def _push(self, part: str, tbl: pa.Table) -> None:
         lst = self._parts[part]

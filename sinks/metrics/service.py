@@ -18,7 +18,7 @@ import threading
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from fabricflow import streams
 from fabricflow.kafka import consumer_config
@@ -34,16 +34,6 @@ log = logging.getLogger("fabricflow.metrics")
 
 HEALTHY_LOOP_S = 30.0
 COMMIT_WAIT_S = 10.0  # a scrape waits this long for the consumer thread to commit its offsets
-
-
-class _Collected:
-    """Families already collected, in the shape ``generate_latest`` reads (``collect()``)."""
-
-    def __init__(self, families):
-        self.families = families
-
-    def collect(self):
-        return self.families
 
 
 class MetricsService:
@@ -103,11 +93,10 @@ class MetricsService:
 
     def scrape(self) -> bytes:
         """The /metrics body; the offsets of the messages it reflects are committed before it is returned."""
-        with self.lock:  # the values and their offsets in one step; text formatting after, without the lock
-            families = list(self.registry.collect())
+        with self.lock:  # the values and their offsets in one step
+            body = self.state.exposition()
             self.state.scraped()
             offsets = dict(self.applied)
-        body = generate_latest(_Collected(families))
         self.report["scrapes"] += 1
         if offsets and not self._request_commit(offsets):
             self.ratelog.warning("scrape-commit", "offsets of a scrape not committed in time (a later scrape will)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import time as _time
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -533,10 +534,13 @@ class MetricsState:
 
     def collect(self, now: float | None = None):
         """Metric families of the current values (prometheus_client custom collector protocol)."""
-        import time
-
-        self._derive(time.time() if now is None else now)
+        self._derive(_time.time() if now is None else now)
         return [f.family() for f in self.families]
+
+    def exposition(self, now: float | None = None) -> bytes:
+        """The /metrics body: ``generate_latest`` of :meth:`collect`, rendered by :meth:`Family.exposition`."""
+        self._derive(_time.time() if now is None else now)
+        return "".join(f.exposition() for f in self.families).encode()
 
     def scraped(self) -> None:
         """A scrape was served: counters born since the previous one show their values from now on."""

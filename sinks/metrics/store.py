@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.utils import floatToGoString
 
 __all__ = ["Family", "COUNTER", "GAUGE"]
 
@@ -22,7 +23,7 @@ COUNTER, GAUGE = "counter", "gauge"
 class Family:
     """One metric family: ``name`` as exposed (counters end in ``_total``), help text, label names."""
 
-    __slots__ = ("name", "doc", "labels", "kind", "ttl_s", "values", "newborn", "touched")
+    __slots__ = ("name", "doc", "labels", "kind", "ttl_s", "values", "newborn", "touched", "_heads")
 
     def __init__(self, name: str, doc: str, labels: Iterable[str], kind: str, ttl_s: float | None = None):
         if kind == COUNTER and not name.endswith("_total"):
@@ -35,6 +36,7 @@ class Family:
         self.values: dict[tuple, int | float] = {}
         self.newborn: set[tuple] = set()  # counter series created since the last scrape (exposed as 0 once)
         self.touched: dict[tuple, float] = {}  # series -> processing time of its last update (ttl_s only)
+        self._heads: dict[tuple, str] = {}  # series -> its exposition line up to the value (exposition)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -87,6 +89,33 @@ class Family:
             add(key, 0.0 if key in newborn else float(v))
         return fam
 
+    def exposition(self) -> str:
+        """The Prometheus text of :meth:`family`, character for character what prometheus_client's
+        ``generate_latest`` writes for it, at a fraction of the cost: a series' name and labels are rendered
+        once while it lives, a scrape formats only the values (~50 k series per scrape at 4 k nodes)."""
+        heads, newborn = self._heads, self.newborn
+        if len(heads) > 2 * len(self.values) + 1024:  # series gone (values replaced, expired): forget their lines
+            self._heads = heads = {k: h for k, h in heads.items() if k in self.values}
+        doc = self.doc.replace("\\", r"\\").replace("\n", r"\n")
+        out = [f"# HELP {self.name} {doc}\n# TYPE {self.name} {self.kind}\n"]
+        for key, v in self.values.items():
+            h = heads.get(key)
+            if h is None:
+                h = heads[key] = self._head(key)
+            out.append(f"{h}{floatToGoString(0.0 if key in newborn else v)}\n")
+        return "".join(out)
+
+    def _head(self, key: tuple) -> str:
+        if not self.labels:
+            return f"{self.name} "
+        pairs = sorted(zip(self.labels, key))
+        return self.name + "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "} "
+
     def scraped(self) -> None:
         """A scrape showed the newborn series (at 0): from now on they show their values."""
         self.newborn.clear()
+
+
+def _escape(value: str) -> str:
+    """A label value as the text format quotes it (backslash, newline, double quote)."""
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')

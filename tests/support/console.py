@@ -140,8 +140,16 @@ def write_archive(root: str, windows=3) -> None:
                   "bytes": 1500, "packets": 1, "bytes_est": 1000, "packets_est": 1, "sampling_rate": 1,
                   "src_addr": "10.0.1.1", "dst_addr": "10.0.2.1", "src_job": "train-a", "dst_job": "train-a"})
     b = HourlyBuffer("flows_enriched", 0)
-    b.add(table_from_columns(enriched(flows), "flow_enriched"), 0)
+    b.add(as_v2(enriched(flows)), 0)
     w.write_plan(b.flush_plan(force=True))
+
+
+def as_v2(rows):
+    """Enriched rows as the archive sink buffers a flows.enriched.v2 message of them (label columns archived as
+    dictionary columns from the codes, as in production)."""
+    from schemas import codec
+
+    return codec.decode_coded(codec.encode_coded("flow_enriched_batch_v2", rows))
 
 
 LATER = WS + 2 * 3_600_000  # 03:00 on the fixture day: archived flows only, no live or matrix windows
@@ -161,7 +169,7 @@ def write_later_flows(root: str) -> None:
             {"time_end_ms": LATER + 75_000, "src_node": "gpu02", "dst_node": "gpu01", "category": "collective",
              "bytes": 1500, "packets": 1, "bytes_est": 777, "packets_est": 1, "export_protocol": 3}]
     b = HourlyBuffer("flows_enriched", 1)
-    b.add(table_from_columns(enriched(rows), "flow_enriched"), 0)
+    b.add(as_v2(enriched(rows)), 0)
     ParquetWriter(None, root).write_plan(b.flush_plan(force=True))
     # tor1 port 1 (gpu01) for two hours, a sample a minute: half its 25G in, 10 errors a minute
     from tests.support.flows import counters

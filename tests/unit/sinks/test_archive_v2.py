@@ -1,15 +1,19 @@
-"""flows.enriched.v1 and v2 archive the same: a v1-era and a v2-era archive of the same flows hold equal files
-and answer every `fabricflow query` report, view and SQL the same, and the hourly summaries are equal."""
+"""flows.enriched.v1 and v2 archive the same: a v1-era archive (label columns as plain strings, as every file
+written before v2) and a v2-era one (label columns as Parquet dictionary columns straight from the codes) of the
+same flows hold the same rows and rollups, and they, and an archive mixing both kinds of file, answer every
+`fabricflow query` report, view and SQL the same; the hourly summaries are equal."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from schemas import codec
+from schemas.registry import LABEL_FIELDS
 from sinks.archive.buffer import HourlyBuffer
 from sinks.archive.layout import HOUR_MS
 from sinks.archive.parquet import ParquetWriter
@@ -31,22 +35,26 @@ def _decode(message: bytes, wire: str):
     return codec.decode_coded(message) if wire == "v2" else codec.decode_batch(message, expect="flow_enriched_batch")
 
 
-def _build(root: Path, rows: np.ndarray, wire: str) -> None:
+def _build(root: Path, rows: np.ndarray, wires: tuple[str, str]) -> None:
+    """Partition p's files from messages of ``wires[p]``."""
     w = ParquetWriter(None, str(root))
     for p in (0, 1):
         b = HourlyBuffer("flows_enriched", p)
-        for o, m in enumerate(_messages(rows[p::2], wire)):
-            b.add(_decode(m, wire), o)
+        for o, m in enumerate(_messages(rows[p::2], wires[p])):
+            b.add(_decode(m, wires[p]), o)
         w.write_plan(b.flush_plan(force=True))
+
+
+ERAS = {"v1": ("v1", "v1"), "v2": ("v2", "v2"), "mixed": ("v1", "v2")}
 
 
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory):
     rows = enriched(fixture_rows())
     roots = {}
-    for wire in ("v1", "v2"):
-        roots[wire] = tmp_path_factory.mktemp(f"archive-{wire}") / "archive"
-        _build(roots[wire], rows, wire)
+    for era, wires in ERAS.items():
+        roots[era] = tmp_path_factory.mktemp(f"archive-{era}") / "archive"
+        _build(roots[era], rows, wires)
     return roots, rows
 
 
@@ -54,14 +62,38 @@ def _files(root: Path) -> dict[str, Path]:
     return {str(p.relative_to(root)): p for p in sorted(root.rglob("*.parquet"))}
 
 
-def test_every_file_is_equal(archives):
+def _plain(t: pa.Table) -> pa.Table:
+    """``t`` with its dictionary columns as plain strings."""
+    return pa.table({n: c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
+                     for n, c in zip(t.column_names, t.columns)})
+
+
+def test_every_file_holds_the_same_rows(archives):
     roots, _rows = archives
     v1, v2 = _files(roots["v1"]), _files(roots["v2"])
     assert set(v1) == set(v2) and any("traffic_1h" in k for k in v1)  # the rollups too
     for name in v1:
         a, b = pq.read_table(v1[name]), pq.read_table(v2[name])
-        assert a.schema == b.schema, name
-        assert a.equals(b), name
+        if not name.startswith("flows_enriched/"):
+            assert a.schema == b.schema and a.equals(b), name  # rollups: identical
+            continue
+        for f in LABEL_FIELDS:  # before: plain strings; now: dictionary columns, from the codes
+            assert a.schema.field(f).type == pa.string(), (name, f)
+            assert pa.types.is_dictionary(b.schema.field(f).type), (name, f)
+            assert "RLE_DICTIONARY" in str(pq.ParquetFile(v2[name]).metadata.row_group(0).column(
+                b.schema.get_field_index(f)).encodings)
+        assert _plain(a).equals(_plain(b)), name
+        assert a.schema.remove_metadata() != b.schema.remove_metadata()  # the two kinds of file were compared
+
+
+def test_a_dictionary_column_holds_only_its_own_labels(archives):
+    roots, _rows = archives
+    for name, path in _files(roots["v2"]).items():
+        if name.startswith("flows_enriched/"):
+            t = pq.read_table(path)
+            for f in LABEL_FIELDS:
+                col = t.column(f).combine_chunks()
+                assert sorted(col.dictionary.to_pylist()) == sorted(set(col.cast(pa.string()).to_pylist())), f
 
 
 REPORTS = [
@@ -81,11 +113,11 @@ REPORTS = [
 def test_every_report_and_view_answers_the_same(archives, args):
     roots, _rows = archives
     out = {}
-    for wire, root in roots.items():
+    for era, root in roots.items():
         r = ff(root, *args, "--format", "json")
         assert r.exit_code == 0, r.output
-        out[wire] = r.output
-    assert out["v1"] == out["v2"]
+        out[era] = r.output
+    assert out["v1"] == out["v2"] == out["mixed"]
     assert len(out["v1"]) > 20  # an answer with rows was compared
 
 

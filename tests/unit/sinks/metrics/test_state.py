@@ -309,3 +309,34 @@ def test_cells_counted_once_per_key_and_window_with_the_horizon_bounding_memory(
     # a bad record is neither counted nor remembered
     st.add_matrix([cell(level="switch", end=T0 + 120_000)], [b"k2"])
     assert st.add_matrix([cell(end=T0 + 120_000)], [b"k2"]) == 1
+
+
+def test_the_scrape_body_is_what_prometheus_client_writes():
+    """MetricsState.exposition (what /metrics serves) renders series lines itself: the same text as
+    generate_latest over collect(), newborn counters, gauges, odd label values and large values included."""
+    from sinks.metrics.store import GAUGE
+
+    st = MetricsState()
+    st.add_matrix([cell(b=1000, p=10, syn_packets_est=4), cell(level="group", src="gpu", dst="gpu")])
+    st.add_matrix([cell(b=500, p=5, end=T0 + 20_000)])
+    odd = Family("fabricflow_test_odd_total", 'doc with \\ and\nnewline', ["b", "a"], COUNTER)
+    odd.inc(('x"y', "back\\slash\nnl"), 3)
+    odd.inc(("é", ""), 1.5e22)
+    gauge = Family("fabricflow_test_gauge", "g", [], GAUGE)
+    gauge.set((), 12345678.0)
+    st.families.extend([odd, gauge])
+    for now in (0.0, 1.0):  # newborn series shown at 0, then their values
+        reg = CollectorRegistry()
+        reg.register(_Fixed(st.collect(now=now)))
+        want = generate_latest(reg)
+        got = st.exposition(now=now)
+        assert got == want and b'a="back\\\\slash\\nnl",b="x\\"y"' in got
+        st.scraped()
+
+
+class _Fixed:
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return self.families

@@ -108,3 +108,33 @@ def test_corrupt_v2_messages_raise_codec_error_only():
     fastavro.schemaless_writer(buf, schema, full)
     with pytest.raises(codec.CodecError, match="category: label code outside"):
         codec.decode_coded(codec.header("flow_enriched_batch_v2") + buf.getvalue())
+
+
+def _strings(xs) -> bytes:
+    from schemas.varint import encode_long
+
+    return b"".join(encode_long(len(x.encode())) + x.encode() for x in xs)
+
+
+def test_the_label_table_reads_in_any_avro_blocking_and_names_its_errors():
+    from schemas.varint import encode_long
+
+    _arr, lab = _enriched(1)
+    m = codec.encode_coded("flow_enriched_batch_v2", lab, lab.label_codes())
+    spans: dict = {}
+    cb = codec.decode_coded(m, spans=spans)
+    a, b = spans["labels"]
+    labels = list(cb.labels)
+    assert len(labels) > 3
+    h = len(labels) // 2
+    first = _strings(labels[:h])
+    blocked = encode_long(-h) + encode_long(len(first)) + first + encode_long(len(labels) - h) + _strings(labels[h:])
+    again = codec.decode_coded(m[:a] + blocked + b"\x00" + m[b:])
+    assert list(again.labels) == labels and (again.rows == cb.rows).all()
+    for table, reason in ((encode_long(1) + encode_long(1) + b"\xff\x00", "labels: invalid UTF-8"),
+                          (encode_long(1) + encode_long(10**6) + b"x\x00", "labels: bad string length"),
+                          (encode_long(10**9) + b"\x00", "labels: block count 1000000000 larger than the message")):
+        with pytest.raises(codec.CodecError, match=reason):
+            codec.decode_coded(m[:a] + table + m[b:])
+    with pytest.raises(codec.CodecError, match="labels: truncated varint"):
+        codec.decode_coded(m[:a])
