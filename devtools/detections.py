@@ -110,7 +110,9 @@ class DetectionFeed:
                 "group.id": group or f"fabricflow-view-{uuid.uuid4().hex[:8]}",
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
-                "session.timeout.ms": settings.kafka.session_timeout_ms,
+                # never committed: a re-join reads every topic again from the start and counts matrix cells twice,
+                # so this reader keeps a long session even where the pipeline's group members use a short one
+                "session.timeout.ms": max(settings.kafka.session_timeout_ms, 10_000),
             }
         )
         self.consumer.subscribe(list(self.topics))
