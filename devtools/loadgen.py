@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fabricflow.net import udp_socket_table
+
 REPO = Path(__file__).resolve().parents[1]
 
 CAPTURES = REPO / "tests" / "captures" / "shared" / "exports"
@@ -443,17 +445,10 @@ def cpu_seconds(pid: int, tree: bool = True) -> float:
 def udp_socket_stats(port: int) -> tuple[int, int]:
     """(receive queue bytes, kernel drops) summed over UDP sockets bound to ``port``."""
     rxq = drops = 0
-    for name in ("/proc/net/udp", "/proc/net/udp6"):
-        try:
-            with open(name) as f:
-                next(f)
-                for line in f:
-                    cols = line.split()
-                    if len(cols) >= 13 and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                        rxq += int(cols[4].split(":")[1], 16)
-                        drops += int(cols[12])
-        except OSError:
-            continue
+    for cols in udp_socket_table():
+        if int(cols[1].rsplit(":", 1)[1], 16) == port:
+            rxq += int(cols[4].split(":")[1], 16)
+            drops += int(cols[12])
     return rxq, drops
 
 

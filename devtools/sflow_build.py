@@ -232,3 +232,22 @@ def synthetic(k: int, per: int, seed: int = 1) -> list[bytes]:
                                                                 in_octets=1 << 40), ethernet_counters()]))
         out.append(datagram(samples, agent="10.254.1.1", seq=i + 1, uptime=i * 10))
     return out
+
+
+def vxlan_roce_frame() -> bytes:
+    """A frame that walks every header path: QinQ (802.1ad + 802.1Q) IPv4/UDP VXLAN (VNI 9) around an IPv6
+    frame with hop-by-hop and fragment headers, then UDP 4791 with a RoCEv2 BTH (opcode 1, QP 5)."""
+    inner = eth(ipv6(udp(1, 4791, bth(1, 5)), 17, ext=[(0, ext_hbh(0)), (44, ext_frag(0))]), 0x86DD)
+    return eth(ipv4(udp(2, 4789, vxlan(9, inner)), 17), 0x0800, [(0x88A8, 1), (0x8100, 2)])
+
+
+def every_sample_kind() -> bytes:
+    """One datagram from an IPv6 agent with each sample kind: an expanded flow sample (switch, raw header of
+    :func:`vxlan_roce_frame`, router; rate 0), a flow sample with a sampled IPv4 and an unknown record, an
+    expanded counter sample (generic with a 64-bit octet count at 2^63, Ethernet) and an unknown sample type."""
+    return datagram([
+        flow_sample_expanded([ext_switch(5), raw_header(vxlan_roce_frame()), ext_router()], rate=0),
+        flow_sample([sampled_ipv4(100, 6, "1.1.1.1", "2.2.2.2", 1, 2), record(99, b"abc")]),
+        counter_sample_expanded([generic_counters(in_octets=1 << 63), ethernet_counters(1, 2)]),
+        raw_sample(77, b"\x00" * 8),
+    ], agent="2001:db8::5")

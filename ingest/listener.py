@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from fabricflow.net import udp_socket_table
+
 log = logging.getLogger("fabricflow.ingest")
 
 SCHEMES = {"sflow": 6343, "netflow": 2055, "ipfix": 4739, "marks": 6344}
@@ -181,17 +183,8 @@ class StartupReceiver:
 
 
 def _proc_udp_drops(inode: int) -> int | None:
-    for name in ("/proc/net/udp", "/proc/net/udp6"):
-        try:
-            with open(name) as f:
-                next(f)
-                for line in f:
-                    cols = line.split()
-                    if len(cols) >= 13 and cols[9] == str(inode):
-                        return int(cols[12])
-        except OSError:
-            continue
-    return None
+    key = str(inode)
+    return next((int(cols[12]) for cols in udp_socket_table() if cols[9] == key), None)
 
 
 def socket_drops(sock: socket.socket) -> int | None:

@@ -74,8 +74,7 @@ def _sflow_cut(captures: list[list[bytes]], per_shape: int = 1) -> list[bytes]:
 
 
 def _sflow_hand() -> list[bytes]:
-    inner = sb.eth(sb.ipv6(sb.udp(1, 4791, sb.bth(1, 5)), 17, ext=[(0, sb.ext_hbh(0)), (44, sb.ext_frag(0))]), 0x86DD)
-    vx = sb.eth(sb.ipv4(sb.udp(2, 4789, sb.vxlan(9, inner)), 17), 0x0800, [(0x88A8, 1), (0x8100, 2)])
+    vx = sb.vxlan_roce_frame()
     return [
         sb.datagram([sb.flow_sample_expanded([sb.ext_switch(5, 1, 7, 2), sb.raw_header(vx), sb.ext_router()], rate=0)],
                     agent="2001:db8::5"),

@@ -1,7 +1,7 @@
 """softflowd bidirectional IPFIX (RFC 5103, ``softflowd -b``) decoded against tshark's figures.
 
 tests/captures/softflowd_ipfix_biflow/: 132 biflow records of the shared
-fixture's traffic; tshark's decode (``tshark_expected.py`` there) gives 247
+fixture's traffic; tshark's decode (``tests/support/tshark_expected.py --biflow``) gives 247
 directional records, which together carry every packet and IP byte of the
 input traffic (5,771 packets, 25,224,419 bytes).
 """

@@ -39,15 +39,8 @@ def _golden(n_each: int = 10) -> list[bytes]:
 
 
 def _hand_built() -> list[bytes]:
-    inner = b.eth(b.ipv6(b.udp(1, 4791, b.bth(1, 5)), 17, ext=[(0, b.ext_hbh(0)), (44, b.ext_frag(0))]), 0x86DD)
-    vx = b.eth(b.ipv4(b.udp(2, 4789, b.vxlan(9, inner)), 17), 0x0800, [(0x88A8, 1), (0x8100, 2)])
     return [
-        b.datagram([
-            b.flow_sample_expanded([b.ext_switch(5), b.raw_header(vx), b.ext_router()], rate=0),
-            b.flow_sample([b.sampled_ipv4(100, 6, "1.1.1.1", "2.2.2.2", 1, 2), b.record(99, b"abc")]),
-            b.counter_sample_expanded([b.generic_counters(in_octets=1 << 63), b.ethernet_counters(1, 2)]),
-            b.raw_sample(77, b"\x00" * 8),
-        ], agent="2001:db8::5"),
+        b.every_sample_kind(),
         b.datagram([  # discarded packet samples (sFlow drop notifications)
             b.discard_sample([b.raw_header(b.eth(b.ipv4(b.udp(1, 4791, b.bth(0x81, 3)), 17))), b.egress_queue(4),
                               b.ext_switch(7)], reason=259, drops=2, in_if=3, out_if=4),
