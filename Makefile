@@ -7,9 +7,9 @@ STAMP := $(VENV)/.installed
 .PHONY: venv wheelhouse system-deps test demo bench fuzz docs clean stack-up stack-down
 
 # the compiled decoders (Cython sources; built into extension modules beside them by the install below)
-COMPILED := ingest/decode/_sflow_compiled.pyx schemas/_batch_compiled.pyx
+COMPILED := ingest/decode/_sflow_packet.pyx ingest/decode/_sflow_compiled.pyx schemas/_batch_compiled.pyx
 
-$(STAMP): pyproject.toml setup.py $(COMPILED)
+$(STAMP): pyproject.toml setup.py $(COMPILED) $(wildcard ingest/decode/*.pxd)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# also compiles the decoders (Cython -> C -> .so): needs a C compiler and the Python headers

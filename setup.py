@@ -9,6 +9,8 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 EXTENSIONS = [
+    # the sampled-header parser, which the sFlow walk cimports (its .pxd declares what they share)
+    Extension("ingest.decode._sflow_packet", ["ingest/decode/_sflow_packet.pyx"]),
     Extension("ingest.decode._sflow_compiled", ["ingest/decode/_sflow_compiled.pyx"]),
     Extension("schemas._batch_compiled", ["schemas/_batch_compiled.pyx"]),
 ]

@@ -33,11 +33,17 @@ def load(name: str) -> ModuleType:
             raise
         raise NotBuilt(f"the compiled module {name} is not built: {FIX}") from None
     built = Path(module.__file__)
-    source = built.parent / (name.rsplit(".", 1)[-1] + ".pyx")  # present in a source tree, not in a wheel
+    # present in a source tree, not in a wheel: its .pyx, and the .pxd declarations beside it (cimported ones too)
+    sources = [built.parent / (name.rsplit(".", 1)[-1] + ".pyx"), *sorted(built.parent.glob("*.pxd"))]
     try:
-        stale = source.stat().st_mtime > built.stat().st_mtime
+        built_at = built.stat().st_mtime
     except OSError:
-        stale = False
-    if stale:
-        raise NotBuilt(f"the compiled module {name} is older than {source.name}: {FIX}")
+        return module
+    for source in sources:
+        try:
+            stale = source.stat().st_mtime > built_at
+        except OSError:
+            continue
+        if stale:
+            raise NotBuilt(f"the compiled module {name} is older than {source.name}: {FIX}")
     return module

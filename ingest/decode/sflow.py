@@ -2,7 +2,8 @@
 
 :func:`decode_sflow` (one datagram, what :func:`ingest.decode.decode` calls), :func:`decode_sflow_many`
 (many, a result or :class:`DecodeError` each) and :func:`decode_sflow_group` (many, the ingest pipeline's
-form) all run the one compiled walk of ``_sflow_compiled.pyx``, built with the wheel or image: samples,
+form) all run the one compiled walk of ``_sflow_compiled.pyx`` (sampled headers: ``_sflow_packet.pyx``),
+built with the wheel or image: samples,
 records, counters, discarded packet samples and every sampled header shape, written straight into
 FLOW_DTYPE, SAMPLE_DTYPE, COUNTER_DTYPE and DISCARD_DTYPE rows. What it returns for any bytes is what the readable reference
 (:mod:`ingest.decode.reference.sflow`, tests only) returns: same rows, values, order, problems and
@@ -27,6 +28,7 @@ from .templates import TemplateCache
 __all__ = ["decode_sflow", "decode_sflow_many", "decode_sflow_group", "SflowGroup"]
 
 P = "sflow5"
+load("ingest.decode._sflow_packet")  # the sampled-header parser the walk cimports: built and current
 _compiled = load("ingest.decode._sflow_compiled")
 try:
     _compiled.check_layouts(np.zeros(1, FLOW_DTYPE), np.zeros(1, SAMPLE_DTYPE), np.zeros(1, COUNTER_DTYPE),

@@ -89,3 +89,8 @@ def test_a_missing_or_stale_compiled_module_is_one_clear_error(tmp_path, monkeyp
         load("stalepkg._mod")
     os.utime(pkg / "_mod.pyx", (500_000, 500_000))
     assert load("stalepkg._mod").X == 1
+    (pkg / "_shared.pxd").write_text("cdef struct S:\n    int x\n")  # declarations it cimports changed since
+    with pytest.raises(NotBuilt, match=r"stalepkg\._mod is older than _shared\.pxd"):
+        load("stalepkg._mod")
+    os.utime(pkg / "_shared.pxd", (500_000, 500_000))
+    assert load("stalepkg._mod").X == 1

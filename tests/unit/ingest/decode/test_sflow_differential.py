@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from devtools.sflow_build import synthetic
 from ingest.decode import DecodeError, TemplateCache, decode
-from ingest.decode import _sflow_compiled
+from ingest.decode import _sflow_compiled, _sflow_packet
 from ingest.decode.reference.packet import parse_ethernet
 from ingest.decode.reference.sflow import decode_sflow as decode_sflow_reference
 from ingest.decode.sflow import decode_sflow, decode_sflow_many
@@ -206,10 +206,10 @@ def test_compiled_header_parse_equals_walker_at_every_length(frame):
     pad = frame + b"\xAB" * 100  # bytes after the header end must not be read
     for cut in range(len(frame) + 1):
         ref = parse_ethernet(frame[:cut], 0, 0)
-        assert _sflow_compiled.parse_header(pad, cut, 1) == ref, cut
+        assert _sflow_packet.parse_header(pad, cut, 1) == ref, cut
         for proto, l3 in ((11, 14), (12, 14)):  # the same bytes as a header that starts at the IP layer
             if cut >= l3:
-                assert _sflow_compiled.parse_header(pad[l3:], cut - l3, proto) == parse_header(frame[l3:cut], proto)
+                assert _sflow_packet.parse_header(pad[l3:], cut - l3, proto) == parse_header(frame[l3:cut], proto)
 
 
 def test_two_raw_header_records_in_a_sample_identical():
