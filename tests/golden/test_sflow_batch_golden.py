@@ -13,24 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ingest.decode import DecodeResult, TemplateCache
-from ingest.decode.sflow import decode_sflow_many
 from ingest.pcapread import read_udp
 from schemas.columns import addr_str
+from tests.support.captures import decode_sflow_groups
 
 FABRIC = Path(__file__).resolve().parents[1] / "captures" / "pmacct_sfprobe_fabric"
 
 
 def _batch(path, size=64):
-    pkts = list(read_udp(path))
-    cache = TemplateCache()
-    out = []
-    for i in range(0, len(pkts), size):
-        part = pkts[i : i + size]
-        out += decode_sflow_many([p.payload for p in part], [p.src_ip for p in part],
-                                 [int(p.timestamp_s * 1000) for p in part], cache)
-    assert all(isinstance(r, DecodeResult) for r in out)
-    return out
+    return decode_sflow_groups(list(read_udp(path)), size)
 
 
 def test_batch_fabric_capture_matches_input_truth():

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.decode import DecodeResult, TemplateCache, decode
+from ingest.decode import TemplateCache, decode
 from ingest.decode.reference.sflow import decode_sflow as decode_sflow_reference
-from ingest.decode.sflow import decode_sflow_many
 from ingest.pcapread import read_udp
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE, PROTO_SFLOW5, addr_str
+from tests.support.captures import decode_sflow_groups
 from tests.support.fixtures_path import SHARED_FIXTURES
 
 EXPORTS = SHARED_FIXTURES / "exports"
@@ -35,13 +35,7 @@ def _decode_all(name, path="datagram", group=64):
     if path in ("datagram", "reference"):
         one = decode if path == "datagram" else decode_sflow_reference
         return [one(p.payload, p.src_ip, int(p.timestamp_s * 1000), cache) for p in pkts]
-    results = []
-    for i in range(0, len(pkts), group):
-        part = pkts[i : i + group]
-        results += decode_sflow_many([p.payload for p in part], [p.src_ip for p in part],
-                                     [int(p.timestamp_s * 1000) for p in part], cache)
-    assert all(isinstance(r, DecodeResult) for r in results)
-    return results
+    return decode_sflow_groups(pkts, group, cache)
 
 
 @pytest.fixture(scope="module", params=[(n, path) for n in sorted(CASES) for path in ("datagram", "batch", "reference")],

@@ -63,11 +63,24 @@ def flows(records: list[dict]) -> np.ndarray:
     return arr
 
 
+G25 = 25_000_000_000
+EXPORTER = "192.0.2.10"  # the exporter of :func:`counters` rows unless given
+NODES = [f"n{i}" for i in range(5)]
+PORTS = {i + 1: n for i, n in enumerate(NODES)}  # ifIndex 1-5 of EXPORTER: n0-n4
+
+
+def port_info(exporter, if_index, speeds: dict[int, float] | None = None) -> tuple[str, float]:
+    """An engine's ``port_info`` for :data:`PORTS`: (node, configured bps), 25G unless ``speeds`` (ifIndex -> bps)
+    says otherwise; ("", nan) for any other port."""
+    node = PORTS.get(if_index, "") if exporter == EXPORTER else ""
+    return node, float((speeds or {}).get(if_index, G25)) if node else float("nan")
+
+
 def counters(samples: list[dict]) -> np.ndarray:
     """Counter sample batch from dicts (keys: exporter, if_index, t, uptime, speed, oper, counters...)."""
     arr = np.zeros(len(samples), dtype=COUNTER_DTYPE)
     for i, s in enumerate(samples):
-        arr[i]["exporter_addr"] = np.frombuffer(addr16(s.get("exporter", "192.0.2.10")), np.uint8)
+        arr[i]["exporter_addr"] = np.frombuffer(addr16(s.get("exporter", EXPORTER)), np.uint8)
         arr[i]["source_id"] = s.get("if_index", 1)
         arr[i]["if_index"] = s.get("if_index", 1)
         arr[i]["sample_sequence"] = s.get("seq", i + 1)

@@ -10,6 +10,7 @@ from ingest.decode import DecodeError, TemplateCache, decode
 from schemas.columns import FLOW_DTYPE, PROTO_NETFLOW5, PROTO_NETFLOW9, addr16, addr_str, is_v4_mapped
 
 from devtools import nfbuild as b
+from tests.support.captures import decode_error
 
 EXP = "192.0.2.1"
 EXPORT_MS = b.EXPORT_S * 1000
@@ -175,19 +176,13 @@ def test_v9_bad_lengths():
     good = b.v9(b.v9_template_set((300, V4)), b.data_set(300, v4rec()))
     bad = bytearray(good)
     struct.pack_into("!H", bad, 22, 3)  # first FlowSet length 3 < 4
-    with pytest.raises(DecodeError) as e:
-        decode(bytes(bad), EXP, 0, TemplateCache())
-    assert e.value.reason == "bad_length"
+    assert decode_error(bytes(bad), EXP).reason == "bad_length"
     struct.pack_into("!H", bad, 22, 4000)
-    with pytest.raises(DecodeError) as e:
-        decode(bytes(bad), EXP, 0, TemplateCache())
-    assert e.value.reason == "truncated"
+    assert decode_error(bytes(bad), EXP).reason == "truncated"
     # template field count beyond its FlowSet
     bad = bytearray(good)
     struct.pack_into("!H", bad, 26, 200)
-    with pytest.raises(DecodeError) as e:
-        decode(bytes(bad), EXP, 0, TemplateCache())
-    assert e.value.reason == "bad_template"
+    assert decode_error(bytes(bad), EXP).reason == "bad_template"
 
 
 def test_v9_limits_and_pending_bounds():

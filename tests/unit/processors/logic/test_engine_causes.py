@@ -5,17 +5,7 @@ from processors.logic.engine import Engine, EngineConfig
 from processors.logic.detectors.linkhealth import LinkHealthConfig, LinkHealthDetector
 from processors.logic.windows.tumbling import WindowConfig
 
-from tests.support.flows import counters, flows
-
-G25 = 25_000_000_000
-EXPORTER = "192.0.2.10"
-NODES = [f"n{i}" for i in range(5)]
-PORTS = {i + 1: n for i, n in enumerate(NODES)}
-
-
-def port_info(exporter, if_index):
-    node = PORTS.get(if_index, "") if exporter == EXPORTER else ""
-    return node, float(G25) if node else float("nan")
+from tests.support.flows import EXPORTER, G25, NODES, PORTS, counters, flows, port_info
 
 
 def detector(**cfg):

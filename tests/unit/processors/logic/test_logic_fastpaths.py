@@ -18,6 +18,7 @@ from processors.logic.windows.groupby import GroupBy, group_reduce, reduce_runs
 from processors.logic.windows.interning import Interner, RowInterner
 from processors.logic.windows.tumbling import WindowConfig, WindowManager
 from schemas.columns import addr_str, dtype_for
+from tests.support.windows import PlainStateAgg
 
 ENRICHED = dtype_for("flow_enriched")
 
@@ -421,7 +422,7 @@ def test_group_reduce_several_value_columns(n, dtypes, seed):
 
 # --------------------------------------------------------------------------- WindowManager.process
 
-class _Recorder:
+class _Recorder(PlainStateAgg):
     """Aggregator keeping every ``agg`` call (window start, rows as lists): shows the exact split."""
 
     def initialize(self):
@@ -429,15 +430,6 @@ class _Recorder:
 
     def agg(self, state, rows, window_start):
         return state + [(window_start, {k: v.tolist() for k, v in sorted(rows.items())})]
-
-    def result(self, state, start, end):
-        return state
-
-    def dump(self, state):
-        return state
-
-    def load(self, obj):
-        return obj
 
 
 def _process_ref(wm, times, rows, observed_max_ms=None):

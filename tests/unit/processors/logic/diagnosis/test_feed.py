@@ -6,17 +6,12 @@ from __future__ import annotations
 from processors.logic.diagnosis.catalog import DCQCN_HANDLED, HOST, LINK_FAULT, MICROBURST, UNDETERMINED
 from processors.logic.engine import Engine, EngineConfig
 from processors.logic.windows.tumbling import WindowConfig
-from tests.support.flows import counters, flows
-
-G25 = 25_000_000_000
-EXPORTER = "192.0.2.10"
-NODES = [f"n{i}" for i in range(5)]
-PORTS = {i + 1: n for i, n in enumerate(NODES)}
+from tests.support import flows as support
+from tests.support.flows import G25, NODES, PORTS, counters, flows
 
 
 def port_info(exporter, if_index):
-    node = PORTS.get(if_index, "") if exporter == EXPORTER else ""
-    return node, (10e9 if if_index == 1 else float(G25)) if node else float("nan")  # n0 is a 10G node
+    return support.port_info(exporter, if_index, {1: 10e9})  # n0 is a 10G node
 
 
 def healthy_ports(t, seq, over=None):

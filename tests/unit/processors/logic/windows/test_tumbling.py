@@ -4,9 +4,10 @@ import numpy as np
 
 from processors.logic.windows.groupby import group_reduce
 from processors.logic.windows.tumbling import WindowConfig, WindowManager
+from tests.support.windows import PlainStateAgg
 
 
-class SumAgg:
+class SumAgg(PlainStateAgg):
     """Sums column "v" per window (test aggregator in the Quix shape)."""
 
     def initialize(self):
@@ -14,15 +15,6 @@ class SumAgg:
 
     def agg(self, state, rows, window_start):
         return state + int(rows["v"].sum())
-
-    def result(self, state, start, end):
-        return state
-
-    def dump(self, state):
-        return state
-
-    def load(self, obj):
-        return obj
 
 
 def feed(wm, times, values):
