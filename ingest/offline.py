@@ -264,17 +264,12 @@ def _print_tables(out: TextIO, flow_rows: list, counter_rows: list) -> None:
     console = Console(file=out, width=200, force_terminal=False, color_system=None)
     flows = np.concatenate(flow_rows) if flow_rows else np.zeros(0, FLOW_DTYPE)
     ctrs = np.concatenate(counter_rows) if counter_rows else np.zeros(0, COUNTER_DTYPE)
-    if len(flows):
-        t = Table(title=f"flows ({len(flows)})")
-        for title, _ in _FLOW_TABLE:
+    for what, rows, columns in (("flows", flows, _FLOW_TABLE), ("counter samples", ctrs, _COUNTER_TABLE)):
+        if not len(rows):
+            continue
+        t = Table(title=f"{what} ({len(rows)})")
+        for title, _ in columns:
             t.add_column(title)
-        for row in flows:
-            t.add_row(*(str(_py(name, row[name])) for _, name in _FLOW_TABLE))
-        console.print(t)
-    if len(ctrs):
-        t = Table(title=f"counter samples ({len(ctrs)})")
-        for title, _ in _COUNTER_TABLE:
-            t.add_column(title)
-        for row in ctrs:
-            t.add_row(*(str(_py(name, row[name])) for _, name in _COUNTER_TABLE))
+        for row in rows:
+            t.add_row(*(str(_py(name, row[name])) for _, name in columns))
         console.print(t)

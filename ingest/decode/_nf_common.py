@@ -184,12 +184,7 @@ def _decode_prepared(
     if not per_record:
         rate = _domain_rate(state) or _fallback_rate(ctx)
     const = P.const_block(ctx.proto_code, ctx.exporter16, ctx.domain, recv_ms, export_ms, rate)
-    out = plan.gather(body, n, const)
-    if plan.wide_counts:
-        P.saturate_counts(out)
-    fix_times(out, plan, body, n, ctx, export_ms, uptime_ms)
-    if plan.icmp_where or plan.dual_af:
-        fix_icmp_af(out, plan, body, n)
+    out = _gathered(plan, body, n, const, ctx, export_ms, uptime_ms)
     if per_record:
         rates = _rates_from_fields(plan, body, n) if plan.rate_fields else np.zeros(n, dtype=np.int64)
         if plan.has_sampler and state is not None and state.samplers:
@@ -212,6 +207,18 @@ def _decode_prepared(
     return out
 
 
+def _gathered(plan: P.Plan, body, n: int, const: bytes, ctx: Ctx, export_ms: int, uptime_ms: int | None) -> np.ndarray:
+    """The rows of ``n`` records by ``plan`` (forward or reverse): gathered, counts saturated, times and
+    ICMP/address-family fixed up; sampling not applied yet."""
+    out = plan.gather(body, n, const)
+    if plan.wide_counts:
+        P.saturate_counts(out)
+    fix_times(out, plan, body, n, ctx, export_ms, uptime_ms)
+    if plan.icmp_where or plan.dual_af:
+        fix_icmp_af(out, plan, body, n)
+    return out
+
+
 def with_reverse(out: np.ndarray, plan: P.Plan, body, n: int, const: bytes, ctx: Ctx, export_ms: int,
                  uptime_ms: int | None) -> np.ndarray:
     """RFC 5103 biflow rows: each forward row followed by its reverse row where the reverse count is > 0.
@@ -224,12 +231,7 @@ def with_reverse(out: np.ndarray, plan: P.Plan, body, n: int, const: bytes, ctx:
     keep = P.uint_column(body, n, plan.rec_len, *plan.reverse_keep) > 0
     if not keep.any():
         return out
-    rev = rp.gather(body, n, const)
-    if rp.wide_counts:
-        P.saturate_counts(rev)
-    fix_times(rev, rp, body, n, ctx, export_ms, uptime_ms)
-    if rp.icmp_where or rp.dual_af:
-        fix_icmp_af(rev, rp, body, n)
+    rev = _gathered(rp, body, n, const, ctx, export_ms, uptime_ms)
     if rp.icmp_src is None:
         # ICMP type/code rides in the destination port of both directions: undo the port swap
         icmp = (rev["ip_protocol"] == 1) | (rev["ip_protocol"] == 58)

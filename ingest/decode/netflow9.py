@@ -42,12 +42,10 @@ def _templates(body, base: int, ctx: Ctx, new_keys: list) -> int:
         end = p + 4 + 4 * fc
         if end > L:
             raise DecodeError(PROTOCOL, "bad_template", base + p, f"template {tid} runs past its FlowSet")
-        fields = [(ie, 0, ln) for ie, ln in struct.iter_unpack("!HH", body[p + 4 : end])]
+        fields = _fields(body, p + 4, end, problems)
         p = end
-        if any(ln == VAR_LEN for _, _, ln in fields) or sum(ln for _, _, ln in fields) == 0:
-            problems["bad_template"] += 1
-            continue
-        learned += _learn(ctx, tid, "data", fields, 0, new_keys)
+        if fields is not None:
+            learned += _learn(ctx, tid, "data", fields, 0, new_keys)
     return learned
 
 
@@ -66,13 +64,21 @@ def _options_templates(body, base: int, ctx: Ctx, new_keys: list) -> int:
         end = p + 6 + slen + olen
         if end > L:
             raise DecodeError(PROTOCOL, "bad_template", base + p, f"options template {tid} runs past its FlowSet")
-        fields = [(ie, 0, ln) for ie, ln in struct.iter_unpack("!HH", body[p + 6 : end])]
+        fields = _fields(body, p + 6, end, problems)
         p = end
-        if any(ln == VAR_LEN for _, _, ln in fields) or sum(ln for _, _, ln in fields) == 0:
-            problems["bad_template"] += 1
-            continue
-        learned += _learn(ctx, tid, "options", fields, slen // 4, new_keys)
+        if fields is not None:
+            learned += _learn(ctx, tid, "options", fields, slen // 4, new_keys)
     return learned
+
+
+def _fields(body, start: int, end: int, problems) -> list | None:
+    """The (IE, 0, length) field specifiers ``body[start:end]`` of a (options) template; None, counted as
+    ``bad_template``, when one has a variable length (v9 has none) or they add up to no bytes."""
+    fields = [(ie, 0, ln) for ie, ln in struct.iter_unpack("!HH", body[start:end])]
+    if any(ln == VAR_LEN for _, _, ln in fields) or sum(ln for _, _, ln in fields) == 0:
+        problems["bad_template"] += 1
+        return None
+    return fields
 
 
 def _learn(ctx: Ctx, tid: int, kind: str, fields, scope_count: int, new_keys: list) -> int:

@@ -253,21 +253,16 @@ def _flow_records(data: bytes, p: int, end: int, nrec: int, problems: Counter) -
         elif rfmt == 1036:  # extended egress queue
             if rlen >= 4:
                 queue = _I(data, p)[0]
-        elif rfmt == 3:
-            if rlen < 32:
-                raise DecodeError(P, "bad_length", p, "sampled IPv4 record")
-            ln, pr, s4, d4, sp, dp, fl, tos = _SIP4(data, p)
-            if pr == 1:  # ICMP: type and code
+        elif rfmt == 3 or rfmt == 4:  # sampled IPv4 / IPv6: the same fields, 4- or 16-byte addresses
+            ipv = 4 if rfmt == 3 else 6
+            if rlen < (32 if ipv == 4 else 56):
+                raise DecodeError(P, "bad_length", p, f"sampled IPv{ipv} record")
+            ln, pr, src, dst, sp, dp, fl, tos = (_SIP4 if ipv == 4 else _SIP6)(data, p)
+            if pr == (1 if ipv == 4 else 58):  # ICMP / ICMPv6: type and code
                 sp, dp = 0, ((sp & 0xFF) << 8) | (dp & 0xFF)
-            sampled = (4, V4_PREFIX + s4, V4_PREFIX + d4, sp & 0xFFFF, dp & 0xFFFF, pr & 0xFF,
-                       fl & 0xFF, tos & 0xFF, 0, ln, -1, -1, -1)
-        elif rfmt == 4:
-            if rlen < 56:
-                raise DecodeError(P, "bad_length", p, "sampled IPv6 record")
-            ln, pr, s6, d6, sp, dp, fl, pri = _SIP6(data, p)
-            if pr == 58:  # ICMPv6: type and code
-                sp, dp = 0, ((sp & 0xFF) << 8) | (dp & 0xFF)
-            sampled = (6, s6, d6, sp & 0xFFFF, dp & 0xFFFF, pr & 0xFF, fl & 0xFF, pri & 0xFF, 0, ln, -1, -1, -1)
+            if ipv == 4:
+                src, dst = V4_PREFIX + src, V4_PREFIX + dst
+            sampled = (ipv, src, dst, sp & 0xFFFF, dp & 0xFFFF, pr & 0xFF, fl & 0xFF, tos & 0xFF, 0, ln, -1, -1, -1)
         else:
             problems["unknown_record_type"] += 1
         p += (rlen + 3) & ~3
