@@ -14,7 +14,7 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ByteSize, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 CATEGORIES = ("collective", "rocev2", "storage", "dns", "mgmt", "external", "other")
 UNKNOWN_GROUP = "unknown"
@@ -62,6 +62,9 @@ def _check_cidrs(v: list[str]) -> list[str]:
     for c in v:
         ipaddress.ip_network(c, strict=False)
     return v
+
+
+Cidrs = Annotated[list[str], AfterValidator(_check_cidrs)]  # address ranges, each checked to parse
 
 
 class _Model(BaseModel):
@@ -169,12 +172,7 @@ class UnregisteredConfig(_Model):
     """Addresses inside the cluster ranges that the inventory does not know."""
 
     enabled: bool = True
-    exclude_cidrs: list[str] = Field(default_factory=list, description="in-range addresses to ignore (e.g. DHCP pool)")
-
-    @field_validator("exclude_cidrs")
-    @classmethod
-    def _cidrs(cls, v: list[str]) -> list[str]:
-        return _check_cidrs(v)
+    exclude_cidrs: Cidrs = Field(default_factory=list, description="in-range addresses to ignore (e.g. DHCP pool)")
 
 
 class ExfiltrationConfig(_Model):
@@ -186,16 +184,11 @@ class ExfiltrationConfig(_Model):
         default_factory=lambda: [UNKNOWN_GROUP], description="destination groups that count as outside"
     )
     authorized_groups: list[str] = Field(default_factory=lambda: ["external-authorized"])
-    authorized_cidrs: list[str] = Field(default_factory=list)
+    authorized_cidrs: Cidrs = Field(default_factory=list)
     window: Duration = 600.0
     min_bytes: ByteSize = ByteSize(1_000_000_000)
     min_duration: Duration = 60.0
     bucket: Duration = 10.0
-
-    @field_validator("authorized_cidrs")
-    @classmethod
-    def _cidrs(cls, v: list[str]) -> list[str]:
-        return _check_cidrs(v)
 
 
 class Schedule(_Model):
@@ -273,7 +266,7 @@ class ExternalDependencyConfig(_Model):
     enabled: bool = True
     source_groups: list[str] = Field(default_factory=lambda: ["*"])
     watch_dst_groups: list[str] = Field(default_factory=lambda: [UNKNOWN_GROUP])
-    documented_cidrs: list[str] = Field(default_factory=list, description="known dependencies, not reported")
+    documented_cidrs: Cidrs = Field(default_factory=list, description="known dependencies, not reported")
     documented_groups: list[str] = Field(default_factory=lambda: ["external-authorized"])
     activity_bucket: Duration = 60.0
     merge_gap: Duration = 120.0
@@ -282,11 +275,6 @@ class ExternalDependencyConfig(_Model):
     max_cv: float = Field(0.15, gt=0)
     min_period: Duration = 300.0
     forget_after: Duration = 86400.0
-
-    @field_validator("documented_cidrs")
-    @classmethod
-    def _cidrs(cls, v: list[str]) -> list[str]:
-        return _check_cidrs(v)
 
 
 class CheckpointJob(_Model):
