@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import socket
+from contextlib import contextmanager
 
 from devtools.simulator import scenario_from_dict
 
@@ -66,3 +68,25 @@ def small(faults: list | None = None, **sim_overrides):
 
 def small_doc() -> dict:
     return copy.deepcopy(BASE)
+
+
+@contextmanager
+def udp_receiver(timeout_s: float):
+    """A UDP socket on a free loopback port with a receive timeout, closed on exit: yields (socket, port)."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(timeout_s)
+        yield rx, rx.getsockname()[1]
+    finally:
+        rx.close()
+
+
+def drain(rx: socket.socket, size: int = 65535) -> list[bytes]:
+    """The datagrams ``rx`` receives until its timeout passes without one."""
+    got = []
+    while True:
+        try:
+            got.append(rx.recvfrom(size)[0])
+        except socket.timeout:
+            return got

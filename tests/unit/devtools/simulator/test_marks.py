@@ -4,7 +4,6 @@ scenario's time model, the change lines, and where they go (a marks= target, a c
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 import yaml
@@ -15,6 +14,7 @@ from devtools.simulator.marks import chunk_marks
 from devtools.simulator.model import ScenarioError, load_scenario, scenario_from_dict
 from ingest.pcapread import read_udp
 from tests.support.fixtures_path import REPO
+from tests.support.simulator import drain, udp_receiver
 
 
 def test_steps_checkpoints_and_changes_in_scenario_time():
@@ -49,21 +49,10 @@ def test_no_send_writes_marks_into_the_capture_from_distinct_sources(tmp_path):
 
 
 def test_marks_go_only_to_a_marks_target():
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
-    rx.settimeout(3)
-    port = rx.getsockname()[1]
-    try:
+    with udp_receiver(3) as (rx, port):
         rc = run_simulate("tuning", {"marks": f"127.0.0.1:{port}", "all": "127.0.0.1:9"}, speed=0, duration_s=6,
                           max_pps=100_000, echo=lambda *_: None)
-        got = []
-        while True:
-            try:
-                got.append(rx.recvfrom(4096)[0])
-            except socket.timeout:
-                break
-    finally:
-        rx.close()
+        got = drain(rx, 4096)
     assert rc in (0, 1) and got and all(g[:1] == b"{" for g in got)  # port 9 (discard) may refuse: rc 1
     kinds = {"sflow", "netflow9", "ipfix"}
     assert not any(d[1] == "marks" for d in Simulation("tuning", duration_s=5, kinds=kinds).run())

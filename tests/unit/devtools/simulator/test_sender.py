@@ -1,6 +1,5 @@
 """Targets (loopback only), pacing and rate bounds, real loopback UDP, run_simulate."""
 
-import socket
 
 import pytest
 import yaml
@@ -8,7 +7,7 @@ import yaml
 from devtools.simulator.cli import run_simulate
 from devtools.simulator.sender import TargetError, UdpSender, pace_and_send, parse_targets
 
-from tests.support.simulator import small_doc
+from tests.support.simulator import small_doc, udp_receiver
 
 
 def test_targets_default_and_forms():
@@ -64,35 +63,23 @@ def test_max_pps_and_total_bounds():
 
 
 def test_real_loopback_udp_roundtrip():
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
-    rx.settimeout(5)
-    port = rx.getsockname()[1]
-    try:
+    with udp_receiver(5) as (rx, port):
         sender = UdpSender(parse_targets([f"127.0.0.1:{port}"]))
         payloads = [bytes([i]) * (10 + i) for i in range(5)]
         st = pace_and_send([(i, "sflow", p) for i, p in enumerate(payloads)], sender.send, speed=0, max_pps=1000)
         sender.close()
         got = [rx.recvfrom(2048)[0] for _ in payloads]
-        assert st.sent == 5 and got == payloads
-    finally:
-        rx.close()
+    assert st.sent == 5 and got == payloads
 
 
 def test_run_simulate_sends_to_loopback_and_writes_truth(tmp_path):
     scen = tmp_path / "small.yaml"
     scen.write_text(yaml.safe_dump(small_doc()))
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
-    rx.settimeout(5)
-    port = rx.getsockname()[1]
     out = []
-    try:
+    with udp_receiver(5) as (rx, port):
         rc = run_simulate(str(scen), [f"127.0.0.1:{port}"], speed=0, duration_s=3, seed=1,
                           truth_out=str(tmp_path / "t.jsonl"), start_ms=None, max_datagrams=20, echo=out.append)  # fmt: skip
         got = [rx.recvfrom(4096)[0] for _ in range(20)]
-    finally:
-        rx.close()
     assert rc == 0 and len(got) == 20
     assert (tmp_path / "t.jsonl").read_text().count('"type": "window"') == 1
 
