@@ -11,6 +11,7 @@ import pytest
 
 from fabricflow.readiness import Unreachable, kafka_addresses, object_store_address, wait_for_kafka, wait_until
 from fabricflow.settings import load_settings
+from tests.support.clock import FakeClock
 
 REPO = Path(__file__).resolve().parents[3]
 FABRICFLOW = str(Path(sys.executable).parent / "fabricflow")
@@ -22,21 +23,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class _Clock:
-    def __init__(self):
-        self.t = 0.0
-        self.sleeps = []
-
-    def __call__(self):
-        return self.t
-
-    def sleep(self, s):
-        self.sleeps.append(s)
-        self.t += s
 
 
 def test_wait_until_backs_off_logs_one_line_per_attempt_and_gives_up(caplog):
-    clock = _Clock()
+    clock = FakeClock()
     with caplog.at_level(logging.WARNING), pytest.raises(Unreachable) as e:
         wait_until("Kafka", "k:9092", lambda: "connection refused", 20, logging.getLogger("t"), hint="see kafka.wait_timeout_s",
                    sleep=clock.sleep, clock=clock)
@@ -48,7 +38,7 @@ def test_wait_until_backs_off_logs_one_line_per_attempt_and_gives_up(caplog):
 
 
 def test_wait_until_returns_once_ready_and_takes_exceptions_as_reasons(caplog):
-    clock = _Clock()
+    clock = FakeClock()
     answers = iter([RuntimeError("boom\nsecond line"), "not yet", None])
 
     def probe():
@@ -64,7 +54,7 @@ def test_wait_until_returns_once_ready_and_takes_exceptions_as_reasons(caplog):
 
 
 def test_zero_timeout_tries_once():
-    clock = _Clock()
+    clock = FakeClock()
     with pytest.raises(Unreachable, match="after 1 attempt"):
         wait_until("Kafka", "k", lambda: "down", 0, logging.getLogger("t"), sleep=clock.sleep, clock=clock)
     assert clock.sleeps == []

@@ -11,14 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from fabricflow.service import Service
+from tests.support.clock import FakeClock
 
 
-class Clock:
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
 
 
 def test_stop_runs_callbacks_newest_first_and_survives_a_failing_one(caplog):
@@ -36,7 +31,7 @@ def test_stop_runs_callbacks_newest_first_and_survives_a_failing_one(caplog):
 
 
 def test_a_stalled_loop_clears_the_health_flag_and_a_beat_restores_it():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     svc = Service("loop", stall_s=10, clock=clock)
     assert svc.health() == (True, "")
     clock.t += 11
@@ -60,7 +55,7 @@ def test_checks_report_their_reason():
 def test_http_serves_metrics_and_health_on_a_free_port_and_stops():
     reg = CollectorRegistry()
     Counter("fabricflow_test_things_total", "things", registry=reg).inc(3)
-    clock = Clock()
+    clock = FakeClock(1000.0)
     svc = Service("t", reg, stall_s=5, clock=clock)
     assert svc.serve_http("127.0.0.1", None, required=True)
     base = f"http://127.0.0.1:{svc.http.server_port}"
@@ -124,7 +119,7 @@ def test_ensure_topics_not_required_logs_instead_of_raising(caplog, monkeypatch)
 
 
 def test_readyz_answers_503_until_the_service_is_ready_then_follows_health(caplog):
-    clock = Clock()
+    clock = FakeClock(1000.0)
     svc = Service("t", stall_s=5, clock=clock)
     assert svc.serve_http("127.0.0.1", None, required=True)
     base = f"http://127.0.0.1:{svc.http.server_port}"

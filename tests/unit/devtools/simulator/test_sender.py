@@ -7,6 +7,7 @@ import yaml
 from devtools.simulator.cli import run_simulate
 from devtools.simulator.sender import TargetError, UdpSender, pace_and_send, parse_targets
 
+from tests.support.clock import FakeClock
 from tests.support.simulator import small_doc, udp_receiver
 
 
@@ -31,34 +32,26 @@ def test_bad_target_forms():
             parse_targets(bad)
 
 
-class FakeClock:
-    def __init__(self):
-        self.now = 100.0
-        self.sent_at = []
-
-    def clock(self):
-        return self.now
-
-    def sleep(self, s):
-        self.now += s
 
 
 def test_pacing_follows_event_time_over_speed():
-    fc = FakeClock()
+    fc = FakeClock(100.0)
+    sent_at = []
     dgs = [(1_000_000 + 1000 * i, "sflow", b"x") for i in range(10)]
-    st = pace_and_send(dgs, lambda k, d, e: fc.sent_at.append(fc.now), speed=10, max_pps=0, clock=fc.clock, sleep=fc.sleep)
+    st = pace_and_send(dgs, lambda k, d, e: sent_at.append(fc.t), speed=10, max_pps=0, clock=fc.clock, sleep=fc.sleep)
     assert st.sent == 10
-    gaps = [b - a for a, b in zip(fc.sent_at, fc.sent_at[1:])]
+    gaps = [b - a for a, b in zip(sent_at, sent_at[1:])]
     assert all(g == pytest.approx(0.1, abs=0.002) for g in gaps)
 
 
 def test_max_pps_and_total_bounds():
-    fc = FakeClock()
+    fc = FakeClock(100.0)
+    sent_at = []
     dgs = [(0, "sflow", b"x")] * 50  # all due at once
-    st = pace_and_send(dgs, lambda k, d, e: fc.sent_at.append(fc.now), speed=1, max_pps=100, max_datagrams=40,
+    st = pace_and_send(dgs, lambda k, d, e: sent_at.append(fc.t), speed=1, max_pps=100, max_datagrams=40,
                        clock=fc.clock, sleep=fc.sleep)  # fmt: skip
     assert st.sent == 40
-    span = fc.sent_at[-1] - fc.sent_at[0]
+    span = sent_at[-1] - sent_at[0]
     assert span >= 39 / 100 - 0.002 * 39
 
 
