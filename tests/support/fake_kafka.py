@@ -1,4 +1,4 @@
-"""A stand-in for confluent_kafka's Message in unit tests that need no broker."""
+"""Stand-ins for confluent_kafka's Message and Producer in unit tests that need no broker."""
 
 from __future__ import annotations
 
@@ -32,3 +32,25 @@ class FakeMessage:
 
     def timestamp(self):
         return (1, self._ts) if self._ts is not None else (0, -1)
+
+
+class FakeProducer:
+    """Stands in for confluent_kafka.Producer: keeps its configuration (:attr:`conf`) and every produced
+    (topic, key, value) in :attr:`sent`, and reports each as delivered."""
+
+    def __init__(self, conf=None):
+        self.conf, self.sent = conf, []
+
+    def produce(self, topic, value=None, key=None, headers=None, on_delivery=None, **kw):
+        self.sent.append((topic, key, value))
+        if on_delivery:
+            on_delivery(None, None)
+
+    def poll(self, _timeout=0):
+        return 0
+
+    def flush(self, _timeout=None):
+        return 0
+
+    def __len__(self):
+        return 0

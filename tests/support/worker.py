@@ -8,28 +8,17 @@ from fabricflow.settings import load_settings
 from processors.logic.core import shard_of
 from processors.worker import Processors, shuffle
 from schemas import codec
+from tests.support.fake_kafka import FakeProducer
 from tests.support.synth import training_batches
 
 INVENTORY = Path(__file__).resolve().parents[1] / "data" / "cluster_inventory.yaml"
 
 
-class NoBrokerProducer:
+class NoBrokerProducer(FakeProducer):
     """Stands in for confluent_kafka.Producer: these tests capture what is produced themselves."""
-
-    def __init__(self, _config):
-        pass
 
     def produce(self, *_a, **_kw):
         raise AssertionError("tests replace OutputPublisher.produce")
-
-    def poll(self, _timeout=0):
-        return 0
-
-    def flush(self, _timeout=None):
-        return 0
-
-    def __len__(self):
-        return 0
 
 
 def worker_without_broker(tmp_path, **processors):

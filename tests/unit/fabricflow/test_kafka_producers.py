@@ -9,6 +9,7 @@ import pytest
 
 from fabricflow.kafka import producer_config
 from fabricflow.settings import load_settings
+from tests.support.fake_kafka import FakeProducer
 
 # what a producer may set differently from producer_config, and why
 OWN = {
@@ -18,22 +19,14 @@ OWN = {
 }
 
 
-class _Capture:
+class _Capture(FakeProducer):
     """Stands in for confluent_kafka.Producer: keeps the configuration it was built with."""
 
     configs: list[dict] = []
 
     def __init__(self, conf):
+        super().__init__(conf)
         _Capture.configs.append(dict(conf))
-
-    def flush(self, _timeout=None):
-        return 0
-
-    def poll(self, _timeout=0):
-        return 0
-
-    def __len__(self):
-        return 0
 
 
 def _settings():

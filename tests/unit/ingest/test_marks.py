@@ -13,6 +13,7 @@ from ingest.marks import MarkReceiver, TokenBuckets, publish_marks
 from ingest.metrics import IngestMetrics
 from ingest.publish import KafkaSink
 from schemas import codec
+from tests.support.fake_kafka import FakeProducer
 
 NOW = int(time.time() * 1000)
 STEP = b'{"job":"train-a","event":"step_start","step":1}'
@@ -82,25 +83,6 @@ def test_allowlist_applies_to_senders():
     rx.handle(STEP, "10.0.1.1", NOW)
     rx.handle(STEP, "192.0.2.1", NOW)
     assert len(sink.marks) == 1 and _count(m, "unknown", "not_allowed") == 1
-
-
-class FakeProducer:
-    def __init__(self, conf=None):
-        self.conf, self.sent = conf, []
-
-    def produce(self, topic, value=None, key=None, headers=None, on_delivery=None, **kw):
-        self.sent.append((topic, key, value))
-        if on_delivery:
-            on_delivery(None, None)
-
-    def poll(self, t=0):
-        return 0
-
-    def flush(self, t=0):
-        return 0
-
-    def __len__(self):
-        return 0
 
 
 def test_kafka_sink_and_publish_marks_write_avro_to_the_mark_topics():
