@@ -8,6 +8,8 @@ templates, options templates and options data when the refresh interval has pass
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from ..model import FlowExporter
@@ -69,3 +71,10 @@ class TemplateExporter:
 
 def pad4(b: bytes) -> bytes:
     return b + b"\0" * ((-len(b)) % 4)
+
+
+def padded_set(set_id: int, body: bytes) -> bytes:
+    """A NetFlow v9 FlowSet or IPFIX Set: its id, its length with the padding to a multiple of 4 bytes, the
+    body and that padding."""
+    total = 4 + len(body) + (-(4 + len(body)) % 4)
+    return struct.pack(">HH", set_id, total) + body + b"\0" * (total - 4 - len(body))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 
-from .base import TemplateExporter, pad4
+from .base import TemplateExporter, padded_set
 from .flowcache import FlowEntry
 
 DATA_TEMPLATE_ID, OPT_SAMPLING_ID = 256, 257
@@ -37,14 +37,11 @@ def template_set(tid: int, fields: list[tuple[int, int]]) -> bytes:
 def options_template_set(tid: int, scopes: list[tuple[int, int]], fields: list[tuple[int, int]]) -> bytes:
     body = struct.pack(">HHH", tid, len(scopes) + len(fields), len(scopes))
     body += b"".join(struct.pack(">HH", *f) for f in scopes + fields)
-    return pad4(struct.pack(">HH", 3, 4 + len(body) + (-(4 + len(body)) % 4)) + body)
+    return padded_set(3, body)
 
 
 def data_set(tid: int, records: list[bytes]) -> bytes:
-    body = b"".join(records)
-    total = 4 + len(body)
-    total += (-total) % 4
-    return struct.pack(">HH", tid, total) + body + b"\0" * (total - 4 - len(body))
+    return padded_set(tid, b"".join(records))
 
 
 class IpfixExporter(TemplateExporter):

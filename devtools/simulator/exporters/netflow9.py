@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 
-from .base import TemplateExporter, pad4
+from .base import TemplateExporter, pad4, padded_set
 from .flowcache import FlowEntry
 
 DATA_TEMPLATE_ID, OPT_SAMPLING_ID, OPT_SAMPLER_ID = 256, 257, 258
@@ -39,16 +39,11 @@ def template_flowset(templates: list[tuple[int, list[tuple[int, int]]]]) -> byte
 def options_template_flowset(tid: int, scopes: list[tuple[int, int]], fields: list[tuple[int, int]]) -> bytes:
     body = struct.pack(">HHH", tid, 4 * len(scopes), 4 * len(fields))
     body += b"".join(struct.pack(">HH", *x) for x in scopes + fields)
-    total = 4 + len(body)
-    total += (-total) % 4
-    return struct.pack(">HH", 1, total) + body + b"\0" * (total - 4 - len(body))
+    return padded_set(1, body)
 
 
 def data_flowset(tid: int, records: list[bytes]) -> bytes:
-    body = b"".join(records)
-    total = 4 + len(body)
-    total += (-total) % 4
-    return struct.pack(">HH", tid, total) + body + b"\0" * (total - 4 - len(body))
+    return padded_set(tid, b"".join(records))
 
 
 class Netflow9Exporter(TemplateExporter):
