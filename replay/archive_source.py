@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from schemas.columns import dtype_for
 
-from .core import COUNTER_TIME, DEFAULT_SLICE_MS, FLOW_TIME, ReplayError, iso_utc, slice_batches
+from .core import COUNTER_TIME, DEFAULT_SLICE_MS, FLOW_TIME, ReplayError, iso_utc, slice_batches, time_range
 
 
 def columns_from_table(table: pa.Table, avsc: str) -> np.ndarray:
@@ -138,16 +138,10 @@ def archive_source(fs, root: str, frm, to, *, slice_ms: int = DEFAULT_SLICE_MS) 
     """
     from query.errors import ArchiveError, DatasetMissing
     from query.reports import ArchiveQuery
-    from query.timerange import parse_time
 
     if frm is None or to is None:
         raise ReplayError("an archive replay needs --from and --to")
-    try:
-        lo, hi = parse_time(frm), parse_time(to)
-    except (TypeError, ValueError) as e:
-        raise ReplayError(str(e)) from None
-    if hi <= lo:
-        raise ReplayError(f"empty time range: from {iso_utc(lo)} is not before to {iso_utc(hi)}")
+    lo, hi = time_range(frm, to)
     try:
         q = ArchiveQuery(fs, root)
     except ArchiveError as e:

@@ -33,6 +33,20 @@ def iso_utc(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def time_range(frm, to) -> tuple[int, int]:
+    """``--from`` and ``--to`` (ISO-8601, unix ms or -DURATION, as :func:`query.timerange.parse_time` reads them)
+    in unix ms, the first before the second; :class:`ReplayError` otherwise."""
+    from query.timerange import parse_time
+
+    try:
+        lo, hi = parse_time(frm), parse_time(to)
+    except (TypeError, ValueError) as e:
+        raise ReplayError(str(e)) from None
+    if hi <= lo:
+        raise ReplayError(f"empty time range: from {iso_utc(lo)} is not before to {iso_utc(hi)}")
+    return lo, hi
+
+
 def counter_shard_of(counters: np.ndarray, partitions: int) -> np.ndarray:
     """Shard per counter sample: :func:`fabricflow.streams.counter_shard` of the text of its exporter address,
     the rule a live worker applies to the message key (all samples of an agent in one core).

@@ -15,7 +15,7 @@ import numpy as np
 
 from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE
 
-from .core import COUNTER_TIME, DEFAULT_SLICE_MS, FLOW_TIME, ReplayError, iso_utc, slice_batches
+from .core import COUNTER_TIME, DEFAULT_SLICE_MS, FLOW_TIME, ReplayError, iso_utc, slice_batches, time_range
 
 log = logging.getLogger(__name__)
 
@@ -210,20 +210,13 @@ def kafka_source(
     """
     from confluent_kafka import Consumer
 
-    from query.timerange import parse_time
-
     if offsets is None and (frm is None or to is None):
         raise ReplayError("a Kafka replay needs --offsets or both --from and --to")
     lo_ms = hi_ms = None
     if frm is not None or to is not None:
         if frm is None or to is None:
             raise ReplayError("give both --from and --to")
-        try:
-            lo_ms, hi_ms = parse_time(frm), parse_time(to)
-        except (TypeError, ValueError) as e:
-            raise ReplayError(str(e)) from None
-        if hi_ms <= lo_ms:
-            raise ReplayError(f"empty time range: from {iso_utc(lo_ms)} is not before to {iso_utc(hi_ms)}")
+        lo_ms, hi_ms = time_range(frm, to)
     topics = {"flows": kafka_settings.topics.flows_raw, "counters": kafka_settings.topics.counters_raw}
     args = (topics, offsets, lo_ms, hi_ms, grace_ms, timeout_s, on_message, kafka_settings.bootstrap_servers)
     if consumer is not None:

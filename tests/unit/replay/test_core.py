@@ -234,3 +234,15 @@ def test_partitions_must_be_positive(factory):
     with pytest.raises(ValueError):
         replay_batches([], [], factory, 0)
     assert replay_batches([], [], factory, 2) == []
+
+
+def test_time_range_reads_both_ends_and_refuses_an_empty_or_bad_range():
+    import pytest
+
+    from replay.core import ReplayError, time_range
+
+    assert time_range("2026-12-01T00:00:00Z", "1796083260000") == (1796083200000, 1796083260000)
+    with pytest.raises(ReplayError, match="empty time range: from 2026-12-01T00:01:00Z is not before"):
+        time_range("2026-12-01T00:01:00Z", "2026-12-01T00:00:00Z")
+    with pytest.raises(ReplayError):
+        time_range("yesterday-ish", "2026-12-01T00:00:00Z")
