@@ -78,3 +78,8 @@ def padded_set(set_id: int, body: bytes) -> bytes:
     body and that padding."""
     total = 4 + len(body) + (-(4 + len(body)) % 4)
     return struct.pack(">HH", set_id, total) + body + b"\0" * (total - 4 - len(body))
+
+
+def records_set(set_id: int, records: list[bytes]) -> bytes:
+    """A data (or options data) set of ``records`` under template ``set_id``, padded."""
+    return padded_set(set_id, b"".join(records))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 
-from .base import TemplateExporter, padded_set
+from .base import TemplateExporter, padded_set, records_set
 from .flowcache import FlowEntry
 
 DATA_TEMPLATE_ID, OPT_SAMPLING_ID = 256, 257
@@ -40,10 +40,6 @@ def options_template_set(tid: int, scopes: list[tuple[int, int]], fields: list[t
     return padded_set(3, body)
 
 
-def data_set(tid: int, records: list[bytes]) -> bytes:
-    return padded_set(tid, b"".join(records))
-
-
 class IpfixExporter(TemplateExporter):
     header_len = 16
     record_len = struct.calcsize(DATA_FMT)
@@ -56,7 +52,7 @@ class IpfixExporter(TemplateExporter):
         sets = [
             template_set(DATA_TEMPLATE_ID, DATA_FIELDS),
             options_template_set(OPT_SAMPLING_ID, OPT_SCOPE, OPT_FIELDS),
-            data_set(OPT_SAMPLING_ID, [opt]),
+            records_set(OPT_SAMPLING_ID, [opt]),
         ]
         return sets, 2, 1
 
@@ -67,7 +63,7 @@ class IpfixExporter(TemplateExporter):
                         e.packets, e.bytes, base + e.first_ms, base + e.last_ms, 0)
             for e in recs
         ]  # fmt: skip
-        return data_set(DATA_TEMPLATE_ID, rows)
+        return records_set(DATA_TEMPLATE_ID, rows)
 
     def message(self, sets, n_records, n_data, event_abs_ms, clock_abs_ms) -> bytes:
         body = b"".join(sets)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 
-from .base import TemplateExporter, pad4, padded_set
+from .base import TemplateExporter, pad4, padded_set, records_set
 from .flowcache import FlowEntry
 
 DATA_TEMPLATE_ID, OPT_SAMPLING_ID, OPT_SAMPLER_ID = 256, 257, 258
@@ -42,10 +42,6 @@ def options_template_flowset(tid: int, scopes: list[tuple[int, int]], fields: li
     return padded_set(1, body)
 
 
-def data_flowset(tid: int, records: list[bytes]) -> bytes:
-    return padded_set(tid, b"".join(records))
-
-
 class Netflow9Exporter(TemplateExporter):
     header_len = 20
     record_len = struct.calcsize(DATA_FMT)
@@ -57,9 +53,9 @@ class Netflow9Exporter(TemplateExporter):
             template_flowset([(DATA_TEMPLATE_ID, DATA_FIELDS)]),
             options_template_flowset(OPT_SAMPLING_ID, [(SCOPE_SYSTEM, 4)], OPT_SAMPLING_FIELDS),
             options_template_flowset(OPT_SAMPLER_ID, [(SCOPE_SYSTEM, 4)], OPT_SAMPLER_FIELDS),
-            data_flowset(OPT_SAMPLING_ID, [struct.pack(">IIBHH", c.source_id, c.sampling_interval, 2 if c.sampling_interval > 1 else 0,
+            records_set(OPT_SAMPLING_ID, [struct.pack(">IIBHH", c.source_id, c.sampling_interval, 2 if c.sampling_interval > 1 else 0,
                                                        int(c.active_timeout_s), int(c.inactive_timeout_s))]),
-            data_flowset(OPT_SAMPLER_ID, [struct.pack(">IHBI", c.source_id, SAMPLER_ID, 2 if c.sampling_interval > 1 else 0,
+            records_set(OPT_SAMPLER_ID, [struct.pack(">IHBI", c.source_id, SAMPLER_ID, 2 if c.sampling_interval > 1 else 0,
                                                       c.sampling_interval)]),
         ]  # fmt: skip
         return sets, 3, 2
@@ -72,7 +68,7 @@ class Netflow9Exporter(TemplateExporter):
             for e in recs
         ]  # fmt: skip
         self.data_records += len(recs)
-        return data_flowset(DATA_TEMPLATE_ID, rows)
+        return records_set(DATA_TEMPLATE_ID, rows)
 
     def message(self, sets, n_records, n_data, event_abs_ms, clock_abs_ms) -> bytes:
         self.messages += 1
