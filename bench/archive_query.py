@@ -92,13 +92,16 @@ def time_reports(root: str, hour: int, runs: int) -> list[dict]:
     return out
 
 
+def _md_table(columns: str, align: str, rows) -> str:
+    """A Markdown table: ``columns`` and ``align`` as "a | b" and "--- | ---:", ``rows`` its "| ... |" lines."""
+    return "\n".join([f"| {columns} |", f"| {align} |", *rows])
+
+
 def markdown(results: list[dict]) -> str:
-    lines = ["| range | report | median s | min s | files read | rows in files read | rows in range | result rows |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in results:
-        lines.append(f"| {r['range']} | `{r['report']}` | {r['median_s']:.2f} | {r['min_s']:.2f} | "
-                     f"{r['files_read']} | {r['rows_in_files']:,} | {r['rows_in_range']:,} | {r['result_rows']:,} |")
-    return "\n".join(lines)
+    return _md_table("range | report | median s | min s | files read | rows in files read | rows in range | result rows",
+                     "--- | --- | ---: | ---: | ---: | ---: | ---: | ---:",
+                     (f"| {r['range']} | `{r['report']}` | {r['median_s']:.2f} | {r['min_s']:.2f} | {r['files_read']} | "
+                      f"{r['rows_in_files']:,} | {r['rows_in_range']:,} | {r['result_rows']:,} |" for r in results))
 
 
 # --------------------------------------------------------------------------- a week of rollups
@@ -148,13 +151,10 @@ def time_week(root: str, runs: int) -> list[dict]:
 
 
 def week_markdown(results: list[dict]) -> str:
-    lines = ["| range | report | median s | min s | CPU s | datasets (files) | rows in files read | result rows |",
-             "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
-    for r in results:
-        lines.append(f"| {r['range']} | `{r['report']}` | {r['median_s']:.2f} | {r['min_s']:.2f} | {r['cpu_s']:.2f} | "
-                     f"{r['datasets']} | "
-                     f"{r['rows_read']:,} | {r['result_rows']:,} |")
-    return "\n".join(lines)
+    return _md_table("range | report | median s | min s | CPU s | datasets (files) | rows in files read | result rows",
+                     "--- | --- | ---: | ---: | ---: | --- | ---: | ---:",
+                     (f"| {r['range']} | `{r['report']}` | {r['median_s']:.2f} | {r['min_s']:.2f} | {r['cpu_s']:.2f} | "
+                      f"{r['datasets']} | {r['rows_read']:,} | {r['result_rows']:,} |" for r in results))
 
 
 def week_main(args) -> None:
