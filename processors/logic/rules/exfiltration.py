@@ -158,6 +158,13 @@ class _VolumeRule:
             touched[key] = rows[tops[g]]
         return touched
 
+    def _condition(self, ctx: BatchContext, vol_key: tuple, sample_rows, **what) -> Condition:
+        """A condition (``what``: rule, key, summary, entities) with the evidence of window key ``vol_key`` not
+        reported yet: bytes, flow records, first and last seen, and sample flows of ``sample_rows``."""
+        nb, nf, f0, l0 = self.vol.take_unreported(vol_key)
+        return Condition(**what, first_seen_ms=f0, last_seen_ms=l0, bytes_est=nb, flows=nf,
+                         samples=ctx.samples(sample_rows))
+
     def evaluate(self, now_ms: int) -> list[Condition]:
         self.vol.prune(now_ms)
         return []
@@ -207,32 +214,25 @@ class ExfiltrationRule(_VolumeRule):
             if pk is None or pk[0] <= cfg.min_bytes:
                 continue
             total, first, last = pk
-            nb, nf, f0, l0 = self.vol.take_unreported(key)
             i = sample_rows[0]
             dst = addr_str(b["dst_addr"][i])
             nodes = self.vol.keys[key]["labels"]
-            out.append(
-                Condition(
-                    rule="exfiltration",
-                    key=(key[0], dst),
-                    summary=(
-                        f"{_fmt_bytes(total)} from {key[0]} to unauthorized {dst} within "
-                        f"{cfg.window:g}s (active {(last - first) / 1000:.0f}s)"
-                    ),
-                    entities={
-                        "src_group": key[0],
-                        "dst_addr": dst,
-                        "dst_group": str(b["dst_group"][i]),
-                        "src_nodes": ",".join(nodes),
-                        "window_bytes": str(total),
-                    },
-                    first_seen_ms=f0,
-                    last_seen_ms=l0,
-                    bytes_est=nb,
-                    flows=nf,
-                    samples=ctx.samples(sample_rows),
-                )
-            )
+            out.append(self._condition(
+                ctx, key, sample_rows,
+                rule="exfiltration",
+                key=(key[0], dst),
+                summary=(
+                    f"{_fmt_bytes(total)} from {key[0]} to unauthorized {dst} within "
+                    f"{cfg.window:g}s (active {(last - first) / 1000:.0f}s)"
+                ),
+                entities={
+                    "src_group": key[0],
+                    "dst_addr": dst,
+                    "dst_group": str(b["dst_group"][i]),
+                    "src_nodes": ",".join(nodes),
+                    "window_bytes": str(total),
+                },
+            ))
         self.vol.prune(now_ms)  # after judging: late records are judged in their own time
         return out
 
@@ -290,31 +290,24 @@ class OffHoursRule(_VolumeRule):
             if pk is None or pk[0] <= cfg.min_bytes:
                 continue
             total = pk[0]
-            nb, nf, f0, l0 = self.vol.take_unreported(key)
             src_group, src_node, dst_group = key
             who = src_node or src_group
-            out.append(
-                Condition(
-                    rule="off_hours_transfer",
-                    key=key,
-                    summary=(
-                        f"off-hours bulk transfer: {_fmt_bytes(total)} from {who} ({src_group}) to {dst_group} "
-                        f"within {cfg.window:g}s ({cfg.schedule.timezone})"
-                    ),
-                    entities={
-                        "src_group": src_group,
-                        "src_node": src_node,
-                        "dst_group": dst_group,
-                        "dst_nodes": ",".join(self.vol.keys[key]["labels"]),
-                        "timezone": cfg.schedule.timezone,
-                        "window_bytes": str(total),
-                    },
-                    first_seen_ms=f0,
-                    last_seen_ms=l0,
-                    bytes_est=nb,
-                    flows=nf,
-                    samples=ctx.samples(sample_rows),
-                )
-            )
+            out.append(self._condition(
+                ctx, key, sample_rows,
+                rule="off_hours_transfer",
+                key=key,
+                summary=(
+                    f"off-hours bulk transfer: {_fmt_bytes(total)} from {who} ({src_group}) to {dst_group} "
+                    f"within {cfg.window:g}s ({cfg.schedule.timezone})"
+                ),
+                entities={
+                    "src_group": src_group,
+                    "src_node": src_node,
+                    "dst_group": dst_group,
+                    "dst_nodes": ",".join(self.vol.keys[key]["labels"]),
+                    "timezone": cfg.schedule.timezone,
+                    "window_bytes": str(total),
+                },
+            ))
         self.vol.prune(now_ms)  # after judging: late records are judged in their own time
         return out
