@@ -295,32 +295,29 @@ def query_matrix(
          f"matrix ({level})")
 
 
-@query_app.command("node")
-@with_query_options
-def query_node(
-    ctx: typer.Context,
-    name: str = typer.Argument(..., help="Node name (inventory) or IP address."),
-    exporter: Exporter = None,
-    source: Source = "auto",
-    opts: QueryOptions = QueryOptions(),
-):
-    """One node's traffic: direction, peer, category, bytes/packets/flow records."""
-    source = _source(source)
-    _run(ctx, lambda q, lo, hi: q.node(name, lo, hi, exporter=exporter, source=source), opts, f"node {name}")
+def _named_report(report: str, name_help: str, doc: str):
+    """The ``fabricflow query REPORT NAME`` command of a report about one named thing (``ArchiveQuery.REPORT``)."""
+
+    def command(
+        ctx: typer.Context,
+        name: str = typer.Argument(..., help=name_help),
+        exporter: Exporter = None,
+        source: Source = "auto",
+        opts: QueryOptions = QueryOptions(),
+    ):
+        source = _source(source)
+        _run(ctx, lambda q, lo, hi: getattr(q, report)(name, lo, hi, exporter=exporter, source=source), opts,
+             f"{report} {name}")
+
+    command.__doc__ = doc
+    command.__name__ = command.__qualname__ = f"query_{report}"
+    return query_app.command(report)(with_query_options(command))
 
 
-@query_app.command("job")
-@with_query_options
-def query_job(
-    ctx: typer.Context,
-    name: str = typer.Argument(..., help="Job name (inventory)."),
-    exporter: Exporter = None,
-    source: Source = "auto",
-    opts: QueryOptions = QueryOptions(),
-):
-    """A job's nodes: bytes and flow records sent and received per node and category."""
-    source = _source(source)
-    _run(ctx, lambda q, lo, hi: q.job(name, lo, hi, exporter=exporter, source=source), opts, f"job {name}")
+query_node = _named_report("node", "Node name (inventory) or IP address.",
+                           "One node's traffic: direction, peer, category, bytes/packets/flow records.")
+query_job = _named_report("job", "Job name (inventory).",
+                          "A job's nodes: bytes and flow records sent and received per node and category.")
 
 
 @query_app.command("segmentation")

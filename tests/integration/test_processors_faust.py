@@ -118,6 +118,18 @@ def collect(settings, expected, timeout_s=120, proc=None):
     return got
 
 
+def run_worker(cfg, log_path: Path, bootstrap: str, settings, flows, counters, until, sig=signal.SIGTERM):
+    """A worker subprocess fed ``flows`` and ``counters`` (raw batches), stopped with ``sig`` once
+    ``until(proc)`` returns; returns what ``until`` returned."""
+    proc = start_worker(cfg, log_path)
+    try:
+        produce_batches(bootstrap, settings.kafka.topics.flows_raw, flows)
+        produce_batches(bootstrap, settings.kafka.topics.counters_raw, counters, schema="counter_batch")
+        return until(proc)
+    finally:
+        stop_worker(proc, sig)
+
+
 def _settings(kafka_bootstrap, unique_topic, tmp_path, **processors):
     return settings_for(
         kafka_bootstrap,
@@ -149,13 +161,8 @@ def test_worker_outputs_equal_replay(kafka_bootstrap, unique_topic, tmp_path):
     assert kinds[s.kafka.topics.incast] == 2 and kinds[s.kafka.topics.straggler] > 0
     assert any('"rule": "unregistered_host"' in v and '"state": "firing"' in v for t, _k, v in expected if t == s.kafka.topics.alerts)
     cfg = write_config(tmp_path / "c.yaml", s)
-    proc = start_worker(cfg, tmp_path / "worker.log")
-    try:
-        produce_batches(kafka_bootstrap, s.kafka.topics.flows_raw, batches)
-        produce_batches(kafka_bootstrap, s.kafka.topics.counters_raw, ctrs, schema="counter_batch")
-        got = collect(s, expected, proc=proc)
-    finally:
-        stop_worker(proc)
+    got = run_worker(cfg, tmp_path / "worker.log", kafka_bootstrap, s, batches, ctrs,
+                     lambda proc: collect(s, expected, proc=proc))
     log = (tmp_path / "worker.log").read_text(errors="replace")
     # Live outputs == replay of the same input (alerts compared by identity, see comparable()).
     alerts = s.kafka.topics.alerts
@@ -179,24 +186,15 @@ def test_worker_killed_mid_stream_recovers_same_outputs(kafka_bootstrap, unique_
     assert any(t == s.kafka.topics.link_health and '"link_downgrade"' in v for t, _k, v in expected)
     cfg = write_config(tmp_path / "c.yaml", s)
     first, second = batches[: len(batches) // 2], batches[len(batches) // 2 :]
-    proc = start_worker(cfg, tmp_path / "worker1.log")
-    try:
-        produce_batches(kafka_bootstrap, s.kafka.topics.flows_raw, first)
-        produce_batches(kafka_bootstrap, s.kafka.topics.counters_raw, ctrs[: len(ctrs) // 2], schema="counter_batch")
-        # Wait until the worker has produced some matrix windows, then kill it hard.
-        consume(kafka_bootstrap, s.kafka.topics.matrix, until=lambda ms: len(ms) >= 10, timeout_s=90)
-    finally:
-        stop_worker(proc, signal.SIGKILL)
+    # Wait until the worker has produced some matrix windows, then kill it hard.
+    run_worker(cfg, tmp_path / "worker1.log", kafka_bootstrap, s, first, ctrs[: len(ctrs) // 2],
+               lambda _proc: consume(kafka_bootstrap, s.kafka.topics.matrix, until=lambda ms: len(ms) >= 10,
+                                     timeout_s=90), signal.SIGKILL)
     # Down for longer than idle_close_s: downtime is not idle time, the restored windows must wait for the
     # re-delivered backlog (they were closed at the first tick after the restore before this was fixed).
     time.sleep(s.processors.idle_close_s + 1)
-    proc = start_worker(cfg, tmp_path / "worker2.log")
-    try:
-        produce_batches(kafka_bootstrap, s.kafka.topics.flows_raw, second)
-        produce_batches(kafka_bootstrap, s.kafka.topics.counters_raw, ctrs[len(ctrs) // 2 :], schema="counter_batch")
-        got = collect(s, expected, proc=proc)
-    finally:
-        stop_worker(proc)
+    got = run_worker(cfg, tmp_path / "worker2.log", kafka_bootstrap, s, second, ctrs[len(ctrs) // 2 :],
+                     lambda proc: collect(s, expected, proc=proc))
     log = (tmp_path / "worker2.log").read_text(errors="replace")
     # At-least-once outputs with deterministic keys: the set of distinct outputs equals an uninterrupted run.
     alerts = s.kafka.topics.alerts
