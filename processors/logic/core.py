@@ -43,6 +43,7 @@ from .params import ParamsError, build_params
 from .rules.policy import PolicyEngine, policy_config
 from .windows.matrix import MatrixConfig
 from .windows.tumbling import WindowConfig
+from .windows.watermark import ExporterWatermark
 
 CORE_SNAPSHOT_VERSION = 1
 
@@ -133,7 +134,8 @@ class ProcessorCore:
         self.engine.set_inventory(self.inventory)
         self.policy = PolicyEngine(policy_config(policy) if policy is not None else None, self.inventory.cluster_ranges)
         self.rules = rules
-        self.watermark_ms = 0
+        self.watermark_ms = 0  # the policy's: robust to one exporter's clock running ahead (windows/watermark.py)
+        self._watermark = ExporterWatermark()
         self.stats = CoreStats()
         codes = {"sflow5": PROTO_SFLOW5, "netflow5": PROTO_NETFLOW5, "netflow9": PROTO_NETFLOW9, "ipfix": PROTO_IPFIX}
         wanted = set(detector_protocols) if detector_protocols is not None else set(codes)
@@ -220,7 +222,7 @@ class ProcessorCore:
                 interned = (self.engine.last_codes, self.engine.interner.strings, self.engine.interner.index)
         else:
             out = self.engine.process_flows(enriched[keep], coded_rows(labels, keep))
-        self.watermark_ms = max(self.watermark_ms, int(enriched[self.config.time_field].max()))
+        self.watermark_ms = self._watermark.observe(enriched[self.config.time_field], enriched["exporter_addr"])
         out.extend(Output("alert", a["dedup_key"], a) for a in self.policy.process(enriched, self.watermark_ms, interned))
         self.stats.outputs += len(out)
         return out
@@ -275,6 +277,7 @@ class ProcessorCore:
             "engine": self.engine.snapshot(),
             "policy": self.policy.snapshot(),
             "watermark_ms": self.watermark_ms,
+            "exporter_watermarks": self._watermark.snapshot(),
             "stats": dataclasses.asdict(self.stats),
         }
 
@@ -284,6 +287,8 @@ class ProcessorCore:
         self.engine.restore(snap["engine"])
         self.policy.restore(snap["policy"])
         self.watermark_ms = int(snap["watermark_ms"])
+        self._watermark = ExporterWatermark()
+        self._watermark.restore(snap.get("exporter_watermarks", {"value": self.watermark_ms}))
         self.stats = CoreStats(**snap["stats"])
 
 

@@ -295,6 +295,7 @@ class Engine:
     def set_inventory(self, inventory) -> None:
         """The inventory's topology (uplinks, NICs), racks and job memberships for the fabric detectors."""
         self.fabric.set_inventory(inventory)
+        self.storage_bound.rated_write = inventory.rated_writes()
         node_id = {n: i for i, n in enumerate(inventory.node_names)}
 
         def jobs_of(nodes: list[str], t_ms: int) -> list[str]:
@@ -320,7 +321,8 @@ class Engine:
 
     def _timeline_window(self, ws: int, we: int, res) -> list[Output]:
         return [Output("pattern", r["job"], r)
-                for r in self.timeline.on_window(ws, we, res, self.interner, self.pattern)]
+                for r in self.timeline.on_window(ws, we, res, self.interner, self.pattern,
+                                                 judge_iterations="pattern" in self.config.enabled)]
 
     def _link_cause(self, job: str, node: str, now_ms: int) -> str:
         """Key of an open link event on ``node``'s port or on its busiest destination's (ring successor's), or ""."""

@@ -12,6 +12,7 @@ Pure logic: no clock, no Kafka.
 
 from __future__ import annotations
 
+from statistics import median
 
 import numpy as np
 from pydantic import Field
@@ -20,7 +21,7 @@ from ..params import detector_params
 from ..windows.groupby import group_reduce
 from ..windows.interning import Interner
 
-__all__ = ["PatternConfig", "PatternDetector", "estimate_period", "window_period", "collective_structure"]
+__all__ = ["PatternConfig", "PatternDetector", "estimate_period", "acf_peak", "window_period", "collective_structure"]
 
 
 @detector_params
@@ -48,11 +49,11 @@ def estimate_period(series: np.ndarray, min_acf: float = 0.3) -> int | None:
     shift or trend makes r decay monotonically from lag 1: no local peak, so it
     is not mistaken for a period (it used to come out as lag 2).
     """
-    peak = _acf_peak(series, min_acf)
+    peak = acf_peak(series, min_acf)
     return None if peak is None else peak[0]
 
 
-def _acf_peak(series, min_acf: float) -> tuple[int, float] | None:
+def acf_peak(series, min_acf: float) -> tuple[int, float] | None:
     """(lag, autocorrelation) of :func:`estimate_period`'s peak, or None."""
     x = np.asarray(series, dtype=np.float64)
     n = len(x)
@@ -91,7 +92,7 @@ def window_period(series, min_acf: float = 0.3, min_modulation: float = 0.5) -> 
     p10, p90 = np.percentile(x, [10, 90])
     if p90 <= 0 or 1.0 - p10 / p90 < min_modulation:
         return None
-    return _acf_peak(x, min_acf)
+    return acf_peak(x, min_acf)
 
 
 def _pairs_present(history: list[list[str]], presence: float) -> set[str]:
@@ -151,6 +152,8 @@ class PatternDetector:
         # job -> {"last_ws", "series": [bytes...], "pairs": [[pair...]...], "baseline": {...} | None,
         #         "open": {deviation: True}}
         self.jobs: dict[str, dict] = {}
+        # job -> {"hist": [[iteration period ms, acf]...], "base": {...} | None, "open": bool} (observe_iteration)
+        self.iterations: dict[str, dict] = {}
 
     def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
         cfg = self.config
@@ -205,6 +208,51 @@ class PatternDetector:
             return {}
         active = [p for p in st["pairs"][-self.config.baseline_windows:] if p][-self.config.recent_windows:]
         return _peers(_pairs_present(active, self.config.presence))
+
+    def observe_iteration(self, job: str, ws: int, we: int, period_ms: int, acf: float) -> list[dict]:
+        """One window's iteration period (-1: none) and its autocorrelation, measured by the training timeline
+        on sub-window slots of the job's communication alone (dataset reads and checkpoint writes are other
+        phases, so slower structure does not enter it); returns ``iteration_shift`` deviations.
+
+        The baseline is the median of the first ``baseline_windows`` measurements (at least half of them
+        measured), its confidence the share of them within ``period_tolerance`` of it. A shift opens when the
+        last ``persist_windows`` measurements all agree (the largest within ``period_tolerance`` of the
+        smallest) on a period (their median) away from the baseline, and closes when they agree on the baseline again; a window that
+        measures nothing, or a harmonic now and then, neither opens nor closes one.
+        """
+        cfg = self.config
+        tol = cfg.period_tolerance
+        st = self.iterations.setdefault(job, {"hist": [], "base": None, "open": False})
+        st["hist"] = (st["hist"] + [[int(period_ms), round(float(acf), 4)]])[-cfg.baseline_windows:]
+        if st["base"] is None:
+            valid = [p for p, _ in st["hist"] if p > 0]
+            if len(st["hist"]) < cfg.baseline_windows or 2 * len(valid) < cfg.baseline_windows:
+                return []
+            bp = int(median(valid))
+            conf = sum(abs(p - bp) <= tol * bp for p in valid) / len(st["hist"])
+            st["base"] = {"period_ms": bp, "confidence": round(conf, 4), "windows": len(st["hist"])}
+            return []
+        recent = st["hist"][-cfg.persist_windows:]
+        periods = [p for p, _ in recent]
+        if len(recent) < cfg.persist_windows or min(periods) <= 0:
+            return []
+        if max(periods) > (1 + tol) * min(periods):
+            return []  # they do not agree (a harmonic, or the change half way through the run)
+        m = int(median(periods))
+        bp = st["base"]["period_ms"]
+        away = abs(m - bp) > tol * bp
+        if away == st["open"]:
+            return []
+        st["open"] = away
+        pairs = self._current(self.jobs[job], we - ws)[2] if job in self.jobs else set()
+        if away:
+            detail = (f"iteration period {bp} ms (confidence {st['base']['confidence']:.2f}: share of its "
+                      f"{st['base']['windows']} baseline windows within {tol:.0%} of it) -> {m} ms (autocorrelation "
+                      f"{median(a for _, a in recent):.2f}), measured in {len(recent)} windows in a row")
+        else:
+            detail = "back to baseline"
+        return [self._record("pattern_deviation", "open" if away else "close", job, "iteration_shift", ws, we,
+                             detail, bp, m, set(), set(), pairs)]
 
     def _evaluate(self, job: str, st: dict, ws: int, we: int, size: int) -> list[dict]:
         cfg = self.config
@@ -279,7 +327,10 @@ class PatternDetector:
                              "pairs": [list(p) for p in s["pairs"]],
                              "baseline": None if s["baseline"] is None else dict(s["baseline"]),
                              "open": dict(s["open"]), "shift": list(s.get("shift", [0, -1]))}
-                         for j, s in sorted(self.jobs.items())}}
+                         for j, s in sorted(self.jobs.items())},
+                "iterations": {j: {"hist": [list(h) for h in s["hist"]],
+                                   "base": None if s["base"] is None else dict(s["base"]), "open": s["open"]}
+                               for j, s in sorted(self.iterations.items())}}
 
     def restore(self, snap: dict) -> None:
         self.jobs = {j: {"last_ws": int(s["last_ws"]), "series": [int(x) for x in s["series"]],
@@ -289,3 +340,9 @@ class PatternDetector:
                           "pairs": list(s["baseline"]["pairs"])},
                          "open": dict(s["open"]), "shift": [int(x) for x in s.get("shift", [0, -1])]}
                      for j, s in snap["jobs"].items()}
+        self.iterations = {j: {"hist": [[int(h[0]), float(h[1])] for h in s["hist"]],
+                               "base": None if s["base"] is None else
+                               {"period_ms": int(s["base"]["period_ms"]), "confidence": float(s["base"]["confidence"]),
+                                "windows": int(s["base"]["windows"])},
+                               "open": bool(s["open"])}
+                           for j, s in snap.get("iterations", {}).items()}

@@ -53,8 +53,11 @@ def _bps(v: float) -> str:
     return f"{v:.0f} b/s"
 
 
+_REF_TEXT = {"baseline": "their baseline", "rated": "the storage node's rated per-client write throughput for its clients"}
+
+
 def _new_state() -> dict:
-    return {"reads": [], "low": 0, "bursts": [], "burst": [], "slow_burst": False}
+    return {"reads": [], "low": 0, "bursts": [], "burst": [], "slow_burst": False, "slow_ref": ""}
 
 
 class StorageBoundDetector(OneRuleDetector):
@@ -64,6 +67,7 @@ class StorageBoundDetector(OneRuleDetector):
                  link_state: LinkState | None = None):
         super().__init__(config, window_ms, link_state)
         self.pairs: dict[str, dict] = {}  # "job\x00storage" -> state
+        self.rated_write: dict[str, float] = {}  # storage node -> rated write bits/s per client (inventory)
 
     def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
         cfg = self.config
@@ -110,27 +114,40 @@ class StorageBoundDetector(OneRuleDetector):
             if reads > 0:
                 st["reads"] = (st["reads"] + [reads])[-cfg.baseline_windows:]
         if low and st["low"] >= cfg.persist_windows:
-            why.append(("dataset reads", reads, base, st["low"]))
+            why.append(("dataset reads", reads, base, st["low"], "baseline"))
         # checkpoint writes
         writes = e["writes"]
         peak = float(median(st["bursts"])) if st["bursts"] else None
+        rated = self._rated_window(storage, e)
         if writes >= cfg.burst_min_bytes:
             st["burst"].append(writes)
             first = st["burst"][: cfg.persist_windows]
-            if (peak is not None and len(first) >= cfg.persist_windows
-                    and max(first) < cfg.drop_ratio * peak):
-                st["slow_burst"] = True
+            if len(first) >= cfg.persist_windows and not st["slow_burst"]:
+                if peak is not None and max(first) < cfg.drop_ratio * peak:
+                    st["slow_burst"], st["slow_ref"] = True, "baseline"
+                elif rated is not None and max(first) < cfg.drop_ratio * rated:
+                    st["slow_burst"], st["slow_ref"] = True, "rated"
             if st["slow_burst"]:
-                why.append(("checkpoint writes", writes, peak, len(st["burst"])))
+                ref = peak if st.get("slow_ref") == "baseline" else rated
+                if ref:
+                    why.append(("checkpoint writes", writes, ref, len(st["burst"]), st.get("slow_ref", "baseline")))
         elif st["burst"]:  # a burst ended
             if not st["slow_burst"]:
                 st["bursts"] = (st["bursts"] + [max(st["burst"])])[-3:]
-            st["burst"], st["slow_burst"] = [], False
-        for what, got, ref, windows in why:
-            self._verdict(ws, we, job, storage, e, what, got, ref, windows)
+            st["burst"], st["slow_burst"], st["slow_ref"] = [], False, ""
+        for what, got, ref, windows, reference in why:
+            self._verdict(ws, we, job, storage, e, what, got, ref, windows, reference)
+
+    def _rated_window(self, storage: str, e: dict) -> float | None:
+        """Bytes a window of checkpoint writes from ``e``'s clients would carry at the storage node's rated
+        per-client write throughput (inventory ``rated_write``), or None without a rating."""
+        rate = self.rated_write.get(storage)
+        if not rate or not e["nodes"]:
+            return None
+        return rate / 8 * self.window_ms / 1000 * len(e["nodes"])
 
     def _verdict(self, ws: int, we: int, job: str, storage: str, e: dict, what: str, got: int, ref: float,
-                 windows: int) -> None:
+                 windows: int, reference: str) -> None:
         cfg = self.config
         size_s = self.window_ms / 1000
         ports = sorted(e["nodes"]) + [storage]
@@ -146,14 +163,14 @@ class StorageBoundDetector(OneRuleDetector):
         ent = {
             "job": job, "storage": storage, "signal": what.replace(" ", "_"),
             "throughput_bps": f"{got * 8 / size_s:.0f}", "baseline_bps": f"{ref * 8 / size_s:.0f}",
-            "ratio": f"{got / ref:.3f}", "windows": str(windows),
+            "ratio": f"{got / ref:.3f}", "windows": str(windows), "reference": reference,
             "max_link_util": f"{top['util']:.3f}", "link_headroom": f"{1 - top['util']:.3f}",
             "storage_port": sport["port"], "storage_port_util": f"{sport['util']:.3f}",
             "ports_checked": str(len(ports)),
         }
         self.alerts.observe(Condition(
             rule=RULE, key=(job, storage, what.replace(" ", "_")),
-            summary=(f"job {job}: {what} with {storage} at {_bps(got * 8 / size_s)}, {got / ref:.0%} of their baseline "
+            summary=(f"job {job}: {what} with {storage} at {_bps(got * 8 / size_s)}, {got / ref:.0%} of {_REF_TEXT[reference]} "
                      f"{_bps(ref * 8 / size_s)} for {windows} windows, while the {len(ports)} ports involved stay at "
                      f"<= {top['util']:.0%} utilisation with no link event: the network is not the bottleneck"),
             entities=ent, first_seen_ms=ws, last_seen_ms=we, bytes_est=int(got),

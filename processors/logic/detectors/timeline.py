@@ -18,7 +18,7 @@ from ..params import detector_params
 from ..windows.groupby import group_reduce
 from ..windows.interning import Interner
 from ..windows.tumbling import ChunkedAggregator, concat_chunks
-from .pattern import PatternDetector, collective_structure, estimate_period
+from .pattern import PatternDetector, acf_peak, collective_structure
 
 __all__ = ["TimelineConfig", "PhaseAggregator", "TimelineDetector", "PHASES"]
 
@@ -68,7 +68,7 @@ class TimelineDetector:
         self.jobs: dict[str, dict] = {}  # job -> {"last_ws", "comm": [slot bytes of the last period_windows]}
 
     def on_window(self, ws: int, we: int, res: dict | None, interner: Interner,
-                  pattern: PatternDetector | None = None) -> list[dict]:
+                  pattern: PatternDetector | None = None, judge_iterations: bool = True) -> list[dict]:
         cfg = self.config
         ws, we = int(ws), int(we)
         ns = self.nslots
@@ -88,10 +88,15 @@ class TimelineDetector:
                 if not any(st["comm"]):
                     del self.jobs[job]
                 continue
-            out.append(self._record(job, ws, we, arr.reshape(3, ns), st, pattern))
+            rec, acf = self._record(job, ws, we, arr.reshape(3, ns), st, pattern)
+            out.append(rec)
+            if pattern is not None and judge_iterations:  # the pattern detector judges the iteration period over time
+                out.extend(pattern.observe_iteration(job, ws, we, rec["iteration_period_ms"], acf))
         return out
 
-    def _record(self, job: str, ws: int, we: int, arr: np.ndarray, st: dict, pattern: PatternDetector | None) -> dict:
+    def _record(self, job: str, ws: int, we: int, arr: np.ndarray, st: dict,
+                pattern: PatternDetector | None) -> tuple[dict, float]:
+        """The window's ``pattern_timeline`` record and the autocorrelation of its iteration period (0: none)."""
         cfg = self.config
         slot = cfg.slot_ms
         floor = cfg.min_slot_bps / 8 * slot / 1000
@@ -109,7 +114,8 @@ class TimelineDetector:
         for a, b in _runs(~any_active):
             segs.append({"phase": "idle", "start_ms": ws + a * slot, "end_ms": min(we, ws + b * slot), "bytes_est": 0})
         segs.sort(key=lambda s: (s["start_ms"], PHASES.index(s["phase"]) if s["phase"] in PHASES else 3))
-        lag = estimate_period(np.array(st["comm"], dtype=np.float64), cfg.min_acf) if any(st["comm"]) else None
+        peak = acf_peak(np.array(st["comm"], dtype=np.float64), cfg.min_acf) if any(st["comm"]) else None
+        lag, acf = (None, 0.0) if peak is None else peak
         peers = pattern.peers(job) if pattern is not None else {}
         return {
             "kind": "pattern_timeline", "state": "", "job": job, "deviation": "",
@@ -120,7 +126,7 @@ class TimelineDetector:
             "phases": segs,
             "communication_bytes": int(arr[0].sum()), "dataset_read_bytes": int(arr[1].sum()),
             "checkpoint_write_bytes": int(arr[2].sum()),
-        }
+        }, acf
 
     def snapshot(self) -> dict:
         return {"jobs": {j: {"last_ws": s["last_ws"], "comm": list(s["comm"])} for j, s in sorted(self.jobs.items())}}

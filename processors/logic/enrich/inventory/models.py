@@ -227,6 +227,9 @@ class NodeSpec(BaseModel):
     rack: Label = ""
     switch: Label = ""
     capacity: Bps | None = None
+    # storage nodes: the write throughput one client gets when the storage is healthy (storage_bound's reference
+    # for a storage node slow from the start; docs/detectors.md, "Storage-bound verdict")
+    rated_write: Bps | None = None
     nics: list[NicSpec] = []
 
     @model_validator(mode="before")

@@ -290,6 +290,10 @@ class Inventory:
         """Node name -> NIC capacity in bits/s, for nodes that have one."""
         return {n.name: float(n.capacity) for n in self.spec.nodes if n.capacity}
 
+    def rated_writes(self) -> dict[str, float]:
+        """Storage node name -> its rated write throughput per client in bits/s, for nodes that have one."""
+        return {n.name: float(n.rated_write) for n in self.spec.nodes if n.rated_write}
+
     def rack_nodes(self) -> dict[str, list[str]]:
         """Rack -> the names of its nodes, in file order (nodes without a rack are left out)."""
         out: dict[str, list[str]] = {}

@@ -148,3 +148,81 @@ def test_a_period_seen_in_fewer_windows_in_a_row_than_persist_windows_is_no_shif
     assert [g for g in run_series(series, persist_windows=1) if g[0] == "pattern_deviation"] == [
         ("pattern_deviation", "period_shift", 840_000, 60_000, 30_000),
         ("pattern_deviation", "period_shift", 870_000, 60_000, 60_000)]
+
+
+def training(minutes, iteration_s, checkpoint_s, stall_s=15.0, change_at_s=None, new_iteration_s=None):
+    """Records of a 4-node ring job over ``minutes``: per iteration dataset reads in the compute phase, then
+    0.5 s of all-reduce; a checkpoint every ``checkpoint_s`` writes to storage for ``stall_s`` with the
+    iterations stalled. ``change_at_s``: from then on the iterations take ``new_iteration_s``."""
+    from tests.support.flows import flows
+
+    recs, t, end = [], 0.0, minutes * 60.0
+    while t < end:
+        if checkpoint_s and t % checkpoint_s < stall_s:
+            for n in RING:
+                recs.append(dict(src=n, dst="st", t=int(t * 1000) + 7, bytes=400 * 10**6, category="storage",
+                                 dst_group="storage", src_job="p"))
+            t += 0.5
+            continue
+        it = iteration_s if change_at_s is None or t < change_at_s else new_iteration_s
+        t0 = int(t * 1000)
+        c0 = t0 + int((it - 0.5) * 1000)
+        for i, n in enumerate(RING):
+            recs.append(dict(src="st", dst=n, t=t0 + 10, bytes=20 * 10**6, category="storage", src_group="storage",
+                             dst_job="p"))
+            for k in range(2):
+                recs.append(dict(src=n, dst=RING[(i + 1) % 4], t=c0 + k * 250 + 10, bytes=50 * 10**6, job="p"))
+        t += it
+    return flows(recs)
+
+
+def run_training(*args, **kw):
+    from processors.logic.detectors.timeline import TimelineConfig
+
+    e = Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), timeline=TimelineConfig(),
+                            enabled=("pattern", "timeline")))
+    out = [o.value for o in e.process_flows(training(*args, **kw)) + e.flush() if o.kind == "pattern"]
+    devs = [(p["deviation"], p["state"], p["window_start_ms"], p["baseline_period_ms"], p["current_period_ms"])
+            for p in out if p["kind"] == "pattern_deviation"]
+    return devs, e.pattern.iterations["p"]["base"], out
+
+
+def test_sub_window_iterations_get_a_period_and_steady_jobs_no_deviation_over_30_minutes():
+    """Iterations of 2.2 s and 2.7 s (several per 10 s window) with dataset reads and checkpoints every
+    60-300 s, 30 minutes each: the iteration period comes from the timeline's 250 ms communication slots
+    (reads and checkpoint writes are phases of their own), and nothing is raised (issue 31)."""
+    got = {(it, ck): run_training(30, it, ck)[:2] for it in (2.2, 2.7) for ck in (60, 120, 150, 300)}
+    # the period to the 250 ms slot; 29 of the 30 baseline windows agree (the first has one window of slots)
+    b22 = {"period_ms": 2250, "confidence": 0.9667, "windows": 30}
+    b27 = {"period_ms": 2750, "confidence": 0.9667, "windows": 30}
+    assert got == {(2.2, ck): ([], b22) for ck in (60, 120, 150, 300)} | {(2.7, ck): ([], b27) for ck in (60, 120, 150, 300)}
+
+
+def test_a_persistent_iteration_change_is_raised_with_both_periods_and_confidence():
+    """2.0 s iterations become 3.0 s at 900 s (checkpoints every 120 s): one iteration_shift, 70 s later (the
+    timeline's 3 windows of slots fill with the new period, then persist_windows 6 agree), never closed."""
+    devs, base, out = run_training(30, 2.0, 120, change_at_s=900, new_iteration_s=3.0)
+    assert devs == [("iteration_shift", "open", 970_000, 2000, 3000)]
+    assert base == {"period_ms": 2000, "confidence": 0.9667, "windows": 30}
+    (dev,) = [p for p in out if p["kind"] == "pattern_deviation"]
+    assert dev["detail"] == ("iteration period 2000 ms (confidence 0.97: share of its 30 baseline windows within 20% "
+                             "of it) -> 3000 ms (autocorrelation 0.90), measured in 6 windows in a row")
+    assert dev["structure"] == "ring"
+
+
+def test_iteration_track_survives_snapshot_restore():
+    from processors.logic.detectors.pattern import PatternDetector
+
+    a, b = PatternDetector(PatternConfig(baseline_windows=4, persist_windows=2)), None
+    periods = [2000, 2000, -1, 2000, 2000, 3000, 3000, 3000]
+    out_a, out_b = [], []
+    for i, p in enumerate(periods):
+        if i == 5:
+            b = PatternDetector(PatternConfig(baseline_windows=4, persist_windows=2))
+            b.restore(a.snapshot())
+        out_a += a.observe_iteration("j", i * 10_000, (i + 1) * 10_000, p, 0.9)
+        if b is not None:
+            out_b += b.observe_iteration("j", i * 10_000, (i + 1) * 10_000, p, 0.9)
+    assert [(r["deviation"], r["state"], r["window_start_ms"], r["baseline_period_ms"], r["current_period_ms"])
+            for r in out_a] == [("iteration_shift", "open", 60_000, 2000, 3000)]
+    assert out_b == out_a and b.snapshot() == a.snapshot()

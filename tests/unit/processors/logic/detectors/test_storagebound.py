@@ -45,9 +45,11 @@ def ports(w, st_speed=100e9, errors=0):
     return out
 
 
-def run(plan, **port_kw):
-    """plan: per window (reads, writes) bytes per node."""
+def run(plan, rated_write=None, **port_kw):
+    """plan: per window (reads, writes) bytes per node; ``rated_write``: the storage's rated bits/s per client."""
     e = engine()
+    if rated_write:
+        e.storage_bound.rated_write = {"st": rated_write}
     out = []
     for w, (reads, writes) in enumerate(plan):
         out += e.process_counters(counters(ports(w, **port_kw)))
@@ -69,7 +71,8 @@ def test_reads_far_below_baseline_with_link_headroom_give_a_verdict():
                    "while the 5 ports involved stay at <= 1% utilisation with no link event: the network is not "
                    "the bottleneck",
         "entities": {"job": "j", "storage": "st", "signal": "dataset_reads", "throughput_bps": "80000000",
-                     "baseline_bps": "320000000", "ratio": "0.250", "windows": "3", "max_link_util": "0.010",
+                     "baseline_bps": "320000000", "ratio": "0.250", "windows": "3", "reference": "baseline",
+                     "max_link_util": "0.010",
                      "link_headroom": "0.990", "storage_port": "192.0.2.10|17", "storage_port_util": "0.003",
                      "ports_checked": "5"},
         "window_start_ms": 100_000, "window_end_ms": 110_000, "first_seen_ms": 100_000, "last_seen_ms": 110_000,
@@ -115,6 +118,24 @@ def test_a_stretched_checkpoint_at_a_quarter_of_its_rate_gives_a_verdict():
         ("updated", 260_000, "checkpoint_writes", "0.250"),  # update_every 6 windows, while it was seen
         ("resolved", 270_000, "checkpoint_writes", "0.250"),  # 3 quiet windows after the burst ended at 230 s
     ]
+
+
+def test_storage_slow_from_the_start_is_judged_against_its_rated_write_throughput():
+    """No earlier burst to compare with (issue 31, born broken): the inventory's rated per-client write
+    throughput is the reference. 1.6 Gb/s per client is 2000 MB per client and window; the stretched
+    burst's 750 MB per client is 38 % of it; the healthy burst's 3000 MB is above it."""
+    slow = [(100 * M, 0)] + [(100 * M, 750 * M)] * 6 + [(100 * M, 0)]
+    normal = [(100 * M, 0), (100 * M, 1500 * M), (100 * M, 3000 * M), (100 * M, 1500 * M), (100 * M, 0)]
+    assert run(STEADY + slow) == []  # no rating: no reference for the first burst
+    out = run(STEADY + slow + STEADY, rated_write=1.6e9)
+    assert [(a["state"], a["window_end_ms"], a["entities"]["reference"], a["entities"]["ratio"],
+             a["entities"]["baseline_bps"]) for a in out] == [
+        ("firing", 120_000, "rated", "0.375", "6400000000"),  # third window of the first burst
+        ("updated", 180_000, "rated", "0.375", "6400000000"),
+        ("resolved", 190_000, "rated", "0.375", "6400000000"),
+    ]
+    assert "of the storage node's rated per-client write throughput for its clients 6.40 Gb/s" in out[0]["summary"]
+    assert run(STEADY + normal * 3, rated_write=1.6e9) == []  # healthy bursts reach the rating
 
 
 def test_snapshot_restore_gives_the_same_verdicts():

@@ -442,3 +442,18 @@ def test_job_codes_equal_a_search_over_all_memberships(jobs, queries):
         hit = [name for name, a, b in rows if a <= max(tt, 0) < b] if 0 <= n < 5 else []
         want.append(hit[0] if hit else "")
     assert inv.jobs_at(nid, t).tolist() == want
+
+
+def test_rated_write_of_storage_nodes(tmp_path):
+    """A storage node's rated per-client write throughput: storage_bound's reference without a past (issue 31)."""
+    p = write(tmp_path, "inv.yaml", """
+        nodes:
+          - {name: gpu01, ips: [10.0.1.1], group: gpu, capacity: 25G}
+          - {name: stor01, ips: [10.0.10.1], group: storage, capacity: 100G, rated_write: 1.5G}
+    """)
+    assert read_inventory(p).rated_writes() == {"stor01": 1.5e9}
+    bad = write(tmp_path, "bad.yaml", """
+        nodes:
+          - {name: stor01, ips: [10.0.10.1], group: storage, rated_write: fast}
+    """)
+    assert errors_of(bad) and "rated_write" in errors_of(bad)[0]
