@@ -66,6 +66,28 @@ def summary_columns(batch) -> pa.Table:
 _as_table = summary_columns
 
 
+def coded_summary_columns(parts: list) -> pa.Table:
+    """:func:`summary_columns` of several decoded ``flows.enriched.v2`` batches (``schemas.codec.CodedBatch``) as
+    one table: each column concatenated once, the label columns as one dictionary over the parts' label tables
+    made distinct once (their codes re-pointed with one gather), not one Arrow conversion per message."""
+    from sinks.archive.arrow_schema import addr_array, label_dictionary
+
+    offsets = np.cumsum([0] + [len(p.labels) for p in parts[:-1]])
+    labels = pc.dictionary_encode(pa.array(np.concatenate([p.labels for p in parts]), type=pa.string(),
+                                           from_pandas=False))
+    unique = labels.indices.to_numpy(zero_copy_only=False)  # concatenated code -> code of its distinct string
+    cols = {}
+    for c in _COLUMNS:
+        if c in LABEL_FIELDS:
+            codes = np.concatenate([p.rows[c].astype(np.int64) + o for p, o in zip(parts, offsets)])
+            cols[c] = label_dictionary(unique[codes], labels.dictionary)
+        elif c.endswith("_addr"):
+            cols[c] = addr_array(np.concatenate([p.rows[c] for p in parts]))
+        else:
+            cols[c] = pa.array(np.concatenate([p.rows[c] for p in parts]))
+    return pa.table(cols)
+
+
 _SUMS = [("bytes_est", "sum"), ("packets_est", "sum"), ("n", "sum")]
 Coded = tuple[np.ndarray, pa.Array]  # (int64 code per row, the distinct strings they index)
 
@@ -111,18 +133,19 @@ def _or_address_coded(node: Coded, addr) -> Coded:
 
 #: Rows up to which :func:`_dense_groups` sums exactly in float64 limbs (2**32 x rows < 2**53).
 _DENSE_MAX_ROWS = 1 << 20
-#: Key tables up to this many slots (or 4 x the rows, if more) are counted densely (a few MB at most).
-_DENSE_MIN_SLOTS = 1 << 16
+#: Key tables up to this many slots (or 8 x the rows, if more) are counted densely (a few MB at most): node
+#: pairs of a 512-node inventory (513 x 513 codes) fit.
+_DENSE_MIN_SLOTS = 1 << 19
 
 
 def _dense_groups(codes: list[np.ndarray]) -> tuple[np.ndarray, int, list[np.ndarray]] | None:
     """(group number of every row, number of groups, each group's codes) when the codes' combined range is small
-    (at most ``max(4 x rows, 65,536)`` slots): groups counted in a dense table, no sort. Groups come in the order
+    (at most ``max(8 x rows, 524,288)`` slots): groups counted in a dense table, no sort. Groups come in the order
     :class:`GroupBy` gives (ascending codes, first column most significant). None when the range is too large."""
     n = len(codes[0]) if codes else 0
     if n == 0 or n > _DENSE_MAX_ROWS:
         return None
-    limit = max(4 * n, _DENSE_MIN_SLOTS)
+    limit = max(8 * n, _DENSE_MIN_SLOTS)
     key, span, radix = None, 1, []
     for c in codes:
         lo, hi = int(c.min()), int(c.max())
