@@ -12,6 +12,9 @@ The receive loop drains each ready socket (at most ``DRAIN_MAX`` datagrams per
 pass) and hands the datagrams to the pipeline in groups of ``HOLD_MIN`` or once
 the oldest has waited ``HOLD_MAX_S`` (at most a tenth of
 ``ingest.batch_max_delay_ms``), so sFlow is decoded many datagrams per call.
+While fewer are held, the loop sleeps out the hold and then drains what
+arrived meanwhile: at moderate rates one pass (select, flush check, producer
+poll) per hold instead of one per datagram.
 """
 
 from __future__ import annotations
@@ -175,7 +178,12 @@ class IngestWorker:
         last_housekeeping = 0.0
         try:
             while not self.stopping:
-                timeout = 0.05 if not held else max(0.0, held_since + hold_s - time.monotonic())
+                timeout = 0.05
+                if held:  # wait out the hold with datagrams gathering in the socket buffers: one pass per
+                    timeout = 0.0  # hold, not one per datagram (a select would return at the next one)
+                    wait = held_since + hold_s - time.monotonic()
+                    if wait > 0:
+                        time.sleep(wait)
                 events = sel.select(timeout=timeout)
                 now_ms = int(time.time() * 1000)
                 was_held = len(held)

@@ -334,6 +334,16 @@ CODED_DTYPE = np.dtype([(f, np.int32 if f in LABEL_FIELDS else _ENRICHED_DTYPE[f
 _FLOW_FIELDS = [f for f in _ENRICHED_DTYPE.names if f not in LABEL_FIELDS]
 
 
+def _label_block() -> int | None:
+    """Byte offset of the label codes in a ``CODED_DTYPE`` row when they are consecutive int32 fields (one
+    (rows, fields) view checks them all with two reductions), else None."""
+    offs = [CODED_DTYPE.fields[f][1] for f in LABEL_FIELDS]
+    return offs[0] if offs == list(range(offs[0], offs[0] + 4 * len(offs), 4)) else None
+
+
+_LABEL_OFFSET = _label_block()
+
+
 def record_of(batch: str) -> str:
     """The per-record schema of a batch schema, dictionary-coded or not (``flow_enriched_batch_v2`` ->
     ``flow_enriched``)."""
@@ -485,7 +495,13 @@ def decode_coded(message: bytes, spans: dict | None = None) -> CodedBatch:
     lay = _layout(name, m[2:HEADER_LEN])
     rows, where, *_ = _walk(m, lay, pos)
     if len(rows):
-        for f in LABEL_FIELDS:
+        if _LABEL_OFFSET is not None:  # every code at once; the field is named below only for a bad message
+            block = np.ndarray((len(rows), len(LABEL_FIELDS)), np.int32, buffer=rows, offset=_LABEL_OFFSET,
+                               strides=(rows.strides[0], 4))
+            ok = int(block.min()) >= 0 and int(block.max()) < len(labels)
+        else:
+            ok = False
+        for f in () if ok else LABEL_FIELDS:
             c = rows[f]
             if int(c.min()) < 0 or int(c.max()) >= len(labels):
                 raise CodecError(f"{f}: label code outside the {len(labels)} labels")

@@ -44,6 +44,19 @@ _CONT = {c: np.array([sum(0x80 << (8 * j) for j in range(min(w - 1, c))) for w i
 _KEEP = {w: np.arange(w)[None, :] < np.arange(11)[:, None] for w in range(1, 11)}
 
 
+def _compiled():
+    """The compiled column encoder (:func:`schemas._batch_compiled.zigzag_varints`), loaded on first use."""
+    global _COMPILED
+    if _COMPILED is None:
+        from fabricflow.compiled import load
+
+        _COMPILED = load("schemas._batch_compiled")
+    return _COMPILED
+
+
+_COMPILED = None
+
+
 def zigzag(values: np.ndarray) -> np.ndarray:
     v = values.astype(np.int64, copy=False)
     return ((v << 1) ^ (v >> 63)).view(np.uint64)
@@ -128,6 +141,14 @@ def encode_long(n: int) -> bytes:
 
 def encode_long_column(col: np.ndarray) -> bytes:
     """Avro ``int``/``long`` array body (zig-zag varints) of a non-empty column."""
+    if len(col) <= _SMALL:
+        return b"".join([varint(_zz(v)) for v in col.tolist()])
+    return _compiled().zigzag_varints(np.ascontiguousarray(col, dtype=np.int64))
+
+
+def encode_long_column_numpy(col: np.ndarray) -> bytes:
+    """:func:`encode_long_column` in numpy (SWAR, see the module's doc): the reference the compiled encoder is
+    tested against."""
     if len(col) <= _SMALL:
         return b"".join([varint(_zz(v)) for v in col.tolist()])
     v = col.astype(np.int64)  # contiguous copy, modified in place below

@@ -162,9 +162,11 @@ class HourlyBuffer:
         self._added = True
 
     def _advance_watermark(self, t: np.ndarray) -> None:
-        med = int(np.median(t)) if len(t) > 64 else int(np.sort(t)[len(t) // 2])
-        ok = t[t <= med + self.max_future_ms]
-        m = int(ok.max()) if len(ok) else med
+        lo, m = int(t.min()), int(t.max())
+        if m > lo + self.max_future_ms:  # some row may be that far ahead of the median: leave such rows out
+            med = int(np.median(t)) if len(t) > 64 else int(np.sort(t)[len(t) // 2])
+            ok = t[t <= med + self.max_future_ms]
+            m = int(ok.max()) if len(ok) else med
         self.watermark = m if self.watermark is None else max(self.watermark, m)
 
     def _add_hour(self, hour: int, table: pa.Table, offs: np.ndarray) -> None:

@@ -66,6 +66,28 @@ def summary_columns(batch) -> pa.Table:
 _as_table = summary_columns
 
 
+def coded_summary_columns(parts: list) -> pa.Table:
+    """:func:`summary_columns` of several decoded ``flows.enriched.v2`` batches (``schemas.codec.CodedBatch``) as
+    one table: each column concatenated once, the label columns as one dictionary over the parts' label tables
+    made distinct once (their codes re-pointed with one gather), not one Arrow conversion per message."""
+    from sinks.archive.arrow_schema import addr_array, label_dictionary
+
+    offsets = np.cumsum([0] + [len(p.labels) for p in parts[:-1]])
+    labels = pc.dictionary_encode(pa.array(np.concatenate([p.labels for p in parts]), type=pa.string(),
+                                           from_pandas=False))
+    unique = labels.indices.to_numpy(zero_copy_only=False)  # concatenated code -> code of its distinct string
+    cols = {}
+    for c in _COLUMNS:
+        if c in LABEL_FIELDS:
+            codes = np.concatenate([p.rows[c].astype(np.int64) + o for p, o in zip(parts, offsets)])
+            cols[c] = label_dictionary(unique[codes], labels.dictionary)
+        elif c.endswith("_addr"):
+            cols[c] = addr_array(np.concatenate([p.rows[c] for p in parts]))
+        else:
+            cols[c] = pa.array(np.concatenate([p.rows[c] for p in parts]))
+    return pa.table(cols)
+
+
 _SUMS = [("bytes_est", "sum"), ("packets_est", "sum"), ("n", "sum")]
 Coded = tuple[np.ndarray, pa.Array]  # (int64 code per row, the distinct strings they index)
 
@@ -109,11 +131,66 @@ def _or_address_coded(node: Coded, addr) -> Coded:
     return codes, pa.concat_arrays([values.cast(pa.string()), texts.dictionary.cast(pa.string())])
 
 
+#: Rows up to which :func:`_dense_groups` sums exactly in float64 limbs (2**32 x rows < 2**53).
+_DENSE_MAX_ROWS = 1 << 20
+#: Key tables up to this many slots (or 8 x the rows, if more) are counted densely (a few MB at most): node
+#: pairs of a 512-node inventory (513 x 513 codes) fit.
+_DENSE_MIN_SLOTS = 1 << 19
+
+
+def _dense_groups(codes: list[np.ndarray]) -> tuple[np.ndarray, int, list[np.ndarray]] | None:
+    """(group number of every row, number of groups, each group's codes) when the codes' combined range is small
+    (at most ``max(8 x rows, 524,288)`` slots): groups counted in a dense table, no sort. Groups come in the order
+    :class:`GroupBy` gives (ascending codes, first column most significant). None when the range is too large."""
+    n = len(codes[0]) if codes else 0
+    if n == 0 or n > _DENSE_MAX_ROWS:
+        return None
+    limit = max(8 * n, _DENSE_MIN_SLOTS)
+    key, span, radix = None, 1, []
+    for c in codes:
+        lo, hi = int(c.min()), int(c.max())
+        r = hi - lo + 1
+        span *= r
+        if span > limit:
+            return None
+        part = c.astype(np.int64) - lo if lo else c.astype(np.int64, copy=False)
+        key = part if key is None else key * r + part
+        radix.append((lo, r))
+    present = np.bincount(key, minlength=span) > 0
+    slot_group = np.cumsum(present) - 1
+    used = np.flatnonzero(present)
+    firsts: list[np.ndarray] = []
+    for lo, r in reversed(radix):
+        firsts.append(used % r + lo)
+        used = used // r
+    return slot_group[key], int(slot_group[-1]) + 1, firsts[::-1]
+
+
+def _sum_by(gid: np.ndarray, values: np.ndarray, ngroups: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` per group number (what ``np.add.reduceat`` over the sorted rows gives,
+    int64 wrap-around included): the high and low 32 bits summed apart in float64, each sum below 2**53."""
+    v = values.astype(np.int64, copy=False)
+    if len(v) and int(v.min()) >= 0 and int(v.max()) < 1 << 32:  # one sum (flow counts, most packet counts)
+        return np.bincount(gid, weights=v.astype(np.float64), minlength=ngroups).astype(np.int64)
+    hi = np.bincount(gid, weights=(v >> 32).astype(np.float64), minlength=ngroups)
+    lo = np.bincount(gid, weights=(v & 0xFFFFFFFF).astype(np.float64), minlength=ngroups)
+    return (hi.astype(np.int64) << 32) + lo.astype(np.int64)
+
+
 def _group_coded(keys: dict[str, Coded], sums: dict[str, np.ndarray]) -> pa.Table:
-    """Rows grouped by the codes of ``keys`` (sort-based, exact int64 sums): the columns of :func:`_group`."""
-    g = GroupBy(*[c for c, _ in keys.values()])
-    cols = {k: values.take(pa.array(codes[g.first])) for k, (codes, values) in keys.items()}
-    cols.update({k: pa.array(g.sum(v), pa.int64()) for k, v in sums.items()})
+    """Rows grouped by the codes of ``keys`` (exact int64 sums): the columns of :func:`_group`. Counted in a
+    dense table when the codes' range allows (:func:`_dense_groups`), else sort-based (:class:`GroupBy`)."""
+    codes = [c for c, _ in keys.values()]
+    dense = _dense_groups(codes)
+    if dense is None:
+        g = GroupBy(*codes)
+        firsts = [c[g.first] for c in codes]
+        summed = {k: g.sum(v) for k, v in sums.items()}
+    else:
+        gid, ngroups, firsts = dense
+        summed = {k: _sum_by(gid, v, ngroups) for k, v in sums.items()}
+    cols = {k: values.take(pa.array(f)) for (k, (_, values)), f in zip(keys.items(), firsts)}
+    cols.update({k: pa.array(v, pa.int64()) for k, v in summed.items()})
     return pa.table(cols)
 
 

@@ -18,9 +18,10 @@ from confluent_kafka import KafkaException, Producer
 from fabricflow.kafka import producer_config
 from fabricflow.logs import RateLimitedLog
 from schemas import codec
+from schemas.codec import CodedBatch
 from sinks.archive import layout
 from sinks.archive.metrics import SinkMetrics
-from sinks.archive.summaries import QualityHours, SummaryBook, summary_columns
+from sinks.archive.summaries import QualityHours, SummaryBook, coded_summary_columns, summary_columns
 
 log = logging.getLogger("fabricflow.sink")
 
@@ -93,10 +94,13 @@ class SummaryEmitter:
         to is closed (:meth:`emit`)."""
         if not self.enabled or not len(table):
             return
-        t = summary_columns(table)
-        lo = int(pc.min(t["time_end_ms"]).as_py())
+        if isinstance(table, CodedBatch):  # kept as decoded: one table per chunk (coded_summary_columns)
+            t, lo = table, int(table.rows["time_end_ms"].min())
+        else:
+            t = summary_columns(table)
+            lo = int(pc.min(t["time_end_ms"]).as_py())
         self._pending.append(t)
-        self._pending_rows += t.num_rows
+        self._pending_rows += len(t)
         self._pending_min_ms = lo if self._pending_min_ms is None else min(self._pending_min_ms, lo)
         if self._pending_rows >= CHUNK_ROWS:
             self._add_pending()
@@ -107,7 +111,12 @@ class SummaryEmitter:
         parts, self._pending = self._pending, []
         self._pending_rows, self._pending_min_ms = 0, None
         late0 = self.book.late_rows
-        self.book.add_flows(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
+        coded = [p for p in parts if isinstance(p, CodedBatch)]
+        if coded and len(coded) == len(parts):
+            self.book.add_flows(coded_summary_columns(coded))
+        else:
+            tables = [summary_columns(p) if isinstance(p, CodedBatch) else p for p in parts]
+            self.book.add_flows(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
         if self.book.late_rows > late0:
             self.metrics.summary_late.inc(self.book.late_rows - late0)
 

@@ -205,3 +205,21 @@ def test_detector_outputs_from_before_added_fields_read_with_defaults(name, vers
     msg = codec.MAGIC + fp + buf.getvalue()
     assert codec.schema_of(msg) == name
     assert codec.decode_record(msg, expect=name) == rec | added
+
+
+@pytest.mark.parametrize("field", ["src_node", "dst_switch", "category"])
+def test_v2_label_code_outside_the_table_names_its_field(field):
+    """A flows.enriched.v2 message whose codes point past its label table is a CodecError naming the field (the
+    codes are checked all at once; the field is found only for a bad message)."""
+    from schemas.registry import LABEL_FIELDS, header
+
+    name = "flow_enriched_batch_v2"
+    arr = np.zeros(3, dtype=dtype_for("flow_enriched"))
+    codes = {f: np.zeros(3, np.int64) for f in LABEL_FIELDS}
+    good = [header(name), codec.encode_long(1), codec.encode_strings(np.array(["x"], dtype=object)), b"\x00"]
+    ok = b"".join(codec._encode_fields(list(good), codec._plan(name)[1:], arr, 3, {}, {}, codes))
+    assert codec.decode_coded(ok).column(field).tolist() == ["x"] * 3
+    codes[field] = np.array([0, 1, 0])
+    bad = b"".join(codec._encode_fields(list(good), codec._plan(name)[1:], arr, 3, {}, {}, codes))
+    with pytest.raises(codec.CodecError, match=f"^{field}: label code outside the 1 labels"):
+        codec.decode_coded(bad)

@@ -121,3 +121,75 @@ def test_quality_hours_feed_the_summary_loss_ratio():
     assert {"metric": "loss_ratio", "exporter": "", "value": 10 / 250} in out
     q.drop_through(H // 3_600_000)
     assert q.figures(H // 3_600_000) == {} and q.figures(H // 3_600_000 + 1)["loss_ratio"]["a"] == 0.5
+
+
+def _coded_batches(n_batches: int, hosts: int, seed: int = 5):
+    """flows.enriched.v2 batches as the sink decodes them: outside sources (no node), jobless destinations and
+    duplicates among them."""
+    import numpy as np
+
+    from schemas import codec
+
+    rng = np.random.default_rng(seed)
+    names = np.array([f"n{i:03d}" for i in range(hosts)], dtype=object)
+    out = []
+    for i in range(n_batches):
+        b = enriched([{}] * 700)
+        b["time_end_ms"] = T0 + i * 60_000 + rng.integers(0, 60_000, 700)
+        b["bytes_est"] = rng.integers(0, 2**40, 700)
+        b["packets_est"] = rng.integers(0, 2**20, 700)
+        b["src_addr"][:, 15] = rng.integers(0, 250, 700)
+        for f in ("src_node", "dst_node", "src_job", "dst_job", "category"):
+            b[f] = names[rng.integers(0, hosts, 700)]
+        b["src_node"][::7] = ""
+        b["dst_job"][::3] = ""
+        b["duplicate"][::11] = True
+        out.append(codec.decode_coded(codec.encode_coded("flow_enriched_batch_v2", b)))
+    return out
+
+
+def _summaries(table, dense: bool):
+    import sinks.archive.summaries as summaries
+
+    saved = summaries._DENSE_MAX_ROWS, summaries._DENSE_MIN_SLOTS
+    summaries._DENSE_MAX_ROWS, summaries._DENSE_MIN_SLOTS = (1 << 20, 1 << 30) if dense else (0, 0)
+    try:
+        book = SummaryBook()
+        book.add_flows(table)
+        return book.close(force=True)
+    finally:
+        summaries._DENSE_MAX_ROWS, summaries._DENSE_MIN_SLOTS = saved
+
+
+def test_coded_chunks_and_dense_grouping_give_the_sorted_grouping_figures():
+    """Many v2 batches gathered as one table from their codes, grouped in a dense key table, summarize exactly
+    as the batches converted one by one and grouped by sorting."""
+    import pyarrow as pa
+
+    from sinks.archive.summaries import coded_summary_columns, summary_columns
+
+    batches = _coded_batches(12, hosts=60)
+    reference = _summaries(pa.concat_tables([summary_columns(b) for b in batches]), dense=False)
+    assert reference and reference[0]["flow_records"] > 0 and reference[0]["top_talkers"]
+    assert _summaries(coded_summary_columns(batches), dense=True) == reference
+    assert _summaries(coded_summary_columns(batches), dense=False) == reference
+
+
+def test_dense_sums_are_exact_int64():
+    """Sums past 2**53 (float64's exact range) and past 2**63 (int64 wrap-around) equal the sorted reduction."""
+    import numpy as np
+
+    from processors.logic.windows.groupby import GroupBy
+    from sinks.archive.summaries import _dense_groups, _sum_by
+
+    rng = np.random.default_rng(1)
+    codes = [rng.integers(0, 5, 4000), rng.integers(3, 40, 4000)]
+    values = rng.integers(2**40, 2**62, 4000)
+    gid, ngroups, firsts = _dense_groups(codes)
+    g = GroupBy(*codes)
+    assert ngroups == g.ngroups
+    assert [f.tolist() for f in firsts] == [c[g.first].tolist() for c in codes]
+    assert _sum_by(gid, values, ngroups).tolist() == g.sum(values).tolist()
+    small = rng.integers(0, 2**31, 4000)
+    assert _sum_by(gid, small, ngroups).tolist() == g.sum(small).tolist()
+    assert _dense_groups([np.arange(10**6) * 7, np.arange(10**6)]) is None  # range too large: sorted instead
