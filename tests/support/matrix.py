@@ -11,9 +11,10 @@ import json
 from collections.abc import Iterable
 
 from schemas.matrix import MatrixWindow, decode_cells, encode_window
-from schemas.outputs import decode_output, encode_outputs, plain
+from schemas.outputs import decode_output, encode_outputs
 
-__all__ = ["matrix_cells", "window_message", "cell_set", "output_json", "message_json", "decoded_cells"]
+__all__ = ["matrix_cells", "window_message", "cell_set", "output_json", "expected_output", "message_json",
+           "decoded_cells", "merge_shards", "record_cells", "summed"]
 
 
 def matrix_cells(outputs: Iterable) -> list[dict]:
@@ -36,10 +37,20 @@ def cell_set(cells: Iterable[dict]) -> set[str]:
     return {json.dumps(c, sort_keys=True) for c in cells}
 
 
+def _json(value) -> str:
+    return json.dumps(value.to_record() if isinstance(value, MatrixWindow) else value, sort_keys=True, default=str)
+
+
 def output_json(kind: str, value) -> str:
     """An output value as a consumer reads it back from its message (round trip through the wire codec), as
     canonical JSON: floats and enums compare as consumed; a matrix window as its Avro record."""
-    return json.dumps(plain(decode_output(kind, encode_outputs(kind, [value])[0])), sort_keys=True, default=str)
+    return _json(decode_output(kind, encode_outputs(kind, [value])[0]))
+
+
+def expected_output(topic: str, kind: str, key: str, value) -> tuple[str, str, str]:
+    """(topic, key, canonical JSON) of an output as the pure core computed it: what a test that consumes the
+    output topics (``message_json`` of each message) should see."""
+    return topic, key, output_json(kind, value)
 
 
 def message_json(message: bytes) -> str:
@@ -48,13 +59,10 @@ def message_json(message: bytes) -> str:
     from schemas.matrix import SCHEMA, decode_window
 
     try:
-        if codec.schema_of(message) == SCHEMA:
-            val = plain(decode_window(message))
-        else:
-            val = codec.decode_record(message)
+        val = decode_window(message) if codec.schema_of(message) == SCHEMA else codec.decode_record(message)
     except codec.CodecError:
         val = json.loads(message)
-    return json.dumps(val, sort_keys=True, default=str)
+    return _json(val)
 
 
 def decoded_cells(messages: Iterable[bytes]) -> list[dict]:
@@ -84,3 +92,31 @@ def merge_shards(outputs) -> list:
                 for f in VALUE_FIELDS:
                     got[f] += c[f]
     return rest + [Output("matrix", k, v) for k, v in sorted(cells.items())]
+
+
+def record_cells(rec: dict) -> list[dict]:
+    """The v1 cells of a window given as its Avro record (``MatrixWindow.to_record()``, e.g. a ``replay`` report)."""
+    import numpy as np
+
+    from schemas.matrix import VALUE_FIELDS
+
+    codes = {f: np.array(rec[f], dtype=np.int32) for f in ("src", "dst", "category")}
+    return MatrixWindow(rec["window_start_ms"], rec["window_end_ms"], rec["level"], rec["shard"], rec["labels"],
+                        codes["src"], codes["dst"], codes["category"],
+                        {f: np.array(rec[f], dtype=np.int64) for f in VALUE_FIELDS}, rec["part"]).cells()
+
+
+def summed(cells: Iterable[dict]) -> list[dict]:
+    """Cells of equal (window, level, src, dst, category) summed (the shards' partial cells as one), sorted."""
+    from schemas.matrix import VALUE_FIELDS
+
+    out: dict[tuple, dict] = {}
+    for c in cells:
+        k = (c["window_start_ms"], c["level"], c["src"], c["dst"], c["category"])
+        got = out.get(k)
+        if got is None:
+            out[k] = dict(c)
+        else:
+            for f in VALUE_FIELDS:
+                got[f] += c[f]
+    return [out[k] for k in sorted(out)]
