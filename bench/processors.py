@@ -126,10 +126,9 @@ def matrix_cell_digest(pairs: list[tuple[bytes, bytes]]) -> str:
     import json
 
     from schemas import codec
-    try:
+    SCHEMA = decode_window = None
+    if (CODE / "schemas" / "matrix.py").exists():  # not in FF_BENCH_CODE before matrix.windows.v2
         from schemas.matrix import SCHEMA, decode_window
-    except ImportError:  # FF_BENCH_CODE before matrix.windows.v2
-        SCHEMA = decode_window = None
     lines = []
     for key, value in pairs:
         if SCHEMA and codec.schema_of(value) == SCHEMA:
