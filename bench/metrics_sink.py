@@ -147,6 +147,25 @@ def straggler_messages(cluster: Cluster, window: int) -> list[bytes]:
     return encode_records("straggler_score", recs)
 
 
+def matrix_messages(cells: list[dict], max_cells: int = 20_000) -> list[bytes]:
+    """The matrix topic's messages of one window's cells as the processors write them: ``matrix.windows.v2``, one
+    message per level (parts of at most ``max_cells`` cells); one ``matrix_cell`` message per cell for a tree
+    before v2 (FF_BENCH_CODE)."""
+    try:
+        from schemas.matrix import MatrixWindow, encode_window
+    except ImportError:
+        return encode_records("matrix_cell", cells)
+    by_level: dict[str, list[dict]] = {}
+    for c in cells:
+        by_level.setdefault(c["level"], []).append(c)
+    out = []
+    for cs in by_level.values():
+        cs.sort(key=lambda c: (c["src"], c["dst"], c["category"]))
+        out += [encode_window(MatrixWindow.from_cells(cs[i:i + max_cells], part=i // max_cells))
+                for i in range(0, len(cs), max_cells)]
+    return out
+
+
 def build(cluster: Cluster, windows: int, records_per_s: int, seed: int = 11):
     rng = np.random.default_rng(seed)
     per_window = []
@@ -156,7 +175,7 @@ def build(cluster: Cluster, windows: int, records_per_s: int, seed: int = 11):
         for c in cells:
             levels[c["level"]] += 1
         counters, link = counter_messages(cluster, w)
-        per_window.append({"matrix": encode_records("matrix_cell", cells), "counters": counters, "link": link,
+        per_window.append({"matrix": matrix_messages(cells), "counters": counters, "link": link,
                            "straggler": straggler_messages(cluster, w)})
     return per_window, {k: v / windows for k, v in levels.items()}
 
@@ -273,7 +292,7 @@ def main() -> None:
     cluster = Cluster(a.nodes)
     per_window, levels = build(cluster, a.windows, a.records_per_s)
     n_msgs = {k: sum(len(w[k]) for w in per_window) for k in per_window[0]}
-    cells = n_msgs["matrix"]
+    cells = round(sum(levels.values()) * a.windows)
     records = a.records_per_s * WINDOW_MS // 1000 * a.windows
     print(f"cluster: {a.nodes} nodes, {len(cluster.jobs)} jobs of {JOB}; {a.records_per_s:,} flow records/s; "
           f"{a.windows} windows of 10 s (built in {time.perf_counter() - t:.1f} s)")

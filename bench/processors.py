@@ -120,6 +120,28 @@ def set_digests(pairs_by_topic: dict[str, list], alerts_topic: str) -> dict[str,
     return out
 
 
+def matrix_cell_digest(pairs: list[tuple[bytes, bytes]]) -> str:
+    """SHA-256 of the traffic-matrix cells of ``matrix.windows`` messages, v1 (a cell per message, the shard last in
+    its key) or v2 (a window per message), as a sorted set of (cell, shard): equal across wire versions."""
+    import json
+
+    from schemas import codec
+    SCHEMA = decode_window = None
+    if (CODE / "schemas" / "matrix.py").exists():  # not in FF_BENCH_CODE before matrix.windows.v2
+        from schemas.matrix import SCHEMA, decode_window
+    lines = []
+    for key, value in pairs:
+        if SCHEMA and codec.schema_of(value) == SCHEMA:
+            w = decode_window(value)
+            lines += [json.dumps(c | {"shard": w.shard}, sort_keys=True) for c in w.cells()]
+        else:
+            lines.append(json.dumps(codec.decode_record(value) | {"shard": int(key.rsplit(b"|", 1)[1])}, sort_keys=True))
+    h = hashlib.sha256()
+    for line in sorted(lines):
+        h.update(line.encode() + b"\n")
+    return f"{h.hexdigest()[:16]} ({len(lines)} cells)"
+
+
 class _Capture:
     """Stands in for the worker's confluent-kafka producer: keeps shuffle messages, counts the rest."""
 
@@ -426,6 +448,8 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     for k, v in sorted(wp["digests"].items()):
         print(f"      {k.removeprefix(prefix):24s} {v}")
     print(f"      {'flows.enriched records':24s} {wp['enriched_content']}  (decoded, as v1 batches: equal across wire versions)")
+    mx_pairs = wp["kept"].get(topics["matrix"], [])
+    print(f"      {'matrix cells':24s} {matrix_cell_digest(mx_pairs)}  (decoded cells with their shard: equal across wire versions)")
     topic_of = output_topics(settings)
     if topic_of:
         alerts = settings.kafka.topics.alerts
@@ -473,7 +497,7 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     ready_ms = int(res["ready"] * 1000) if res["ready"] else None
     en, cl, mx = topics["flows_enriched"], res["changelog"], topics["matrix"]
     print(f"    seen: enriched {res['seen'][en]}/{want_enriched} msgs, state snapshots {res['seen'][cl]}, "
-          f"matrix cells {res['seen'][mx]} (pure core: {pc['kinds'].get('matrix', 0)} before flush)")
+          f"matrix messages {res['seen'][mx]} (pure core: {pc['kinds'].get('matrix', 0)} before flush)")
     if ready_ms and en in res["last_ms"] and res["seen"][en] >= want_enriched:
         t_enr = (res["last_ms"][en] - ready_ms) / 1000
         t_first = (res["first_ms"][en] - ready_ms) / 1000

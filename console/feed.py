@@ -23,6 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from fabricflow import streams
 from fabricflow.kafka import client_config
 from schemas import codec
+from schemas.matrix import decode_window
 
 from .live import LiveStore
 
@@ -166,7 +167,9 @@ class KafkaFeed:
                     self.store.version += 1
                 return
             kind = self.topic_kind.get(topic)
-            if kind is not None:
+            if kind == "matrix":  # matrix.windows.v2: one columnar window per message
+                self.store.add(kind, decode_window(value))
+            elif kind is not None:
                 self.store.add(kind, decode_value(value))
         except (codec.CodecError, ValueError, KeyError, TypeError) as e:
             self.bad_messages += 1

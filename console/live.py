@@ -1,7 +1,7 @@
 """The console's bounded in-memory window of recent detector outputs (the live view).
 
-Pure: records come in as dicts (decoded by :mod:`console.feed` from Kafka, or
-given by a test), queries return plain values. Thread-safe: the Kafka reader
+Pure: records come in as dicts, the traffic matrix as ``schemas.matrix.MatrixWindow`` columns (decoded by
+:mod:`console.feed` from Kafka, or given by a test), queries return plain values. Thread-safe: the Kafka reader
 thread writes while the web server reads. Bounded: ``windows`` matrix windows,
 ``events`` detections, ``port_samples`` link-health samples per port; the
 oldest go first.
@@ -44,6 +44,19 @@ class _Window:
         for c in _CELL_COLS:
             self.pending[c].append(r[c])
         self.cells += 1
+
+    def add_window(self, w) -> None:
+        """The cells of a ``matrix.windows.v2`` message (``schemas.matrix.MatrixWindow``): one table of its columns,
+        the names as dictionaries over its label table (no object per cell)."""
+        self.table()  # pending dict cells first: the tables keep arrival order
+        n = len(w)
+        labels = pa.array(w.labels, pa.string(), from_pandas=False)
+        cols = {"level": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([w.level])),
+                **{f: pa.DictionaryArray.from_arrays(pa.array(getattr(w, f), pa.int32()), labels)
+                   for f in ("src", "dst", "category")},
+                **{f: pa.array(w.values[f]) for f in ("bytes_est", "packets_est", "flow_records", "samples")}}
+        self.tables.append(pa.table(cols, schema=CELL_SCHEMA))
+        self.cells += n
 
     def table(self) -> pa.Table:
         if self.pending["src"]:
@@ -126,19 +139,21 @@ class LiveStore:
             getattr(self, f"_add_{kind}")(r)
             self._touch(kind)
 
-    def _add_matrix(self, r: dict) -> None:
-        ws = int(r["window_start_ms"])
+    def _add_matrix(self, r) -> None:
+        """A ``matrix.windows.v2`` window (``schemas.matrix.MatrixWindow``) or one v1 cell dict."""
+        cols = not isinstance(r, dict)
+        ws = r.window_start_ms if cols else int(r["window_start_ms"])
         w = self.windows.get(ws)
         if w is None:
             if self.windows and ws < next(iter(self.windows)) and len(self.windows) >= self.max_windows:
                 return  # older than everything kept
-            w = self.windows[ws] = _Window(ws, int(r["window_end_ms"]))
+            w = self.windows[ws] = _Window(ws, r.window_end_ms if cols else int(r["window_end_ms"]))
             self.window_ms = w.end_ms - w.start_ms
             if len(self.windows) > 1 and ws < next(reversed(self.windows)):
                 self.windows = OrderedDict(sorted(self.windows.items()))
             while len(self.windows) > self.max_windows:
                 self.windows.popitem(last=False)
-        w.add(r)
+        w.add_window(r) if cols else w.add(r)
 
     def _add_incast(self, r: dict) -> None:
         recs = self.incast.setdefault(r["event_id"], [])

@@ -92,6 +92,18 @@ def _canonical(kind: str, value: dict) -> str:
     return json.dumps(decode_output(kind, encode_outputs(kind, [value])[0]), sort_keys=True, default=str)
 
 
+def _entries(kind: str, key: str, value) -> list[tuple[str, str]]:
+    """(key, sorted JSON) of one output; a ``matrix.windows.v2`` window as its cells, each under the v1 cell key
+    ``window|level|src|dst|category|shard`` (the comparison below is per cell)."""
+    from schemas.matrix import MatrixWindow
+
+    if not isinstance(value, MatrixWindow):
+        return [(key, _canonical(kind, value) if isinstance(value, dict) else
+                 json.dumps(value, sort_keys=True, default=str))]
+    return [(f"{c['window_start_ms']}|{c['level']}|{c['src']}|{c['dst']}|{c['category']}|{value.shard}",
+             json.dumps(c, sort_keys=True, default=str)) for c in value.cells()]
+
+
 #: Alerts compare by identity: their running figures cover the records up to the firing batch, and live batches
 #: are not the replay's slices (docs/replay.md, "Policy alerts: same alerts, batch-dependent totals"). So does
 #: first_seen_ms (the earliest flow end in the batch where a shard first saw the condition) when flows do not
@@ -126,10 +138,10 @@ def live_outputs(settings, idle_s: float = 5.0, deadline_s: float = 600.0) -> tu
             if m.error() is not None:
                 continue
             kind = topics[m.topic()]
-            v = json.dumps(decode_output(kind, m.value()), sort_keys=True, default=str)
-            vals = out[kind].setdefault(m.key().decode(), set())
-            repeats += v in vals
-            vals.add(v)
+            for key, v in _entries(kind, m.key().decode(), decode_output(kind, m.value())):
+                vals = out[kind].setdefault(key, set())
+                repeats += v in vals
+                vals.add(v)
             last = time.monotonic()
     c.close()
     return out, repeats
@@ -156,7 +168,8 @@ def replay_outputs(settings, src) -> dict:
     del batches
     res: dict[str, dict[str, set]] = {}
     for o in outs:
-        res.setdefault(o.kind, {}).setdefault(o.key, set()).add(_canonical(o.kind, o.value))
+        for key, v in _entries(o.kind, o.key, o.value):
+            res.setdefault(o.kind, {}).setdefault(key, set()).add(v)
     return res
 
 

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer
 
 from fabricflow.kafka import client_config
+from processors.logic.windows.groupby import group_reduce
 from schemas import codec
+from schemas.matrix import decode_window
 
 LINK_KINDS = {"link_downgrade", "error_burst", "oper_down", "sustained_utilisation", "discard_burst"}
 
@@ -53,6 +55,12 @@ def readable_speeds(detail: str) -> str:
     return "link speed " + re.sub(r"\b(\d{4,})(?: bps)?", lambda m: fmt_bps(int(m.group(1))), detail[9:])
 
 
+def pair_bytes(w) -> list[tuple[int, int, int]]:
+    """(src code, dst code, estimated bytes) per distinct pair of a ``MatrixWindow`` (categories summed)."""
+    (src, dst), (b,), _ = group_reduce([w.src, w.dst], [w.values["bytes_est"]])
+    return list(zip(src.tolist(), dst.tolist(), b.tolist()))
+
+
 @dataclass
 class MatrixView:
     """The last :attr:`KEEP` windows of the traffic matrix at each level (node, rack, group), and top talkers."""
@@ -67,6 +75,18 @@ class MatrixView:
     def windows(self) -> dict[int, dict[tuple[str, str], int]]:
         """The node level's windows."""
         return self.levels["node"]
+
+    def add_window(self, w) -> None:
+        """A ``matrix.windows.v2`` window (``schemas.matrix.MatrixWindow``): its bytes summed per (src, dst) pair
+        with a group-by over the codes, then added to the window's pairs."""
+        windows = self.levels[w.level]
+        self.window_ms = w.window_end_ms - w.window_start_ms
+        names = [x or "unknown" for x in w.labels.tolist()]
+        pairs = windows[w.window_start_ms]
+        for s, d, b in pair_bytes(w):
+            pairs[(names[s], names[d])] += b
+        while len(windows) > self.KEEP:
+            del windows[min(windows)]
 
     def add(self, cell: dict) -> None:
         windows = self.levels[cell["level"]]
@@ -136,8 +156,8 @@ class DetectionFeed:
             if m.error():
                 continue
             kind = self.topics.get(m.topic())
-            try:
-                v = codec.decode_record(m.value())
+            try:  # matrix.windows.v2: one columnar window per message
+                v = decode_window(m.value()) if kind == "matrix" else codec.decode_record(m.value())
             except (codec.CodecError, ValueError):
                 continue
             self.messages += 1
@@ -173,7 +193,7 @@ class DetectionFeed:
 
     def interpret(self, kind: str, v: dict) -> Detection | None:
         if kind == "matrix":
-            self.matrix.add(v)
+            self.matrix.add(v) if isinstance(v, dict) else self.matrix.add_window(v)
             return None
         if kind == "incast":
             ref = f"incast:{v['event_id']}"

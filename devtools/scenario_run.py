@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from devtools.detections import Detection, DetectionFeed
+from devtools.detections import Detection, DetectionFeed, pair_bytes
 from devtools.runner import LocalPipeline, PipelinePorts
 from devtools.offline import offline_settings, run_offline
 from devtools.scenario_variants import born_broken_file
@@ -173,9 +173,11 @@ class BenchFeed(DetectionFeed):
         self.cells: dict[int, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
         self.seen: list[Seen] = []
 
-    def interpret(self, kind: str, v: dict):
-        if kind == "matrix" and v["level"] == "node":
-            self.cells[v["window_start_ms"]][(v["src"], v["dst"])] += v["bytes_est"]
+    def interpret(self, kind: str, v):
+        if kind == "matrix" and v.level == "node":  # a matrix.windows.v2 window (schemas.matrix.MatrixWindow)
+            cells, names = self.cells[v.window_start_ms], v.labels.tolist()
+            for s, d, b in pair_bytes(v):
+                cells[(names[s], names[d])] += b
         d = super().interpret(kind, v)
         if d is not None:
             self.seen.append(Seen(d, evidence_ms(kind, v, d), time.monotonic()))

@@ -203,7 +203,8 @@ class ProcessorSettings(_Section):
     )
     publish_v1: bool = Field(
         False, description="Also publish the v1 wire formats for consumers not yet on v2: flows.enriched.v1 (label "
-        "strings per record) beside flows.enriched.v2. Deprecated: removed in the next release",
+        "strings per record) beside flows.enriched.v2, and matrix.windows.v1 (one message per cell) beside "
+        "matrix.windows.v2. Deprecated: removed in the next release",
     )
     prepare_batch_messages: int = Field(
         4, ge=1, description="Raw messages the prepare agent takes at once: their flows are enriched together and each "

@@ -87,9 +87,15 @@ STREAMS: tuple[Stream, ...] = (
            batch=True, topic_days=7,
            topic="flows.enriched.v1", about="Deprecated: flows.enriched.v2 with label strings per record, for "
            "consumers not yet on v2; published only with processors.publish_v1 (removed in the next release)"),
-    Stream("matrix", "matrix_cell", "window|level|src|dst|category", "one traffic-matrix cell per message",
+    Stream("matrix", "matrix_window_v2", "window|level|shard (|part when split)",
+           "MatrixWindow per message: the cells of one window, level and shard as columns (names dictionary-coded)",
            output="matrix", dataset="matrix_windows", row_schema="matrix_cell", time_column="window_start_ms",
-           topic="matrix.windows.v1", about="Traffic-matrix cells per window"),
+           topic="matrix.windows.v2", about="Traffic-matrix cells per window (one columnar message per window, "
+           "level and shard)"),
+    Stream("matrix_v1", "matrix_cell", "window|level|src|dst|category|shard",
+           "one traffic-matrix cell per message; written only with processors.publish_v1",
+           topic="matrix.windows.v1", about="Deprecated: matrix.windows.v2 as one message per cell, for consumers "
+           "not yet on v2; published only with processors.publish_v1 (removed in the next release)"),
     Stream("incast", "incast_event", "destination", "incast detections", output="incast", dataset="incast_events",
            row_schema="incast_event", time_column="window_start_ms", event_kind="incast",
            topic="incast.events.v1", about="Incast detections"),

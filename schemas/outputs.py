@@ -1,7 +1,8 @@
 """Wire encoding of processor outputs: one message per output, the schema named by the stream catalog.
 
 Kinds whose stream has an Avro schema are Avro single-object messages (encoded together with
-:func:`schemas.records.encode_records`); a kind without one is canonical JSON.
+:func:`schemas.records.encode_records`; the matrix's columnar windows by :mod:`schemas.matrix`); a kind
+without one is canonical JSON.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 from fabricflow.streams import OUTPUTS
 
 from . import codec, records
+from .matrix import SCHEMA as MATRIX_V2, MatrixWindow, decode_window, encode_window
 
 __all__ = ["encode_outputs", "decode_output", "plain"]
 
@@ -28,6 +30,8 @@ def plain(v):
         return v.item()
     if isinstance(v, bytes):
         return v.hex()
+    if isinstance(v, MatrixWindow):
+        return v.to_record()
     return v
 
 
@@ -36,11 +40,13 @@ def encode_outputs(kind: str, values: Sequence[dict]) -> list[bytes]:
     schema = OUTPUTS[kind].schema
     if not schema:
         return [json.dumps(plain(v), sort_keys=True).encode() for v in values]
+    if schema == MATRIX_V2:  # one columnar message per MatrixWindow
+        return [encode_window(v) for v in values]
     return records.encode_records(schema, list(values))
 
 
-def decode_output(kind: str, message: bytes) -> dict:
-    """The value of one output message of ``kind``; raises :class:`schemas.codec.CodecError` when it is not one."""
+def decode_output(kind: str, message: bytes) -> dict | MatrixWindow:
+    """The value of one output message of ``kind`` (matrix: a :class:`MatrixWindow`); raises :class:`schemas.codec.CodecError` when it is not one."""
     schema = OUTPUTS[kind].schema
     if not schema:
         try:
@@ -50,4 +56,6 @@ def decode_output(kind: str, message: bytes) -> dict:
         if not isinstance(value, dict):
             raise codec.CodecError(f"not a JSON {kind} output: {type(value).__name__}")
         return value
+    if schema == MATRIX_V2:
+        return decode_window(message)
     return codec.decode_record(message, expect=schema)

@@ -53,7 +53,7 @@ CODED_BATCHES = {"flow_enriched_batch_v2": "flow_enriched_batch"}
 # The label fields of flow_enriched that flow_enriched_batch_v2 carries as codes (every string field of it).
 LABEL_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_rack", "dst_rack", "src_switch", "dst_switch",
                 "src_job", "dst_job", "category")
-RECORD_SCHEMAS = ("matrix_cell", "incast_event", "straggler_score", "link_health", "alert", "summary_hourly", "pattern",
+RECORD_SCHEMAS = ("matrix_cell", "matrix_window_v2", "incast_event", "straggler_score", "link_health", "alert", "summary_hourly", "pattern",
                   "ingest_quality", "change_mark", "step_mark", "job_membership")
 
 

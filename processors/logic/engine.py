@@ -4,7 +4,8 @@ Combines the event-time windows with the detectors: main windows (default 10 s) 
 matrix, straggler scores, pattern, timeline and the one-rule alerts (lb_skew, storage_bound,
 congestion, conn_storm); short windows (default 1 s) for incast; counter samples for link health.
 Every output is an ``Output(kind, key, value)``: kind ("matrix", "incast", "straggler", "link",
-"pattern", "alert"), the suggested Kafka key, and a dict matching the kind's Avro schema.
+"pattern", "alert"), the suggested Kafka key, and a dict matching the kind's Avro schema (matrix: a
+:class:`schemas.matrix.MatrixWindow` per window, level and shard, no object per cell).
 Deterministic: the same inputs, in the same order, with the same ``tick`` times, give the same outputs;
 ``snapshot()`` / ``restore()`` carry all state as plain JSON-compatible values.
 Pure logic: no clock, no Kafka, no Faust.
@@ -33,7 +34,7 @@ from .detectors.timeline import PhaseAggregator, TimelineConfig, TimelineDetecto
 from .diagnosis.catalog import DiagnosisConfig
 from .diagnosis.feed import Diagnoser
 from .windows.interning import Interner, RowInterner
-from .windows.matrix import KEY_COLUMNS, ROCE_CNP, CellAggregator, MatrixConfig, matrix_cells, signal_columns
+from .windows.matrix import KEY_COLUMNS, ROCE_CNP, CellAggregator, MatrixConfig, matrix_windows, signal_columns
 from .windows.snapshots import from_bytes, to_bytes
 from .windows.tumbling import WindowConfig, WindowManager
 
@@ -262,9 +263,10 @@ class Engine:
         en = self.config.enabled
         out: list[Output] = []
         if "matrix" in en:
-            for c in matrix_cells(cells, self.interner, ws, we, self.config.matrix):
-                # unique per window, cell and shard: a group cell is summed over the shards (docs/architecture.md)
-                out.append(Output("matrix", f"{ws}|{c['level']}|{c['src']}|{c['dst']}|{c['category']}|{self.shard}", c))
+            for w in matrix_windows(cells, self.interner, ws, we, self.config.matrix, self.shard):
+                # unique per window, level and shard (and part): a group cell is summed over the shards
+                # (docs/architecture.md)
+                out.append(Output("matrix", w.key(), w))
         if "straggler" in en:
             for s in self.straggler.on_window(ws, we, cells, self.interner):
                 if s["straggler"]:

@@ -1,4 +1,5 @@
-"""The worker's confluent-kafka producer: shuffle messages, ``flows.enriched.v2`` and detector outputs.
+"""The worker's confluent-kafka producer: shuffle messages, ``flows.enriched.v2`` and detector outputs
+(``matrix.windows.v2`` and the other output topics).
 
 Faust does not know this producer: offsets are committed and snapshots written only after it has
 delivered what it holds (:mod:`processors.worker.checkpoint`).
@@ -16,6 +17,7 @@ from fabricflow.kafka import producer_config
 from fabricflow.settings import Settings
 from schemas import codec
 from schemas.outputs import encode_outputs
+from schemas.records import encode_records
 
 log = logging.getLogger("fabricflow.processors")
 
@@ -79,7 +81,9 @@ class OutputPublisher:
                 self.produce(topic, key, encode(schema, batch[rows], codec.coded_rows(coded, rows), verbatim))
 
     def outputs(self, outputs) -> None:
-        """Produce detector outputs in order; the records of each kind are Avro-encoded together."""
+        """Produce detector outputs in order; the records of each kind are Avro-encoded together (matrix: one
+        ``matrix.windows.v2`` message per window, level and shard; with ``processors.publish_v1`` also one
+        ``matrix.windows.v1`` message per cell)."""
         by_kind: dict[str, list] = {}
         for o in outputs:
             by_kind.setdefault(o[0], []).append(o[2])
@@ -87,6 +91,19 @@ class OutputPublisher:
         produce, topics = self.produce, self.output_topics
         for kind, key, _value in outputs:
             produce(topics[kind], key.encode(), next(encoded[kind]))
+        if self.publish_v1 and "matrix" in by_kind:
+            self._matrix_v1(by_kind["matrix"])
+
+    def _matrix_v1(self, windows) -> None:
+        """The deprecated ``matrix.windows.v1``: one ``matrix_cell`` message per cell, keyed as before v2."""
+        cells, keys = [], []
+        for w in windows:
+            for c in w.cells():
+                cells.append(c)
+                keys.append(f"{w.window_start_ms}|{w.level}|{c['src']}|{c['dst']}|{c['category']}|{w.shard}")
+        topic = self.topics.matrix_v1
+        for key, value in zip(keys, encode_records("matrix_cell", cells)):
+            self.produce(topic, key.encode(), value)
 
     def poll(self):
         self.producer.poll(0)

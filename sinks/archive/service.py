@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
@@ -21,6 +22,7 @@ from fabricflow.kafka import consumer_config
 from fabricflow.logs import RateLimitedLog
 from fabricflow.service import Service
 from schemas import codec
+from schemas.matrix import SCHEMA as MATRIX_V2, MatrixWindow, decode_window
 from sinks.archive import layout
 from sinks.archive.buffer import DEFAULT_MAX_ROWS, ArchiveSink, batch_dtype
 from sinks.archive.flush import FlushPlan
@@ -69,6 +71,20 @@ def routes_for(kafka) -> dict[str, Route]:
         topic = streams.topic_of(kafka, s)
         out[topic] = Route(s.name, topic, s.dataset, s.schema, s.batch, s.event_kind)
     return out
+
+
+def matrix_table(w: MatrixWindow) -> pa.Table:
+    """The ``matrix_windows`` rows (``matrix_cell`` columns) of one ``matrix.windows.v2`` message: the names as
+    Arrow dictionaries over its label table (no string per cell), the values as they are."""
+    n = len(w)
+    labels = pa.array(w.labels, type=pa.string(), from_pandas=False)
+    cols = {"window_start_ms": np.full(n, w.window_start_ms, np.int64),
+            "window_end_ms": np.full(n, w.window_end_ms, np.int64),
+            "level": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([w.level])),
+            **{f: pa.DictionaryArray.from_arrays(pa.array(getattr(w, f), pa.int32()), labels)
+               for f in ("src", "dst", "category")},
+            **w.values}
+    return table_from_columns(cols, "matrix_cell", text_addresses=False)
 
 
 class ArchiveService:
@@ -300,6 +316,17 @@ class ArchiveService:
             if off <= (pending[key][2][-1] if key in pending else buf.consumed):
                 continue  # already handled (re-delivery within this process)
             value = m.value()
+            if route.schema == MATRIX_V2:  # one window, level and shard: its cells as one table, no dict per cell
+                try:
+                    if not value:
+                        raise codec.CodecError("empty message")
+                    table = matrix_table(decode_window(value))
+                except Exception as e:
+                    self._bad(route, part, off, e)
+                    continue
+                self.summaries.note_rows(route, part, table)
+                self._add(route, part, table, off)
+                continue
             if route.batch:
                 try:
                     if not value:

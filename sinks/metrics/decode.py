@@ -13,6 +13,7 @@ import numpy as np
 
 from fabricflow import streams
 from schemas import codec
+from schemas.matrix import SCHEMA as MATRIX_V2, MatrixWindow, decode_window
 
 __all__ = ["Undecodable", "STREAM_OF", "SCHEMAS", "decode_value"]
 
@@ -30,14 +31,18 @@ class Undecodable(ValueError):
         self.reason = reason
 
 
-def decode_value(kind: str, value: bytes | None) -> dict | np.ndarray:
-    """One message value: a record dict, or for ``counters`` / ``discards`` the decoded batch rows."""
+def decode_value(kind: str, value: bytes | None) -> dict | np.ndarray | MatrixWindow:
+    """One message value: a record dict, for ``counters`` / ``discards`` the decoded batch rows, for ``matrix``
+    a :class:`schemas.matrix.MatrixWindow` (``matrix.windows.v2``: one columnar message per window, level and
+    shard)."""
     if not value:
         raise Undecodable("empty")
     schema = SCHEMAS[kind]
     try:
         if kind in ("counters", "discards"):
             return codec.decode_batch(value, expect=schema)
+        if schema == MATRIX_V2:
+            return decode_window(value)
         if schema is not None:
             return codec.decode_record(value, expect=schema)
         if value[:2] == codec.MAGIC:

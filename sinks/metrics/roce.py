@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from processors.logic.windows.groupby import group_reduce
 from processors.logic.windows.roce import ROCE_OP_COLUMNS, ROCE_OPS
 
 from .labels import UNKNOWN
 from .store import COUNTER
-from .visibility import VisibilityFamilies
+from .visibility import COLLECTIVE, VisibilityFamilies
 
 __all__ = ["RoceFamilies"]
 
@@ -32,6 +33,29 @@ class RoceFamilies:
                           "operation", ("job", "op"), COUNTER)
         self.jobs_at = jobs_at
         self._jobs: tuple[int, dict[str, str]] = (-1, {})
+
+    def add_window(self, w, names: list[str], cats: list[str], src: list[str], dst: list[str]) -> None:
+        """A node-level ``matrix.windows.v2`` window (``schemas.matrix.MatrixWindow``): its operations summed per
+        sending and receiving node with a group-by over its codes, and its part in the jobs' collective
+        visibility. ``names`` / ``cats``: the label table as node / category label values; ``src`` / ``dst``:
+        each cell's node label value."""
+        end_ms = w.window_end_ms
+        self.visibility.add_window(end_ms, set(src) | set(dst), {
+            (s, d) for s, d, c in zip(src, dst, w.category.tolist()) if cats[c] in COLLECTIVE and s != d})
+        for op, col in _COLUMNS:
+            x = w.values[col]
+            if not x.any():
+                continue
+            for codes, direction in ((w.src, "tx"), (w.dst, "rx")):
+                (k,), (sums,), _ = group_reduce([codes], [x])
+                for code, v in zip(k.tolist(), sums.tolist()):
+                    if not v:
+                        continue
+                    self.node.inc((names[code], direction, op), v)
+                    if direction == "tx":
+                        if self._jobs[0] != end_ms:
+                            self._jobs = (end_ms, self.jobs_at(end_ms))
+                        self.job.inc((self._jobs[1].get(names[code]) or UNKNOWN, op), v)
 
     def add_cell(self, c: Mapping, src: str, dst: str, end_ms: int) -> None:
         """A node-level cell's operations (cells without them, written before they existed, add nothing), and

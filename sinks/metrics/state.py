@@ -30,6 +30,7 @@ from .drops import DropFamilies
 from .roce import RoceFamilies
 from .fabric import FabricMetrics
 from .labels import UNKNOWN, node_label
+from .matrix import BadCell, add_window, as_window, window_identity
 from .store import COUNTER, GAUGE, Family
 
 __all__ = ["MetricsState", "KINDS", "BadRecord"]
@@ -232,55 +233,32 @@ class MetricsState:
         return {"link": self.add_link_health, "incast": self.add_incast, "straggler": self.add_straggler,
                 "alerts": self.add_alerts, "patterns": self.add_patterns, "changes": self.add_changes}
 
-    # ------------------------------------------------------------------ matrix.windows.v1
+    # ------------------------------------------------------------------ matrix.windows.v2
 
-    def add_matrix(self, cells: Iterable[Mapping], keys: Iterable[bytes | None] | None = None) -> int:
-        """Matrix cells of closed windows: counters advance by the cells' estimates. ``keys``: each cell's
-        Kafka key (deterministic per window, cell and shard): a cell whose key was seen for its window is a
-        re-emitted duplicate, counted as skipped ``duplicate`` and not added again (:class:`CellKeys`).
-        A cell without a key is always added."""
+    def add_matrix(self, windows: Iterable, keys: Iterable[bytes | None] | None = None) -> int:
+        """Matrix windows (``schemas.matrix.MatrixWindow``; a v1 cell dict counts as a one-cell window) of closed
+        windows: counters advance by their cells' estimates, summed columnar (:mod:`.matrix`). ``keys``: each
+        message's Kafka key (deterministic per window, level, shard and part): a message whose key was seen for
+        its window is a re-emitted duplicate, its cells counted as skipped ``duplicate`` and not added again
+        (:class:`CellKeys`). A message without a key is always added. Cells applied."""
         self.budget.fixed = self._fixed_series()
-        if keys is None:
-            return self._each("matrix", cells, self._cell)
-        return self._each("matrix", zip(cells, keys), lambda ck: self._cell(*ck))
-
-    def _cell(self, c: Mapping, key: bytes | None = None) -> None:
-        level = _str(c, "level")
-        src, dst, cat = node_label(_str(c, "src")), node_label(_str(c, "dst")), _str(c, "category") or UNKNOWN
-        b, p = _int(c, "bytes_est"), _int(c, "packets_est")
-        syn, rst = c.get("syn_packets_est", 0), c.get("rst_packets_est", 0)
-        ce, cnp = c.get("ecn_ce_packets_est", 0), c.get("cnp_packets_est", 0)
-        if any(type(v) is not int for v in (syn, rst, ce, cnp)):
-            raise BadRecord("a signal column is not an integer")
-        end = _int(c, "window_end_ms")
-        if level not in ("node", "rack", "group"):
-            raise BadRecord(f"unknown matrix level {level!r}")
-        # the cell's identity: its Kafka key (window start, level, src, dst, category, shard) and, should a
-        # producer use one key for many cells, the cell's own window and names
-        if key is not None and not self._cell_seen.add(end, (key, level, c["src"], c["dst"], c["category"],
-                                                             c.get("window_start_ms"))):
-            self.count_skipped("matrix", "duplicate")
-            return False
-        if level == "node":
-            self.app_bytes.inc((src, cat, "tx"), b)
-            self.app_bytes.inc((dst, cat, "rx"), b)
-            self.app_packets.inc((src, cat, "tx"), p)
-            self.app_packets.inc((dst, cat, "rx"), p)
-            for fam, v in ((self.syn, syn), (self.rst, rst), (self.ecn, ce), (self.cnp, cnp)):
-                if v:
-                    fam.inc((src, "tx"), v)
-                    fam.inc((dst, "rx"), v)
-            self.budget.add(src, dst, cat, b, p, syn, rst)
-            self.roce.add_cell(c, src, dst, end)
-        elif level == "rack":
-            self.r2r_bytes.inc((src, dst, cat), b)
-            self.r2r_packets.inc((src, dst, cat), p)
-        else:
-            self.g2g_bytes.inc((src, dst, cat), b)
-            self.g2g_packets.inc((src, dst, cat), p)
-        self._window("matrix", end)
-        if end > self.matrix_window_ms:
-            self.matrix_window_ms = end
+        applied = 0
+        for item, key in zip(windows, keys) if keys is not None else ((w, None) for w in windows):
+            try:
+                w = as_window(item)
+            except (BadCell, KeyError, TypeError, ValueError, AttributeError):
+                self.count_undecodable("matrix", "bad_record")
+                continue
+            end = w.window_end_ms
+            if key is not None and not self._cell_seen.add(end, window_identity(item, w, key)):
+                self.count_skipped("matrix", "duplicate", max(len(w), 1))
+                continue
+            add_window(self, w)
+            applied += len(w)
+            self._window("matrix", end)
+            if end > self.matrix_window_ms:
+                self.matrix_window_ms = end
+        return applied
 
     def reselect_due(self) -> bool:
         """A newer matrix window arrived since the last budget selection."""

@@ -47,6 +47,17 @@ class VisibilityFamilies:
         self.active: set[str] = set()
         self.senders: set[tuple[str, str]] = set()
 
+    def add_window(self, end_ms: int, active: set[str], senders: set[tuple[str, str]]) -> None:
+        """A window's node cells at once: the nodes they show ``active``, the (src, dst) pairs that sent
+        collective traffic to another node (``senders``)."""
+        if end_ms > self.end:
+            self.close()
+            self.end, self.active, self.senders = end_ms, set(), set()
+        elif end_ms < self.end:
+            return  # late cells of an already judged window
+        self.active |= active
+        self.senders |= senders
+
     def add_cell(self, src: str, dst: str, category: str, end_ms: int) -> None:
         if end_ms > self.end:
             self.close()

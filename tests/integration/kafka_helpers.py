@@ -95,18 +95,10 @@ def produce_batches(bootstrap: str, topic: str, batches, schema: str = "flow_bat
 
 
 def decode_outputs(messages) -> list[tuple]:
-    """(topic-kind, key, canonical value) for output messages (Avro records or JSON)."""
-    import json
+    """(topic-kind, key, canonical value) for output messages (Avro records, matrix.windows.v2 windows or JSON)."""
+    from tests.support.matrix import message_json
 
-    out = []
-    for m in messages:
-        v = m.value()
-        try:
-            val = codec.decode_record(v)
-        except codec.CodecError:
-            val = json.loads(v)
-        out.append((m.topic(), m.key().decode(), json.dumps(val, sort_keys=True, default=str)))
-    return out
+    return [(m.topic(), m.key().decode(), message_json(m.value())) for m in messages]
 
 
 @contextmanager

@@ -30,6 +30,7 @@ from schemas import codec
 from schemas.columns import addr16, dtype_for, empty_counters, empty_flows, load_avsc
 from sinks.archive import layout
 from sinks.archive.service import ArchiveService
+from tests.support.matrix import window_message
 
 from .crashing_sink import CRASH_EXIT_CODE
 
@@ -138,10 +139,11 @@ def counter_batch(times, ids) -> bytes:
 
 
 def matrix_cell(t: int, rid: int) -> bytes:
+    """A matrix.windows.v2 message of one cell."""
     r = blank_record("matrix_cell")
     r.update(window_start_ms=t, window_end_ms=t + 10_000, level="node", src="gpu-01", dst="gpu-02",
              category="collective", bytes_est=rid * 10, samples=rid)  # samples carries the row id
-    return codec.encode_record("matrix_cell", r)
+    return window_message([r])
 
 
 def alert(t: int, rid: int) -> bytes:

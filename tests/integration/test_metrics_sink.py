@@ -20,6 +20,7 @@ from processors.logic.enrich.inventory import Inventory
 from schemas import codec
 from sinks.metrics.service import MetricsService
 from tests.support.flows import counters
+from tests.support.matrix import window_message
 
 from .kafka_helpers import create_topics, settings_for
 
@@ -81,11 +82,11 @@ def test_output_topics_to_metrics(kafka_bootstrap, unique_topic):
     t = s.kafka.topics
     end = NOW_MS - NOW_MS % 10_000
     items = [
-        (t.matrix, codec.encode_record("matrix_cell", cell("node", "gpu-1", "gpu-2", 4096, 4, end, syn=1024))),
-        (t.matrix, codec.encode_record("matrix_cell", cell("node", "gpu-1", "gpu-2", 1000, 1, end + 10_000))),
-        (t.matrix, codec.encode_record("matrix_cell", cell("node", "", "gpu-2", 77, 1, end, cat="other"))),
-        (t.matrix, codec.encode_record("matrix_cell", cell("rack", "r1", "r1", 5096, 5, end))),
-        (t.matrix, codec.encode_record("matrix_cell", cell("group", "gpu", "gpu", 5096, 5, end))),
+        (t.matrix, window_message([cell("node", "gpu-1", "gpu-2", 4096, 4, end, syn=1024)])),
+        (t.matrix, window_message([cell("node", "gpu-1", "gpu-2", 1000, 1, end + 10_000)])),
+        (t.matrix, window_message([cell("node", "", "gpu-2", 77, 1, end, cat="other")])),
+        (t.matrix, window_message([cell("rack", "r1", "r1", 5096, 5, end)])),
+        (t.matrix, window_message([cell("group", "gpu", "gpu", 5096, 5, end)])),
         (t.matrix, b"not a message"),
         (t.counters_raw, codec.encode_batch("counter_batch", counters([
             dict(exporter="10.0.255.1", if_index=1, t=NOW_MS, in_octets=123_456, out_octets=654_321,
@@ -129,7 +130,7 @@ def test_output_topics_to_metrics(kafka_bootstrap, unique_topic):
 
 
 def _matrix_items(t, n: int, end: int, b: int) -> list[tuple[str, bytes]]:
-    return [(t.matrix, codec.encode_record("matrix_cell", cell("node", "gpu-1", "gpu-2", b, 1, end + 10_000 * i)))
+    return [(t.matrix, window_message([cell("node", "gpu-1", "gpu-2", b, 1, end + 10_000 * i)]))
             for i in range(n)]
 
 

@@ -23,6 +23,7 @@ from fabricflow.streams import OUTPUTS
 from processors.config_files import read_inventory
 from processors.logic.core import ProcessorCore, engine_config, shard_of
 from schemas.columns import v4_column_to_addr16
+from tests.support.matrix import expected_output
 from tests.support.synth import UNREGISTERED, training_batches
 
 from .kafka_helpers import create_topics, settings_for, write_config
@@ -97,10 +98,6 @@ def shards_fed_by(settings, inventory: Path, batches) -> dict[int, set[int]]:
 
 def expected_outputs(settings, inventory: Path, batches) -> set[tuple]:
     """Distinct (topic, key, canonical value) the pure core gives, sharded like the workers."""
-    import json
-
-    from schemas import codec
-
     inv = read_inventory(inventory)
     cfg = engine_config(settings.processors)
     prep = ProcessorCore(inv, cfg)
@@ -121,8 +118,7 @@ def expected_outputs(settings, inventory: Path, batches) -> set[tuple]:
         outs += core.flush()
     t = settings.kafka.topics
     return {
-        (getattr(t, KIND_TOPIC[kind]), key, json.dumps(codec.decode_record(codec.encode_record(OUTPUTS[kind].schema, value)), sort_keys=True, default=str))
-        for kind, key, value in outs
+        expected_output(getattr(t, KIND_TOPIC[kind]), kind, key, value) for kind, key, value in outs
     }
 
 

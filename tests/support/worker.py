@@ -65,11 +65,11 @@ def detector_outputs(p, sent):
 
     t = p.settings.kafka.topics
     kinds = {getattr(t, s.name): kind for kind, s in OUTPUTS.items() if kind != "alert"}
-    out = [(kinds[tp], k, json.dumps(codec.decode_record(v), sort_keys=True, default=str))
-           for tp, k, v, _p, _h in sent if tp in kinds]
+    from tests.support.matrix import message_json, output_json
+
+    out = [(kinds[tp], k, message_json(v)) for tp, k, v, _p, _h in sent if tp in kinds]
     for core in detecting_cores(p).values():
-        out += [(o.kind, o.key.encode(), json.dumps(codec.decode_record(codec.encode_record(
-            OUTPUTS[o.kind].schema, o.value)), sort_keys=True, default=str)) for o in core.flush() if o.kind != "alert"]
+        out += [(o.kind, o.key.encode(), output_json(o.kind, o.value)) for o in core.flush() if o.kind != "alert"]
     assert out
     return sorted(out)
 

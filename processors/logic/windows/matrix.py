@@ -1,12 +1,12 @@
-"""Traffic matrix per window: enriched flows -> MatrixCell dicts (matrix_cell.avsc).
+"""Traffic matrix per window: enriched flows -> MatrixWindow columns (matrix_window_v2.avsc).
 
 ``CellAggregator`` is the window aggregator shared by the matrix, straggler and
 pattern detectors: per window it keeps estimated bytes, estimated packets, flow
 records, samples (sampled packets) and the estimated TCP / congestion signal
 packets (SYN, RST, ECN CE, RoCEv2 CNP: see :func:`signal_columns`) per (src node,
 dst node, src group, dst group, src job, dst job, category, src rack, dst rack),
-as columns of interned string codes. ``matrix_cells`` turns one closed window
-into node x node, rack x rack and group x group cells. Pure logic; time comes
+as columns of interned string codes. ``matrix_windows`` turns one closed window
+into node x node, rack x rack and group x group cells, one columnar message per level. Pure logic; time comes
 in with the data.
 
 Cells from workers that saw different exporters are additive: summing every
@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from schemas.matrix import MatrixWindow
+
 from ..params import detector_params
 from .groupby import group_reduce
 from .interning import Interner
@@ -28,7 +30,7 @@ from .snapshots import dump_columns, load_columns
 
 __all__ = [
     "MatrixConfig", "CellAggregator", "KEY_COLUMNS", "VALUE_COLUMNS", "SIGNAL_COLUMNS", "HIDDEN_COLUMNS",
-    "WINDOW_COLUMNS", "LEVELS", "matrix_cells", "signal_columns", "UNKNOWN",
+    "WINDOW_COLUMNS", "LEVELS", "matrix_cells", "matrix_windows", "signal_columns", "UNKNOWN",
 ]  # fmt: skip
 
 # key columns (int32 interned codes) and value columns (int64) of a window state; the rack columns come last so
@@ -85,6 +87,7 @@ class MatrixConfig:
     levels: tuple[str, ...] = Field(("node", "rack", "group"), description="Matrices to emit per window (node, rack, group)")
     min_bytes_est: int = Field(0, ge=0, description="Cells with fewer estimated bytes are not emitted (0 = all)")
     compact_rows: int = Field(50_000, ge=1, description="A window re-aggregates its pending partial groups beyond this many rows (memory/CPU only; results identical)")
+    max_cells_per_message: int = Field(20_000, ge=1, description="A window's cells at one level go out in one matrix.windows.v2 message, split into parts of at most this many cells (about 30 bytes each: keeps a message under Kafka's 1 MB default)")
 
 
 class CellAggregator:
@@ -142,19 +145,22 @@ class CellAggregator:
         return {"chunks": [cols] if n else [], "rows": n, "compacted": n}
 
 
-def matrix_cells(
+def matrix_windows(
     cells: dict[str, np.ndarray],
     interner: Interner,
     window_start: int,
     window_end: int,
     config: MatrixConfig = MatrixConfig(),
-) -> list[dict]:
-    """MatrixCell dicts for one closed window, sorted by (level, src, dst, category); levels: group, node, rack.
+    shard: int = 0,
+) -> list[MatrixWindow]:
+    """The ``matrix.windows.v2`` messages of one closed window: per level (group, node, rack) one
+    :class:`MatrixWindow` of its cells sorted by (src, dst, category) name, split into parts of at most
+    ``config.max_cells_per_message`` cells. No object per cell.
 
     "" and "unknown" endpoints are one key ("unknown"). Keys are ranked by their text first, so the group-by
     yields the cells already merged and in output order.
     """
-    out: list[dict] = []
+    out: list[MatrixWindow] = []
     n = len(cells["sn"])
     for level, (ks, kd) in sorted(LEVELS.items()):
         if level not in config.levels or n == 0:
@@ -166,32 +172,33 @@ def matrix_cells(
         if not keep.all():
             keys = [k[keep] for k in keys]
             sums = [v[keep] for v in sums]
-        src = ep_names[keys[0]].tolist()
-        dst = ep_names[keys[1]].tolist()
-        cat = cat_names[keys[2]].tolist()
-        b, p, r, s, syn, rst, ce, cnp, *ops = (x.tolist() for x in sums)
-        ws, we = int(window_start), int(window_end)
-        for i in range(len(src)):
-            out.append(
-                {
-                    "window_start_ms": ws,
-                    "window_end_ms": we,
-                    "level": level,
-                    "src": src[i],
-                    "dst": dst[i],
-                    "category": cat[i],
-                    "bytes_est": b[i],
-                    "packets_est": p[i],
-                    "flow_records": r[i],
-                    "samples": s[i],
-                    "syn_packets_est": syn[i],
-                    "rst_packets_est": rst[i],
-                    "ecn_ce_packets_est": ce[i],
-                    "cnp_packets_est": cnp[i],
-                    **{col: v[i] for col, v in zip(ROCE_OP_COLUMNS, ops)},
-                }
-            )
+        values = {col: np.asarray(v, dtype=np.int64) for col, v in zip(VALUE_COLUMNS, sums)}
+        step = config.max_cells_per_message
+        for part, lo in enumerate(range(0, len(keys[0]), step)):
+            rows = slice(lo, lo + step)
+            out.append(_window(ep_names, cat_names, [k[rows] for k in keys], {c: v[rows] for c, v in values.items()},
+                               window_start, window_end, level, shard, part))
     return out
+
+
+def _window(ep_names: np.ndarray, cat_names: np.ndarray, keys: list[np.ndarray], values: dict[str, np.ndarray],
+            ws: int, we: int, level: str, shard: int, part: int) -> MatrixWindow:
+    """One message's cells: the sorted table of the names they use, and codes into it."""
+    ep_used, ep_code = np.unique(np.concatenate(keys[:2]), return_inverse=True)
+    cat_used, cat_code = np.unique(keys[2], return_inverse=True)
+    names = np.concatenate([ep_names.take(ep_used), cat_names.take(cat_used)])
+    labels, code = np.unique(names, return_inverse=True)  # endpoint and category names may coincide
+    code = code.reshape(-1).astype(np.int32)
+    m = len(keys[0])
+    ep_code = code.take(ep_code.reshape(-1))
+    cat_code = code.take(len(ep_used) + cat_code.reshape(-1))
+    return MatrixWindow(ws, we, level, shard, labels, ep_code[:m], ep_code[m:], cat_code, values, part)
+
+
+def matrix_cells(cells: dict[str, np.ndarray], interner: Interner, window_start: int, window_end: int,
+                 config: MatrixConfig = MatrixConfig()) -> list[dict]:
+    """The v1 ``matrix_cell`` dicts of :func:`matrix_windows`, in order (tests and tools only)."""
+    return [c for w in matrix_windows(cells, interner, window_start, window_end, config) for c in w.cells()]
 
 
 def _ranks(

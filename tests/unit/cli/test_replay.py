@@ -16,6 +16,7 @@ from cli.replay import register
 from sinks.archive.layout import HOUR_MS
 from tests.support import replay as h
 from tests.unit.replay.test_archive_source import write_archive
+from tests.support.matrix import record_cells, summed
 
 START = h.T0 + HOUR_MS - 20_000
 FRM, TO = str(START - 1000), str(START + 60_000)
@@ -99,14 +100,13 @@ def test_partitions_option_keeps_results(env):
     a = run(env, "--from", FRM, "--to", TO, "-q", "--partitions", "1")
     b = run(env, "--from", FRM, "--to", TO, "-q", "--partitions", "5")
 
-    def unsharded(out):  # matrix keys end with the shard that produced the cell; the cells themselves must match
+    def unsharded(out):  # matrix windows are per shard (key and value name it); their cells summed must match
         docs = [json.loads(x) for x in out.splitlines()]
-        for d in docs:
-            if d["kind"] == "matrix":
-                d["key"] = d["key"].rsplit("|", 1)[0]
-        return sorted(json.dumps(d, sort_keys=True) for d in docs)
+        cells = summed(c for d in docs if d["kind"] == "matrix" for c in record_cells(d["value"]))
+        return sorted(json.dumps(d, sort_keys=True) for d in docs if d["kind"] != "matrix"), cells
 
     assert unsharded(a.stdout) == unsharded(b.stdout)
+    assert unsharded(a.stdout)[1]
     assert any(json.loads(x)["kind"] == "matrix" and not json.loads(x)["key"].endswith("|0") for x in b.stdout.splitlines())
 
 

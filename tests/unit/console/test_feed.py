@@ -13,6 +13,7 @@ from fabricflow.settings import load_settings
 from schemas import codec
 from schemas.columns import addr16, empty_counters
 from tests.support.console import INCAST, WS, cell, layout
+from tests.support.matrix import window_message
 
 
 def _counters(t_ms, octets, speed=25_000_000_000, errors=0):
@@ -40,7 +41,8 @@ def test_take_decodes_every_kind_and_counts_bad_messages():
     store = LiveStore(layout())
     feed = KafkaFeed(s, store)
     t = s.kafka.topics
-    feed._take(t.matrix, codec.encode_record("matrix_cell", cell(WS, "gpu01", "gpu02", "collective", 1000)))
+    feed._take(t.matrix, window_message([cell(WS, "gpu01", "gpu02", "collective", 1000),
+                                         cell(WS, "gpu02", "gpu01", "collective", 500)]))
     feed._take(t.incast, codec.encode_record("incast_event", INCAST))
     pattern = {"kind": "pattern", "state": "open", "job": "train-a", "deviation": "period_change", "window_start_ms": WS,
                "window_end_ms": WS + 10_000, "detail": "2.0 s -> 3.1 s", "baseline_period_ms": 2000,
@@ -49,9 +51,10 @@ def test_take_decodes_every_kind_and_counts_bad_messages():
     feed._take(t.counters_raw, _counters(WS, 0))
     feed._take(t.counters_raw, _counters(WS + 10_000, 31_250_000_000 // 8 * 10 // 10, speed=1_000_000_000, errors=500))
     feed._take(t.matrix, b"\xc3\x01garbage")
+    feed._take(t.matrix, codec.encode_record("matrix_cell", cell(WS, "gpu01", "gpu02", "collective", 1000)))  # v1
     feed._take(t.alerts, b"{not json")
-    assert feed.bad_messages == 2 and feed.messages == 7
-    assert store.cells(WS)[0].num_rows == 1
+    assert feed.bad_messages == 3 and feed.messages == 8
+    assert store.cells(WS)[0].num_rows == 2
     types = sorted(e["type"] for e in store.events())
     assert types == ["incast", "pattern"]
     port = next(p for p in store.port_states() if (p.switch, p.if_index) == ("tor2", 1))
@@ -78,3 +81,21 @@ def test_avro_patterns_and_timelines():
     assert [e["type"] for e in store.events()] == ["pattern"]
     assert [p["current_period_ms"] for p in store.pattern_records("train-a")] == [3100]
     assert store.timelines["train-a"]["iteration_period_ms"] == 2000
+
+
+def test_a_v2_window_shows_as_its_cells_one_by_one():
+    """The live store keeps a matrix.windows.v2 window as its columns: the same matrix, node totals and top pairs
+    as from the same cells given one at a time."""
+    from schemas.matrix import MatrixWindow
+    from tests.support.console import cells
+
+    node = [c for c in cells(WS) if c["level"] == "node"]
+    group = [c for c in cells(WS) if c["level"] == "group"]
+    by_window, by_cell = LiveStore(layout()), LiveStore(layout())
+    by_window.add("matrix", MatrixWindow.from_cells(node))
+    by_window.add("matrix", MatrixWindow.from_cells(group, shard=1))
+    for c in node + group:
+        by_cell.add("matrix", c)
+    a, b = by_window.cells(WS)[0], by_cell.cells(WS)[0]
+    key = lambda t: sorted(zip(*(t.column(n).to_pylist() for n in t.column_names)))  # noqa: E731
+    assert key(a) == key(b) and a.num_rows == len(node) + len(group)

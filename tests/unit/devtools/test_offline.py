@@ -12,6 +12,8 @@ def events(run) -> list[tuple]:
     """(kind, entity, state, verdict) of the event outputs (incast, flagged stragglers, link events, detector alerts)."""
     out = []
     for o in run.outputs:
+        if o.kind == "matrix":
+            continue
         v = o.value
         d = (v.get("diagnosis") or {}).get("verdict", "")
         if o.kind == "incast":

@@ -41,7 +41,7 @@ def test_every_topic_name_is_a_stream_of_the_catalog():
 
     assert set(TopicNames.model_fields) - {"replay_prefix"} == {s.name for s in streams.STREAMS}
     assert len(set(streams.topic_names(load_settings().kafka).values())) == len(streams.STREAMS)
-    assert {s.name: TopicNames.model_fields[s.name].default for s in streams.STREAMS}["matrix"] == "matrix.windows.v1"
+    assert {s.name: TopicNames.model_fields[s.name].default for s in streams.STREAMS}["matrix"] == "matrix.windows.v2"
 
 
 def test_env_nested_and_precedence(tmp_path, monkeypatch):

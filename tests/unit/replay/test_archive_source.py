@@ -103,7 +103,7 @@ def test_range_filters_rows_and_prunes_hours(tmp_path, scenario, factory):
     ct = counters["time_received_ms"]
     direct = replay_batches([sub], [counters[(ct >= lo) & (ct < hi)]], factory, PARTITIONS)
     assert canonical(got) == canonical(direct)
-    assert all(lo - 10_000 <= o.value["window_start_ms"] < hi for o in got if o.kind == "matrix")
+    assert all(lo - 10_000 <= o.value.window_start_ms < hi for o in got if o.kind == "matrix")
 
 
 def test_errors_are_one_line(tmp_path, scenario):

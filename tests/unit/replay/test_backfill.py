@@ -20,6 +20,7 @@ from replay.backfill import OFFSET_SPAN, Backfill, capture_base_offset, remove_p
 from replay.config import core_factory_from
 from sinks.archive import layout
 from tests.support.fixtures_path import REPO
+from tests.support.matrix import matrix_cells
 
 INV = str(REPO / "scenarios" / "tuning.yaml")
 
@@ -76,8 +77,8 @@ def test_windowed_outputs_equal_a_replay_of_its_own_raw_flows(archive):
     src = archive_source(fsspec.filesystem("file"), str(root), st.first_ms - 60_000, st.last_ms + 3_600_000)
     outs = replay_batches(src.flow_batches(), src.counter_batches(), core_factory_from(s.processors, inventory=INV),
                           s.kafka.partitions)
-    replayed = sorted((o.value["window_start_ms"], o.value["level"], o.value["src"], o.value["dst"],
-                       o.value["category"], o.value["bytes_est"], o.value["samples"]) for o in outs if o.kind == "matrix")
+    replayed = sorted((c["window_start_ms"], c["level"], c["src"], c["dst"], c["category"], c["bytes_est"], c["samples"])
+                      for c in matrix_cells(outs))
     archived = []
     for f in sorted(root.rglob("matrix_windows/**/*.parquet")):
         t = pq.read_table(f).to_pydict()

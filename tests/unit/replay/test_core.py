@@ -19,6 +19,7 @@ from replay import (
     slice_batches,
 )
 from tests.support import replay as h
+from tests.support.matrix import matrix_cells, merge_shards
 
 PARTITIONS = 4
 
@@ -127,24 +128,6 @@ def test_partition_count_only_moves_work_between_cores(flows, factory):
     assert len(keys) == len(set(keys)), "no two matrix messages share a key"
 
 
-def merge_shards(outputs):
-    """What a consumer does (docs/architecture.md): matrix cells of one window, level, src, dst and category
-    from several shards are summed into one; the other outputs as they are."""
-    from processors.logic.engine import Output
-
-    cells: dict[str, dict] = {}
-    rest = []
-    for o in outputs:
-        if o.kind != "matrix":
-            rest.append(o)
-            continue
-        key = o.key.rsplit("|", 1)[0]
-        c = cells.setdefault(key, {**o.value, "bytes_est": 0, "packets_est": 0, "flow_records": 0, "samples": 0})
-        for f in ("bytes_est", "packets_est", "flow_records", "samples"):
-            c[f] += o.value[f]
-    return rest + [Output("matrix", k, v) for k, v in cells.items()]
-
-
 @settings(max_examples=8, deadline=None)
 @given(st.integers(1, 5), st.integers(5, 200), st.sampled_from([1_000, 10_000, 60_000]))
 def test_batching_does_not_change_results(partitions, per_message, slice_ms):
@@ -184,7 +167,7 @@ def test_inventory_override_changes_labels(flows, proc_settings):
     batches = slice_batches(flows[:400], "time_end_ms")
     empty = core_factory_from(proc_settings)  # settings have no inventory: every address unknown
     out = replay_batches(batches, [], empty, PARTITIONS)
-    nodes = {o.value["src"] for o in out if o.kind == "matrix" and o.value["level"] == "node"}
+    nodes = {c["src"] for c in matrix_cells(out) if c["level"] == "node"}
     assert nodes and all(not n.startswith("gpu-") for n in nodes)
     assert not any(o.kind == "straggler" for o in out)
 

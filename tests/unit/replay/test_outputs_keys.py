@@ -11,7 +11,7 @@ from processors.config_files import read_inventory
 from processors.logic.enrich.inventory import Inventory
 from replay import canonical, core_factory_from, replay_batches
 from tests.support.synth import training_batches
-from tests.unit.replay.test_core import merge_shards
+from tests.support.matrix import merge_shards
 
 INVENTORY = Path(__file__).resolve().parents[2] / "data" / "cluster_inventory.yaml"
 
@@ -29,9 +29,12 @@ def test_group_cells_split_over_shards_have_unique_keys_and_sum_to_the_whole():
     one = replay_batches(batches, [], factory, 1)
     many = replay_batches(batches, [], factory, 4)
     keys = [o.key for o in many if o.kind == "matrix"]
-    assert len(keys) == len(set(keys))
-    by_cell = collections.Counter(k.rsplit("|", 1)[0] for k in keys)
-    split = [k for k, n in by_cell.items() if n > 1]
+    assert len(keys) == len(set(keys))  # one message per window, level and shard
+    assert all(k == o.value.key() and k.endswith(f"|{o.value.shard}") for k, o in
+               zip(keys, [o for o in many if o.kind == "matrix"]))
+    cell_keys = collections.Counter(f"{c['window_start_ms']}|{c['level']}|{c['src']}|{c['dst']}|{c['category']}"
+                                    for o in many if o.kind == "matrix" for c in o.value.cells())
+    split = [k for k, n in cell_keys.items() if n > 1]
     assert split and all("|group|" in k for k in split)  # the ring crosses the jobs: gpu->gpu has partials
     window, level = split[0].split("|")[:2]
     assert window.isdigit() and level == "group"

@@ -15,7 +15,7 @@ from schemas.columns import load_avsc
 
 from tests.support.flows import counters
 
-SCHEMAS = {"matrix": "matrix_cell", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health",
+SCHEMAS = {"matrix": "matrix_window_v2", "incast": "incast_event", "straggler": "straggler_score", "link": "link_health",
            "pattern": "pattern"}
 
 
@@ -93,7 +93,7 @@ def test_outputs_match_avro_schemas(reference):
     _, out, _ = reference
     for kind, name in SCHEMAS.items():
         schema = fastavro.parse_schema(load_avsc(name))
-        recs = [o.value for o in out if o.kind == kind]
+        recs = [o.value.to_record() if kind == "matrix" else o.value for o in out if o.kind == kind]
         assert recs, kind
         for r in recs:
             assert set(r) == {f["name"] for f in load_avsc(name)["fields"]}

@@ -17,6 +17,7 @@ from sinks.archive.fs import ArchiveUrlError, archive_filesystem
 from sinks.archive.summary_emitter import PARTIAL_METRIC
 from sinks.archive.service import ArchiveService, routes_for
 from tests.support.archive import T0, FakeConsumer, FakeProducer, Msg, enriched, flows
+from tests.support.matrix import window_message
 
 HOUR = layout.HOUR_MS
 
@@ -58,13 +59,12 @@ def test_records_are_batched_bad_messages_skipped_and_committed():
     t = svc.settings.kafka.topics
     cell = {"window_start_ms": T0, "window_end_ms": T0 + 10_000, "level": "node", "src": "a", "dst": "b",
             "category": "other", "bytes_est": 1, "packets_est": 1, "flow_records": 1, "samples": 0}
-    msgs = [Msg(t.matrix, 0, o, b"junk" if o == 2 else codec.encode_record("matrix_cell", {**cell, "samples": o}))
-            for o in range(6)]
+    msgs = [Msg(t.matrix, 0, o, b"junk" if o == 2 else window_message([{**cell, "samples": o}])) for o in range(6)]
     svc.handle(msgs)
     svc.flush(force=True)
     tables, files = rows_of(svc, "matrix_windows")
     assert sorted(x for tb in tables for x in tb["samples"].to_pylist()) == [0, 1, 3, 4, 5]
-    assert len(files) == 1  # consecutive record messages -> one table, one file
+    assert len(files) == 1  # consecutive messages of a partition and hour -> one file
     assert svc.report["undecodable"] == 1
     assert svc.consumer.commits[-1] == {(t.matrix, 0): 6}  # past the bad message too
 
@@ -152,7 +152,7 @@ def test_routes_cover_archived_topics_only():
     assert t.dlq not in r and t.shuffle not in r and t.patterns in r
     assert {x.dataset for x in r.values()} == {d.name for d in layout.DATASETS.values() if d.derived_from is None}
     for x in r.values():
-        want = codec.record_of(x.schema) if x.batch else x.schema
+        want = codec.record_of(x.schema) if x.batch else "matrix_cell" if x.schema == "matrix_window_v2" else x.schema
         assert layout.spec(x.dataset).avsc == want
 
 

@@ -7,18 +7,19 @@ from typer.testing import CliRunner
 
 from fabricflow.settings import load_settings
 from processors.logic.enrich.inventory import Inventory
-from schemas import codec
 from sinks.metrics.service import MetricsService
 from tests.support.fake_kafka import FakeMessage
+from tests.support.matrix import window_message
 
 NOW_S = 1_800_000_000.0
 Msg = FakeMessage
 
 
-def cell(b: int) -> bytes:
-    return codec.encode_record("matrix_cell", {
+def cell(b: int, shard: int = 0) -> bytes:
+    """A matrix.windows.v2 message of one group cell."""
+    return window_message([{
         "window_start_ms": 0, "window_end_ms": 10_000, "level": "group", "src": "gpu", "dst": "gpu",
-        "category": "collective", "bytes_est": b, "packets_est": 1, "flow_records": 1, "samples": 1})
+        "category": "collective", "bytes_est": b, "packets_est": 1, "flow_records": 1, "samples": 1}], shard)
 
 
 def svc(**metrics) -> MetricsService:
@@ -46,8 +47,8 @@ def test_a_cell_produced_again_after_a_processor_crash_is_counted_once():
     the same cell from another shard (another key) adds up."""
     m = svc()
     topic = m.settings.kafka.topics.matrix
-    k0, k1 = b"0|group|gpu|gpu|collective|0", b"0|group|gpu|gpu|collective|1"
-    m.handle([Msg(topic, 0, 1, cell(10), key=k0), Msg(topic, 1, 1, cell(5), key=k1)])
+    k0, k1 = b"0|group|0", b"0|group|1"
+    m.handle([Msg(topic, 0, 1, cell(10), key=k0), Msg(topic, 1, 1, cell(5, shard=1), key=k1)])
     m.handle([Msg(topic, 0, 2, cell(10), key=k0)])  # re-emitted after the crash
     assert m.state.g2g_bytes.values == {("gpu", "gpu", "collective"): 15}
     assert m.state.skipped.values == {(topic, "duplicate"): 1}

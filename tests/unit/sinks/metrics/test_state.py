@@ -14,6 +14,7 @@ from sinks.metrics.budget import OTHER_RESERVE, PairBudget
 from sinks.metrics.state import MetricsState
 from sinks.metrics.store import COUNTER, Family
 from tests.support.flows import counters
+from tests.support.matrix import window_message
 
 T0 = 1_800_000_000_000
 INVENTORY = {
@@ -245,14 +246,15 @@ def test_detector_topics():
 
 
 def test_malformed_and_unknown_messages_are_counted_and_skipped():
-    st = MetricsState(topics={"matrix": "matrix.windows.v1", "patterns": "patterns.v1", "counters": "counters.raw.v1"})
-    good = codec.encode_record("matrix_cell", cell())
+    st = MetricsState(topics={"matrix": "matrix.windows.v2", "patterns": "patterns.v1", "counters": "counters.raw.v1"})
+    good = window_message([cell()])
+    v1 = codec.encode_record("matrix_cell", cell())  # a v1 cell on the v2 topic: the wrong schema
     incast = codec.encode_record("incast_event", {
         "event_id": "e", "state": "open", "window_start_ms": 0, "window_end_ms": 1, "destination": "d",
         "destination_group": "g", "sources": [], "source_rates_bps": [], "aggregate_bps": 0.0, "capacity_bps": 1.0,
         "fraction": 0.0, "fraction_low": 0.0, "fraction_high": 0.0, "samples": 0, "sampling_rate": 1})
-    n = st.add_values("matrix", [good, b"", b"junk", incast, good[:-3], codec.header("matrix_cell") + b"\xff" * 3,
-                                 b"\xc3\x01" + b"\x00" * 8 + b"x", good], now=0.0)
+    n = st.add_values("matrix", [good, b"", b"junk", incast, good[:-3], codec.header("matrix_window_v2") + b"\xff" * 3,
+                                 b"\xc3\x01" + b"\x00" * 8 + b"x", good, v1], now=0.0)
     assert n == 2
     assert st.add_values("patterns", [b"{not json", b"[1]", json.dumps({"job": "j", "current_period_ms": "x",
                                                                         "window_end_ms": 1}).encode(),
@@ -261,18 +263,18 @@ def test_malformed_and_unknown_messages_are_counted_and_skipped():
     assert st.add_values("counters", [b"junk"], now=0.0) == 0
     scrape(st)
     assert values(st, "fabricflow_metrics_undecodable_messages_total") == {
-        ("matrix.windows.v1", "empty"): 1.0, ("matrix.windows.v1", "not_avro"): 1.0,
-        ("matrix.windows.v1", "wrong_schema"): 1.0, ("matrix.windows.v1", "corrupt"): 2.0,
-        ("matrix.windows.v1", "unknown_schema"): 1.0, ("patterns.v1", "not_json"): 2.0,
+        ("matrix.windows.v2", "empty"): 1.0, ("matrix.windows.v2", "not_avro"): 1.0,
+        ("matrix.windows.v2", "wrong_schema"): 2.0, ("matrix.windows.v2", "corrupt"): 2.0,
+        ("matrix.windows.v2", "unknown_schema"): 1.0, ("patterns.v1", "not_json"): 2.0,
         ("patterns.v1", "bad_record"): 1.0, ("counters.raw.v1", "not_avro"): 1.0}
     assert values(st, "fabricflow_metrics_messages_total") == {
-        ("matrix.windows.v1",): 8.0, ("patterns.v1",): 4.0, ("counters.raw.v1",): 1.0}
+        ("matrix.windows.v2",): 9.0, ("patterns.v1",): 4.0, ("counters.raw.v1",): 1.0}
     assert values(st, "node_to_node_flow_traffic_bytes_total") == {("gpu-1", "gpu-2", "collective"): 2000.0}
     # a record with a field of the wrong type is skipped whole (nothing half applied)
     st.add_matrix([cell(b=5) | {"packets_est": "many"}, cell(level="switch")])
     scrape(st)
     assert st.app_bytes.values[("gpu-1", "collective", "tx")] == 2000.0
-    assert values(st, "fabricflow_metrics_undecodable_messages_total")[("matrix.windows.v1", "bad_record")] == 2.0
+    assert values(st, "fabricflow_metrics_undecodable_messages_total")[("matrix.windows.v2", "bad_record")] == 2.0
 
 
 @pytest.mark.parametrize("n", [0, 3])

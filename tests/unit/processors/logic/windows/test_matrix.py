@@ -5,6 +5,7 @@ from processors.logic.windows.roce import ROCE_OP_COLUMNS
 from processors.logic.windows.tumbling import WindowConfig
 
 from tests.support.flows import flows
+from tests.support.matrix import matrix_cells
 
 
 def engine():
@@ -12,7 +13,7 @@ def engine():
 
 
 def cells(outs):
-    return [o.value for o in outs if o.kind == "matrix"]
+    return matrix_cells(outs)
 
 
 NO_SIGNALS = dict(syn_packets_est=0, rst_packets_est=0, ecn_ce_packets_est=0, cnp_packets_est=0,
