@@ -13,7 +13,7 @@ from sinks.archive.fs import ArchiveUnavailable
 from . import events as ev
 from . import views
 from .http import Params, answered_fields
-from .visibility import job_visibility
+from .visibility import SERVING_GROUPS, job_visibility
 
 DEFAULT_RANGE_MS = 15 * 60_000
 
@@ -22,10 +22,11 @@ def _visibility(state, name: str, lo: int, hi: int) -> dict:
     """The job's collective visibility and RoCEv2 operations over the complete live windows starting in [lo, hi)
     (console.visibility); the members are the inventory's (or the live job source's) at the console."""
     members = list(state.layout.jobs.get(name, []))
+    frontends = {n.name for n in state.layout.nodes if n.group in SERVING_GROUPS}
     newest = state.store.latest_window()
     held = [(s, e) for s, e, _n in state.store.window_list() if lo <= s < hi and newest is not None and s <= newest]
     wins = [(s, e, t) for t, s, e in filter(None, (state.store.cells(s) for s, _e in held))]
-    return job_visibility(wins, members) | {"members": len(members), "source": "live"}
+    return job_visibility(wins, members, frontends) | {"members": len(members), "source": "live"}
 
 
 def job_routes(state) -> list[tuple]:

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sinks.metrics.visibility import COLLECTIVE, visibility
+from sinks.metrics.visibility import COLLECTIVE, SERVING_GROUPS, visibility
 
-__all__ = ["ROCE_OPS", "NOT_VISIBLE", "job_visibility"]
+__all__ = ["ROCE_OPS", "NOT_VISIBLE", "SERVING_GROUPS", "job_visibility"]
 
 #: operation name -> matrix cell column (packets_est of records with that BTH opcode class)
 ROCE_OPS = {"send": "roce_send_packets_est", "write": "roce_write_packets_est",
@@ -46,10 +46,12 @@ def _node_cells(table: pa.Table, members: set[str]) -> tuple[np.ndarray, np.ndar
     return src[idx], dst[idx], _labels(t.column("category")), t
 
 
-def job_visibility(windows: list[tuple[int, int, pa.Table]], members: list[str]) -> dict:
+def job_visibility(windows: list[tuple[int, int, pa.Table]], members: list[str], frontends: set[str] = frozenset()
+                   ) -> dict:
     """The visibility of a job with ``members`` over held ``windows`` ((start, end, cells), oldest first):
     per window (start, end, share or None, state), the newest window's details, and RoCEv2 operations per
-    member node (packets sent, estimated) and for the job."""
+    member node (packets sent, estimated) and for the job. ``frontends``: nodes of the frontend groups (a job
+    they send to serves requests: ``serving`` when it sends no collectives)."""
     mset = set(members)
     per_window = []
     ops = {op: {} for op in ROCE_OPS}
@@ -59,7 +61,8 @@ def job_visibility(windows: list[tuple[int, int, pa.Table]], members: list[str])
         active = (set(src.tolist()) | set(dst.tolist())) & mset
         coll = np.isin(cat, list(COLLECTIVE)) & (src != dst) & np.isin(src, list(mset)) & np.isin(dst, list(mset))
         senders = set(src[coll].tolist())
-        share, state = visibility(active, senders)
+        served = bool(frontends) and bool((np.isin(src, list(frontends)) & np.isin(dst, list(mset))).any())
+        share, state = visibility(active, senders, served)
         per_window.append({"start_ms": int(ws), "end_ms": int(we), "share": share, "state": state,
                            "active": len(active), "seen": len(senders & active)})
         latest = {"state": state, "share": share, "active": sorted(active)[:MAX_LISTED],

@@ -343,7 +343,8 @@
 
   // a job's collective visibility (share of active members whose collectives the flows show; never "idle" when
   // members are active but no collective is seen) and its RoCEv2 operations by type per node (sFlow headers)
-  const VIS_TEXT = { visible: "collectives visible", partial: "collectives partly visible", idle: "idle: no member node active" };
+  const VIS_TEXT = { visible: "collectives visible", partial: "collectives partly visible", idle: "idle: no member node active",
+    serving: "serving: an inference job (frontends send to it), no collectives expected" };
   function renderVisibility(v) {
     const box = clear($("j-vis"));
     if (!v) return;

@@ -7,7 +7,8 @@ membership at the flow's time); *seen* members are those sending category ``coll
 ``persist_windows`` windows in a row, raises ``collectives_not_visible`` (dedup key ``collectives_not_visible|job``):
 its collectives run where the telemetry cannot see them (InfiniBand, RDMA on a fabric that is not sampled,
 NetFlow-only exporters), so the job's silence in the matrix, straggler and pattern answers is *not measured*, not
-idle. It resolves after ``resolve_windows`` windows with collectives seen (or with the job gone quiet). The same
+idle. A job that a node of ``serving_groups`` sends to (an inference job behind a frontend) is not judged: it
+has no collectives to see. It resolves after ``resolve_windows`` windows with collectives seen (or with the job gone quiet). The same
 rule as the metrics sink's ``job_collective_visibility_state`` (docs/metrics.md, "Collective visibility");
 docs/detectors.md, "Collective visibility". Pure logic: no clock, no Kafka.
 """
@@ -35,6 +36,7 @@ class VisibilityConfig:
     """Collective visibility parameters (docs/detectors.md, "Collective visibility")."""
 
     categories: tuple[str, ...] = Field(("collective", "rocev2"), description="App categories of a job's collective traffic")
+    serving_groups: tuple[str, ...] = Field(("frontend",), description="Inventory groups of frontends: a job they send to serves requests (inference) and is not judged")
     min_active: int = Field(2, ge=1, description="Active member nodes a window needs to be judged (fewer: neither adds nor resets evidence)")
     persist_windows: int = Field(6, ge=1, description="Consecutive windows with active members and no collective seen before the alert fires")
     resolve_windows: int = Field(3, ge=1, description="Windows without the condition before the alert resolves")
@@ -56,6 +58,8 @@ class VisibilityDetector(OneRuleDetector):
         judged: set[str] = set()
         if len(cells["sn"]):
             cats = [interner.index[c] for c in cfg.categories if c in interner.index]
+            fronts = [interner.index[g] for g in cfg.serving_groups if g in interner.index]
+            served = np.isin(cells["sg"], fronts) & (cells["sj"] != cells["dj"])
             in_job = cells["dj"] != empty
             coll = in_job & (cells["sj"] == cells["dj"]) & (cells["sn"] != cells["dn"]) & np.isin(cells["cat"], cats)
             for job_code in np.unique(cells["dj"][in_job]).tolist():
@@ -63,7 +67,7 @@ class VisibilityDetector(OneRuleDetector):
                 src_in = cells["sj"][rows] == job_code
                 active = set(cells["dn"][rows].tolist()) | set(cells["sn"][rows][src_in].tolist())
                 active.discard(empty)
-                if len(active) < cfg.min_active:
+                if len(active) < cfg.min_active or served[rows].any():  # too few, or an inference job
                     continue
                 job = interner.lookup(np.array([job_code]))[0]
                 judged.add(job)

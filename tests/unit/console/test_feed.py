@@ -78,3 +78,21 @@ def test_avro_patterns_and_timelines():
     assert [e["type"] for e in store.events()] == ["pattern"]
     assert [p["current_period_ms"] for p in store.pattern_records("train-a")] == [3100]
     assert store.timelines["train-a"]["iteration_period_ms"] == 2000
+
+
+def test_live_job_membership_replaces_the_layouts_jobs():
+    """inventory.jobs.v1 rows: the jobs shown become those holding nodes within the lookback (host names by their
+    short name), the file's jobs until the first row; a job that ended before the lookback is gone."""
+    from processors.logic.enrich.inventory.membership import Holding, holding_row
+
+    s = load_settings()
+    store = LiveStore(layout())
+    feed = KafkaFeed(s, store)
+    assert store.layout.jobs == {"train-a": layout().jobs["train-a"]}
+    now = WS + 600_000
+    old = Holding("slurm:1", "old-job", ("gpu01",), WS - 7_200_000, WS - 7_000_000)
+    live = Holding("slurm:2", "llm", ("gpu02.cluster.local", "gpu04", "not-a-node"), WS)
+    v0 = store.version
+    feed._take(s.kafka.topics.jobs, codec.encode_record("job_membership", holding_row(old, "slurm", WS - 7_000_000)))
+    feed.take_jobs([holding_row(live, "slurm", WS)], now_ms=now)
+    assert store.layout.jobs == {"llm": ["gpu02", "gpu04"]} and store.version > v0

@@ -50,6 +50,14 @@ def test_no_member_active_is_idle_and_each_window_is_judged():
     assert job_visibility([], MEMBERS)["state"] == "idle"
 
 
+def test_a_job_frontends_send_to_is_serving_unless_it_sends_collectives():
+    w = windows([[cell(0, "lb01", "g1", "other"), cell(0, "lb01", "g2", "other"), cell(0, "g1", "lb01", "other")]])
+    assert job_visibility(w, MEMBERS, {"lb01"})["state"] == "serving"
+    assert job_visibility(w, MEMBERS)["state"] == "not_visible"  # without the frontend known
+    w = windows([[cell(0, "lb01", "g1", "other"), cell(0, "g1", "g2", "collective")]])
+    assert job_visibility(w, MEMBERS, {"lb01"})["state"] == "visible"
+
+
 def test_roce_operations_per_sending_member_and_for_the_job():
     w = windows([[cell(0, "g1", "g2", "rocev2", roce_write_packets_est=800, roce_ack_packets_est=20, cnp_packets_est=3),
                   cell(0, "g2", "g1", "rocev2", roce_ack_packets_est=40, roce_read_request_packets_est=7),

@@ -17,11 +17,12 @@ COLS = ("sn", "dn", "sg", "dg", "sj", "dj", "cat", "sr", "dr")
 
 
 def cells(interner, rows):
-    """Cells from (src node, src job, dst node, dst job, category)."""
+    """Cells from (src node, src job, dst node, dst job, category); node lb01 is in group frontend."""
     c = interner.code
     cols = {k: [] for k in COLS}
     for sn, sj, dn, dj, cat in rows:
-        for k, v in zip(COLS, (sn, dn, "gpu", "gpu", sj, dj, cat, "r1", "r1")):
+        sg = "frontend" if sn == "lb01" else "gpu"
+        for k, v in zip(COLS, (sn, dn, sg, "gpu", sj, dj, cat, "r1", "r1")):
             cols[k].append(c(v))
     out = {k: np.array(v, np.int32) for k, v in cols.items()}
     n = len(rows)
@@ -57,6 +58,9 @@ def test_collectives_seen_quiet_job_and_lone_member_stay_quiet():
     assert run(lambda w: ETH_JOB)[1] == []
     assert run(lambda w: [("a", "", "b", "", "other")])[1] == []
     assert run(lambda w: [("stor", "", "g1", "j", "storage")])[1] == []  # one active member: min_active 2
+    # an inference job: a frontend sends it requests, its replicas answer; no collectives expected
+    assert run(lambda w: [("lb01", "", "g1", "j", "other"), ("lb01", "", "g2", "j", "other"),
+                          ("g1", "j", "g2", "j", "ssh")])[1] == []
 
 
 def test_collectives_appearing_reset_evidence_and_resolve():
