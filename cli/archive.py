@@ -346,3 +346,36 @@ def query_segmentation(
         _run(ctx, lambda q, lo, hi: q.segmentation(lo, hi, exporter=exporter), opts, "segmentation")
     else:
         _run(ctx, lambda q, lo, hi: segmentation_review(q, cfg, lo, hi, exporter=exporter), opts, "segmentation review")
+
+
+@query_app.command("drops")
+@with_query_options
+def query_drops(
+    ctx: typer.Context,
+    by: str = typer.Option("switch,port,node,job,reason", "--by", help="Group by, comma-separated: switch, port, "
+                           "node (behind the port), src_node, dst_node, job, reason."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Inventory file; default processors.inventory."),
+    opts: QueryOptions = QueryOptions(),
+):
+    """Dropped packets (sFlow drop notifications, discards_raw) per port, node, job and drop reason."""
+    from query.drops import drop_reasons
+    from replay import ReplayError
+    from replay.config import load_inventory
+
+    s = settings_of(ctx)
+    try:
+        inv = load_inventory(s.processors, str(inventory) if inventory is not None else None)
+    except ReplayError as e:
+        fail(str(e))
+    keys = tuple(k.strip() for k in by.split(",") if k.strip())
+
+    def run(q, lo, hi):
+        i = inv
+        if s.processors.jobs.source != "file" and lo is not None and hi is not None:  # the jobs that held then
+            from replay.memberships import archived_membership_rows, inventory_with_archived_jobs
+
+            rows = archived_membership_rows(q.fs, q.root, lo, hi)
+            i = inventory_with_archived_jobs(inv, rows, s.processors.jobs.kubernetes.pod_addresses)
+        return drop_reasons(q, i, lo, hi, keys)
+
+    _run(ctx, run, opts, "drops")

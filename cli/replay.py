@@ -93,6 +93,10 @@ def run_replay(
                 bar.update(task, visible=False)
                 ptask = bar.add_task("replay (batches)", total=len(flow_b) + len(counter_b))
             span = {"offsets": {f"{s}:{p}": list(v) for (s, p), v in sorted(src.read.items())}}
+            if settings.processors.jobs.source != "file":  # the live membership that held then, from inventory.jobs.v1
+                inv, span["job_membership_rows"] = _kafka_jobs(settings, src, frm, to, inventory)
+                if inv is not None:
+                    factory = rp.core_factory_from(settings.processors, overrides, inventory=inv, policy=policy)
 
         if factory is None:
             factory = rp.core_factory_from(settings.processors, overrides, inventory=inventory, policy=policy)
@@ -145,6 +149,26 @@ def _archived_jobs(settings, fs, root: str, src, inventory: str | None):
 
     p = settings.processors
     rows = archived_membership_rows(fs, root, src.frm_ms, src.to_ms, int(p.allowed_lateness_s * 1000))
+    base = load_inventory(p, inventory)
+    return inventory_with_archived_jobs(base, rows, p.jobs.kubernetes.pod_addresses), len(rows)
+
+
+def _kafka_jobs(settings, src, frm: str | None, to: str | None, inventory: str | None):
+    """(the inventory with the live job membership of the replayed range read from inventory.jobs.v1, rows used);
+    the range is --from/--to, else the event times of the flows read (None, 0 without flows)."""
+    from query.timerange import parse_time
+    from replay.config import load_inventory
+    from replay.core import FLOW_TIME
+    from replay.memberships import inventory_with_archived_jobs, kafka_membership_rows
+
+    p = settings.processors
+    if frm is not None and to is not None:
+        lo, hi = parse_time(frm), parse_time(to)
+    elif len(src.flows):
+        lo, hi = int(src.flows[FLOW_TIME].min()), int(src.flows[FLOW_TIME].max()) + 1
+    else:
+        return None, 0
+    rows = kafka_membership_rows(settings.kafka, lo, hi, int(p.allowed_lateness_s * 1000))
     base = load_inventory(p, inventory)
     return inventory_with_archived_jobs(base, rows, p.jobs.kubernetes.pod_addresses), len(rows)
 

@@ -25,6 +25,8 @@ from fabricflow.kafka import client_config
 from schemas import codec
 from schemas.matrix import decode_window
 
+from sinks.metrics.membership import JOBS_SNAPSHOT_MS, LiveMembership
+
 from .live import LiveStore
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,9 @@ class KafkaFeed:
         self.counters_topic = settings.kafka.topics.counters_raw
         # change markers and step marks (changes.v1, steps.v1) -> the MarkStore the server gives (console/marks.py)
         self.mark_topics = {settings.kafka.topics.changes: "change", settings.kafka.topics.steps: "step"}
+        # live job membership (inventory.jobs.v1): the jobs the views show follow the scheduler
+        self.jobs_topic = settings.kafka.topics.jobs
+        self.live_jobs = LiveMembership()
         self.marks = None
         self.ok = False
         self.error: str | None = "not connected yet"
@@ -90,7 +95,10 @@ class KafkaFeed:
         lookback = self.settings.console.lookback_s
         start = int((time.time() - lookback) * 1000)
         try:
-            found = consumer.offsets_for_times([TopicPartition(p.topic, p.partition, start) for p in parts], timeout=5)
+            # the job membership from one snapshot period earlier (every holding is published at least hourly)
+            found = consumer.offsets_for_times([TopicPartition(p.topic, p.partition, start - JOBS_SNAPSHOT_MS
+                                                               if p.topic == self.jobs_topic else start)
+                                                for p in parts], timeout=5)
             for p, f in zip(parts, found):
                 p.offset = f.offset if f.offset >= 0 else OFFSET_BEGINNING
         except KafkaException:
@@ -119,7 +127,8 @@ class KafkaFeed:
             try:
                 if consumer is None:
                     consumer = self._consumer()
-                    consumer.subscribe(list(self.topic_kind) + [self.counters_topic] + list(self.mark_topics),
+                    consumer.subscribe(list(self.topic_kind) + [self.counters_topic] + list(self.mark_topics)
+                                       + [self.jobs_topic],
                                        on_assign=self._on_assign)
                 now = time.monotonic()
                 if now - last_meta > (5.0 if self.ok else 2.0):
@@ -152,6 +161,18 @@ class KafkaFeed:
             except Exception:
                 pass
 
+    def take_jobs(self, rows: list[dict], now_ms: int | None = None) -> None:
+        """Membership rows: the layout's jobs become those holding nodes within the console's lookback (the
+        inventory file's jobs until the first row)."""
+        if not self.live_jobs.add(rows):
+            return
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        names = {n.name for n in self.store.layout.nodes}
+        jobs = self.live_jobs.jobs_between(now - int(self.settings.console.lookback_s * 1000), now + 1, names)
+        with self.store.lock:
+            self.store.layout.jobs = jobs
+            self.store.version += 1
+
     def _take(self, topic: str, value: bytes | None) -> None:
         if not value:
             return
@@ -159,6 +180,9 @@ class KafkaFeed:
         try:
             if topic == self.counters_topic:
                 self.store.add_counters(codec.decode_batch(value, expect="counter_batch"))
+                return
+            if topic == self.jobs_topic:
+                self.take_jobs([codec.decode_record(value, expect="job_membership")])
                 return
             mark = self.mark_topics.get(topic)
             if mark is not None:

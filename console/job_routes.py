@@ -13,8 +13,20 @@ from sinks.archive.fs import ArchiveUnavailable
 from . import events as ev
 from . import views
 from .http import Params, answered_fields
+from .visibility import SERVING_GROUPS, job_visibility
 
 DEFAULT_RANGE_MS = 15 * 60_000
+
+
+def _visibility(state, name: str, lo: int, hi: int) -> dict:
+    """The job's collective visibility and RoCEv2 operations over the complete live windows starting in [lo, hi)
+    (console.visibility); the members are the inventory's (or the live job source's) at the console."""
+    members = list(state.layout.jobs.get(name, []))
+    frontends = {n.name for n in state.layout.nodes if n.group in SERVING_GROUPS}
+    newest = state.store.latest_window()
+    held = [(s, e) for s, e, _n in state.store.window_list() if lo <= s < hi and newest is not None and s <= newest]
+    wins = [(s, e, t) for t, s, e in filter(None, (state.store.cells(s) for s, _e in held))]
+    return job_visibility(wins, members, frontends) | {"members": len(members), "source": "live"}
 
 
 def job_routes(state) -> list[tuple]:
@@ -75,7 +87,8 @@ def job_routes(state) -> list[tuple]:
         out = views.job_view(state.layout, name, scores, phases, bin_ms, period, state.store.pattern_records(name),
                              traffic)
         stragglers = [e for e in ev.straggler_events(scores, state.store.window_ms)]
+        vis = await run_in_threadpool(_visibility, state, name, lo, hi)
         return out | {"start_ms": lo, "end_ms": hi, "source": source, "stragglers": stragglers,
-                      **answered_fields(answered)}
+                      "visibility": vis, **answered_fields(answered)}
 
     return [("/api/jobs", jobs), ("/api/job", job)]

@@ -22,12 +22,16 @@ import pyarrow as pa
 from . import events as ev
 from . import views
 from .layout import Layout
+from .visibility import ROCE_OPS
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 # names dictionary-encoded: a window's 262k cells name a few hundred nodes (views.pair_sums works on the codes)
 CELL_SCHEMA = pa.schema([("level", _DICT), ("src", _DICT), ("dst", _DICT), ("category", _DICT), ("bytes_est", pa.int64()), ("packets_est", pa.int64()),
                          ("flow_records", pa.int64()), ("samples", pa.int64())])
-_CELL_COLS = [f.name for f in CELL_SCHEMA]
+# a live window's cells also keep the RoCEv2 operations by type (console.visibility); 0 in cells without them
+WINDOW_SCHEMA = pa.schema([*CELL_SCHEMA, *[(c, pa.int64()) for c in ROCE_OPS.values()]])
+_CELL_COLS = [f.name for f in WINDOW_SCHEMA]
+_OPTIONAL = frozenset(ROCE_OPS.values())
 
 
 class _Window:
@@ -42,7 +46,7 @@ class _Window:
 
     def add(self, r: dict) -> None:
         for c in _CELL_COLS:
-            self.pending[c].append(r[c])
+            self.pending[c].append(r.get(c, 0) if c in _OPTIONAL else r[c])
         self.cells += 1
 
     def add_window(self, w) -> None:
@@ -61,16 +65,16 @@ class _Window:
     def table(self) -> pa.Table:
         if self.pending["src"]:
             cols = {}
-            for f in CELL_SCHEMA:
+            for f in WINDOW_SCHEMA:
                 v = self.pending[f.name]
                 cols[f.name] = pa.array(v, pa.string()).dictionary_encode() if f.type == _DICT else pa.array(v, f.type)
-            self.tables.append(pa.table(cols, schema=CELL_SCHEMA))
+            self.tables.append(pa.table(cols, schema=WINDOW_SCHEMA))
             self.pending = {c: [] for c in _CELL_COLS}
         if len(self.tables) > 8:  # chunks keep their own dictionaries; views handle chunked columns
             self.tables = [pa.concat_tables(self.tables).unify_dictionaries().combine_chunks()]
         if len(self.tables) > 1:
             return pa.concat_tables(self.tables)
-        return self.tables[0] if self.tables else CELL_SCHEMA.empty_table()
+        return self.tables[0] if self.tables else WINDOW_SCHEMA.empty_table()
 
 
 class PortState:
@@ -272,7 +276,7 @@ class LiveStore:
             ws = [w for s, w in self.windows.items() if lo <= s < hi]
             tables = [w.table() for w in ws]
         if not tables:
-            return CELL_SCHEMA.empty_table(), 0
+            return WINDOW_SCHEMA.empty_table(), 0
         return pa.concat_tables(tables), len(tables)
 
     def node_totals(self, lo: int | None = None, hi: int | None = None, complete_only: bool = True

@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 SCENARIOS = ("healthy", "straggler", "link_downgrade", "incast", "segmentation", "lb_skew", "storage_slowdown",
              "storage_link", "congestion", "syn_storm", "incast_ecn", "incast_dcqcn", "congestion_nocnp", "link_flap",
-             "mixed", "fabric_healthy", "ecmp_polarised", "rail_degraded", "job_spread")
+             "mixed", "fabric_healthy", "ecmp_polarised", "rail_degraded", "job_spread", "collectives_invisible")
 # scored by compare only (offline; docs/detection-quality.md, "Compare around a change")
 COMPARE_SCENARIOS = ("tuning",)
 SCENARIO_DIR = REPO / "scenarios"

@@ -253,6 +253,8 @@ def expected_detections(
             exp.append(Expected("rail_imbalance", f, frozenset([e["node"], e["nic"]])))
         elif f.kind == "placement_spread":
             exp.append(Expected("job_spread", f, frozenset([e["job"]])))
+        elif f.kind == "collectives_invisible":
+            exp.append(Expected("collectives_not_visible", f, frozenset([e["job"]])))
         else:
             uncovered.append(f)
     return exp, uncovered

@@ -189,7 +189,7 @@ class ProcessorSettings(_Section):
     metrics_port: int = Field(9181, ge=0, le=65535, description="Prometheus /metrics port for processors (0 = disabled)")
     detectors: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description="Detector parameter overrides by detector name (incast, straggler, link, matrix, pattern, lb_skew, storage_bound, timeline, congestion, conn_storm, diagnosis, fabric_balance, job_spread); see docs/detectors.md",
+        description="Detector parameter overrides by detector name (incast, straggler, link, matrix, pattern, lb_skew, storage_bound, timeline, congestion, conn_storm, diagnosis, fabric_balance, job_spread, visibility); see docs/detectors.md",
     )
     policy: str | None = Field(None, description="Segmentation / security policy file (YAML); see docs/alerts.md; re-read every inventory_reload_s")
     categories: str | None = Field(

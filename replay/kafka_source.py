@@ -167,7 +167,7 @@ class KafkaSource:
         return slice_batches(self.counters, COUNTER_TIME, self.slice_ms)
 
 
-def _read_range(consumer, tp, start: int, end: int, timeout_s: float, on_message=None) -> list:
+def read_range(consumer, tp, start: int, end: int, timeout_s: float, on_message=None) -> list:
     """Messages of ``tp`` with start <= offset < end, in offset order, counted as read."""
     if end <= start:
         return []
@@ -223,7 +223,7 @@ def kafka_source(
         parts, read = _read_all(consumer, *args)
     else:
         for wait_ms in (FAST_FETCH_WAIT_MS, SLOW_FETCH_WAIT_MS):
-            consumer = Consumer(_replay_consumer_config(kafka_settings, wait_ms))
+            consumer = Consumer(replay_consumer_config(kafka_settings, wait_ms))
             try:
                 parts, read = _read_all(consumer, *args)
                 break
@@ -247,7 +247,7 @@ def kafka_source(
     return KafkaSource(flows, counters, read, slice_ms)
 
 
-def _replay_consumer_config(kafka_settings, fetch_wait_ms: int) -> dict:
+def replay_consumer_config(kafka_settings, fetch_wait_ms: int) -> dict:
     from fabricflow.kafka import client_config
 
     conf = client_config(kafka_settings)
@@ -297,7 +297,7 @@ def _read_all(consumer, topics, offsets, lo_ms, hi_ms, grace_ms, timeout_s, on_m
         tp = TopicPartition(topics[s], p)
         if b is None:
             _low, b = partition_end(consumer, tp, timeout_s=timeout_s)
-        msgs = _read_range(consumer, tp, a, b, timeout_s, on_message)
+        msgs = read_range(consumer, tp, a, b, timeout_s, on_message)
         if msgs:
             read[(s, p)] = (msgs[0].offset(), msgs[-1].offset(), len(msgs))
         want = "flow_batch" if s == "flows" else "counter_batch"

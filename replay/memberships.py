@@ -17,7 +17,7 @@ from processors.logic.enrich.inventory.membership import book_from_rows
 
 from .core import HOUR_MS, ReplayError
 
-__all__ = ["archived_membership_rows", "inventory_with_archived_jobs"]
+__all__ = ["archived_membership_rows", "inventory_with_archived_jobs", "kafka_membership_rows"]
 
 #: How far before a range the rows are read: the snapshot period (every holding is published at least hourly).
 SNAPSHOT_MS = HOUR_MS
@@ -46,6 +46,45 @@ def archived_membership_rows(fs, root: str, frm_ms: int, to_ms: int, lateness_ms
         tc = t.column("version_ms")
         t = t.filter(pc.and_(pc.greater_equal(tc, lo), pc.less(tc, hi)))
         rows.extend(t.to_pylist())
+    rows.sort(key=lambda r: r["version_ms"])
+    return rows
+
+
+def kafka_membership_rows(kafka_settings, frm_ms: int, to_ms: int, lateness_ms: int = 0, *, timeout_s: float = 5.0,
+                          consumer=None) -> list[dict[str, Any]]:
+    """The ``inventory.jobs.v1`` rows published in [frm_ms - 1 h - lateness, to_ms + lateness), oldest first: a
+    Kafka replay's membership, as the archive's rows are an archive replay's (record timestamps located by
+    binary search, then ``version_ms`` filtered; an absent topic gives no rows)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from schemas import codec
+
+    from .kafka_source import SLOW_FETCH_WAIT_MS, read_range, replay_consumer_config, find_offset_for_time, \
+        partition_end
+
+    lo, hi = frm_ms - SNAPSHOT_MS - lateness_ms, to_ms + lateness_ms
+    topic = kafka_settings.topics.jobs
+    own = consumer is None
+    if own:
+        consumer = Consumer(replay_consumer_config(kafka_settings, SLOW_FETCH_WAIT_MS))
+    rows: list[dict[str, Any]] = []
+    try:
+        tm = consumer.list_topics(timeout=timeout_s).topics.get(topic)
+        for p in sorted(tm.partitions) if tm is not None and tm.error is None else []:
+            tp = TopicPartition(topic, p)
+            low, end = partition_end(consumer, tp, timeout_s=timeout_s)
+            a = find_offset_for_time(consumer, tp, lo, low, end, timeout_s=timeout_s)
+            b = find_offset_for_time(consumer, tp, hi, a, end, timeout_s=timeout_s)
+            for m in read_range(consumer, tp, a, b, timeout_s):
+                try:
+                    r = codec.decode_record(m.value(), expect="job_membership")
+                except codec.CodecError as e:
+                    raise ReplayError(f"{topic}[{p}] offset {m.offset()}: {e}") from None
+                if lo <= int(r["version_ms"]) < hi:
+                    rows.append(r)
+    finally:
+        if own:
+            consumer.close()
     rows.sort(key=lambda r: r["version_ms"])
     return rows
 

@@ -14,8 +14,10 @@ console-compare.png (train-b around its change marker) and console-jobs-change.p
 console-topology-512.png (rack bubbles), console-topology-open.png (a rack opened, an uplink's history) and
 console-rails.png (the per-rail view).
 
+``--visibility``: console-job-visibility.png and console-job-roce.png from a made-up two-job cluster (no Kafka).
+
 Usage: .venv/bin/python scripts/console-screenshots.py [--out docs/images] [--base-port 31300]
-       [--closed-loop | --fabric]
+       [--closed-loop | --fabric | --visibility]
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def main() -> int:
                     "backfilled tuning scenario instead.")
     ap.add_argument("--fabric", action="store_true", help="The topology graph and rail shots of a generated "
                     "512-node fabric instead.")
+    ap.add_argument("--visibility", action="store_true", help="The collective visibility shots of the jobs view "
+                    "(a made-up cluster, no Kafka) instead.")
     args = ap.parse_args()
     why = available()
     if why:
@@ -54,6 +58,8 @@ def main() -> int:
         return closed_loop(out, args.base_port, driver_port)
     if args.fabric:
         return fabric(out, _console, driver_port)
+    if args.visibility:
+        return visibility(out, _console, driver_port)
     with tempfile.TemporaryDirectory(prefix="fabricflow-shots-") as tmp:
         with scenario_with_console("mixed", Path(tmp) / "mixed", base_port=args.base_port,
                                    duration_s=args.duration) as run:
@@ -123,6 +129,66 @@ def fabric(out: Path, port: int, driver_port: int) -> int:
                 time.sleep(1.5)
                 if not shoot(d, out / f"console-{name}.png"):
                     return 1
+    return 0
+
+
+def visibility(out: Path, port: int, driver_port: int) -> int:
+    """console-job-visibility.png (ib-train: 8 nodes on InfiniBand, only storage and SSH over IP) and
+    console-job-roce.png (llm-a: 8 nodes in a RoCEv2 ring) from live matrix windows made up here."""
+    import threading
+
+    import uvicorn
+
+    from console.app import ConsoleState, create_app
+    from console.layout import Layout
+    from console.live import LiveStore
+    from processors.logic.enrich.inventory import Inventory
+
+    ib = [f"ib{k:02d}" for k in range(1, 9)]
+    eth = [f"gpu{k:02d}" for k in range(1, 9)]
+    nodes = [{"name": n, "ips": [f"10.1.{j}.{k}"], "rack": f"r{j}", "group": "gpu", "capacity": "400G"}
+             for j, names in ((1, eth), (2, ib)) for k, n in enumerate(names, 1)]
+    nodes.append({"name": "stor01", "ips": ["10.9.0.1"], "rack": "r9", "group": "storage", "capacity": "400G"})
+    inv = Inventory.from_dict({"nodes": nodes, "jobs": [{"name": "llm-a", "nodes": eth}, {"name": "ib-train", "nodes": ib}]})
+    layout = Layout.from_inventory(inv)
+    store = LiveStore(layout)
+    t0 = int(time.time() * 1000) // 10_000 * 10_000 - 60_000
+    for w in range(6):
+        ws = t0 + w * 10_000
+
+        def cell(src, dst, cat, b, **ops):
+            store.add("matrix", {"window_start_ms": ws, "window_end_ms": ws + 10_000, "level": "node", "src": src,
+                                 "dst": dst, "category": cat, "bytes_est": b, "packets_est": b // 4096,
+                                 "flow_records": 4, "samples": 200, **ops})
+        for k, n in enumerate(eth):  # a ring: writes, their acks back; gpu04 is marked and answers with CNPs
+            nxt = eth[(k + 1) % len(eth)]
+            cell(n, nxt, "rocev2", 40_000_000_000, roce_write_packets_est=9_500_000 - 400_000 * (n == "gpu03"),
+                 roce_send_packets_est=2_000)
+            cell(nxt, n, "rocev2", 200_000_000, roce_ack_packets_est=480_000, cnp_packets_est=3_000 * (nxt == "gpu04"))
+        for n in ib:  # InfiniBand job: over IP only dataset reads and SSH
+            cell("stor01", n, "storage", 3_000_000_000)
+            cell(n, "stor01", "storage", 20_000_000)
+        cell(ib[0], ib[1], "ssh", 40_000)
+    store.last_record_ms -= 2000
+    shots = {"console-job-visibility.png": "#view=jobs&job=ib-train", "console-job-roce.png": "#view=jobs&job=llm-a"}
+    server = uvicorn.Server(uvicorn.Config(create_app(ConsoleState(layout, store, None, None)), host="127.0.0.1",
+                                           port=port, log_level="warning", lifespan="off"))
+    server.install_signal_handlers = lambda: None
+    threading.Thread(target=server.run, daemon=True).start()
+    wait_for(lambda: server.started, 15, "the console")
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        for name, frag in shots.items():
+            with browser(1600, 760, driver_port=driver_port) as d:
+                d.get(url + frag)
+                wait_rendered(d, "jobs")
+                time.sleep(1.5)
+                ok = shoot(d, out / name)
+                d.get("about:blank")
+                if not ok:
+                    return 1
+    finally:
+        server.should_exit = True
     return 0
 
 

@@ -341,6 +341,37 @@
 
   // ------------------------------------------------------------------ jobs
 
+  // a job's collective visibility (share of active members whose collectives the flows show; never "idle" when
+  // members are active but no collective is seen) and its RoCEv2 operations by type per node (sFlow headers)
+  const VIS_TEXT = { visible: "collectives visible", partial: "collectives partly visible", idle: "idle: no member node active",
+    serving: "serving: an inference job (frontends send to it), no collectives expected" };
+  function renderVisibility(v) {
+    const box = clear($("j-vis"));
+    if (!v) return;
+    const text = v.state === "not_visible" ? v.not_visible_text : VIS_TEXT[v.state];
+    const L = v.latest;
+    box.appendChild(el("h4", {}, "Collective visibility ",
+      el("span", { id: "j-vis-state", class: "vis " + v.state, "data-state": v.state }, text)));
+    box.appendChild(el("div", { class: "muted" },
+      v.state === "idle" ? (v.windows.length ? "no member of the job's " + v.members + " nodes sent or received in the latest live window"
+        : "the console holds no complete matrix window yet") :
+        "latest window " + fmtTime(L.start_ms) + ": " + L.seen.length + " of " + L.active.length + " active members send collective / RoCEv2 traffic to another member (" +
+        fmtPct(v.share) + ")" + (L.not_seen.length ? " · not seen: " + L.not_seen.join(", ") : "") +
+        " · per window: " + v.windows.map((w) => (w.share === null ? "idle" : fmtPct(w.share))).join(" / ")));
+    const R = v.roce_ops;
+    if (!R.nodes.length) {
+      box.appendChild(el("div", { class: "muted" }, "RoCEv2 operations: none seen (they come from BTH opcodes in sFlow header samples; NetFlow/IPFIX carry none)"));
+      return;
+    }
+    const head = el("tr", {}, el("th", {}, "node (sender)"), ...R.ops.map((o) => el("th", { class: "num" }, o.replace("_", " "))));
+    const body = el("tbody", {});
+    body.appendChild(el("tr", { class: "total" }, el("td", {}, "job"), ...R.ops.map((o) => el("td", { class: "num" }, fmtNum(R.job[o])))));
+    for (const n of R.nodes) body.appendChild(el("tr", {}, el("td", {}, n.node), ...R.ops.map((o) => el("td", { class: "num" }, fmtNum(n[o])))));
+    box.appendChild(el("table", { id: "j-roce" }, el("caption", { class: "muted" }, "RoCEv2 operations by type, estimated packets over the held windows"),
+      el("thead", {}, head), body));
+  }
+  function fmtNum(x) { return x >= 1e9 ? (x / 1e9).toFixed(1) + " G" : x >= 1e6 ? (x / 1e6).toFixed(1) + " M" : x >= 1e3 ? (x / 1e3).toFixed(1) + " k" : String(x); }
+
   async function renderJobs() {
     const jobs = (await api("jobs")).jobs;
     const sel = $("j-job");
@@ -355,6 +386,7 @@
       (jobs.find((j) => j.live_scores > 0) || jobs[0]).name;
     sel.value = name;
     const d = await api("job", Object.assign({ name }, timeParams()));
+    renderVisibility(d.visibility);
     // change markers, and for an archive range the job's steps: fetched before anything is drawn
     const mk = await marksFor({ job: name });
     const st = state.mode === "range" ? await api("steps", Object.assign({ job: name }, timeParams())).catch(() => null) : null;

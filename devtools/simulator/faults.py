@@ -43,6 +43,15 @@ class FaultEffects:
                 factor *= 1 - ov + ov * float(f.params.get("fraction", 0.3))
         return factor
 
+    def visible_factor(self, job: str, a0: int, a1: int) -> float:
+        """Share of a job's collective bytes the exporters see (collectives_invisible: its collectives run where
+        no exporter samples, e.g. InfiniBand)."""
+        factor = 1.0
+        for f in self.by_kind.get("collectives_invisible", ()):
+            if f.params["job"] == job:
+                factor *= 1 - self._frac(f, a0, a1)
+        return factor
+
     def storage_factor(self, storage: str, a0: int, a1: int) -> float:
         factor = 1.0
         for f in self.by_kind.get("storage_slowdown", ()):
@@ -316,7 +325,7 @@ def fault_labels(scen: Scenario, start_ms: int, duration_ms: int) -> list[dict]:
         elif f.kind == "rail_degraded":
             nic = next(c for c in nodes[p["node"]].nics if c.rail == int(p["rail"]))
             ent = {"node": p["node"], "nic": nic.name, "rail": nic.rail, "switch": nic.switch, "if_index": nic.if_index}
-        elif f.kind == "placement_spread":
+        elif f.kind in ("placement_spread", "collectives_invisible"):
             ent = {"job": p["job"], "nodes": list(scen.cluster.jobs[p["job"]])}
         out.append(
             {

@@ -44,6 +44,7 @@ FAULT_KINDS = frozenset(
         "ecmp_polarised",
         "rail_degraded",
         "placement_spread",
+        "collectives_invisible",
     }
 )
 
@@ -520,8 +521,8 @@ def _check_faults(scen: Scenario) -> None:
             for name in p.get(key) or []:
                 if name not in nodes:
                     raise ScenarioError(f"fault {f.kind}: unknown node {name!r} in {key}")
-        if f.kind == "congestion" and "job" not in p:
-            raise ScenarioError("congestion: needs job")
+        if f.kind in ("congestion", "collectives_invisible") and "job" not in p:
+            raise ScenarioError(f"{f.kind}: needs job")
         if f.kind == "syn_storm" and (not p.get("targets") or "node" not in p):
             raise ScenarioError("syn_storm: needs node and targets")
         if f.kind == "ecmp_polarised" and scen.cluster.fabric.uplinks.get(p.get("switch"), []) == []:

@@ -113,6 +113,8 @@ class TrafficModel:
                          mods=None) -> None:
         """``nbytes`` from src to dst; between rail-optimised nodes, split evenly over their common rails (rank r's
         traffic on rail r: NIC r to NIC r)."""
+        if mods is not None:  # collectives_invisible: not on any sampled path (InfiniBand)
+            nbytes *= mods.visible_factor(w.job, a0, a1)
         if nbytes <= 0 or a1 <= a0:
             return
         nodes = self.scen.cluster.nodes

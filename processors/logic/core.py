@@ -28,6 +28,7 @@ from .detectors.connstorm import ConnStormConfig
 from .detectors.fabric import FabricBalanceConfig
 from .detectors.incast import IncastConfig
 from .detectors.jobspread import JobSpreadConfig
+from .detectors.visibility import VisibilityConfig
 from .detectors.lbskew import LbSkewConfig
 from .detectors.linkhealth import LinkHealthConfig
 from .detectors.pattern import PatternConfig
@@ -61,6 +62,7 @@ _SECTIONS = {
     "diagnosis": DiagnosisConfig,
     "fabric_balance": FabricBalanceConfig,
     "job_spread": JobSpreadConfig,
+    "visibility": VisibilityConfig,
 }
 
 

@@ -31,6 +31,7 @@ from .detectors.pattern import PatternConfig, PatternDetector
 from .detectors.storagebound import StorageBoundConfig, StorageBoundDetector
 from .detectors.straggler import StragglerConfig, StragglerDetector
 from .detectors.timeline import PhaseAggregator, TimelineConfig, TimelineDetector
+from .detectors.visibility import VisibilityConfig, VisibilityDetector
 from .diagnosis.catalog import DiagnosisConfig
 from .diagnosis.feed import Diagnoser
 from .windows.interning import Interner, RowInterner
@@ -43,11 +44,11 @@ __all__ = ["EngineConfig", "Engine", "Output", "KINDS", "DETECTORS"]
 KINDS = ("matrix", "incast", "straggler", "link", "pattern")  # output kinds of their own topics (plus "alert")
 # names in EngineConfig.enabled: lb_skew, storage_bound, congestion and conn_storm emit "alert", timeline emits "pattern";
 # diagnosis adds the bottleneck diagnosis to incast, straggler, link and congestion outputs
-# fabric_balance (uplink_imbalance, rail_imbalance) and job_spread emit "alert" too
+# fabric_balance (uplink_imbalance, rail_imbalance), job_spread and visibility (collectives_not_visible) emit "alert" too
 DETECTORS = (*KINDS, "lb_skew", "storage_bound", "timeline", "congestion", "conn_storm", "diagnosis", "fabric_balance",
-             "job_spread")
+             "job_spread", "visibility")
 MAIN_KINDS = {"matrix", "straggler", "pattern", "lb_skew", "storage_bound", "congestion", "conn_storm", "fabric_balance",
-              "job_spread"}  # detectors on the main windows
+              "job_spread", "visibility"}  # detectors on the main windows
 # string columns of a flow batch the detectors use, as interner codes (in this order: KEY_COLUMNS of a cell)
 CODED_FIELDS = ("src_node", "dst_node", "src_group", "dst_group", "src_job", "dst_job", "category", "src_rack", "dst_rack")
 SNAPSHOT_VERSION = 1
@@ -77,6 +78,7 @@ class EngineConfig:
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     fabric_balance: FabricBalanceConfig = field(default_factory=FabricBalanceConfig)
     job_spread: JobSpreadConfig = field(default_factory=JobSpreadConfig)
+    visibility: VisibilityConfig = field(default_factory=VisibilityConfig)
     time_field: str = "time_end_ms"
     enabled: tuple[str, ...] = DETECTORS
 
@@ -121,6 +123,7 @@ class Engine:
         # topology and rack sizes come with the inventory (ProcessorCore.set_inventory -> set_inventory)
         self.fabric = FabricBalanceDetector(cfg.fabric_balance, cfg.window.size_ms)
         self.job_spread = JobSpreadDetector(cfg.job_spread, cfg.window.size_ms)
+        self.visibility = VisibilityDetector(cfg.visibility, cfg.window.size_ms)
         self.incast_starts: dict[str, int] = {}  # open incast event id -> its first window start
         self.records_in = 0
         self.last_codes: dict[str, np.ndarray] | None = None  # string columns of the last flow batch, as interner codes
@@ -292,6 +295,8 @@ class Engine:
             out.extend(Output("alert", a["dedup_key"], a) for a in self.fabric.advance(we))
         if "job_spread" in en:
             out.extend(Output("alert", a["dedup_key"], a) for a in self.job_spread.on_window(ws, we, cells, self.interner))
+        if "visibility" in en:
+            out.extend(Output("alert", a["dedup_key"], a) for a in self.visibility.on_window(ws, we, cells, self.interner))
         return out
 
     def set_inventory(self, inventory) -> None:
@@ -433,6 +438,7 @@ class Engine:
             "conn_storm": self.conn_storm.snapshot(),
             "fabric_balance": self.fabric.snapshot(),
             "job_spread": self.job_spread.snapshot(),
+            "visibility": self.visibility.snapshot(),
             "incast_starts": dict(sorted(self.incast_starts.items())),
             "phases": self.phases.snapshot(),
             "timeline": self.timeline.snapshot(),
@@ -462,6 +468,8 @@ class Engine:
         if "fabric_balance" in snap:
             self.fabric.restore(snap["fabric_balance"])
             self.job_spread.restore(snap["job_spread"])
+        if "visibility" in snap:
+            self.visibility.restore(snap["visibility"])
         self.incast_starts = {k: int(v) for k, v in snap.get("incast_starts", {}).items()}
         if "timeline" in snap:
             self.phases.restore(snap["phases"])

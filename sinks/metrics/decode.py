@@ -20,7 +20,7 @@ __all__ = ["Undecodable", "STREAM_OF", "SCHEMAS", "decode_value"]
 #: What the sink reads: its kind (the ``topic`` label's key) -> the stream (fabricflow/streams.py).
 STREAM_OF = {"matrix": "matrix", "counters": "counters_raw", "link": "link_health", "incast": "incast",
              "straggler": "straggler", "alerts": "alerts", "patterns": "patterns", "changes": "changes",
-             "discards": "discards_raw"}
+             "discards": "discards_raw", "jobs": "jobs"}
 #: Kind -> Avro schema name, from the stream catalog; patterns: None = Avro single-object or JSON (its old form).
 SCHEMAS = {k: None if k == "patterns" else streams.BY_NAME[name].schema for k, name in STREAM_OF.items()}
 

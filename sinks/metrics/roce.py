@@ -25,8 +25,8 @@ _COLUMNS = tuple(zip(ROCE_OPS, (*ROCE_OP_COLUMNS, "cnp_packets_est")))
 class RoceFamilies:
     """``family(name, doc, labels, kind)`` registers a family; ``jobs_at(t_ms)``: {node: job} at a time."""
 
-    def __init__(self, family, jobs_at: Callable[[int], dict[str, str]]):
-        self.visibility = VisibilityFamilies(family, jobs_at)  # the job's collectives seen at all (RoCEv2 or TCP)
+    def __init__(self, family, jobs_at: Callable[[int], dict[str, str]], frontend: Callable[[str], bool] | None = None):
+        self.visibility = VisibilityFamilies(family, jobs_at, frontend)  # the job's collectives seen at all (RoCEv2 or TCP)
         self.node = family("node_roce_operations_total", "Estimated RoCEv2 packets per node, direction and "
                            "operation (BTH opcode of sFlow header samples)", ("node", "direction", "op"), COUNTER)
         self.job = family("job_roce_operations_total", "Estimated RoCEv2 packets sent by a job's nodes, per "

@@ -28,6 +28,7 @@ from processors.config_files import InventoryWatcher
 from processors.logic.enrich.inventory import Inventory
 
 from .decode import STREAM_OF
+from .membership import JOBS_SNAPSHOT_MS
 from .state import KINDS, MetricsState
 
 log = logging.getLogger("fabricflow.metrics")
@@ -67,6 +68,7 @@ class MetricsService:
         self.topic_kind = {streams.topic_of(settings.kafka, STREAM_OF[k]): k for k in KINDS}
         self.state = MetricsState(inventory, m.series_budget, {k: t for t, k in self.topic_kind.items()},
                                   duplicate_horizon_s=m.duplicate_horizon_s)
+        self.state.live_jobs.pod_addresses = settings.processors.jobs.kubernetes.pod_addresses
         self.registry = CollectorRegistry()
         self.registry.register(self.state)
         self.lock = threading.Lock()
@@ -143,7 +145,7 @@ class MetricsService:
         """Start fresh partitions near the lookback time where the broker can say where that is (optional)."""
         since = self.start_ms - self.lookback_ms
         try:
-            found = consumer.offsets_for_times([TopicPartition(t, p, since) for t, p in fresh], timeout=5)
+            found = consumer.offsets_for_times([TopicPartition(t, p, self._since(t, since)) for t, p in fresh], timeout=5)
         except KafkaException as e:
             log.info("offsets_for_times unavailable (%s): reading fresh partitions from the start", e)
             return
@@ -154,6 +156,11 @@ class MetricsService:
             if (p.topic, p.partition) in at:
                 p.offset = at[(p.topic, p.partition)]
         consumer.assign(partitions)
+
+    def _since(self, topic: str, since_ms: int) -> int:
+        """Where a fresh partition starts: the lookback, and for the job membership one snapshot period more
+        (every holding is published at least hourly: the last snapshot before the lookback is read)."""
+        return since_ms - JOBS_SNAPSHOT_MS if self.topic_kind.get(topic) == "jobs" else since_ms
 
     def _on_revoke(self, consumer, partitions) -> None:
         # Scrapes committed what they showed; messages applied since are read again by the next owner (with
@@ -212,7 +219,7 @@ class MetricsService:
             offsets[tp] = m.offset() + 1
             if tp in self._fresh:
                 ts_type, ts = m.timestamp()
-                if ts_type != 0 and 0 <= ts < since:  # 0 = TIMESTAMP_NOT_AVAILABLE
+                if ts_type != 0 and 0 <= ts < self._since(topic, since):  # 0 = TIMESTAMP_NOT_AVAILABLE
                     skipped[kind] = skipped.get(kind, 0) + 1
                     continue
             vals, keys = groups.setdefault(kind, ([], []))

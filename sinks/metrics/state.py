@@ -27,6 +27,8 @@ from .budget import PairBudget
 from .dedup import CellKeys, SeenIds
 from .decode import STREAM_OF, Undecodable, decode_value
 from .drops import DropFamilies
+from .membership import LiveMembership
+from .visibility import SERVING_GROUPS
 from .roce import RoceFamilies
 from .fabric import FabricMetrics
 from .labels import UNKNOWN, node_label
@@ -84,7 +86,9 @@ class MetricsState:
         ttl_s: float = 600.0,
         duplicate_horizon_s: float = 300.0,
     ):
-        self.inventory = inventory or Inventory.empty()
+        self.inventory = self.base_inventory = inventory or Inventory.empty()
+        self._groups: tuple[Inventory | None, set[str]] = (None, set())  # frontend nodes of an inventory
+        self.live_jobs = LiveMembership()  # inventory.jobs.v1: the scheduler's membership over the file's jobs
         self.topics = {k: (topics or {}).get(k, k) for k in KINDS}
         self.ttl_s = ttl_s
         self.families: list[Family] = []
@@ -119,7 +123,7 @@ class MetricsState:
         self.port_errors = F("sflow_port_errors_total", "Port errors (ifIn/OutErrors)", (*port, "direction"), COUNTER, t)
         self.port_discards = F("sflow_port_discards_total", "Port discards (ifIn/OutDiscards)", (*port, "direction"), COUNTER, t)
         self.port_up = F("sflow_port_oper_up", "1 when the port is operationally up", port, GAUGE, t)
-        self.drops, self.roce = DropFamilies(F, t), RoceFamilies(F, self._jobs_at)  # drop reasons; RoCEv2 ops
+        self.drops, self.roce = DropFamilies(F, t), RoceFamilies(F, self._jobs_at, self._frontend)  # drop reasons; RoCEv2 ops
         self.bandwidth = F("node_interface_bandwidth_bytes", "Node link bandwidth in bytes/s: live ifSpeed/8 of its switch port(s), else the inventory capacity/8", nd, GAUGE)
         # detector state
         self.straggler_score = F("straggler_score", "Smoothed robust z-score of the node within its job (latest window; negative = sends less)", ("job", "node"), GAUGE, t)
@@ -175,6 +179,17 @@ class MetricsState:
     # ------------------------------------------------------------------ bookkeeping
 
     def set_inventory(self, inventory: Inventory) -> None:
+        """The file's inventory (reloaded): the live job membership, once any arrived, replaces its jobs."""
+        self.base_inventory = inventory
+        self._use_inventory(self.live_jobs.apply(inventory))
+
+    def add_jobs(self, rows: list[Mapping], now: float) -> int:
+        """``inventory.jobs.v1`` rows: the live membership applied to the file's inventory when it changed."""
+        if self.live_jobs.add(rows):
+            self._use_inventory(self.live_jobs.apply(self.base_inventory))
+        return len(rows)
+
+    def _use_inventory(self, inventory: Inventory) -> None:
         self.inventory = inventory
         self._port_peer.clear()
         self.fabric.set_inventory(inventory)
@@ -231,7 +246,8 @@ class MetricsState:
     @property
     def _adders(self):
         return {"link": self.add_link_health, "incast": self.add_incast, "straggler": self.add_straggler,
-                "alerts": self.add_alerts, "patterns": self.add_patterns, "changes": self.add_changes}
+                "alerts": self.add_alerts, "patterns": self.add_patterns, "changes": self.add_changes,
+                "jobs": self.add_jobs}
 
     # ------------------------------------------------------------------ matrix.windows.v2
 
@@ -269,6 +285,13 @@ class MetricsState:
         self.selected_window_ms = self.matrix_window_ms
         self.budget.fixed = self._fixed_series()
         return self.budget.reselect(self._jobs_at(self.matrix_window_ms))
+
+    def _frontend(self, node: str) -> bool:
+        """Whether ``node`` is in a frontend group (it sends requests to inference jobs: sinks.metrics.visibility)."""
+        inv = self.inventory
+        if self._groups[0] is not inv:
+            self._groups = (inv, {n for n, g in inv.node_groups().items() if g in SERVING_GROUPS})
+        return node in self._groups[1]
 
     def _jobs_at(self, t_ms: int) -> dict[str, str]:
         inv = self.inventory

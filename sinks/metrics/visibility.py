@@ -7,7 +7,9 @@ collectives such as NCCL sockets / Gloo, or ``rocev2``: UDP 4791) to another mem
 such traffic is in the window's cells. ``share = seen / expected``. The state names what that means:
 ``visible`` (share >= 0.5), ``partial`` (0 < share < 0.5), ``not_visible`` (members active, no collective
 flow at all: InfiniBand, RDMA on a fabric that is not sampled, or NetFlow-only exporters that never see it),
-``idle`` (no member active: nothing to expect). docs/metrics.md, "Collective visibility".
+``idle`` (no member active: nothing to expect), ``serving`` (an inference job: a member received from a node of
+a frontend group, :data:`SERVING_GROUPS`, and none sent collectives: none are expected). docs/metrics.md,
+"Collective visibility".
 """
 
 from __future__ import annotations
@@ -16,17 +18,23 @@ from collections.abc import Callable
 
 from .store import GAUGE
 
-__all__ = ["VisibilityFamilies", "COLLECTIVE", "STATES", "visibility"]
+__all__ = ["VisibilityFamilies", "COLLECTIVE", "SERVING_GROUPS", "STATES", "visibility"]
 
 COLLECTIVE = ("collective", "rocev2")
-STATES = ("visible", "partial", "not_visible", "idle")
+STATES = ("visible", "partial", "not_visible", "idle", "serving")
+#: inventory groups of frontends (load balancers): a job whose members they send to serves requests (the
+#: ``lb_skew`` detector's default ``frontend_groups``)
+SERVING_GROUPS = ("frontend",)
 
 
-def visibility(active: set[str], senders: set[str]) -> tuple[float | None, str]:
-    """(share or None, state) of one job's window: ``active`` members, members seen sending collectives."""
+def visibility(active: set[str], senders: set[str], served: bool = False) -> tuple[float | None, str]:
+    """(share or None, state) of one job's window: ``active`` members, members seen sending collectives,
+    ``served``: a member received from a frontend (an inference job, no collectives expected)."""
     if not active:
         return None, "idle"
     share = len(senders & active) / len(active)
+    if share == 0 and served:
+        return None, "serving"
     return share, "visible" if share >= 0.5 else "partial" if share > 0 else "not_visible"
 
 
@@ -35,14 +43,18 @@ class VisibilityFamilies:
     arrives (a window's node cells all carry its end), so they show the window before the newest. A job no
     longer in the inventory loses its series. ``jobs_at(t_ms)``: {node: job}."""
 
-    def __init__(self, family, jobs_at: Callable[[int], dict[str, str]]):
+    def __init__(self, family, jobs_at: Callable[[int], dict[str, str]],
+                 frontend: Callable[[str], bool] | None = None):
         self.ratio = family("job_collective_visibility_ratio", "Share of the job's active member nodes whose "
                             "collective traffic (TCP collectives or RoCEv2) the flows show, latest window",
                             ("job",), GAUGE)
         self.state = family("job_collective_visibility_state", "1 for the job's collective visibility state of "
                             "the latest window (visible, partial, not_visible: collectives not visible, "
-                            "InfiniBand or this fabric is not sampled; idle)", ("job", "state"), GAUGE)
+                            "InfiniBand or this fabric is not sampled; idle; serving: an inference job)",
+                            ("job", "state"), GAUGE)
         self.jobs_at = jobs_at
+        self.frontend = frontend or (lambda node: False)
+        self.served: set[str] = set()
         self.end = -1
         self.active: set[str] = set()
         self.senders: set[tuple[str, str]] = set()
@@ -61,12 +73,14 @@ class VisibilityFamilies:
     def add_cell(self, src: str, dst: str, category: str, end_ms: int) -> None:
         if end_ms > self.end:
             self.close()
-            self.end, self.active, self.senders = end_ms, set(), set()
+            self.end, self.active, self.senders, self.served = end_ms, set(), set(), set()
         elif end_ms < self.end:
             return  # a late cell of an already judged window
         self.active.update((src, dst))
         if category in COLLECTIVE and src != dst:
             self.senders.add((src, dst))
+        if src != dst and self.frontend(src):
+            self.served.add(dst)
 
     def close(self) -> None:
         """Judge the window gathered so far (also called when the sink is asked for its values)."""
@@ -78,7 +92,7 @@ class VisibilityFamilies:
             members.setdefault(job, set()).add(node)
         senders = {s for s, d in self.senders if jobs.get(s) and jobs.get(s) == jobs.get(d)}
         for job, nodes in members.items():
-            share, state = visibility(self.active & nodes, senders & nodes)
+            share, state = visibility(self.active & nodes, senders & nodes, bool(self.served & nodes))
             if share is not None:
                 self.ratio.set((job,), share)
             else:

@@ -184,3 +184,31 @@ def test_new_group_skips_messages_before_lookback(kafka_bootstrap, unique_topic)
         svc.stop()
     assert value(got, "node_to_node_flow_traffic_bytes_total", **key) == 20.0
     assert value(got, "fabricflow_metrics_skipped_records_total", topic=t.matrix, reason="before_lookback") == 4.0
+
+
+def test_live_job_membership_from_the_jobs_topic(kafka_bootstrap, unique_topic):
+    """inventory.jobs.v1 on the broker: a fresh sink reads the membership published 40 minutes before its
+    lookback (within the hourly snapshot period) and attributes RoCEv2 operations to the live job; the file's
+    inventory has no jobs."""
+    from processors.logic.enrich.inventory.membership import Holding, holding_row
+
+    s = settings_for(kafka_bootstrap, unique_topic, metrics={"start_lookback_s": 600})
+    create_topics(s)
+    t = s.kafka.topics
+    end = NOW_MS - NOW_MS % 10_000
+    published = NOW_MS - 600_000 - 2_400_000
+    row = holding_row(Holding("slurm:7", "llm-live", ("gpu-1", "gpu-2"), published - 60_000), "slurm", published)
+    produce(kafka_bootstrap, [(t.jobs, codec.encode_record("job_membership", row))], timestamp_ms=published)
+    svc = service(s, "itest-metrics-" + uuid.uuid4().hex[:8])
+    try:
+        # the cell comes once the row was read (topics are not ordered against each other: a cell read before
+        # the membership that covers it counts for the job known then)
+        seen = wait_for(svc, lambda x: value(x, "fabricflow_metrics_messages_total", topic=t.jobs) == 1.0)
+        assert value(seen, "fabricflow_metrics_messages_total", topic=t.jobs) == 1.0
+        c = cell("node", "gpu-1", "gpu-2", 1000, 10, end, cat="rocev2") | {"roce_write_packets_est": 500}
+        produce(kafka_bootstrap, [(t.matrix, codec.encode_record("matrix_cell", c))])
+        got = wait_for(svc, lambda x: value(x, "job_roce_operations_total", job="llm-live", op="write") == 500.0)
+    finally:
+        svc.stop()
+    assert value(got, "job_roce_operations_total", job="llm-live", op="write") == 500.0
+    assert value(got, "job_roce_operations_total", job="unknown", op="write") is None

@@ -263,3 +263,45 @@ def test_kafka_source_reads_a_restarted_s3_engine(restarted_s3_broker):
     src = kafka_source(s.kafka, offsets={("flows", p): (0, None) for p in range(PARTITIONS)})
     assert {p: r for (_s, p), r in src.read.items()} == {p: (0, o[-1], len(o)) for p, o in held.items()}
     assert len(src.flows) == sum(len(o) for o in held.values()) * per_message
+
+
+def test_kafka_replay_uses_the_live_membership_of_its_range(loaded, tmp_path, monkeypatch):
+    """inventory.jobs.v1 on the broker: a Kafka replay with a live job source reads the rows published from one
+    hour before its range to its end (plus lateness) and attributes flows to the job that held the nodes then;
+    rows outside that span are not read."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from processors.logic.enrich.inventory.membership import Holding, holding_row
+    from replay.memberships import kafka_membership_rows
+    from tests.unit.cli.test_replay import make_app
+
+    s, _flows, _msgs, _c, _st = loaded
+    nodes = tuple(h.gpu(i) for i in range(1, h.N_GPU + 1))
+    ancient = holding_row(Holding("slurm:0", "ancient", nodes, h.T0 - 9_000_000, h.T0 - 8_000_000), "slurm",
+                          h.T0 - 8_000_000)  # published 2.2 h before the range: outside the snapshot period
+    live = holding_row(Holding("slurm:1", "live-job", nodes, h.T0 - 600_000), "slurm", h.T0 - 600_000)
+    later = holding_row(Holding("slurm:2", "later", nodes[:1], h.T0 + 3_600_000), "slurm", h.T0 + 3_600_000)
+    p = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
+    for r in (ancient, live, later):
+        p.produce(s.kafka.topics.jobs, codec.encode_record("job_membership", r), key=b"slurm",
+                  timestamp=r["version_ms"])
+    assert p.flush(30) == 0
+
+    rows = kafka_membership_rows(s.kafka, h.T0, h.T0 + 60_000, 30_000)
+    assert [r["key"] for r in rows] == ["slurm:1"]
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"kafka": json.loads(s.kafka.model_dump_json())}))
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump({**h.inventory_dict(), "jobs": []}))
+    monkeypatch.setenv("FABRICFLOW_PROCESSORS__JOBS__SOURCE", "slurm")
+    report = tmp_path / "r.json"
+    r = CliRunner().invoke(make_app(), ["--config", str(cfg), "replay", "--source", "kafka", "--from", str(h.T0),
+                                        "--to", str(h.T0 + 60_000), "--inventory", str(inv), "--report", str(report),
+                                        "-q"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    got = json.loads(report.read_text())
+    assert got["replay"]["job_membership_rows"] == 1
+    jobs = {o["value"].get("job") for o in got["outputs"] if o["kind"] == "straggler"}
+    assert jobs == {"live-job"}

@@ -99,3 +99,21 @@ def test_a_v2_window_shows_as_its_cells_one_by_one():
     a, b = by_window.cells(WS)[0], by_cell.cells(WS)[0]
     key = lambda t: sorted(zip(*(t.column(n).to_pylist() for n in t.column_names)))  # noqa: E731
     assert key(a) == key(b) and a.num_rows == len(node) + len(group)
+
+
+def test_live_job_membership_replaces_the_layouts_jobs():
+    """inventory.jobs.v1 rows: the jobs shown become those holding nodes within the lookback (host names by their
+    short name), the file's jobs until the first row; a job that ended before the lookback is gone."""
+    from processors.logic.enrich.inventory.membership import Holding, holding_row
+
+    s = load_settings()
+    store = LiveStore(layout())
+    feed = KafkaFeed(s, store)
+    assert store.layout.jobs == {"train-a": layout().jobs["train-a"]}
+    now = WS + 600_000
+    old = Holding("slurm:1", "old-job", ("gpu01",), WS - 7_200_000, WS - 7_000_000)
+    live = Holding("slurm:2", "llm", ("gpu02.cluster.local", "gpu04", "not-a-node"), WS)
+    v0 = store.version
+    feed._take(s.kafka.topics.jobs, codec.encode_record("job_membership", holding_row(old, "slurm", WS - 7_000_000)))
+    feed.take_jobs([holding_row(live, "slurm", WS)], now_ms=now)
+    assert store.layout.jobs == {"llm": ["gpu02", "gpu04"]} and store.version > v0

@@ -62,3 +62,19 @@ def test_visibility_states():
     assert visibility({"a", "b", "c"}, set()) == (0.0, "not_visible")
     assert visibility({"a", "b", "c"}, {"a"}) == (1 / 3, "partial")
     assert visibility({"a", "b"}, {"a", "x"}) == (0.5, "visible")
+    assert visibility({"a", "b"}, set(), served=True) == (None, "serving")  # an inference job behind a frontend
+    assert visibility({"a", "b"}, {"a"}, served=True) == (0.5, "visible")
+
+
+def test_a_job_frontends_send_to_is_serving_not_invisible():
+    """infer (r1, r2) gets requests from lb (group frontend) and sends no collectives: serving, whose state the
+    FabricCollectivesNotVisible alert does not fire on; without lb in a frontend group it would read not_visible."""
+    inv = Inventory.from_dict({"nodes": [{"name": n, "ips": [f"10.0.0.{k}"], "group": g} for k, (n, g) in
+                                         enumerate((("lb", "frontend"), ("r1", "gpu"), ("r2", "gpu")), 1)],
+                               "jobs": [{"name": "infer", "nodes": ["r1", "r2"]}]})
+    st = MetricsState(inv)
+    w = 10_000
+    st.add_matrix([cell(src="lb", dst="r1", cat="other", end=T0 + w), cell(src="r2", dst="lb", cat="other", end=T0 + w)])
+    st.add_matrix([cell(src="lb", dst="r1", cat="other", end=T0 + 2 * w)])
+    assert {k: v for k, v in values(st, "job_collective_visibility_state").items() if v} == {("infer", "serving"): 1}
+    assert values(st, "job_collective_visibility_ratio") == {}
