@@ -106,6 +106,7 @@ class Node:
     capacity_bps: int
     if_index: int = 0  # access port on its switch
     nics: tuple[NicPort, ...] = ()  # multi-NIC (rail-optimised) nodes: one access port per NIC
+    rated_write: str | None = None  # storage nodes: the inventory's per-client write rating, as written
 
     @property
     def ip(self) -> str:
@@ -275,6 +276,7 @@ class Cluster:
                     "switch": n.switch,
                     "group": n.group,
                     "capacity": format_speed(n.capacity_bps),
+                    **({"rated_write": n.rated_write} if n.rated_write is not None else {}),
                 }
                 for n in self.nodes.values()
             ],
@@ -425,7 +427,7 @@ def scenario_from_dict(doc: dict, source: str = "<dict>") -> Scenario:
         ips = tuple(str(ipaddress.IPv4Address(ip)) for ip in [*(n.get("ips") or []), *(c.ip for c in nics[name])])
         cap = parse_speed(n.get("capacity", format_speed(port_of[name][2])))
         nodes[name] = Node(name, ips, str(n.get("rack", "")), sw, str(n.get("group", "gpu")), cap, port_of[name][1],
-                           nics[name])
+                           nics[name], str(n["rated_write"]) if n.get("rated_write") is not None else None)
     jobs = {}
     for j in doc.get("jobs") or []:
         for member in j["nodes"]:

@@ -41,7 +41,8 @@ class RoceFamilies:
         each cell's node label value."""
         end_ms = w.window_end_ms
         self.visibility.add_window(end_ms, set(src) | set(dst), {
-            (s, d) for s, d, c in zip(src, dst, w.category.tolist()) if cats[c] in COLLECTIVE and s != d})
+            (s, d) for s, d, c in zip(src, dst, w.category.tolist()) if cats[c] in COLLECTIVE and s != d},
+            set(zip(src, dst)))
         for op, col in _COLUMNS:
             x = w.values[col]
             if not x.any():
