@@ -82,9 +82,10 @@ def test_output_topics_to_metrics(kafka_bootstrap, unique_topic):
     t = s.kafka.topics
     end = NOW_MS - NOW_MS % 10_000
     items = [
-        (t.matrix, window_message([cell("node", "gpu-1", "gpu-2", 4096, 4, end, syn=1024)])),
+        # one v2 message per window, level and shard (a second one with the same key is a re-emitted duplicate)
+        (t.matrix, window_message([cell("node", "gpu-1", "gpu-2", 4096, 4, end, syn=1024),
+                                   cell("node", "", "gpu-2", 77, 1, end, cat="other")])),
         (t.matrix, window_message([cell("node", "gpu-1", "gpu-2", 1000, 1, end + 10_000)])),
-        (t.matrix, window_message([cell("node", "", "gpu-2", 77, 1, end, cat="other")])),
         (t.matrix, window_message([cell("rack", "r1", "r1", 5096, 5, end)])),
         (t.matrix, window_message([cell("group", "gpu", "gpu", 5096, 5, end)])),
         (t.matrix, b"not a message"),

@@ -75,23 +75,11 @@ def merge_shards(outputs) -> list:
     from several shards summed into one, each an ``Output("matrix", "window|level|src|dst|category", cell)``
     in v1 form; the other outputs as they are."""
     from processors.logic.engine import Output
-    from schemas.matrix import VALUE_FIELDS
 
-    cells: dict[str, dict] = {}
-    rest = []
-    for o in outputs:
-        if o.kind != "matrix":
-            rest.append(o)
-            continue
-        for c in o.value.cells():
-            key = f"{c['window_start_ms']}|{c['level']}|{c['src']}|{c['dst']}|{c['category']}"
-            got = cells.get(key)
-            if got is None:
-                cells[key] = dict(c)
-            else:
-                for f in VALUE_FIELDS:
-                    got[f] += c[f]
-    return rest + [Output("matrix", k, v) for k, v in sorted(cells.items())]
+    rest = [o for o in outputs if o.kind != "matrix"]
+    cells = summed(c for o in outputs if o.kind == "matrix" for c in o.value.cells())
+    keyed = {f"{c['window_start_ms']}|{c['level']}|{c['src']}|{c['dst']}|{c['category']}": c for c in cells}
+    return rest + [Output("matrix", k, v) for k, v in sorted(keyed.items())]
 
 
 def record_cells(rec: dict) -> list[dict]:
