@@ -207,7 +207,7 @@ def test_live_job_membership_from_the_jobs_topic(kafka_bootstrap, unique_topic):
         seen = wait_for(svc, lambda x: value(x, "fabricflow_metrics_messages_total", topic=t.jobs) == 1.0)
         assert value(seen, "fabricflow_metrics_messages_total", topic=t.jobs) == 1.0
         c = cell("node", "gpu-1", "gpu-2", 1000, 10, end, cat="rocev2") | {"roce_write_packets_est": 500}
-        produce(kafka_bootstrap, [(t.matrix, codec.encode_record("matrix_cell", c))])
+        produce(kafka_bootstrap, [(t.matrix, window_message([c]))])
         got = wait_for(svc, lambda x: value(x, "job_roce_operations_total", job="llm-live", op="write") == 500.0)
     finally:
         svc.stop()
