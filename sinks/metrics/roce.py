@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import numpy as np
+
 from processors.logic.windows.groupby import group_reduce
 from processors.logic.windows.roce import ROCE_OP_COLUMNS, ROCE_OPS
 
@@ -42,7 +44,7 @@ class RoceFamilies:
         end_ms = w.window_end_ms
         self.visibility.add_window(end_ms, set(src) | set(dst), {
             (s, d) for s, d, c in zip(src, dst, w.category.tolist()) if cats[c] in COLLECTIVE and s != d},
-            set(zip(src, dst)))
+            self._served(w, names))
         for op, col in _COLUMNS:
             x = w.values[col]
             if not x.any():
@@ -57,6 +59,12 @@ class RoceFamilies:
                         if self._jobs[0] != end_ms:
                             self._jobs = (end_ms, self.jobs_at(end_ms))
                         self.job.inc((self._jobs[1].get(names[code]) or UNKNOWN, op), v)
+
+    def _served(self, w, names: list[str]) -> set[str]:
+        """The nodes a frontend sent to in ``w``: one frontend test per label, a mask over the codes."""
+        front = np.array([self.visibility.frontend(n) for n in names] or [False], dtype=bool)
+        hit = front[w.src] & (w.src != w.dst)
+        return {names[c] for c in np.unique(w.dst[hit]).tolist()}
 
     def add_cell(self, c: Mapping, src: str, dst: str, end_ms: int) -> None:
         """A node-level cell's operations (cells without them, written before they existed, add nothing), and

@@ -60,10 +60,10 @@ class VisibilityFamilies:
         self.senders: set[tuple[str, str]] = set()
 
     def add_window(self, end_ms: int, active: set[str], senders: set[tuple[str, str]],
-                   pairs: set[tuple[str, str]] = frozenset()) -> None:
+                   served: set[str] = frozenset()) -> None:
         """A window's node cells at once: the nodes they show ``active``, the (src, dst) pairs that sent
-        collective traffic to another node (``senders``), and every (src, dst) pair of the window (``pairs``:
-        a member a frontend sends to makes its job ``serving``)."""
+        collective traffic to another node (``senders``), and the nodes a frontend sent to (``served``: a
+        member among them makes its job ``serving``)."""
         if end_ms > self.end:
             self.close()
             self.end, self.active, self.senders, self.served = end_ms, set(), set(), set()
@@ -71,7 +71,7 @@ class VisibilityFamilies:
             return  # late cells of an already judged window
         self.active |= active
         self.senders |= senders
-        self.served |= {d for s, d in pairs if s != d and self.frontend(s)}
+        self.served |= served
 
     def add_cell(self, src: str, dst: str, category: str, end_ms: int) -> None:
         if end_ms > self.end:
