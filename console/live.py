@@ -58,8 +58,8 @@ class _Window:
         cols = {"level": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([w.level])),
                 **{f: pa.DictionaryArray.from_arrays(pa.array(getattr(w, f), pa.int32()), labels)
                    for f in ("src", "dst", "category")},
-                **{f: pa.array(w.values[f]) for f in ("bytes_est", "packets_est", "flow_records", "samples")}}
-        self.tables.append(pa.table(cols, schema=CELL_SCHEMA))
+                **{f.name: pa.array(w.values[f.name], pa.int64()) for f in WINDOW_SCHEMA if f.type != _DICT}}
+        self.tables.append(pa.table(cols, schema=WINDOW_SCHEMA))
         self.cells += n
 
     def table(self) -> pa.Table:

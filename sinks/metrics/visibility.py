@@ -38,10 +38,26 @@ def visibility(active: set[str], senders: set[str], served: bool = False) -> tup
     return share, "visible" if share >= 0.5 else "partial" if share > 0 else "not_visible"
 
 
+#: windows gathered at once: a window is judged when the second newer one arrives. A window's node cells come in
+#: one message per processors shard, and the sink reads partitions in batches, so shard B's part of window N
+#: may come after shard A's window N+1; judging N at that point would call a job whose collectives are in
+#: shard B's part "not_visible".
+HOLD_WINDOWS = 2
+
+
+class _Gathered:
+    __slots__ = ("active", "senders", "served")
+
+    def __init__(self):
+        self.active: set[str] = set()
+        self.senders: set[tuple[str, str]] = set()
+        self.served: set[str] = set()
+
+
 class VisibilityFamilies:
-    """Gauges per job of the inventory at the window's end, set when a newer window than the one being gathered
-    arrives (a window's node cells all carry its end), so they show the window before the newest. A job no
-    longer in the inventory loses its series. ``jobs_at(t_ms)``: {node: job}."""
+    """Gauges per job of the inventory at the window's end, set when the second newer window than the one being
+    gathered arrives (a window's node cells all carry its end; :data:`HOLD_WINDOWS`), so they show the window
+    before the newest two. A job no longer in the inventory loses its series. ``jobs_at(t_ms)``: {node: job}."""
 
     def __init__(self, family, jobs_at: Callable[[int], dict[str, str]],
                  frontend: Callable[[str], bool] | None = None):
@@ -54,48 +70,58 @@ class VisibilityFamilies:
                             ("job", "state"), GAUGE)
         self.jobs_at = jobs_at
         self.frontend = frontend or (lambda node: False)
-        self.served: set[str] = set()
-        self.end = -1
-        self.active: set[str] = set()
-        self.senders: set[tuple[str, str]] = set()
+        self.judged = -1  # end of the newest window judged: cells of it or older are late
+        self.pending: dict[int, _Gathered] = {}
+
+    def _window(self, end_ms: int) -> _Gathered | None:
+        """The gathered window ending ``end_ms`` (None: already judged, its cells are late); judges the oldest
+        pending windows beyond :data:`HOLD_WINDOWS`."""
+        if end_ms <= self.judged:
+            return None
+        g = self.pending.get(end_ms)
+        if g is None:
+            g = self.pending[end_ms] = _Gathered()
+            while len(self.pending) > HOLD_WINDOWS:
+                self._judge(min(self.pending))
+        return self.pending.get(end_ms)
 
     def add_window(self, end_ms: int, active: set[str], senders: set[tuple[str, str]],
                    served: set[str] = frozenset()) -> None:
-        """A window's node cells at once: the nodes they show ``active``, the (src, dst) pairs that sent
-        collective traffic to another node (``senders``), and the nodes a frontend sent to (``served``: a
-        member among them makes its job ``serving``)."""
-        if end_ms > self.end:
-            self.close()
-            self.end, self.active, self.senders, self.served = end_ms, set(), set(), set()
-        elif end_ms < self.end:
+        """A window's node cells at once (or one shard's part of them): the nodes they show ``active``, the
+        (src, dst) pairs that sent collective traffic to another node (``senders``), and the nodes a frontend
+        sent to (``served``: a member among them makes its job ``serving``)."""
+        g = self._window(end_ms)
+        if g is None:
             return  # late cells of an already judged window
-        self.active |= active
-        self.senders |= senders
-        self.served |= served
+        g.active |= active
+        g.senders |= senders
+        g.served |= served
 
     def add_cell(self, src: str, dst: str, category: str, end_ms: int) -> None:
-        if end_ms > self.end:
-            self.close()
-            self.end, self.active, self.senders, self.served = end_ms, set(), set(), set()
-        elif end_ms < self.end:
+        g = self._window(end_ms)
+        if g is None:
             return  # a late cell of an already judged window
-        self.active.update((src, dst))
+        g.active.update((src, dst))
         if category in COLLECTIVE and src != dst:
-            self.senders.add((src, dst))
+            g.senders.add((src, dst))
         if src != dst and self.frontend(src):
-            self.served.add(dst)
+            g.served.add(dst)
 
     def close(self) -> None:
-        """Judge the window gathered so far (also called when the sink is asked for its values)."""
-        if self.end < 0:
-            return
-        jobs = self.jobs_at(self.end)
+        """Judge every window gathered so far (tests, and a sink that stops)."""
+        for end in sorted(self.pending):
+            self._judge(end)
+
+    def _judge(self, end: int) -> None:
+        g = self.pending.pop(end)
+        self.judged = max(self.judged, end)
+        jobs = self.jobs_at(end)
         members: dict[str, set[str]] = {}
         for node, job in jobs.items():
             members.setdefault(job, set()).add(node)
-        senders = {s for s, d in self.senders if jobs.get(s) and jobs.get(s) == jobs.get(d)}
+        senders = {s for s, d in g.senders if jobs.get(s) and jobs.get(s) == jobs.get(d)}
         for job, nodes in members.items():
-            share, state = visibility(self.active & nodes, senders & nodes, bool(self.served & nodes))
+            share, state = visibility(g.active & nodes, senders & nodes, bool(g.served & nodes))
             if share is not None:
                 self.ratio.set((job,), share)
             else:

@@ -237,7 +237,7 @@ def exactly_once(got, expected_ids) -> None:
 # ----------------------------------------------------------------------------- in-process service
 
 
-def test_archives_every_topic_into_hourly_partitions(backend, unique_topic):
+def test_archives_every_topic_into_hourly_partitions(backend, unique_topic, monkeypatch):
     prefix = "it-" + uuid.uuid4().hex[:8]
     s = make_settings(backend, unique_topic, prefix)
     create_topics(s)
@@ -274,7 +274,10 @@ def test_archives_every_topic_into_hourly_partitions(backend, unique_topic):
     items += [(t.incast, 1, incast(T0 + 20 * MIN, 3))]
     produce(backend.bootstrap, items)
 
-    svc = ArchiveService(s, group_id="g-" + uuid.uuid4().hex[:8], metrics_port=0, batch_messages=1)  # flush between messages: late files
+    # flush between messages, however fast they come (the service plans at most every FLUSH_EVERY_S): an hour's
+    # first file is written before its late rows arrive, so they go to late files
+    monkeypatch.setattr("sinks.archive.service.FLUSH_EVERY_S", 0.0)
+    svc = ArchiveService(s, group_id="g-" + uuid.uuid4().hex[:8], metrics_port=0, batch_messages=1)
     report = svc.run(max_seconds=60, idle_exit_s=3)
     fs = backend.s3fs()
     root = f"{backend.bucket}/{prefix}"
