@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sinks.metrics.visibility import COLLECTIVE, SERVING_GROUPS, visibility
+from sinks.metrics.visibility import COLLECTIVE, SERVING_GROUPS, Recent, visibility
 
 __all__ = ["ROCE_OPS", "NOT_VISIBLE", "SERVING_GROUPS", "job_visibility"]
 
@@ -56,11 +56,12 @@ def job_visibility(windows: list[tuple[int, int, pa.Table]], members: list[str],
     per_window = []
     ops = {op: {} for op in ROCE_OPS}
     latest = {"state": "idle", "share": None, "active": [], "seen": [], "not_seen": []}
+    recent = Recent()  # collectives seen lately count: a checkpoint or evaluation pause is not a blind spot
     for ws, we, table in windows:
         src, dst, cat, t = _node_cells(table, mset)
         active = (set(src.tolist()) | set(dst.tolist())) & mset
         coll = np.isin(cat, list(COLLECTIVE)) & (src != dst) & np.isin(src, list(mset)) & np.isin(dst, list(mset))
-        senders = set(src[coll].tolist())
+        senders = recent.update(int(we), set(src[coll].tolist()))
         served = bool(frontends) and bool((np.isin(src, list(frontends)) & np.isin(dst, list(mset))).any())
         share, state = visibility(active, senders, served)
         per_window.append({"start_ms": int(ws), "end_ms": int(we), "share": share, "state": state,

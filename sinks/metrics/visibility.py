@@ -4,7 +4,9 @@ What share of a job's expected collective traffic the telemetry sees, per closed
 member node that the flows show active in the window (it sent or received anything, any category, any peer)
 takes part in the job's collectives, so it should send collective traffic (category ``collective``: TCP
 collectives such as NCCL sockets / Gloo, or ``rocev2``: UDP 4791) to another member. *Seen*: the members whose
-such traffic is in the window's cells. ``share = seen / expected``. The state names what that means:
+such traffic is in the window's cells or in a window that ended less than :data:`HORIZON_MS` before it (a
+checkpoint write, a data-loading or evaluation pass stops the collectives for a while: that is a pause of a job
+whose collectives the telemetry sees, not a blind spot). ``share = seen / expected``. The state names what that means:
 ``visible`` (share >= 0.5), ``partial`` (0 < share < 0.5), ``not_visible`` (members active, no collective
 flow at all: InfiniBand, RDMA on a fabric that is not sampled, or NetFlow-only exporters that never see it),
 ``idle`` (no member active: nothing to expect), ``serving`` (an inference job: a member received from a node of
@@ -18,13 +20,16 @@ from collections.abc import Callable
 
 from .store import GAUGE
 
-__all__ = ["VisibilityFamilies", "COLLECTIVE", "SERVING_GROUPS", "STATES", "visibility"]
+__all__ = ["VisibilityFamilies", "COLLECTIVE", "HORIZON_MS", "SERVING_GROUPS", "STATES", "visibility", "Recent"]
 
 COLLECTIVE = ("collective", "rocev2")
 STATES = ("visible", "partial", "not_visible", "idle", "serving")
 #: inventory groups of frontends (load balancers): a job whose members they send to serves requests (the
 #: ``lb_skew`` detector's default ``frontend_groups``)
 SERVING_GROUPS = ("frontend",)
+#: how long a member's collective traffic counts as seen after its window (event time): longer than a
+#: checkpoint write or an evaluation pass, and the processors' alert needs six 10-s windows in a row
+HORIZON_MS = 60_000
 
 
 def visibility(active: set[str], senders: set[str], served: bool = False) -> tuple[float | None, str]:
@@ -43,6 +48,21 @@ def visibility(active: set[str], senders: set[str], served: bool = False) -> tup
 #: may come after shard A's window N+1; judging N at that point would call a job whose collectives are in
 #: shard B's part "not_visible".
 HOLD_WINDOWS = 2
+
+
+class Recent:
+    """The nodes seen sending collectives within :data:`HORIZON_MS` of a window's end, windows given oldest first."""
+
+    def __init__(self, horizon_ms: int = HORIZON_MS):
+        self.horizon_ms = horizon_ms
+        self.last: dict[str, int] = {}
+
+    def update(self, end_ms: int, senders: set[str]) -> set[str]:
+        for n in senders:
+            self.last[n] = max(self.last.get(n, end_ms), end_ms)
+        for n in [n for n, e in self.last.items() if end_ms - e >= self.horizon_ms]:
+            del self.last[n]
+        return set(self.last)
 
 
 class _Gathered:
@@ -71,6 +91,7 @@ class VisibilityFamilies:
         self.jobs_at = jobs_at
         self.frontend = frontend or (lambda node: False)
         self.judged = -1  # end of the newest window judged: cells of it or older are late
+        self.recent = Recent()  # (node, job) pairs seen sending collectives lately
         self.pending: dict[int, _Gathered] = {}
 
     def _window(self, end_ms: int) -> _Gathered | None:
@@ -119,7 +140,8 @@ class VisibilityFamilies:
         members: dict[str, set[str]] = {}
         for node, job in jobs.items():
             members.setdefault(job, set()).add(node)
-        senders = {s for s, d in g.senders if jobs.get(s) and jobs.get(s) == jobs.get(d)}
+        now = {(s, jobs[s]) for s, d in g.senders if jobs.get(s) and jobs.get(s) == jobs.get(d)}
+        senders = {n for n, job in self.recent.update(end, now) if jobs.get(n) == job}
         for job, nodes in members.items():
             share, state = visibility(g.active & nodes, senders & nodes, bool(g.served & nodes))
             if share is not None:

@@ -50,6 +50,16 @@ def test_no_member_active_is_idle_and_each_window_is_judged():
     assert job_visibility([], MEMBERS)["state"] == "idle"
 
 
+def test_a_checkpoint_pause_is_not_a_blind_spot():
+    """Collectives seen within the last minute (HORIZON_MS) still count: a window of only checkpoint writes after
+    collective windows stays visible; once the horizon has passed without collectives the job is not_visible."""
+    coll = [cell(0, "g1", "g2", "rocev2"), cell(0, "g2", "g1", "rocev2")]
+    ckpt = [[cell(k * W, "g1", "stor", "storage"), cell(k * W, "g2", "stor", "storage")] for k in range(1, 8)]
+    v = job_visibility(windows([coll, *ckpt]), MEMBERS)
+    assert [x["state"] for x in v["windows"]] == ["visible"] * 6 + ["not_visible"] * 2
+    assert v["latest"]["not_seen"] == ["g1", "g2"]
+
+
 def test_a_job_frontends_send_to_is_serving_unless_it_sends_collectives():
     w = windows([[cell(0, "lb01", "g1", "other"), cell(0, "lb01", "g2", "other"), cell(0, "g1", "lb01", "other")]])
     assert job_visibility(w, MEMBERS, {"lb01"})["state"] == "serving"

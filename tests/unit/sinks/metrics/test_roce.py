@@ -72,6 +72,23 @@ def test_a_shard_part_after_the_next_window_still_counts():
     assert values(st, "job_collective_visibility_ratio") == {("job-a",): 0.5}
 
 
+def test_collectives_seen_within_the_horizon_count():
+    """A checkpoint window (members active on storage only) right after collective windows is a pause, not a blind
+    spot: visible until HORIZON_MS passes without collectives, then not_visible."""
+    from sinks.metrics.visibility import HORIZON_MS
+
+    st = MetricsState(Inventory.from_dict(INVENTORY))
+    w = 10_000
+    st.add_matrix([cell(src="gpu-1", dst="gpu-3", cat="rocev2", end=T0 + w),
+                   cell(src="gpu-3", dst="gpu-1", cat="rocev2", end=T0 + w)])
+    states = []
+    for k in range(2, 2 + HORIZON_MS // w + 3):
+        st.add_matrix([cell(src="gpu-1", dst="st-1", cat="storage", end=T0 + k * w),
+                       cell(src="gpu-3", dst="st-1", cat="storage", end=T0 + k * w)])
+        states += [k for k, v in values(st, "job_collective_visibility_state").items() if v]
+    assert states == [("job-a", "visible")] * (HORIZON_MS // w) + [("job-a", "not_visible")] * 2
+
+
 def test_visibility_states():
     from sinks.metrics.visibility import visibility
 
