@@ -203,3 +203,11 @@ def test_dropped_packet_notifications_go_to_their_exporters_shard_and_its_link_e
     assert detecting_cores(p)[1 - owner].stats.discard_notifications == 0
     (event,) = [v for v in links if b"packet_drops" in v]  # and the interval's sample
     assert b"acl 30" in event and b"forwarding_drop" in event
+    # a replay of the same rows gives the same link records
+    from replay import replay_batches
+    from replay.config import core_factory_from
+    from tests.support.matrix import message_json, output_json
+
+    outs = replay_batches([], [counters([dict(t=0)]), counters([dict(t=10_000, seq=2)])],
+                          core_factory_from(p.settings.processors), 2, discard_batches=[codec.decode_batch(notes)])
+    assert sorted(output_json("link", o.value) for o in outs if o.kind == "link") == sorted(map(message_json, links))
