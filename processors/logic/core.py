@@ -25,6 +25,7 @@ from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_S
 
 from .detectors.congestion import CongestionConfig
 from .detectors.connstorm import ConnStormConfig
+from .detectors.drops import dropped_jobs
 from .detectors.fabric import FabricBalanceConfig
 from .detectors.incast import IncastConfig
 from .detectors.jobspread import JobSpreadConfig
@@ -263,7 +264,9 @@ class ProcessorCore:
         events of those ports carry (no output of their own); returns how many were attributed to a port. The
         exporter's shard applies them (the one that reports its link health)."""
         self.stats.discard_notifications += len(discards)
-        return self.engine.process_discards(discards)
+        if len(discards) == 0:
+            return 0
+        return self.engine.process_discards(discards, dropped_jobs(self.inventory, discards))
 
     def tick(self, now_ms: int) -> list[Output]:
         out = self.engine.tick(now_ms)

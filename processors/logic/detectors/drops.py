@@ -3,10 +3,11 @@
 A notification is one packet a switch dropped, with the spec's reason (:mod:`schemas.drop_reasons`). It is
 attributed to a port exactly as the metrics sink and ``fabricflow query drops`` do: the egress ifIndex of an
 egress drop, else the input one, on the notifying agent, so the key ``(exporter text, ifIndex)`` is the one
-link health keeps its counter state under. :class:`PortDrops` keeps, per port, the count per (second,
-reason) and the highest agent ``drops`` counter of that second (notifications the agent could not send),
-for a horizon; :meth:`PortDrops.summary` answers "which reasons, how many, how many notifications lost"
-for a time range, what a link event's evidence and diagnosis read. Batches in, one numpy group-by per
+link health keeps its counter state under; the dropped packet's job is its destination node's at that time,
+else its source node's (:func:`dropped_jobs`), as in the metrics. :class:`PortDrops` keeps, per port, the
+count per (second, reason, job) and the highest agent ``drops`` counter of that second (notifications the
+agent could not send), for a horizon; :meth:`PortDrops.summary` answers "which reasons, whose traffic, how
+many, how many notifications lost" for a time range, what a link event's evidence and diagnosis read. Batches in, one numpy group-by per
 batch: no Python object per notification. Pure: no clock, no I/O.
 """
 
@@ -17,9 +18,19 @@ import numpy as np
 from schemas.columns import addr_str
 from schemas.drop_reasons import REASON_GROUP, reason_name
 
-__all__ = ["PortDrops", "DropSummary", "port_if_index"]
+__all__ = ["PortDrops", "DropSummary", "port_if_index", "dropped_jobs"]
 
-_GROUP_KEY = np.dtype([("addr", "V16"), ("ifx", "<i8"), ("sec", "<i8"), ("reason", "<i8")])
+_GROUP_KEY = np.dtype([("addr", "V16"), ("ifx", "<i8"), ("sec", "<i8"), ("reason", "<i8"), ("job", "<i8")])
+
+
+def dropped_jobs(inventory, arr: np.ndarray) -> np.ndarray:
+    """The job of each dropped packet (DISCARD_DTYPE rows): its destination node's at the notification's time,
+    else its source node's, "" for neither (object array; one vectorised look-up per column)."""
+    t = arr["time_received_ms"].astype(np.int64)
+    ids = inventory.entry_node_id
+    dst = inventory.jobs_at(ids[inventory.lookup(arr["dst_addr"]) + 1], t)
+    src = inventory.jobs_at(ids[inventory.lookup(arr["src_addr"]) + 1], t)
+    return np.where(dst != "", dst, src)
 
 
 def port_if_index(arr: np.ndarray) -> np.ndarray:
@@ -28,7 +39,8 @@ def port_if_index(arr: np.ndarray) -> np.ndarray:
 
 
 class DropSummary(dict):
-    """``{"total": n, "lost": k, "reasons": [(name, group, count), ...] most first, "groups": {group: count}}``."""
+    """``{"total": n, "lost": k, "reasons": [(name, group, count), ...] most first, "groups": {group: count},
+    "jobs": [(job, count), ...] most first (packets of no job left out)}``."""
 
     @property
     def top_group(self) -> str:
@@ -50,12 +62,13 @@ class PortDrops:
     def __init__(self, horizon_s: float = 900.0, max_entries: int = 4096):
         self.horizon_s = int(horizon_s)
         self.max_entries = int(max_entries)
-        self.ports: dict[tuple[str, int], list[list[int]]] = {}  # port -> [[second, reason code, count, drops]]
+        self.ports: dict[tuple[str, int], list[list]] = {}  # port -> [[second, reason code, count, drops, job]]
         self.notifications = 0  # applied in all
         self.unattributed = 0  # without a port (ifIndex 0 or a format-1/2 word): in metrics and archive only
 
-    def add(self, arr: np.ndarray) -> int:
-        """Apply notifications (DISCARD_DTYPE rows); returns how many were attributed to a port."""
+    def add(self, arr: np.ndarray, jobs: np.ndarray | None = None) -> int:
+        """Apply notifications (DISCARD_DTYPE rows; ``jobs``: the job of each dropped packet, from
+        :func:`dropped_jobs`); returns how many were attributed to a port."""
         n = len(arr)
         if n == 0:
             return 0
@@ -71,17 +84,22 @@ class PortDrops:
         key["ifx"] = ifx[ok]
         key["sec"] = a["time_received_ms"].astype(np.int64) // 1000
         key["reason"] = a["reason"].astype(np.int64)
+        if jobs is None:
+            names, key["job"] = np.array([""]), 0
+        else:
+            names, codes = np.unique(np.asarray(jobs, dtype=object)[ok].astype(str), return_inverse=True)
+            key["job"] = codes.ravel()
         uniq, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
         lost = np.zeros(len(uniq), dtype=np.int64)
         np.maximum.at(lost, inv.ravel(), a["drops"].astype(np.int64))
         texts: dict[bytes, str] = {}
         touched = set()
-        for (addr, ifi, sec, reason), c, d in zip(uniq.tolist(), counts.tolist(), lost.tolist()):
+        for (addr, ifi, sec, reason, job), c, d in zip(uniq.tolist(), counts.tolist(), lost.tolist()):
             exp = texts.get(addr)
             if exp is None:
                 exp = texts[addr] = addr_str(np.frombuffer(addr, np.uint8))
             port = (exp, int(ifi))
-            self.ports.setdefault(port, []).append([int(sec), int(reason), int(c), int(d)])
+            self.ports.setdefault(port, []).append([int(sec), int(reason), int(c), int(d), str(names[job])])
             touched.add(port)
         for port in touched:
             self._trim(port)
@@ -89,10 +107,10 @@ class PortDrops:
 
     def _trim(self, port: tuple[str, int]) -> None:
         rows = self.ports[port]
-        rows.sort(key=lambda r: (r[0], r[1]))
-        merged: list[list[int]] = []
-        for r in rows:  # the same (second, reason) from two batches: one entry
-            if merged and merged[-1][0] == r[0] and merged[-1][1] == r[1]:
+        rows.sort(key=lambda r: (r[0], r[1], r[4]))
+        merged: list[list] = []
+        for r in rows:  # the same (second, reason, job) from two batches: one entry
+            if merged and merged[-1][0] == r[0] and merged[-1][1] == r[1] and merged[-1][4] == r[4]:
                 merged[-1][2] += r[2]
                 merged[-1][3] = max(merged[-1][3], r[3])
             else:
@@ -111,12 +129,15 @@ class PortDrops:
         earlier value to compare with)."""
         lo, hi = int(lo_ms) // 1000, int(hi_ms) // 1000
         per: dict[int, int] = {}
+        jobs: dict[str, int] = {}
         before = inside = -1
-        for sec, reason, c, d in self.ports.get(port, ()):
+        for sec, reason, c, d, job in self.ports.get(port, ()):
             if sec <= lo:
                 before = max(before, d)
             elif sec <= hi:
                 per[reason] = per.get(reason, 0) + c
+                if job:
+                    jobs[job] = jobs.get(job, 0) + c
                 inside = max(inside, d)
         reasons = sorted(((reason_name(r), c) for r, c in per.items()), key=lambda x: (-x[1], x[0]))
         merged: dict[str, int] = {}
@@ -128,7 +149,8 @@ class PortDrops:
         for _name, g, c in items:
             groups[g] = groups.get(g, 0) + c
         lost = inside - before if before >= 0 and inside > before else 0
-        return DropSummary(total=sum(per.values()), lost=lost, reasons=items, groups=groups)
+        return DropSummary(total=sum(per.values()), lost=lost, reasons=items, groups=groups,
+                           jobs=sorted(jobs.items(), key=lambda x: (-x[1], x[0])))
 
     def snapshot(self) -> dict:
         return {"ports": [[e, i, rows] for (e, i), rows in sorted(self.ports.items())],
@@ -136,6 +158,7 @@ class PortDrops:
 
     def restore(self, snap: dict | None) -> None:
         snap = snap or {}
-        self.ports = {(str(e), int(i)): [[int(x) for x in r] for r in rows] for e, i, rows in snap.get("ports", ())}
+        self.ports = {(str(e), int(i)): [[*(int(x) for x in r[:4]), str(r[4])] for r in rows]
+                      for e, i, rows in snap.get("ports", ())}
         self.notifications = int(snap.get("notifications", 0))
         self.unattributed = int(snap.get("unattributed", 0))

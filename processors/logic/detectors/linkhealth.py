@@ -90,11 +90,11 @@ class LinkHealthDetector:
         self._drop_mask: np.ndarray | None = None  # per slot: the port has notifications (None: to compute)
         self.set_port_info(port_info)
 
-    def add_discards(self, arr: np.ndarray) -> int:
-        """sFlow dropped-packet notifications (DISCARD_DTYPE rows) -> their ports' drop reasons; returns how many
-        were attributed to a port. Apply them before the counter samples of the same time: a link event reads
-        the notifications received within its counter interval."""
-        n = self.drops.add(arr)
+    def add_discards(self, arr: np.ndarray, jobs: np.ndarray | None = None) -> int:
+        """sFlow dropped-packet notifications (DISCARD_DTYPE rows; ``jobs``: each dropped packet's job) -> their
+        ports' drop reasons; returns how many were attributed to a port. Apply them before the counter samples
+        of the same time: a link event reads the notifications received within its counter interval."""
+        n = self.drops.add(arr, jobs)
         if n:
             self._drop_mask = None
         return n
@@ -422,7 +422,8 @@ class LinkHealthDetector:
             summ = self.drop_summary(slot, d["time_ms"], d["interval_ms"])
             if summ["total"]:
                 lost = f", {summ['lost']} more lost by the agent" if summ["lost"] else ""
-                note = f"dropped-packet notifications: {summ.text()}{lost}"
+                jobs = ", ".join(f"{j} {n}" for j, n in summ["jobs"][:3])
+                note = f"dropped-packet notifications: {summ.text()}{lost}" + (f" (traffic of {jobs})" if jobs else "")
                 d["detail"] = f"{d['detail']}; {note}" if d["detail"] else note
             if self.diagnose is not None:
                 d["_drops"] = summ

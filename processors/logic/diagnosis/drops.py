@@ -45,6 +45,9 @@ def drop_items(drops: dict | None, subject: str, span_ms: int) -> list[dict]:
     if rest:
         items.append(evidence("drop_reason:other_reasons", "notifications", subject, float(rest),
                               note=f"{note}; {len(reasons) - TOP_REASONS} further reasons"))
+    items += [evidence("dropped_job", "notifications", job, float(n),
+                       note=f"dropped packets of this job on {subject} (its destination node's job, else its source's)")
+              for job, n in drops.get("jobs", [])[:3]]
     return items
 
 

@@ -36,5 +36,21 @@ def test_lost_is_the_rise_of_the_agents_counter_over_the_range_and_state_survive
     pd.add(discards([dict(t=200_000)]))  # past the horizon: the old seconds go
     again = PortDrops(horizon_s=60)
     again.restore(pd.snapshot())
-    assert again.ports == pd.ports and again.ports[(EXPORTER, 1)] == [[200, 259, 1, 0]]
+    assert again.ports == pd.ports and again.ports[(EXPORTER, 1)] == [[200, 259, 1, 0, ""]]
     assert again.notifications == 4
+
+
+def test_the_jobs_of_the_dropped_packets_are_counted_beside_the_reasons():
+    from processors.logic.detectors.drops import dropped_jobs
+    from processors.logic.enrich.inventory import Inventory
+
+    inv = Inventory.from_dict({"nodes": [{"name": "a", "group": "gpu", "rack": "r1", "switch": "s", "ips": ["10.0.0.1"]},
+                                         {"name": "b", "group": "gpu", "rack": "r1", "switch": "s", "ips": ["10.0.0.2"]}],
+                               "jobs": [{"name": "train-a", "nodes": ["a"]}]})
+    arr = discards([dict(t=1_000, dst="10.0.0.1"), dict(t=1_000, src="10.0.0.1", dst="10.0.0.2"),
+                    dict(t=1_000, src="10.0.0.2", dst="10.9.9.9")])
+    jobs = dropped_jobs(inv, arr)
+    assert jobs.tolist() == ["train-a", "train-a", ""]  # the destination's job, else the source's
+    pd = PortDrops()
+    pd.add(arr, jobs)
+    assert pd.summary((EXPORTER, 1), 0, 2_000)["jobs"] == [("train-a", 2)]
