@@ -13,6 +13,8 @@ batch: no Python object per notification. Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from schemas.columns import addr_str
@@ -21,6 +23,14 @@ from schemas.drop_reasons import REASON_GROUP, reason_name
 __all__ = ["PortDrops", "DropSummary", "port_if_index", "dropped_jobs"]
 
 _GROUP_KEY = np.dtype([("addr", "V16"), ("ifx", "<i8"), ("sec", "<i8"), ("reason", "<i8"), ("job", "<i8")])
+
+
+def _sec(row: list) -> int:
+    return row[0]
+
+
+def _order(row: list) -> tuple:
+    return row[0], row[1], row[4]
 
 
 def dropped_jobs(inventory, arr: np.ndarray) -> np.ndarray:
@@ -93,31 +103,35 @@ class PortDrops:
         lost = np.zeros(len(uniq), dtype=np.int64)
         np.maximum.at(lost, inv.ravel(), a["drops"].astype(np.int64))
         texts: dict[bytes, str] = {}
-        touched = set()
+        new: dict[tuple[str, int], list[list]] = {}
         for (addr, ifi, sec, reason, job), c, d in zip(uniq.tolist(), counts.tolist(), lost.tolist()):
             exp = texts.get(addr)
             if exp is None:
                 exp = texts[addr] = addr_str(np.frombuffer(addr, np.uint8))
-            port = (exp, int(ifi))
-            self.ports.setdefault(port, []).append([int(sec), int(reason), int(c), int(d), str(names[job])])
-            touched.add(port)
-        for port in touched:
-            self._trim(port)
+            new.setdefault((exp, int(ifi)), []).append([int(sec), int(reason), int(c), int(d), str(names[job])])
+        for port, rows in new.items():
+            self._insert(port, sorted(rows, key=_order))
         return len(a)
 
-    def _trim(self, port: tuple[str, int]) -> None:
-        rows = self.ports[port]
-        rows.sort(key=lambda r: (r[0], r[1], r[4]))
+    def _insert(self, port: tuple[str, int], rows: list[list]) -> None:
+        """Add a port's entries (sorted); keep its list sorted by (second, reason, job) with one entry each,
+        within the horizon. Batches come in time order: only the entries of the newest second are re-merged."""
+        have = self.ports.setdefault(port, [])
+        cut = 0 if not have or rows[0][0] < have[-1][0] else bisect.bisect_left(have, rows[0][0], key=_sec)
+        tail = have[cut:] + rows
+        tail.sort(key=_order)
         merged: list[list] = []
-        for r in rows:  # the same (second, reason, job) from two batches: one entry
-            if merged and merged[-1][0] == r[0] and merged[-1][1] == r[1] and merged[-1][4] == r[4]:
+        for r in tail:  # the same (second, reason, job) twice: one entry
+            if merged and _order(merged[-1]) == _order(r):
                 merged[-1][2] += r[2]
                 merged[-1][3] = max(merged[-1][3], r[3])
             else:
                 merged.append(r)
-        newest = merged[-1][0]
-        keep = [r for r in merged if r[0] >= newest - self.horizon_s]
-        self.ports[port] = keep[-self.max_entries:]
+        have[cut:] = merged
+        old = bisect.bisect_left(have, have[-1][0] - self.horizon_s, key=_sec)
+        drop = max(old, len(have) - self.max_entries)
+        if drop > 0:
+            del have[:drop]
 
     def has(self, port: tuple[str, int]) -> bool:
         return port in self.ports
@@ -128,17 +142,19 @@ class PortDrops:
         rise of the agent's lost-notification counter over the range (0 when it did not rise or there is no
         earlier value to compare with)."""
         lo, hi = int(lo_ms) // 1000, int(hi_ms) // 1000
+        rows = self.ports.get(port, [])
+        a, b = bisect.bisect_right(rows, lo, key=_sec), bisect.bisect_right(rows, hi, key=_sec)
         per: dict[int, int] = {}
         jobs: dict[str, int] = {}
-        before = inside = -1
-        for sec, reason, c, d, job in self.ports.get(port, ()):
-            if sec <= lo:
-                before = max(before, d)
-            elif sec <= hi:
-                per[reason] = per.get(reason, 0) + c
-                if job:
-                    jobs[job] = jobs.get(job, 0) + c
-                inside = max(inside, d)
+        inside = -1
+        for _sec_, reason, c, d, job in rows[a:b]:
+            per[reason] = per.get(reason, 0) + c
+            if job:
+                jobs[job] = jobs.get(job, 0) + c
+            inside = max(inside, d)
+        # the agent's counter before the range: its value in the last second before it (it only rises)
+        last = bisect.bisect_left(rows, rows[a - 1][0], key=_sec) if a else a
+        before = max((r[3] for r in rows[last:a]), default=-1)
         reasons = sorted(((reason_name(r), c) for r, c in per.items()), key=lambda x: (-x[1], x[0]))
         merged: dict[str, int] = {}
         for name, c in reasons:  # codes the spec does not list all read as "other"

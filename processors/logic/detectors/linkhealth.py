@@ -276,13 +276,17 @@ class LinkHealthDetector:
 
         # packet_drops episodes: the port's notifications over the interval (ports that have any)
         drops_ps = np.zeros(len(slots))
-        cand = np.flatnonzero(ok & self._has_drops(slots)) if len(slots) else np.zeros(0, dtype=np.int64)
-        for i, s_, t_, iv_ in zip(cand.tolist(), slots[cand].tolist(), t[cand].tolist(), interval[cand].tolist()):
-            drops_ps[i] = self.drops.summary(self.keys[s_], t_ - iv_, t_)["total"] / (iv_ / 1000.0)
-        drops_now = ok & (drops_ps >= cfg.drop_notify_per_s)
         drops_was = st["drops_open"][slots]
-        drops_start = drops_now & ~drops_was & ~disc_start  # a discard burst starting now carries the reasons
-        new_drops = np.where(ok, drops_now, drops_was)
+        if self.drops.ports:
+            cand = np.flatnonzero(ok & self._has_drops(slots))
+            for i, s_, t_, iv_ in zip(cand.tolist(), slots[cand].tolist(), t[cand].tolist(), interval[cand].tolist()):
+                drops_ps[i] = self.drops.summary(self.keys[s_], t_ - iv_, t_)["total"] / (iv_ / 1000.0)
+            drops_now = ok & (drops_ps >= cfg.drop_notify_per_s)
+            drops_start = drops_now & ~drops_was & ~disc_start  # a discard burst starting now carries the reasons
+            new_drops = np.where(ok, drops_now, drops_was)
+        else:  # no notification seen: nothing opens, every compared port closes its episode
+            drops_start = np.zeros(len(slots), dtype=bool)
+            new_drops = ~ok & drops_was
 
         # a port's first sample below the speed the inventory configures for it
         conf = np.array(self.port_conf, dtype=np.float64)[slots] if len(slots) else np.zeros(0)
@@ -415,6 +419,12 @@ class LinkHealthDetector:
     def _add_drop_reasons(self, out: list[tuple[int, dict]]) -> None:
         """Each link event (not the samples) gets its port's drop reasons of the interval in its detail, and the
         diagnosis reads them (``_drops``, removed once it has)."""
+        if not self.drops.ports:
+            if self.diagnose is not None:
+                for _m, d in out:
+                    if d["kind"] != "sample":
+                        d["diagnosis"] = self.diagnose(d)
+            return
         for _m, d in out:
             if d["kind"] == "sample":
                 continue

@@ -34,10 +34,11 @@ def test_lost_is_the_rise_of_the_agents_counter_over_the_range_and_state_survive
     assert pd.summary((EXPORTER, 1), 10_000, 30_000)["lost"] == 7
     assert pd.summary((EXPORTER, 1), 0, 30_000)["lost"] == 0  # nothing earlier to compare with
     pd.add(discards([dict(t=200_000)]))  # past the horizon: the old seconds go
+    pd.add(discards([dict(t=200_500)]))  # the same second in the next batch: one entry
     again = PortDrops(horizon_s=60)
     again.restore(pd.snapshot())
-    assert again.ports == pd.ports and again.ports[(EXPORTER, 1)] == [[200, 259, 1, 0, ""]]
-    assert again.notifications == 4
+    assert again.ports == pd.ports and again.ports[(EXPORTER, 1)] == [[200, 259, 2, 0, ""]]
+    assert again.notifications == 5
 
 
 def test_the_jobs_of_the_dropped_packets_are_counted_beside_the_reasons():
