@@ -69,9 +69,10 @@ class PortDrops:
     """Notifications per port, (second, reason) and their agent's lost-notification counter, for
     ``horizon_s`` seconds before the newest notification of the port."""
 
-    def __init__(self, horizon_s: float = 900.0, max_entries: int = 4096):
+    def __init__(self, horizon_s: float = 120.0, max_entries: int = 1024):
         self.horizon_s = int(horizon_s)
         self.max_entries = int(max_entries)
+        self._swept = -(2**62)  # newest second at the last sweep of ports gone quiet
         self.ports: dict[tuple[str, int], list[list]] = {}  # port -> [[second, reason code, count, drops, job]]
         self.notifications = 0  # applied in all
         self.unattributed = 0  # without a port (ifIndex 0 or a format-1/2 word): in metrics and archive only
@@ -111,6 +112,11 @@ class PortDrops:
             new.setdefault((exp, int(ifi)), []).append([int(sec), int(reason), int(c), int(d), str(names[job])])
         for port, rows in new.items():
             self._insert(port, sorted(rows, key=_order))
+        newest = int(key["sec"].max())
+        if newest >= self._swept + self.horizon_s:  # ports with nothing within the horizon go (bounded state)
+            self._swept = newest
+            for port in [p for p, r in self.ports.items() if r[-1][0] < newest - self.horizon_s]:
+                del self.ports[port]
         return len(a)
 
     def _insert(self, port: tuple[str, int], rows: list[list]) -> None:

@@ -53,7 +53,7 @@ class LinkHealthConfig:
     event_hold_s: float = Field(60.0, ge=0, description="Seconds either side of a query time that a port's last link event still counts as open in node_state (storage_bound headroom, cause links)")
     flap_window_s: float = Field(600.0, gt=0, description="Seconds over which a port's oper-down transitions are counted (node_state flaps: two or more make the port flapping for the diagnosis)")
     drop_notify_per_s: float = Field(1.0, gt=0, description="sFlow dropped-packet notifications per second of a port (over a counter interval) that start a packet_drops episode")
-    drop_horizon_s: float = Field(900.0, gt=0, description="Seconds of a port's dropped-packet notifications kept for link events' drop reasons")
+    drop_horizon_s: float = Field(120.0, gt=0, description="Seconds of a port's dropped-packet notifications kept for link events' drop reasons (at least a counter interval and event_hold_s)")
 
 
 _STATE_FIELDS = {

@@ -33,12 +33,14 @@ def test_lost_is_the_rise_of_the_agents_counter_over_the_range_and_state_survive
     pd.add(discards([dict(t=1_000, drops=5), dict(t=20_000, drops=9), dict(t=25_000, drops=12)]))
     assert pd.summary((EXPORTER, 1), 10_000, 30_000)["lost"] == 7
     assert pd.summary((EXPORTER, 1), 0, 30_000)["lost"] == 0  # nothing earlier to compare with
-    pd.add(discards([dict(t=200_000)]))  # past the horizon: the old seconds go
+    pd.add(discards([dict(t=2_000, out_if=2)]))
+    pd.add(discards([dict(t=200_000)]))  # past the horizon: the old seconds go, and port 2 with nothing newer
+    assert (EXPORTER, 2) not in pd.ports
     pd.add(discards([dict(t=200_500)]))  # the same second in the next batch: one entry
     again = PortDrops(horizon_s=60)
     again.restore(pd.snapshot())
     assert again.ports == pd.ports and again.ports[(EXPORTER, 1)] == [[200, 259, 2, 0, ""]]
-    assert again.notifications == 5
+    assert again.notifications == 6
 
 
 def test_the_jobs_of_the_dropped_packets_are_counted_beside_the_reasons():
