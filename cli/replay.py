@@ -75,7 +75,7 @@ def run_replay(
             if bar is not None:
                 task = bar.add_task("replay (rows read)", total=src.total_rows())
                 src.on_file = lambda n: bar.advance(task, n)
-            flow_b, counter_b = src.flow_batches(), src.counter_batches()
+            flow_b, counter_b, discard_b = src.flow_batches(), src.counter_batches(), src.discard_batches()
             span = {"from_ms": src.frm_ms, "to_ms": src.to_ms, "files": sum(len(v) for v in src.files.values())}
             if settings.processors.jobs.source != "file":  # the live membership that held then, as archived
                 inv, span["job_membership_rows"] = _archived_jobs(settings, fs, root, src, inventory)
@@ -88,7 +88,7 @@ def run_replay(
                                   grace_ms=int(settings.processors.allowed_lateness_s * 1000),
                                   on_message=(lambda: bar.advance(task)) if bar is not None else None,
                                   on_retry=(lambda: bar.reset(task, total=total)) if bar is not None else None)
-            flow_b, counter_b = src.flow_batches(), src.counter_batches()
+            flow_b, counter_b, discard_b = src.flow_batches(), src.counter_batches(), src.discard_batches()
             if bar is not None:
                 bar.update(task, visible=False)
                 ptask = bar.add_task("replay (batches)", total=len(flow_b) + len(counter_b))
@@ -106,7 +106,7 @@ def run_replay(
             if bar is not None and source == "kafka":
                 bar.advance(ptask)
 
-        outputs = rp.replay_batches(flow_b, counter_b, factory, parts, on_batch=on_batch)
+        outputs = rp.replay_batches(flow_b, counter_b, factory, parts, on_batch=on_batch, discard_batches=discard_b)
     finally:
         if bar is not None:
             bar.stop()
@@ -116,6 +116,7 @@ def run_replay(
         "source": source, "from": frm, "to": to, **span, "partitions": parts, "set": overrides,
         "inventory": inventory or settings.processors.inventory, "policy": policy or settings.processors.policy,
         "flow_records": counts["flows"], "counter_samples": counts["counters"],
+        "discard_notifications": counts["discards"],
         "outputs": dict(sorted(by_kind.items())),
     }
     if source == "archive" and meta["flow_records"] + meta["counter_samples"] == 0:
@@ -184,11 +185,11 @@ def register(app: typer.Typer) -> None:
         frm: Optional[str] = _opt(None, "--from", help="Start of the range (inclusive): ISO-8601 (no zone = UTC) "
                                   "or unix ms."),
         to: Optional[str] = _opt(None, "--to", help="End of the range (exclusive)."),
-        source: str = _opt("archive", "--source", help="archive (flows_raw + counters_raw Parquet) or kafka "
-                           "(flows.raw / counters.raw)."),
+        source: str = _opt("archive", "--source", help="archive (flows_raw + counters_raw Parquet, "
+                           "discards_raw when archived) or kafka (flows.raw / counters.raw / discards.raw)."),
         offsets: Optional[str] = _opt(
             None, "--offsets", help="Kafka ranges of flows.raw PARTITION:START-END,... (END exclusive, empty = to "
-            "the end); prefix counters: for counters.raw (counters:0:10-20). Without it, --from/--to are located "
+            "the end); prefix counters: for counters.raw (counters:0:10-20), discards: for discards.raw. Without it, --from/--to are located "
             "by binary search on record timestamps."),
         archive: Optional[str] = _opt(None, "--archive", help="Archive URL (file://DIR, s3://BUCKET/PREFIX); "
                                       "default archive.url."),

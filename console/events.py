@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 TYPES = ("incast", "straggler", "link", "alert", "pattern")
-LINK_EVENT_KINDS = ("link_downgrade", "speed_change", "oper_down", "oper_up", "error_burst", "discard_burst",
+LINK_EVENT_KINDS = ("link_downgrade", "speed_change", "oper_down", "oper_up", "error_burst", "discard_burst", "packet_drops",
                     "sustained_utilisation", "counter_reset")
 STRAGGLER_GAP_WINDOWS = 3  # flagged windows further apart than this start a new straggler episode
 

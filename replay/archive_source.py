@@ -1,4 +1,4 @@
-"""Replay from the hourly Parquet archive: the flows_raw / counters_raw files of a time range, in the
+"""Replay from the hourly Parquet archive: the flows_raw / counters_raw (and discards_raw) files of a time range, in the
 canonical order (hour, then the files' (partition, first offset) keys, then event-time slices)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from schemas.columns import dtype_for
 
-from .core import COUNTER_TIME, DEFAULT_SLICE_MS, FLOW_TIME, ReplayError, iso_utc, slice_batches, time_range
+from .core import COUNTER_TIME, DEFAULT_SLICE_MS, DISCARD_TIME, FLOW_TIME, ReplayError, iso_utc, slice_batches, time_range
 
 
 def columns_from_table(table: pa.Table, avsc: str) -> np.ndarray:
@@ -120,7 +120,7 @@ class ArchiveSource:
                     parts.append(columns_from_table(t, avsc))
             if parts:
                 rows = np.concatenate(parts) if len(parts) > 1 else parts[0]
-                self.rows_read[dataset] += len(rows)
+                self.rows_read[dataset] = self.rows_read.get(dataset, 0) + len(rows)
                 yield from slice_batches(rows, time_col, self.slice_ms)
 
     def flow_batches(self) -> Iterator[np.ndarray]:
@@ -128,6 +128,10 @@ class ArchiveSource:
 
     def counter_batches(self) -> Iterator[np.ndarray]:
         return self._batches("counters_raw", "counter_sample", COUNTER_TIME)
+
+    def discard_batches(self) -> Iterator[np.ndarray]:
+        """sFlow dropped-packet notifications (the drop reasons of link events); none when not archived."""
+        return self._batches("discards_raw", "discarded_packet", DISCARD_TIME)
 
 
 def archive_source(fs, root: str, frm, to, *, slice_ms: int = DEFAULT_SLICE_MS) -> ArchiveSource:
@@ -162,4 +166,9 @@ def archive_source(fs, root: str, frm, to, *, slice_ms: int = DEFAULT_SLICE_MS) 
             have = q.available(d)
             spans.append(f"{d}: {have[0]} .. {have[1]}" if have else f"{d}: nothing")
         raise ReplayError(f"no raw data between {iso_utc(lo)} and {iso_utc(hi)} (the archive has {'; '.join(spans)})")
+    if "discards_raw" in q.datasets:
+        try:
+            files["discards_raw"] = q.files("discards_raw", lo, hi)
+        except DatasetMissing:
+            pass
     return ArchiveSource(q.fs, q.root, lo, hi, files, slice_ms)

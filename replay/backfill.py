@@ -73,6 +73,7 @@ class BackfillStats:
     mark_datagrams: int = 0
     flow_records: int = 0
     counter_samples: int = 0
+    discard_notifications: int = 0  # sFlow dropped-packet notifications (the drop reasons of link events)
     first_ms: int | None = None
     last_ms: int | None = None
     messages: dict[str, int] = field(default_factory=dict)  # topic -> messages produced
@@ -221,6 +222,11 @@ class Backfill:
         archived = self.archive.routes
         while len(self.log):
             msgs = self.log.take()
+            for m in msgs:  # notifications first: the counter samples published with them read them (as live)
+                if m.topic() == t["discards_raw"]:
+                    rows = codec.decode_batch(m.value(), expect="discard_batch")
+                    self.stats.discard_notifications += len(rows)
+                    self.cores.discards(rows)
             for m in msgs:
                 topic = m.topic()
                 if topic == t["flows_raw"]:

@@ -22,6 +22,7 @@ DEFAULT_SLICE_MS = 10_000
 HOUR_MS = 3_600_000
 FLOW_TIME = "time_end_ms"
 COUNTER_TIME = "time_received_ms"
+DISCARD_TIME = "time_received_ms"
 
 
 class ReplayError(Exception):
@@ -80,10 +81,29 @@ def _min_time(batch: np.ndarray, column: str) -> int:
     return int(batch[column].min()) if len(batch) else -(2**62)
 
 
-def _merged(flow_batches: Iterable[np.ndarray], counter_batches: Iterable[np.ndarray]):
-    """("flows"|"counters", batch) keeping each input's order, interleaved by the batches' first
-    event time (flows first on ties). Values never depend on this interleaving: link health
-    shares no state with the flow detectors; it only orders the output list."""
+def _merged(flow_batches: Iterable[np.ndarray], counter_batches: Iterable[np.ndarray],
+            discard_batches: Iterable[np.ndarray] = ()):
+    """("flows"|"counters"|"discards", batch) keeping each input's order, flows and counters interleaved by
+    the batches' first event time (flows first on ties). Values never depend on this interleaving: link health
+    shares no state with the flow detectors; it only orders the output list. A batch of dropped-packet
+    notifications comes before the first counter batch whose last sample is not older than its first
+    notification: every link event then reads all the notifications of its interval in the input, however
+    the sources were sliced (notifications later than a sample are outside its interval)."""
+    di = iter(discard_batches)
+    d = next(di, None)
+    for kind, batch in _flows_and_counters(flow_batches, counter_batches):
+        if kind == "counters" and len(batch):
+            last = int(batch[COUNTER_TIME].max())
+            while d is not None and _min_time(d, DISCARD_TIME) <= last:
+                yield "discards", d
+                d = next(di, None)
+        yield kind, batch
+    while d is not None:
+        yield "discards", d
+        d = next(di, None)
+
+
+def _flows_and_counters(flow_batches: Iterable[np.ndarray], counter_batches: Iterable[np.ndarray]):
     fi, ci = iter(flow_batches), iter(counter_batches)
     f = next(fi, None)
     c = next(ci, None)
@@ -137,6 +157,11 @@ class ShardedCores:
             out.extend(self.cores[s].process_counters(rows))
         return out
 
+    def discards(self, batch: np.ndarray) -> None:
+        """Dropped-packet notifications -> the exporter's shard (the one reporting its link health), as live."""
+        for s, rows in _split(batch, counter_shard_of(batch, self.partitions)):
+            self.cores[s].process_discards(rows)
+
     def flush(self) -> list[Output]:
         """Close every open window (end of the input), shard 0 first."""
         out: list[Output] = []
@@ -153,22 +178,27 @@ def replay_batches(
     *,
     on_batch: Callable[[str, int], None] | None = None,
     cores: list[ProcessorCore] | None = None,
+    discard_batches: Iterable[np.ndarray] = (),
 ) -> list[Output]:
     """Run raw batches (FLOW_DTYPE / COUNTER_DTYPE) through one ProcessorCore per shard; flush at the end.
 
     Per flow batch, like a live worker: enrich, ``shard_of(enriched, partitions, by_src=...)``,
     each shard's rows (in input order) to that shard's core. Counter batches go
-    to ``counter_shard_of`` (the other shards update their port state with them, without outputs). Output order: processing order, shards in number
+    to ``counter_shard_of`` (the other shards update their port state with them, without outputs), and
+    ``discard_batches`` (DISCARD_DTYPE, sFlow dropped-packet notifications) to the same shard, each before the
+    counters that may read it (:func:`_merged`). Output order: processing order, shards in number
     order within a batch, then the flushes of shard 0, 1, ... ``on_batch(kind,
     rows)`` is called after each batch (progress). Pass ``cores`` (a list of
     ``partitions`` cores) to inspect them afterwards.
     """
     sharded = ShardedCores(core_factory, partitions, cores)
     out: list[Output] = []
-    for kind, batch in _merged(flow_batches, counter_batches):
+    for kind, batch in _merged(flow_batches, counter_batches, discard_batches):
         if len(batch):
             if kind == "flows":
                 out.extend(sharded.flows(sharded.enrich(batch)))
+            elif kind == "discards":
+                sharded.discards(batch)
             else:
                 out.extend(sharded.counters(batch))
         if on_batch is not None:

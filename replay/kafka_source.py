@@ -1,4 +1,4 @@
-"""Replay from Kafka: ``flows.raw`` / ``counters.raw`` by offsets or by a time range (binary search on
+"""Replay from Kafka: ``flows.raw`` / ``counters.raw`` (and ``discards.raw``, the drop reasons of link events) by offsets or by a time range (binary search on
 record timestamps, since the embedded broker's ``offsets_for_times`` answers 0), in the canonical order.
 
 Reads ask for a short fetch wait first (single-message fetches are the binary search's unit); a partition
@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from schemas.columns import COUNTER_DTYPE, FLOW_DTYPE
+from schemas.columns import COUNTER_DTYPE, DISCARD_DTYPE, FLOW_DTYPE
 
-from .core import COUNTER_TIME, DEFAULT_SLICE_MS, FLOW_TIME, ReplayError, iso_utc, slice_batches, time_range
+from .core import COUNTER_TIME, DEFAULT_SLICE_MS, DISCARD_TIME, FLOW_TIME, ReplayError, iso_utc, slice_batches, time_range
 
 log = logging.getLogger(__name__)
 
@@ -123,13 +123,13 @@ def _poll_from(consumer, tp, start: int, idle_s: float, *, need_answer: bool = F
         yield m
 
 
-_OFFSET_RE = re.compile(r"(?:(flows|counters):)?(\d+):(\d+)-(\d*)")
+_OFFSET_RE = re.compile(r"(?:(flows|counters|discards):)?(\d+):(\d+)-(\d*)")
 
 
 def parse_offsets(text: str) -> dict[tuple[str, int], tuple[int, int | None]]:
     """``"0:100-200,1:0-50,counters:0:10-"`` -> {(stream, partition): (start, end or None)}.
 
-    ``stream`` is ``flows`` (default) or ``counters``; END is exclusive; an empty
+    ``stream`` is ``flows`` (default), ``counters`` or ``discards``; END is exclusive; an empty
     END means "to the end of the partition".
     """
     out: dict[tuple[str, int], tuple[int, int | None]] = {}
@@ -138,7 +138,7 @@ def parse_offsets(text: str) -> dict[tuple[str, int], tuple[int, int | None]]:
             continue
         m = _OFFSET_RE.fullmatch(part)
         if not m:
-            raise ReplayError(f"--offsets {part!r}: expected [flows:|counters:]PARTITION:START-END (END exclusive)")
+            raise ReplayError(f"--offsets {part!r}: expected [flows:|counters:|discards:]PARTITION:START-END (END exclusive)")
         stream, p, a, b = m.group(1) or "flows", int(m.group(2)), int(m.group(3)), m.group(4)
         end = int(b) if b else None
         if end is not None and end <= a:
@@ -159,12 +159,16 @@ class KafkaSource:
     counters: np.ndarray
     read: dict[tuple[str, int], tuple[int, int, int]]  # (first, last, messages)
     slice_ms: int = DEFAULT_SLICE_MS
+    discards: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=DISCARD_DTYPE))
 
     def flow_batches(self) -> list[np.ndarray]:
         return slice_batches(self.flows, FLOW_TIME, self.slice_ms)
 
     def counter_batches(self) -> list[np.ndarray]:
         return slice_batches(self.counters, COUNTER_TIME, self.slice_ms)
+
+    def discard_batches(self) -> list[np.ndarray]:
+        return slice_batches(self.discards, DISCARD_TIME, self.slice_ms)
 
 
 def read_range(consumer, tp, start: int, end: int, timeout_s: float, on_message=None) -> list:
@@ -217,7 +221,8 @@ def kafka_source(
         if frm is None or to is None:
             raise ReplayError("give both --from and --to")
         lo_ms, hi_ms = time_range(frm, to)
-    topics = {"flows": kafka_settings.topics.flows_raw, "counters": kafka_settings.topics.counters_raw}
+    topics = {"flows": kafka_settings.topics.flows_raw, "counters": kafka_settings.topics.counters_raw,
+              "discards": kafka_settings.topics.discards_raw}
     args = (topics, offsets, lo_ms, hi_ms, grace_ms, timeout_s, on_message, kafka_settings.bootstrap_servers)
     if consumer is not None:
         parts, read = _read_all(consumer, *args)
@@ -240,11 +245,13 @@ def kafka_source(
         raise ReplayError("no records in the requested offset ranges")
     flows = np.concatenate(parts["flows"]) if parts["flows"] else np.zeros(0, dtype=FLOW_DTYPE)
     counters = np.concatenate(parts["counters"]) if parts["counters"] else np.zeros(0, dtype=COUNTER_DTYPE)
+    discards = np.concatenate(parts["discards"]) if parts["discards"] else np.zeros(0, dtype=DISCARD_DTYPE)
     if lo_ms is not None:
-        ft, ct = flows[FLOW_TIME], counters[COUNTER_TIME]
+        ft, ct, dt = flows[FLOW_TIME], counters[COUNTER_TIME], discards[DISCARD_TIME]
         flows = flows[(ft >= lo_ms) & (ft < hi_ms)]
         counters = counters[(ct >= lo_ms) & (ct < hi_ms)]
-    return KafkaSource(flows, counters, read, slice_ms)
+        discards = discards[(dt >= lo_ms) & (dt < hi_ms)]
+    return KafkaSource(flows, counters, read, slice_ms, discards)
 
 
 def replay_consumer_config(kafka_settings, fetch_wait_ms: int) -> dict:
@@ -290,7 +297,7 @@ def _read_all(consumer, topics, offsets, lo_ms, hi_ms, grace_ms, timeout_s, on_m
             if p not in nparts[s]:
                 raise ReplayError(f"{topics[s]} has no partition {p} "
                                   f"(partitions: {', '.join(map(str, nparts[s])) or 'none, topic missing'})")
-    parts: dict[str, list[np.ndarray]] = {"flows": [], "counters": []}
+    parts: dict[str, list[np.ndarray]] = {"flows": [], "counters": [], "discards": []}
     read: dict[tuple[str, int], tuple[int, int, int]] = {}
     for (s, p) in sorted(ranges, key=lambda k: (k[0] != "flows", k[1])):
         a, b = ranges[(s, p)]
@@ -300,7 +307,7 @@ def _read_all(consumer, topics, offsets, lo_ms, hi_ms, grace_ms, timeout_s, on_m
         msgs = read_range(consumer, tp, a, b, timeout_s, on_message)
         if msgs:
             read[(s, p)] = (msgs[0].offset(), msgs[-1].offset(), len(msgs))
-        want = "flow_batch" if s == "flows" else "counter_batch"
+        want = {"flows": "flow_batch", "counters": "counter_batch", "discards": "discard_batch"}[s]
         for m in msgs:
             try:
                 parts[s].append(codec.decode_batch(m.value(), expect=want))

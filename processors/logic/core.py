@@ -25,6 +25,7 @@ from schemas.columns import PROTO_IPFIX, PROTO_NETFLOW5, PROTO_NETFLOW9, PROTO_S
 
 from .detectors.congestion import CongestionConfig
 from .detectors.connstorm import ConnStormConfig
+from .detectors.drops import dropped_jobs
 from .detectors.fabric import FabricBalanceConfig
 from .detectors.incast import IncastConfig
 from .detectors.jobspread import JobSpreadConfig
@@ -112,6 +113,7 @@ def engine_config(processors_settings, overrides: dict[str, dict] | None = None)
 class CoreStats:
     raw_records: int = 0
     counter_samples: int = 0
+    discard_notifications: int = 0
     unknown_addresses: int = 0
     outputs: int = 0
 
@@ -256,6 +258,15 @@ class ProcessorCore:
         out = self.engine.process_counters(counters, message)
         self.stats.outputs += len(out)
         return out
+
+    def process_discards(self, discards: np.ndarray) -> int:
+        """sFlow dropped-packet notifications (DISCARD_DTYPE) -> the drop reasons of their ports, which the link
+        events of those ports carry (no output of their own); returns how many were attributed to a port. The
+        exporter's shard applies them (the one that reports its link health)."""
+        self.stats.discard_notifications += len(discards)
+        if len(discards) == 0:
+            return 0
+        return self.engine.process_discards(discards, dropped_jobs(self.inventory, discards))
 
     def tick(self, now_ms: int) -> list[Output]:
         out = self.engine.tick(now_ms)

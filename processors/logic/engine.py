@@ -383,6 +383,14 @@ class Engine:
             alerts = [Output("alert", a["dedup_key"], a) for a in self.fabric.advance(max(d["time_ms"] for d in out))]
         return [Output("link", f"{d['exporter']}|{d['if_index']}", d) for d in out] + alerts
 
+    def process_discards(self, batch: np.ndarray, jobs: np.ndarray | None = None) -> int:
+        """sFlow dropped-packet notifications (DISCARD_DTYPE; ``jobs``: each dropped packet's job) -> link
+        health's drop reasons per port (the reasons of the link events that follow); returns how many were
+        attributed to a port."""
+        if "link" not in self.config.enabled or len(batch) == 0:
+            return 0
+        return self.link.add_discards(batch, jobs)
+
     # -- timer -------------------------------------------------------------------
     def tick(self, now_ms: int) -> list[Output]:
         """Timer: close the windows of an idle stream (see WindowManager.tick)."""

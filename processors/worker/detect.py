@@ -5,7 +5,8 @@ the shard's last offset, or made only of raw pieces the shard has applied, it is
 LZ4 ``.npy`` (:mod:`processors.worker.shuffle`), enriched here unless ``prepare`` kept them; counter batches
 (Avro; several in one message when ``prepare`` took them together) wait per shard until
 ``processors.counter_batch_rows`` samples or the next tick; other shards' counter batches (``role`` header)
-only update the port state, at once.
+only update the port state, at once. Dropped-packet notification batches (Avro, from the exporter's
+``discards.raw.v1`` message) go to the shard's link health at once: the counter samples that follow read them.
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ class Detect:
             elif value[:8] == shuffle.COUNTERS_MAGIC or codec.schema_of(value) == "counter_batch":
                 outs = self._counters(shard, [self._decode_counters(v) for v in shuffle.counter_pieces(value)],
                                       fresh, state_only)
+            elif codec.schema_of(value) == "discard_batch":
+                core.process_discards(codec.decode_batch(value, expect="discard_batch"))  # one piece: never partly applied
+                outs = []
             else:
                 raise codec.CodecError(f"a {codec.schema_of(value)} message is not a shuffle batch")
         except codec.CodecError as e:

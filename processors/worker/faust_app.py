@@ -142,7 +142,7 @@ def make_app(proc: Processors) -> App:
     app.fetch_max_wait_ms = p.fetch_max_wait_ms
     app.outputs_delivered = proc.checkpoint.outputs_delivered
     t = s.kafka.topics
-    raw = app.topic(t.flows_raw, t.counters_raw, value_serializer="raw", key_serializer="raw")
+    raw = app.topic(t.flows_raw, t.counters_raw, t.discards_raw, value_serializer="raw", key_serializer="raw")
     shuffle = app.topic(t.shuffle, value_serializer="raw", key_serializer="raw", partitions=partitions)
     proc.checkpoint.store = app.Table("core-state", default=None, partitions=partitions, key_type=bytes, value_type=bytes)
     checkpoint = proc.checkpoint

@@ -3,7 +3,8 @@
 Raw flow messages taken together are enriched at once; ``flows.enriched.v1`` still gets each raw message's
 rows under its key. The raw rows go to the shuffle partition of their detector shard
 (:func:`~processors.logic.core.shard_of` of the enriched rows), one message per shard for the batch; counter
-batches go there unchanged, by exporter. For shards this worker detects, the enriched rows are kept
+batches go there unchanged, by exporter; sFlow dropped-packet notifications (``discards.raw.v1``) go unchanged
+to their exporter's shard only (the one that reports its link health). For shards this worker detects, the enriched rows are kept
 (:class:`ReuseCache`) so ``detect`` need not decode and enrich them again.
 """
 
@@ -153,6 +154,8 @@ class Prepare:
                     flows.append(RawPart(f"{topic}:{partition}", offset, key or b"", rows, (value, spans)))
                 elif name == "counter_batch":
                     counters.append((f"{topic}:{partition}", offset, key or b"", value))
+                elif name == "discard_batch":  # before any counters taken with them: link events read them
+                    self._shuffle_discards(f"{topic}:{partition}", offset, key or b"", value)
                 else:
                     self.metrics.undecodable.labels(topic).inc()
                     log.warning("ignoring %s message on %s", name, topic)
@@ -164,6 +167,12 @@ class Prepare:
         if flows:
             self._prepare_flows(flows)
         self.publisher.poll()
+
+    def _shuffle_discards(self, src: str, offset: int, key: bytes, value: bytes) -> None:
+        """A dropped-packet notification batch, unchanged, to its exporter's shard (:func:`counter_shard` of the
+        key, as its counters): the drop reasons the link events of its ports carry."""
+        self.publisher.produce(self.shuffle_topic, key, value, partition=counter_shard(key, self.partitions),
+                               headers=[shuffle.src_header(src, offset, 0)])
 
     def _shuffle_counters(self, items: list[tuple[str, int, bytes, bytes]]) -> None:
         """The counter batches taken together: ONE shuffle message per shard for all of them.

@@ -58,7 +58,7 @@ def run_processors(settings: Settings) -> int:
 
 def _consuming(proc: Processors, app) -> str:
     t = proc.settings.kafka.topics
-    mine = [tp for tp in app.consumer.assignment() if tp.topic in (t.flows_raw, t.counters_raw, t.shuffle)]
+    mine = [tp for tp in app.consumer.assignment() if tp.topic in (t.flows_raw, t.counters_raw, t.discards_raw, t.shuffle)]
     shards = sum(1 for tp in mine if tp.topic == t.shuffle)
     return (f"consuming {len(mine)} partitions ({shards} shuffle shards) as a member of consumer group "
             f"{proc.settings.processors.app_id}")

@@ -1,5 +1,5 @@
-"""Processors as a real Faust worker on the embedded broker, from flows.raw.v1 and counters.raw.v1 to the output
-topics (matrix, incast, straggler, link health, alerts): the same outputs as `fabricflow replay` of the same input, also
+"""Processors as a real Faust worker on the embedded broker, from flows.raw.v1, counters.raw.v1 and discards.raw.v1
+to the output topics (matrix, incast, straggler, link health with drop reasons, alerts): the same outputs as `fabricflow replay` of the same input, also
 after the worker is killed mid-stream."""
 
 from __future__ import annotations
@@ -51,12 +51,20 @@ def counter_batches(start_ms=1_767_225_600_000, seconds=60) -> list[tuple[str, n
     return out
 
 
-def expected_outputs(settings, batches, counters=()) -> list[tuple]:
+def discard_batches(start_ms=1_767_225_600_000) -> list[tuple[str, np.ndarray]]:
+    """(exporter, DiscardedPacketBatch): 30 ACL drops on 192.0.2.10 port 2 between its samples at 20 and 25 s."""
+    from tests.support.flows import discards
+
+    return [("192.0.2.10", discards([dict(t=start_ms + 21_000 + 100 * i, out_if=2, reason=258) for i in range(30)]))]
+
+
+def expected_outputs(settings, batches, counters=(), drops=()) -> list[tuple]:
     """What ``fabricflow replay`` computes for the same input (replay.replay_batches)."""
     from replay import core_factory_from, replay_batches
 
     factory = core_factory_from(settings.processors, inventory=str(INVENTORY))
-    outs = replay_batches([b for _e, b in batches], [b for _e, b in counters], factory, settings.kafka.partitions)
+    outs = replay_batches([b for _e, b in batches], [b for _e, b in counters], factory, settings.kafka.partitions,
+                          discard_batches=[b for _e, b in drops])
     t = settings.kafka.topics
     res = []
     for kind, key, value in outs:
@@ -117,11 +125,13 @@ def collect(settings, expected, timeout_s=120, proc=None):
     return got
 
 
-def run_worker(cfg, log_path: Path, bootstrap: str, settings, flows, counters, until, sig=signal.SIGTERM):
-    """A worker subprocess fed ``flows`` and ``counters`` (raw batches), stopped with ``sig`` once
-    ``until(proc)`` returns; returns what ``until`` returned."""
+def run_worker(cfg, log_path: Path, bootstrap: str, settings, flows, counters, until, sig=signal.SIGTERM, drops=()):
+    """A worker subprocess fed ``flows``, ``counters`` and ``drops`` (raw batches; the notifications first, as
+    ingest sends them long before the next counter sample), stopped with ``sig`` once ``until(proc)`` returns;
+    returns what ``until`` returned."""
     proc = start_worker(cfg, log_path)
     try:
+        produce_batches(bootstrap, settings.kafka.topics.discards_raw, drops, schema="discard_batch")
         produce_batches(bootstrap, settings.kafka.topics.flows_raw, flows)
         produce_batches(bootstrap, settings.kafka.topics.counters_raw, counters, schema="counter_batch")
         return until(proc)
@@ -154,14 +164,16 @@ def test_worker_outputs_equal_replay(kafka_bootstrap, unique_topic, tmp_path):
     create_topics(s)
     batches = training_batches()
     ctrs = counter_batches()
-    expected = expected_outputs(s, batches, ctrs)
+    drops = discard_batches()
+    expected = expected_outputs(s, batches, ctrs, drops)
     kinds = Counter(t for t, _k, _v in expected)
     assert kinds[s.kafka.topics.link_health] > 0
+    assert any('"packet_drops"' in v and "acl 30" in v for t, _k, v in expected if t == s.kafka.topics.link_health)
     assert kinds[s.kafka.topics.incast] == 2 and kinds[s.kafka.topics.straggler] > 0
     assert any('"rule": "unregistered_host"' in v and '"state": "firing"' in v for t, _k, v in expected if t == s.kafka.topics.alerts)
     cfg = write_config(tmp_path / "c.yaml", s)
     got = run_worker(cfg, tmp_path / "worker.log", kafka_bootstrap, s, batches, ctrs,
-                     lambda proc: collect(s, expected, proc=proc))
+                     lambda proc: collect(s, expected, proc=proc), drops=drops)
     log = (tmp_path / "worker.log").read_text(errors="replace")
     # Live outputs == replay of the same input (alerts compared by identity, see comparable()).
     alerts = s.kafka.topics.alerts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas.columns import COUNTER_DTYPE, FLOW_ABSENT, addr16, dtype_for, v4_column_to_addr16
+from schemas.columns import COUNTER_DTYPE, DISCARD_DTYPE, FLOW_ABSENT, addr16, dtype_for, v4_column_to_addr16
 
 ENRICHED = dtype_for("flow_enriched")
 STRING_FIELDS = [n for n in ENRICHED.names if ENRICHED[n] == np.dtype(object)]
@@ -94,6 +94,23 @@ def counters(samples: list[dict]) -> np.ndarray:
             if v >= 2**63:  # u64 stored as signed int64
                 v -= 2**64
             arr[i][c] = v
+    return arr
+
+
+def discards(rows: list[dict]) -> np.ndarray:
+    """sFlow dropped-packet notifications (DISCARD_DTYPE) from dicts (keys: t, exporter, in_if, out_if (default
+    1: an egress drop on :data:`PORTS`' n0), reason (default 259 no_buffer_space), drops, src, dst)."""
+    arr = np.zeros(len(rows), dtype=DISCARD_DTYPE)
+    arr["egress_queue"] = arr["roce_opcode"] = -1
+    for i, r in enumerate(rows):
+        arr[i]["exporter_addr"] = np.frombuffer(addr16(r.get("exporter", EXPORTER)), np.uint8)
+        arr[i]["src_addr"] = np.frombuffer(addr16(r.get("src", "10.0.0.3")), np.uint8)
+        arr[i]["dst_addr"] = np.frombuffer(addr16(r.get("dst", "10.0.0.1")), np.uint8)
+        arr[i]["in_if"], arr[i]["out_if"] = r.get("in_if", 0), r.get("out_if", 1)
+        arr[i]["reason"] = r.get("reason", 259)
+        arr[i]["drops"] = r.get("drops", 0)
+        arr[i]["sample_sequence"] = i + 1
+        arr[i]["time_received_ms"] = r["t"]
     return arr
 
 

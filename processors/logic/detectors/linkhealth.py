@@ -2,8 +2,11 @@
 
 Per (exporter, if_index), consecutive counter samples give utilisation, error and discard rates
 (kind ``sample``) and the link events ``counter_reset``, ``speed_change`` / ``link_downgrade``,
-``oper_down`` / ``oper_up``, ``error_burst``, ``discard_burst`` and ``sustained_utilisation``, each
-record naming the node behind the port and its job. :meth:`LinkHealthDetector.node_state` gives the
+``oper_down`` / ``oper_up``, ``error_burst``, ``discard_burst``, ``packet_drops`` and
+``sustained_utilisation``, each record naming the node behind the port and its job. sFlow dropped-packet
+notifications (:meth:`LinkHealthDetector.add_discards`, kept per port by :class:`.drops.PortDrops`) give
+every link event of a port the reasons of the packets it dropped in the counter interval (its detail and
+the diagnosis' evidence), and ``packet_drops`` when they alone pass ``drop_notify_per_s``. :meth:`LinkHealthDetector.node_state` gives the
 other detectors a node's port as last seen (storage_bound headroom, straggler / incast cause links).
 Samples are sorted by (port, time) and the k-th sample of every port in a batch is processed in one
 numpy step. Rules, wrap handling and parameters: docs/detectors.md, "Link health".
@@ -21,6 +24,7 @@ from pydantic import Field
 from schemas.columns import addr_str
 
 from ..params import detector_params
+from .drops import DropSummary, PortDrops
 
 __all__ = ["LinkHealthConfig", "LinkHealthDetector"]
 
@@ -29,7 +33,7 @@ _OCTETS = {"in_octets", "out_octets"}
 _U32 = np.uint64(2**32)
 _KIND_ORDER = {k: i for i, k in enumerate(
     ["counter_reset", "sample", "speed_change", "link_downgrade", "oper_down", "oper_up", "error_burst",
-     "discard_burst", "sustained_utilisation"])}
+     "discard_burst", "packet_drops", "sustained_utilisation"])}
 RECENT = 8  # counter samples per port kept for node_state's discards since a time
 # link events that make a port "faulty" for a while (node_state), by code in the ``event`` state column
 EVENT_KINDS = ("", "link_downgrade", "oper_down", "error_burst", "discard_burst")
@@ -48,6 +52,8 @@ class LinkHealthConfig:
     discard_burst_per_s: float = Field(100.0, ge=0, description="In + out discards per second that start a discard burst (an incast's drops show up as ifOutDiscards)")
     event_hold_s: float = Field(60.0, ge=0, description="Seconds either side of a query time that a port's last link event still counts as open in node_state (storage_bound headroom, cause links)")
     flap_window_s: float = Field(600.0, gt=0, description="Seconds over which a port's oper-down transitions are counted (node_state flaps: two or more make the port flapping for the diagnosis)")
+    drop_notify_per_s: float = Field(1.0, gt=0, description="sFlow dropped-packet notifications per second of a port (over a counter interval) that start a packet_drops episode")
+    drop_horizon_s: float = Field(120.0, gt=0, description="Seconds of a port's dropped-packet notifications kept for link events' drop reasons (at least a counter interval and event_hold_s)")
 
 
 _STATE_FIELDS = {
@@ -58,6 +64,7 @@ _STATE_FIELDS = {
     "util": np.float64, "out_disc": np.float64, "discard_open": np.bool_, "event": np.int64, "event_t": np.int64,
     # for the diagnosis: errors/s and length of the last interval with rates, admin status (older snapshots: up)
     "err": np.float64, "iv": np.int64, "admin": np.bool_,
+    "drops_open": np.bool_,  # a packet_drops episode (notifications at or above drop_notify_per_s) is open
 }
 _DEFAULTS = {"event_t": -1, "admin": 1}
 
@@ -79,7 +86,30 @@ class LinkHealthDetector:
         # state includes the sample, so it reads that port's state at that sample however messages are batched
         self.diagnose: Callable[[dict], dict | None] | None = None
         self._slot_cache: dict[bytes, np.ndarray] = {}  # exporter + ifIndex columns -> slots (slots never move)
+        self.drops = PortDrops(config.drop_horizon_s)
+        self._drop_mask: np.ndarray | None = None  # per slot: the port has notifications (None: to compute)
         self.set_port_info(port_info)
+
+    def add_discards(self, arr: np.ndarray, jobs: np.ndarray | None = None) -> int:
+        """sFlow dropped-packet notifications (DISCARD_DTYPE rows; ``jobs``: each dropped packet's job) -> their
+        ports' drop reasons; returns how many were attributed to a port. Apply them before the counter samples
+        of the same time: a link event reads the notifications received within its counter interval."""
+        n = self.drops.add(arr, jobs)
+        if n:
+            self._drop_mask = None
+        return n
+
+    def _has_drops(self, slots: np.ndarray) -> np.ndarray:
+        mask = self._drop_mask
+        if mask is None or len(mask) < len(self.keys):
+            ports = self.drops.ports
+            mask = self._drop_mask = np.fromiter((k in ports for k in self.keys), dtype=bool, count=len(self.keys))
+        return mask[slots]
+
+    def drop_summary(self, slot: int, t_ms: int, interval_ms: int) -> DropSummary:
+        """The notifications of the port in its counter interval before ``t_ms`` (``event_hold_s`` without one)."""
+        span = interval_ms if interval_ms > 0 else int(self.config.event_hold_s * 1000)
+        return self.drops.summary(self.keys[slot], t_ms - span, t_ms)
 
     def set_port_info(self, port_info: Callable[[str, int], tuple[str, float]] | None) -> None:
         """(exporter text, ifIndex) -> (node behind the port or "", configured speed bit/s or NaN)."""
@@ -244,6 +274,20 @@ class LinkHealthDetector:
         disc_start = disc_now & ~disc_was
         new_disc = np.where(ok, disc_now, disc_was)
 
+        # packet_drops episodes: the port's notifications over the interval (ports that have any)
+        drops_ps = np.zeros(len(slots))
+        drops_was = st["drops_open"][slots]
+        if self.drops.ports:
+            cand = np.flatnonzero(ok & self._has_drops(slots))
+            for i, s_, t_, iv_ in zip(cand.tolist(), slots[cand].tolist(), t[cand].tolist(), interval[cand].tolist()):
+                drops_ps[i] = self.drops.summary(self.keys[s_], t_ - iv_, t_)["total"] / (iv_ / 1000.0)
+            drops_now = ok & (drops_ps >= cfg.drop_notify_per_s)
+            drops_start = drops_now & ~drops_was & ~disc_start  # a discard burst starting now carries the reasons
+            new_drops = np.where(ok, drops_now, drops_was)
+        else:  # no notification seen: nothing opens, every compared port closes its episode
+            drops_start = np.zeros(len(slots), dtype=bool)
+            new_drops = ~ok & drops_was
+
         # a port's first sample below the speed the inventory configures for it
         conf = np.array(self.port_conf, dtype=np.float64)[slots] if len(slots) else np.zeros(0)
         slow_start = live & ~has_prev & (speed > 0) & np.isfinite(conf) & (speed < np.nan_to_num(conf, nan=0.0))
@@ -269,6 +313,7 @@ class LinkHealthDetector:
         st["sustained_sent"][ls] = np.where(cmp_, sent, False)[live]
         st["burst_open"][ls] = np.where(cmp_, new_burst, False)[live]
         st["discard_open"][ls] = np.where(cmp_, new_disc, False)[live]
+        st["drops_open"][ls] = np.where(cmp_, new_drops, False)[live]
         st["util"][ls] = np.where(ok, util, st["util"][slots])[live]
         st["out_disc"][ls] = np.where(ok, rate["out_discards"], st["out_disc"][slots])[live]
         st["err"][ls] = np.where(ok, err_ps, st["err"][slots])[live]
@@ -295,7 +340,7 @@ class LinkHealthDetector:
         if not emit:
             return []
         emit_rows = np.flatnonzero((cmp_ & (reset | speed_chg | oper_chg | burst_start | disc_start | sustained
-                                            | (ok & cfg.emit_samples))) | slow_start)
+                                            | drops_start | (ok & cfg.emit_samples))) | slow_start)
         if len(emit_rows) == 0:
             return []
         # Python values of the emitted rows, column by column (no numpy scalar per field)
@@ -303,7 +348,7 @@ class LinkHealthDetector:
         return self._records([x[r].tolist() for x in (
             part, slots, t, interval, speed, p_speed, util_in, util_out, rate["in_errors"], rate["out_errors"],
             rate["in_discards"], rate["out_discards"], oper, reset, uptime_reset, speed_chg, oper_chg, burst_start,
-            err_ps, sustained, since, disc_start, disc_ps, slow_start, conf)])
+            err_ps, sustained, since, disc_start, disc_ps, slow_start, conf, drops_start, drops_ps)])
 
     def _records(self, cols: list[list]) -> list[tuple[int, dict]]:
         """(message number, LinkHealth dict) pairs of the emitted rows, given as Python lists column by column
@@ -314,7 +359,7 @@ class LinkHealthDetector:
         jobs = iter(self._jobs([self.port_node[s_] for s_ in cols[1]], cols[2]))
         for row in zip(*cols):
             (m, slot, t_i, iv, sp, psp, u_in, u_out, ie, oe, idc, odc, op, rst, upr, sch, och, bst, eps, sus, snc,
-             dst_, dps, slw, cf) = row
+             dst_, dps, slw, cf, pdr, pdps) = row
             exporter, if_index = self.keys[slot]
             sw = switch.get(exporter)
             if sw is None:
@@ -363,14 +408,37 @@ class LinkHealthDetector:
                 out.append((m, base | {"kind": "error_burst", "detail": f"{eps:.1f} errors/s"}))
             if dst_:
                 out.append((m, base | {"kind": "discard_burst", "detail": f"{dps:.1f} discards/s"}))
+            if pdr:
+                out.append((m, base | {"kind": "packet_drops", "detail": f"{pdps:.1f} dropped-packet notifications/s"}))
             if sus:
                 out.append((m, base | {"kind": "sustained_utilisation",
                                        "detail": f"utilisation >= {cfg.util_threshold:g} since {snc} ms"}))
-        if self.diagnose is not None:
-            for _m, d in out:
-                if d["kind"] != "sample":
-                    d["diagnosis"] = self.diagnose(d)
+        self._add_drop_reasons(out)
         return out
+
+    def _add_drop_reasons(self, out: list[tuple[int, dict]]) -> None:
+        """Each link event (not the samples) gets its port's drop reasons of the interval in its detail, and the
+        diagnosis reads them (``_drops``, removed once it has)."""
+        if not self.drops.ports:
+            if self.diagnose is not None:
+                for _m, d in out:
+                    if d["kind"] != "sample":
+                        d["diagnosis"] = self.diagnose(d)
+            return
+        for _m, d in out:
+            if d["kind"] == "sample":
+                continue
+            slot = self.slot[(d["exporter"], d["if_index"])]
+            summ = self.drop_summary(slot, d["time_ms"], d["interval_ms"])
+            if summ["total"]:
+                lost = f", {summ['lost']} more lost by the agent" if summ["lost"] else ""
+                jobs = ", ".join(f"{j} {n}" for j, n in summ["jobs"][:3])
+                note = f"dropped-packet notifications: {summ.text()}{lost}" + (f" (traffic of {jobs})" if jobs else "")
+                d["detail"] = f"{d['detail']}; {note}" if d["detail"] else note
+            if self.diagnose is not None:
+                d["_drops"] = summ
+                d["diagnosis"] = self.diagnose(d)
+                del d["_drops"]
 
     def _jobs(self, nodes: list[str], times: list[int]) -> list[str]:
         """The job of each node at each time ("" for no node): one vectorised lookup when ``node_job`` has a
@@ -453,6 +521,7 @@ class LinkHealthDetector:
             "stale": self.stale,
             "recent": {str(k): v for k, v in sorted(self.recent.items())},
             "downs": {str(k): list(v) for k, v in sorted(self.downs.items())},
+            "drops": self.drops.snapshot(),
         }
 
     def restore(self, snap: dict) -> None:
@@ -465,4 +534,7 @@ class LinkHealthDetector:
         self.stale = int(snap["stale"])
         self.recent = {int(k): [[int(t), float(d)] for t, d in v] for k, v in snap.get("recent", {}).items()}
         self.downs = {int(k): [int(t) for t in v] for k, v in snap.get("downs", {}).items()}
+        self.drops = PortDrops(self.config.drop_horizon_s)
+        self.drops.restore(snap.get("drops"))
+        self._drop_mask = None
         self.set_port_info(self.port_info)

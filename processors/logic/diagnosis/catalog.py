@@ -18,7 +18,7 @@ from ..params import detector_params
 
 __all__ = [
     "DiagnosisConfig", "VERDICTS", "TITLES", "MICROBURST", "CC_NOT_REACTING", "DCQCN_HANDLED", "LINK_FAULT",
-    "HOST", "UNDETERMINED", "evidence", "diagnosis", "undetermined",
+    "HOST", "FORWARDING_DROP", "UNDETERMINED", "evidence", "diagnosis", "undetermined",
 ]  # fmt: skip
 
 MICROBURST = "switch_buffer_microburst"
@@ -26,15 +26,17 @@ CC_NOT_REACTING = "congestion_control_not_reacting"
 DCQCN_HANDLED = "congestion_handled_by_dcqcn"
 LINK_FAULT = "physical_link_fault"
 HOST = "host_not_network"
+FORWARDING_DROP = "forwarding_drop"
 UNDETERMINED = "undetermined"
 #: every verdict, in the order the docs list them (a bounded set: the flow-metrics sink uses it as a label)
-VERDICTS = (MICROBURST, CC_NOT_REACTING, DCQCN_HANDLED, LINK_FAULT, HOST, UNDETERMINED)
+VERDICTS = (MICROBURST, CC_NOT_REACTING, DCQCN_HANDLED, LINK_FAULT, HOST, FORWARDING_DROP, UNDETERMINED)
 TITLES = {
     MICROBURST: "switch buffer micro-burst",
     CC_NOT_REACTING: "congestion control not reacting",
     DCQCN_HANDLED: "congestion handled by DCQCN",
     LINK_FAULT: "physical link fault",
     HOST: "the host, not the network",
+    FORWARDING_DROP: "dropped by forwarding rules (ACL, route, VLAN), not congestion",
     UNDETERMINED: "undetermined",
 }
 
@@ -122,4 +124,7 @@ def limits(verdict: str, interval_ms: float, sampling_rate: int = 0) -> str:
                 f"which of them is slow; {poll}, so a fault shorter than an interval can hide; PFC pause frames "
                 "are invisible both ways: on a lossless fabric without ECN marking, a switch pausing this node "
                 "looks the same (no drop, no mark), so read the NIC's pause counters before the GPU.")
+    if verdict == FORWARDING_DROP:
+        return (f"sFlow dropped-packet notifications say why the switch dropped, not which ACL entry or route; agents "
+                f"rate-limit them (the evidence says how many were lost), so counts are a lower bound; {poll}.")
     return common + "."

@@ -13,12 +13,13 @@ from .catalog import (
     CC_NOT_REACTING, DCQCN_HANDLED, HOST, LINK_FAULT, MICROBURST, UNDETERMINED, DiagnosisConfig, diagnosis, evidence,
     limits, undetermined,
 )  # fmt: skip
+from .drops import buffer_share, drop_items, forwarding_verdict
 from .signals import FlowSignals, PortFacts
 
 __all__ = ["diagnose_incast", "diagnose_congestion", "diagnose_straggler", "diagnose_link", "LINK_DIAGNOSED"]
 
 #: link record kinds that carry a diagnosis (samples, counter resets, speed rises and utilisation do not)
-LINK_DIAGNOSED = ("link_downgrade", "error_burst", "oper_down", "oper_up", "discard_burst")
+LINK_DIAGNOSED = ("link_downgrade", "error_burst", "oper_down", "oper_up", "discard_burst", "packet_drops")
 
 
 def _next_buffer(port: PortFacts) -> str:
@@ -266,6 +267,8 @@ def diagnose_link(record: dict, port: PortFacts | None, cfg: DiagnosisConfig) ->
              evidence("port_out_discards_per_s", "counters", name, float(record["out_discards_per_s"]), note=poll),
              evidence("port_speed_bps", "counters", name, float(record["if_speed"]),
                       note=f"previous or configured {int(record['previous_if_speed']) / 1e9:g}G")]
+    drops = record.get("_drops")  # the port's dropped-packet notifications of the interval (link health)
+    items += drop_items(drops, name, iv)
     flaps = port.flaps if port else 0
     if flaps:
         items.append(evidence("oper_down_transitions", "counters", name, float(flaps),
@@ -287,10 +290,26 @@ def diagnose_link(record: dict, port: PortFacts | None, cfg: DiagnosisConfig) ->
             return diagnosis(LINK_FAULT, f"{name} is flapping: {flaps} outages within the flap window",
                              _next_link(fake), limits(LINK_FAULT, iv), items)
         return None
-    # discard_burst
+    # discard_burst, packet_drops
     if errs >= cfg.min_discards_per_s:
         return diagnosis(LINK_FAULT, f"{name} drops and counts {errs:.0f} errors/s", _next_link(fake),
                          limits(LINK_FAULT, iv), items)
+    forwarding = forwarding_verdict(drops, name, items, iv)
+    if forwarding is not None:
+        return forwarding
+    if buffer_share(drops) > 0.5:
+        miss = (f"the kind of congestion: most of {name}'s dropped-packet notifications say its buffer overflowed "
+                f"({drops['groups']['buffer']} of {drops['total']}), not a faulty link; the incast or congestion "
+                "event of this port's node says which kind (notifications and counters alone cannot)")
+        return undetermined(f"{name} drops packets for a full buffer", [miss], items,
+                            f"Open the incast / congestion events of the node behind {name}.", limits(UNDETERMINED, iv))
+    if kind == "packet_drops":
+        miss = (f"the reason: {name}'s dropped-packet notifications give no dominant reason "
+                f"({drops['total'] if drops else 0} notifications)" if drops and drops.get("total") else
+                f"the notifications: none of {name}'s dropped-packet notifications remain in the interval")
+        return undetermined(f"{name} drops packets for mixed or unknown reasons", [miss], items,
+                            "Break the drops down: fabricflow query drops --by reason,src_node,dst_node.",
+                            limits(UNDETERMINED, iv))
     miss = (f"the traffic behind the drops: {name} drops {float(record['out_discards_per_s']):.0f} packets/s with "
             "no link errors (congestion, not a faulty link); the incast or congestion event of this port's node "
             "says which kind (counters alone cannot)")

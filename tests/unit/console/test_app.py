@@ -373,3 +373,14 @@ def test_jobs_say_which_have_live_rates():
     c = TestClient(create_app(ConsoleState(L, store, None, None, None)))
     jobs = c.get("/api/jobs").json()["jobs"]
     assert [(j["name"], j["live_scores"] > 0) for j in jobs] == [("a-idle", False), ("train-a", True)]
+
+
+def test_a_packet_drops_link_event_shows_with_its_drop_reasons():
+    from console import events as ev
+    from tests.support.console import link
+
+    e = ev.link_event(link(WS, "tor2", 1, kind="packet_drops",
+                           detail="3.0 dropped-packet notifications/s; dropped-packet notifications: acl 30"), "gpu04")
+    assert e["subtype"] == "packet_drops" and e["severity"] == "warning"
+    assert e["summary"] == ("packet drops on tor2/if1 (gpu04): 3.0 dropped-packet notifications/s; dropped-packet "
+                            "notifications: acl 30")

@@ -150,3 +150,42 @@ def test_drop_notifications_are_archived_as_discards_raw(tmp_path):
         "acl", "no_buffer_space", "other", "unknown_buffer"]
     flows = [f for f in root.rglob("*.parquet") if "flows_raw" in str(f)]
     assert sum(pq.read_metadata(f).num_rows for f in flows) == 1  # the one flow sample of the mixed datagram
+
+
+def test_link_events_name_the_drop_reasons_the_same_in_backfill_and_in_a_replay_of_its_archive(tmp_path):
+    """A port's counters at t0 and t0+10 s with 30 ACL drop notifications between: the backfill's link_health
+    has the packet_drops event with its reasons, and a replay of the archive (discards_raw included) gives the
+    same link events; without the notifications the replay has none of them (the input decides)."""
+    from devtools import sflow_build as b
+
+    t0 = 1_796_133_600_000
+    agent = "10.254.0.3"
+
+    def counters(seq):
+        return b.datagram([b.counter_sample([b.generic_counters(if_index=12, if_speed=25_000_000_000, if_status=3)],
+                                            seq=seq, source_index=12)], agent=agent, seq=seq, uptime=1_000 + 10_000 * (seq - 1))
+
+    drops = [b.datagram([b.discard_sample([], seq=i + 1, source_index=12, in_if=11, out_if=12, reason=258)],
+                        agent=agent, seq=100 + i, uptime=3_000 + 200 * i) for i in range(30)]
+    p = tmp_path / "drops.pcap"
+    write_pcap(p, [(t0, "sflow", counters(1))] + [(t0 + 2_000 + 200 * i, "sflow", d) for i, d in enumerate(drops)]
+               + [(t0 + 10_000, "sflow", counters(2))])
+    root = tmp_path / "archive"
+    _bf, st = _run(str(p), root)
+    assert st.discard_notifications == 30
+
+    def key(r):
+        return (r["time_ms"], r["kind"], r["exporter"], r["if_index"], r["detail"], (r["diagnosis"] or {}).get("verdict"))
+
+    archived = sorted(key(r) for f in root.rglob("link_health/**/*.parquet") for r in pq.read_table(f).to_pylist())
+    event = [k for k in archived if k[1] == "packet_drops"]
+    assert event == [(t0 + 10_000, "packet_drops", agent, 12,
+                      "3.0 dropped-packet notifications/s; dropped-packet notifications: acl 30", "forwarding_drop")]
+    s = load_settings(None)
+    src = archive_source(fsspec.filesystem("file"), str(root), t0 - 60_000, t0 + 3_600_000)
+    factory = core_factory_from(s.processors, inventory=INV)
+    outs = replay_batches(src.flow_batches(), src.counter_batches(), factory, s.kafka.partitions,
+                          discard_batches=src.discard_batches())
+    assert sorted(key(o.value) for o in outs if o.kind == "link") == archived
+    blind = replay_batches(src.flow_batches(), src.counter_batches(), factory, s.kafka.partitions)
+    assert [o.value["kind"] for o in blind if o.kind == "link"] == ["sample"]

@@ -11,8 +11,12 @@ from replay import ReplayError, kafka_source
 from replay.kafka_source import FAST_FETCH_WAIT_MS, SLOW_FETCH_WAIT_MS
 from schemas import codec
 from tests.support.fake_kafka import FakeMessage
+from tests.support.flows import discards
 
 from tests.support import replay as h
+
+
+DROPS = discards([dict(t=1_000 + i, reason=258) for i in range(5)])
 
 
 class _Broker:
@@ -72,7 +76,8 @@ def broker(monkeypatch):
         batches = h.messages(h.traffic(seconds=20), partitions=2, per_message=40)
         data = {s.kafka.topics.flows_raw: {p: [codec.encode_batch("flow_batch", b) for b in ms]
                                            for p, ms in batches.items()},
-                s.kafka.topics.counters_raw: {0: []}}
+                s.kafka.topics.counters_raw: {0: []},
+                s.kafka.topics.discards_raw: {0: [codec.encode_batch("discard_batch", DROPS)]}}
         b = _Broker(data, answers_at, silent_after)
         monkeypatch.setattr(confluent_kafka, "Consumer", type("C", (_Consumer,), {"broker": b}))
         rows = sum(len(x) for ms in batches.values() for x in ms)
@@ -108,3 +113,15 @@ def test_silent_at_both_waits_is_one_error_line(broker):
     with pytest.raises(ReplayError) as e:
         kafka_source(s.kafka, offsets={("flows", 0): (0, None)}, timeout_s=0.3)
     assert "\n" not in str(e.value) and "is the broker serving reads?" in str(e.value)
+
+
+def test_dropped_packet_notifications_are_read_by_their_offsets_too(broker):
+    """``discards:P:A-B`` ranges of discards.raw: the drop reasons the replayed link events read."""
+    from replay.kafka_source import parse_offsets
+
+    s, _b, rows = broker({FAST_FETCH_WAIT_MS, SLOW_FETCH_WAIT_MS})
+    offsets = parse_offsets("0:0-,discards:0:0-")
+    assert offsets == {("flows", 0): (0, None), ("discards", 0): (0, None)}
+    src = kafka_source(s.kafka, offsets=offsets, timeout_s=0.3)
+    assert src.discards.tobytes() == DROPS.tobytes() and [len(b) for b in src.discard_batches()] == [5]
+    assert ("discards", 0) in src.read and 0 < len(src.flows) < rows

@@ -176,3 +176,38 @@ def test_counter_samples_wait_for_a_batch_and_give_the_same_link_outputs(tmp_pat
     assert links(sent3) == links(sent1)
     assert detecting_cores(restored)[1].engine.link.stale == detecting_cores(right_away)[1].engine.link.stale == 2
     assert metric_value(restored, "fabricflow_processors_counter_samples_total") == 24
+
+
+def test_dropped_packet_notifications_go_to_their_exporters_shard_and_its_link_events_carry_their_reasons(tmp_path):
+    """discards.raw.v1 messages travel unchanged to the shard that reports their exporter's link health (before
+    the counters taken with them); its next link event of that port names the reasons."""
+    from fabricflow.streams import counter_shard
+    from processors.worker.shuffle import state_roles
+    from tests.support.flows import EXPORTER, counters, discards
+
+    p, sent = worker_without_broker(tmp_path, counter_batch_rows=1)
+    key = EXPORTER.encode()
+    notes = codec.encode_batch("discard_batch", discards([dict(t=2_000 + i * 100, reason=258) for i in range(30)]))
+    p.handle_raw_many([("counters.raw.v1", key, codec.encode_batch("counter_batch", counters([dict(t=0)])), 0, 0),
+                       ("discards.raw.v1", key, notes, 0, 0),
+                       ("counters.raw.v1", key, codec.encode_batch("counter_batch", counters([dict(t=10_000, seq=2)])), 0, 1)])
+    t = p.settings.kafka.topics
+    shuffled = [(part, v, h) for tp, _k, v, part, h in sent if tp == t.shuffle]
+    owner = counter_shard(key, 2)
+    assert [(part, v) for part, v, _h in shuffled if v == notes] == [(owner, notes)]  # one copy, to the owner
+    assert shuffled[0][1] == notes  # ahead of the counter messages taken with it
+    for off, (part, v, h) in enumerate(shuffled):
+        p.handle_shuffle(part, off, v, shuffle.source_of(h), shuffle.segments_of(h), state_only=state_roles(h))
+    links = [v for tp, _k, v, _p, _h in sent if tp == t.link_health]
+    assert detecting_cores(p)[owner].stats.discard_notifications == 30
+    assert detecting_cores(p)[1 - owner].stats.discard_notifications == 0
+    (event,) = [v for v in links if b"packet_drops" in v]  # and the interval's sample
+    assert b"acl 30" in event and b"forwarding_drop" in event
+    # a replay of the same rows gives the same link records
+    from replay import replay_batches
+    from replay.config import core_factory_from
+    from tests.support.matrix import message_json, output_json
+
+    outs = replay_batches([], [counters([dict(t=0)]), counters([dict(t=10_000, seq=2)])],
+                          core_factory_from(p.settings.processors), 2, discard_batches=[codec.decode_batch(notes)])
+    assert sorted(output_json("link", o.value) for o in outs if o.kind == "link") == sorted(map(message_json, links))
