@@ -185,8 +185,11 @@ def test_services_start_as_a_user_without_home_and_a_capture_sent_one_second_aft
         for svc in started[1:]:
             _ready(svc)
         _, line = ingest.wait_line(r"ingest worker 0 ready in .*\(\d+ datagrams kept while starting\)")
-        # ready before the capture came (the receive loop has it) or after (the start-up receiver kept it)
-        assert re.search(rf"\((0|{sent}) datagrams kept while starting\)", line), line
+        # ready before the capture came (the receive loop has it), after (the start-up receiver kept it all) or
+        # while it came (split between the two; on a loaded machine the capture's send takes longer): every row
+        # arrives either way (below)
+        kept = int(re.search(r"\((\d+) datagrams kept while starting\)", line).group(1))
+        assert 0 <= kept <= sent, line
         t = {k.removeprefix("FABRICFLOW_KAFKA__TOPICS__").lower(): v for k, v in env.items() if "__TOPICS__" in k}
         assert _rows_on(kafka_bootstrap, t["flows_raw"], "flow_batch", 230) == 230, ingest.output()
         assert _rows_on(kafka_bootstrap, t["counters_raw"], "counter_batch", 3) == 3, ingest.output()

@@ -108,9 +108,9 @@ def test_a_capture_sent_one_second_after_start_arrives_whole(tmp_path):
     err = "".join(err) + rest
     records = [ln for ln in out.splitlines() if ln.startswith("{")]
     kept = re.search(r"\((\d+) datagrams kept while starting\)", err)
-    # the worker may be ready before the capture comes (then the receive loop has it) or after (then the start-up
-    # receiver kept it): either way every record comes out
-    assert "ingest ready in" in err and kept and int(kept.group(1)) in (0, len(datas)), err
+    # the worker may be ready before the capture comes (then the receive loop has it), after (then the start-up
+    # receiver kept it) or while it comes (split between the two on a loaded machine): every record comes out
+    assert "ingest ready in" in err and kept and 0 <= int(kept.group(1)) <= len(datas), err
     assert len(records) == 233, err  # 230 flow samples and 3 counter samples (tests/captures/pmacct_sfprobe_fabric)
     assert list(tmp_path.iterdir()) == []  # nothing written in the working directory
 
