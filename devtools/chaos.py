@@ -281,7 +281,7 @@ def run(scenario: str, rate: float, seconds: float, port_base: int, outage: floa
         else:
             result["kafka_records"] = count_topic(s, s.kafka.topics.flows_raw)
         # The sink may still be catching up (on 2 shared cores it archives slower than the load comes in): poll the
-        # archive until it holds every Kafka record, or stops growing for 6 polls, or --drain seconds passed.
+        # archive until it holds every Kafka record, or stops growing for a minute, or --drain seconds passed.
         rows = dup = 0
         last, grew = -1, time.monotonic()
         while True:
