@@ -11,6 +11,8 @@ from pathlib import Path
 
 from fabricflow.kafka import client_config
 
+from .stack import read_from_start
+
 HOSTS = 512  # the sender's host pool (devtools.loadgen.Hosts); write_inventory names every one of them
 
 
@@ -23,7 +25,7 @@ def count_topic(settings, topic: str, idle_s: float = 5.0, deadline_s: float = 3
 
     c = Consumer({**client_config(settings.kafka), "group.id": "chaos-count-" + uuid.uuid4().hex[:8],
                   "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000})
-    c.subscribe([topic])
+    read_from_start(c, topic)
     n, last, t0 = 0, time.monotonic(), time.monotonic()
     while time.monotonic() - last < idle_s and time.monotonic() - t0 < deadline_s:
         msgs = c.consume(500, 0.5)
@@ -129,7 +131,7 @@ def live_outputs(settings, idle_s: float = 5.0, deadline_s: float = 600.0) -> tu
     topics = {topic_of(settings.kafka, st): kind for kind, st in OUTPUTS.items()}
     c = Consumer({**client_config(settings.kafka), "group.id": "chaos-outputs-" + uuid.uuid4().hex[:8],
                   "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000})
-    c.subscribe(list(topics))
+    read_from_start(c, topics)
     out: dict[str, dict[str, set]] = {k: {} for k in OUTPUTS}
     repeats = 0
     last = t0 = time.monotonic()

@@ -40,6 +40,22 @@ from fabricflow.statedir import writable_dir
 SESSION_TIMEOUT_MS = 2000
 
 
+def read_from_start(consumer, topics) -> None:
+    """Point a never-committing reader (a test's or a bench's) at every partition of ``topics`` from the first
+    offset by assignment: no group join, so none of the broker's join hold (half the session timeout, 3 s at
+    6000 ms) and no rebalance that would read everything again. Topics the broker does not list yet are
+    subscribed to instead (with ``auto.offset.reset: earliest`` that reads them from the start as well)."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    topics = [topics] if isinstance(topics, str) else list(topics)
+    listed = consumer.list_topics(timeout=10).topics
+    known = [t for t in topics if t in listed and listed[t].error is None and listed[t].partitions]
+    if len(known) < len(topics):
+        consumer.subscribe(topics)
+        return
+    consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in known for p in sorted(listed[t].partitions)])
+
+
 class StackError(Exception):
     """A service could not be found, started or reached; the message says which and why."""
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from devtools.installed import SYSTEM_PYTHON, Installed, Started, install, port_settings, set_writable
+from devtools.stack import read_from_start
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -129,7 +130,7 @@ def _rows_on(bootstrap: str, topic: str, expect: str, want: int, timeout_s: floa
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "count-" + uuid.uuid4().hex[:8],
                   "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000})
-    c.subscribe([topic])
+    read_from_start(c, topic)
     rows, deadline = 0, time.monotonic() + timeout_s
     try:
         while rows < want and time.monotonic() < deadline:

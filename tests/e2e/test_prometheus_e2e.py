@@ -11,7 +11,8 @@ Two runs, each on a fresh local pipeline (:class:`devtools.runner.LocalPipeline`
   within the sampling bound (pairs with >= 1,000 expected samples); with every alert's
   ``for:`` set to 0, no alert expression was true at any evaluation (``ALERTS`` stays empty); and
   every rule expression and dashboard query (tests/support/promql_sources.py) runs without error on the
-  pipeline's series (many-to-many matches show up only on real data).
+  pipeline's series (many-to-many matches show up only on real data); and the output topics carry no
+  detection at all, with every matrix cell of the truth present (the suite's only healthy pipeline run).
 - ``link_downgrade`` (220 s at 10x; tor2 port 2 toward gpu10 at 1G with CRC errors from t=60 s
   to t=200 s): ``FabricLinkSpeedDowngrade`` goes pending, then ``firing`` (``for:`` 6 s of wall
   time instead of the shipped 2m, which at 10x would leave it 2 s to fire) for that port and no
@@ -35,7 +36,7 @@ import time
 
 import pytest
 
-from devtools.scenario_run import run_scenario
+from devtools.scenario_run import run_scenario, score_run
 from devtools.runner import PipelineError, PipelinePorts
 from devtools.scoring import matrix_total_error
 from devtools.simulator.truth import read_truth
@@ -171,6 +172,11 @@ def test_healthy_matrix_matches_truth_and_no_alert_is_ever_true(tmp_path, promet
     res = att.result
     assert res is not None
     assert run.datagrams > 1000
+    # the same run through the output topics (once tests/e2e/test_scenarios.py's own healthy run, a second
+    # pipeline for the same path): not one detection, every matrix cell of the truth present
+    score_run(run)
+    assert [f"{x.detection.kind} {x.detection.entity}: {x.detection.summary}" for x in run.seen] == []
+    assert run.matrix.cells >= 50 and run.matrix.missing == 0, run.matrix.as_dict()
     assert res["rules"] == [], res["rules"]
     assert res["undecodable"] == [], res["undecodable"]
     # every shipped rule and dashboard query on the pipeline's real series (not only the stand-in's)

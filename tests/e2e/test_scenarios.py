@@ -1,6 +1,6 @@
 """End to end: simulator UDP datagrams -> ingest -> Kafka -> processors -> output topics, and the archive.
 
-Three short runs, each on a fresh local pipeline (:class:`devtools.runner.LocalPipeline`:
+Three runs, each on a fresh local pipeline (:class:`devtools.runner.LocalPipeline`:
 embedded broker + object store, ``fabricflow ingest``, ``fabricflow process``,
 ``fabricflow sink archive`` as subprocesses) on ports clear of the test stack
 (``PipelinePorts.offset(12000)``: every port below the ephemeral range), driven by
@@ -9,8 +9,8 @@ embedded broker + object store, ``fabricflow ingest``, ``fabricflow process``,
 - the first 150 s of ``mixed`` at 10x: the straggler (gpu03), the incast (into gpu05) and
   the link downgrade with CRC errors (tor2/if4) are found, with nothing else unexplained,
   and the archive directory holds Parquet files once the pipeline has stopped;
-- 90 s of ``healthy`` at 10x: no detection at all.
-
+- ``healthy`` raising no detection at all is checked on the 300 s run of tests/e2e/test_prometheus_e2e.py (the
+  same pipeline path; a second run here only repeated it).
 - 240 s of ``segmentation`` at 10x: the segmentation violation, unregistered host,
   exfiltration and off-hours transfer each raise their alert, with nothing unexplained.
 - 20 minutes of ``congestion`` born broken (its congestion active from the job's first second to 200 s)
@@ -69,13 +69,6 @@ def test_mixed_faults_are_detected_and_archived(tmp_path):
     archive = tmp_path / "mixed" / "archive"
     files = sorted(p.relative_to(archive).parts[0] for p in archive.rglob("*.parquet"))
     assert "flows_raw" in files and "matrix_windows" in files, files
-
-
-def test_healthy_raises_nothing(tmp_path):
-    run = score_run(_run("healthy", tmp_path, duration_s=90))
-    assert run.datagrams > 1000
-    assert [f"{x.detection.kind} {x.detection.entity}: {x.detection.summary}" for x in run.seen] == []
-    assert run.matrix.cells >= 50 and run.matrix.missing == 0
 
 
 def test_segmentation_and_exfiltration_scenario_alerts(tmp_path):

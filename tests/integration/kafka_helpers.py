@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer
 
+from devtools.stack import read_from_start
 from fabricflow.settings import load_settings
 from fabricflow.kafka import ensure_topics
 from schemas import codec
@@ -42,7 +43,7 @@ def consume(bootstrap: str, topic: str, until=None, timeout_s: float = 30.0, idl
             "session.timeout.ms": 6000,
         }
     )
-    c.subscribe([topic])
+    read_from_start(c, topic)
     out = []
     deadline = time.monotonic() + timeout_s
     last = time.monotonic()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools.stack import SESSION_TIMEOUT_MS
 from fabricflow.kafka import client_config
 from fabricflow.settings import KafkaSettings
 
@@ -169,7 +170,10 @@ def test_confluent_kafka_over_mutual_tls(pki, tls_broker):
     p = Producer(conf)
     p.produce(topic, key=b"k", value=b"over tls")
     assert p.flush(15) == 0
-    c = Consumer({**conf, "group.id": "g-" + topic, "auto.offset.reset": "earliest"})
+    # a group member over TLS (coordinator included); the embedded broker holds a join for half the session
+    # timeout, librdkafka's default 45 s would cost 22 s here
+    c = Consumer({**conf, "group.id": "g-" + topic, "auto.offset.reset": "earliest",
+                  "session.timeout.ms": SESSION_TIMEOUT_MS})
     c.subscribe([topic])
     got = None
     deadline = time.monotonic() + 30

@@ -197,10 +197,13 @@ def test_worker_killed_mid_stream_recovers_same_outputs(kafka_bootstrap, unique_
     assert any(t == s.kafka.topics.link_health and '"link_downgrade"' in v for t, _k, v in expected)
     cfg = write_config(tmp_path / "c.yaml", s)
     first, second = batches[: len(batches) // 2], batches[len(batches) // 2 :]
-    # Wait until the worker has produced some matrix windows, then kill it hard.
-    run_worker(cfg, tmp_path / "worker1.log", kafka_bootstrap, s, first, ctrs[: len(ctrs) // 2],
-               lambda _proc: consume(kafka_bootstrap, s.kafka.topics.matrix, until=lambda ms: len(ms) >= 10,
-                                     timeout_s=90), signal.SIGKILL)
+    # Wait until the worker has produced some matrix windows, then kill it hard. (One matrix.windows.v2 message is
+    # a whole window of one level and shard: waiting for 10 of them, as for 10 v1 cells before, outlasted what the
+    # first half gives and killed the worker only at the 90 s timeout.)
+    first_windows = run_worker(cfg, tmp_path / "worker1.log", kafka_bootstrap, s, first, ctrs[: len(ctrs) // 2],
+                               lambda _proc: consume(kafka_bootstrap, s.kafka.topics.matrix,
+                                                     until=lambda ms: len(ms) >= 1, timeout_s=90), signal.SIGKILL)
+    assert first_windows, (tmp_path / "worker1.log").read_text(errors="replace")[-3000:]
     # Down for longer than idle_close_s: downtime is not idle time, the restored windows must wait for the
     # re-delivered backlog (they were closed at the first tick after the restore before this was fixed).
     time.sleep(s.processors.idle_close_s + 1)

@@ -5,7 +5,6 @@ files are removed first; marks in the capture land in step_marks and changes."""
 
 from __future__ import annotations
 
-import json
 
 import fsspec
 import numpy as np
@@ -49,11 +48,14 @@ def _run(capture, root, **kw):
 
 
 def _contents(root) -> dict:
-    """Every data file: its key -> its rows (sorted JSON lines), derived datasets included."""
+    """Every data file: its key -> its column names and its rows (sorted), derived datasets included. Rows are
+    compared as the repr of their value tuples, built column by column (a JSON line per row dict took a fifth
+    of this file's time)."""
     out = {}
     for f in sorted(root.rglob("*.parquet")):
-        rows = pq.read_table(f).to_pylist()
-        out[str(f.relative_to(root))] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
+        t = pq.read_table(f)
+        rows = zip(*(t.column(n).to_pylist() for n in t.column_names))
+        out[str(f.relative_to(root))] = (tuple(t.column_names), sorted(map(repr, rows)))
     return out
 
 
