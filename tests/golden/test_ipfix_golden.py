@@ -9,30 +9,25 @@ import numpy as np
 import pytest
 
 from ingest.decode import TemplateCache, decode
-from schemas.columns import FLOW_DTYPE, PROTO_IPFIX, is_v4_mapped
-from tests.support.golden import (CAPTURES, EXPORTS, SUMMARIES, decode_all, exp_tuple, key_of, per_5tuple, read_csv,
-                                  record_tuple, times_off_truth, traffic_truth, udp_payloads)
+from schemas.columns import PROTO_IPFIX, is_v4_mapped
+from tests.support.golden import CAPTURES, EXPORTS, SUMMARIES, assert_per_5tuple_matches_tshark, decode_all
+from tests.support.golden import decode_export, exp_tuple, key_of, needs_export, per_5tuple, read_csv, record_tuple
+from tests.support.golden import times_off_truth, traffic_truth, udp_payloads
 
 NAME = "softflowd_ipfix"
 
-needs_shared = pytest.mark.skipif(not (EXPORTS / f"{NAME}.pcap").exists(), reason="shared fixtures not present")
+needs_shared = needs_export(NAME)
 
 
 @pytest.fixture(scope="module")
 def ipfix():
-    dgs = udp_payloads(EXPORTS / f"{NAME}.pcap")
-    cache, results = decode_all(dgs)
-    return dgs, cache, results, np.concatenate([r.flows for r in results])
+    return decode_export(NAME)
 
 
 @needs_shared
 def test_ipfix_record_for_record(ipfix):
     _, _, results, flows = ipfix
-    assert flows.dtype == FLOW_DTYPE and len(flows) == 230
-    got = per_5tuple(flows)
-    assert len(got) == 180
-    assert got == read_csv(SUMMARIES / f"{NAME}.per5tuple.csv")
-    assert all(not r.problems for r in results)
+    assert_per_5tuple_matches_tshark(NAME, results, flows, records=230, keys=180)
 
 
 @needs_shared

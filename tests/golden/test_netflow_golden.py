@@ -14,34 +14,26 @@ import numpy as np
 import pytest
 
 from ingest.decode import TemplateCache, decode
-from schemas.columns import FLOW_DTYPE, PROTO_NETFLOW5, PROTO_NETFLOW9, addr_str, is_v4_mapped
-from tests.support.golden import (CAPTURES, EXPORTS, SUMMARIES, decode_all, exp_tuple, key_of, per_5tuple, read_csv,
-                                  record_tuple, times_off_truth, traffic_truth, udp_payloads)
+from schemas.columns import PROTO_NETFLOW5, PROTO_NETFLOW9, addr_str, is_v4_mapped
+from tests.support.golden import CAPTURES, EXPORTS, SUMMARIES, assert_per_5tuple_matches_tshark, decode_all
+from tests.support.golden import decode_export, exp_tuple, key_of, needs_export, per_5tuple, read_csv, record_tuple
+from tests.support.golden import times_off_truth, traffic_truth, udp_payloads
 
 NAME = "softflowd_v9"
 
-needs_shared = pytest.mark.skipif(not (EXPORTS / f"{NAME}.pcap").exists(), reason="shared fixtures not present")
+needs_shared = needs_export(NAME)
 
 
 @pytest.fixture(scope="module")
 def v9():
-    dgs = udp_payloads(EXPORTS / f"{NAME}.pcap")
-    cache, results = decode_all(dgs)
-    flows = np.concatenate([r.flows for r in results])
-    return dgs, cache, results, flows
+    return decode_export(NAME)
 
 
 @needs_shared
 def test_v9_record_for_record(v9):
     _, _, results, flows = v9
-    assert flows.dtype == FLOW_DTYPE
-    assert len(flows) == 230
-    expected = read_csv(SUMMARIES / f"{NAME}.per5tuple.csv")
-    got = per_5tuple(flows)
-    assert len(got) == 180
-    assert got == expected
+    assert_per_5tuple_matches_tshark(NAME, results, flows, records=230, keys=180)
     assert int(flows["packets"].sum()) == 5771 and int(flows["bytes"].sum()) == 25224419
-    assert all(not r.problems for r in results)
 
 
 @needs_shared

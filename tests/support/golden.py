@@ -9,9 +9,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import dpkt
+import numpy as np
+import pytest
 
 from ingest.decode import TemplateCache, decode
-from schemas.columns import addr_str
+from schemas.columns import FLOW_DTYPE, addr_str
 from tests.support.fixtures_path import SHARED_FIXTURES
 
 EXPORTS = SHARED_FIXTURES / "exports"
@@ -30,6 +32,28 @@ def udp_payloads(path: Path) -> list[tuple[float, str, bytes]]:
                 src = ".".join(str(b) for b in ip.src) if len(ip.src) == 4 else None
                 out.append((ts, src, bytes(ip.data.data)))
     return out
+
+
+def needs_export(name: str):
+    """Skip unless the shared fixture's export capture ``name``.pcap is present."""
+    return pytest.mark.skipif(not (EXPORTS / f"{name}.pcap").exists(), reason="shared fixtures not present")
+
+
+def decode_export(name: str):
+    """(datagrams, template cache, results, all flows) of the shared fixture's export capture ``name``.pcap."""
+    dgs = udp_payloads(EXPORTS / f"{name}.pcap")
+    cache, results = decode_all(dgs)
+    return dgs, cache, results, np.concatenate([r.flows for r in results])
+
+
+def assert_per_5tuple_matches_tshark(name: str, results, flows, records: int, keys: int) -> None:
+    """Every record decoded, ``records`` of them over ``keys`` 5-tuples, and per 5-tuple the records, packets
+    and bytes of tshark's summary of export capture ``name``."""
+    assert flows.dtype == FLOW_DTYPE and len(flows) == records
+    got = per_5tuple(flows)
+    assert len(got) == keys
+    assert got == read_csv(SUMMARIES / f"{name}.per5tuple.csv")
+    assert all(not r.problems for r in results)
 
 
 def key_of(r) -> str:
