@@ -15,7 +15,7 @@ from replay import archive_source, canonical, core_factory_from, output_records,
 from cli.replay import register
 from sinks.archive.layout import HOUR_MS
 from tests.support import replay as h
-from tests.unit.replay.test_archive_source import write_archive
+from tests.support.replay_archive import write_archive
 from tests.support.matrix import record_cells, summed
 
 START = h.T0 + HOUR_MS - 20_000
