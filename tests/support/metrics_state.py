@@ -6,7 +6,6 @@ from sinks.metrics.state import MetricsState
 
 T0 = 1_800_000_000_000
 
-
 INVENTORY = {
     "nodes": [
         {"name": "gpu-1", "addresses": ["10.0.0.1"], "group": "gpu", "rack": "r1", "switch": "tor-1", "capacity": "400G"},

@@ -11,18 +11,13 @@ from sinks.archive.arrow_schema import table_from_columns
 from sinks.archive.layout import HOUR_MS
 from tests.support.archive import T0, flows
 
-
 MIN = 60_000
-
 
 NODES = ["g1", "g2", "g3", "g4", "s1", ""]  # "" = outside the inventory: the address stands for it
 
-
 GROUP = {"g1": "gpu", "g2": "gpu", "g3": "gpu", "g4": "gpu", "s1": "storage", "": "unknown"}
 
-
 JOB = {"g1": "jobA", "g2": "jobA", "g3": "jobB", "g4": "jobB", "s1": "", "": ""}
-
 
 CATS = ["collective", "storage", "other"]
 
@@ -85,7 +80,6 @@ def write_archive(root: str, rng, hours=(0, 1, 2), per_hour=600, partitions=2, m
         mine = times[p::partitions]
         write_through(w, b, (table_from_columns(random_flows(rng, mine[i:i + msg_rows]), "flow_enriched")
                              for i in range(0, len(mine), msg_rows)))
-
 
 REPORTS = {
     "top_talkers": lambda q, f, t, s: q.top_talkers(f, t, n=1000, source=s),
