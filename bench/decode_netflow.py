@@ -16,13 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[1]
-# ``--code DIR`` (used by ``--compare``) imports the decoders from another checkout.
-_CODE = sys.argv[sys.argv.index("--code") + 1] if "--code" in sys.argv else str(_ROOT)
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT / "bench"]
-sys.path.insert(0, _CODE)
+from ingest.decode import TemplateCache, decode
 
-from ingest.decode import TemplateCache, decode  # noqa: E402
+_ROOT = Path(__file__).resolve().parents[1]
+# ``--code DIR`` (set by ``--compare`` for its child runs): the child is started with PYTHONPATH=DIR and ``-P``
+# (no script folder on sys.path), so it measures the decoders of that checkout; this script edits no sys.path.
+_CODE = sys.argv[sys.argv.index("--code") + 1] if "--code" in sys.argv else str(_ROOT)
+
 
 EXPORT_S = 1_719_835_200
 UPTIME = 3_600_000
@@ -245,10 +245,12 @@ def pipeline_run(proto: str, seconds: float, profile: str | None = None) -> dict
 
 def _child(code: str, proto: str, seconds: float) -> dict:
     import json
+    import os
     import subprocess
 
-    out = subprocess.run([sys.executable, __file__, "--pipeline", "--protocols", proto, "--seconds", str(seconds),
-                          "--code", code, "--json-line"], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-P", __file__, "--pipeline", "--protocols", proto, "--seconds", str(seconds),
+                          "--code", code, "--json-line"], check=True, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": code}).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
