@@ -16,13 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[1]
-# ``--code DIR`` (used by ``--compare``) imports the decoders from another checkout.
-_CODE = sys.argv[sys.argv.index("--code") + 1] if "--code" in sys.argv else str(_ROOT)
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT / "bench"]
-sys.path.insert(0, _CODE)
+from ingest.decode import TemplateCache, decode
 
-from ingest.decode import TemplateCache, decode  # noqa: E402
+_ROOT = Path(__file__).resolve().parents[1]
+# ``--code DIR`` (``--gather``, and ``--compare``'s child runs): the script runs again with PYTHONPATH=DIR and ``-P``
+# (no script folder on sys.path), so it measures the decoders of that checkout; it edits no sys.path.
+_CODE = sys.argv[sys.argv.index("--code") + 1] if "--code" in sys.argv else str(_ROOT)
+
 
 EXPORT_S = 1_719_835_200
 UPTIME = 3_600_000
@@ -245,10 +245,12 @@ def pipeline_run(proto: str, seconds: float, profile: str | None = None) -> dict
 
 def _child(code: str, proto: str, seconds: float) -> dict:
     import json
+    import os
     import subprocess
 
-    out = subprocess.run([sys.executable, __file__, "--pipeline", "--protocols", proto, "--seconds", str(seconds),
-                          "--code", code, "--json-line"], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-P", __file__, "--pipeline", "--protocols", proto, "--seconds", str(seconds),
+                          "--code", code, "--json-line"], check=True, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": code}).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -276,6 +278,17 @@ def gather_times(sizes=(1, 8, 30, 64, 128, 200, 512, 2000), repeat: int = 9) -> 
         print(f"{n:11d}  {t:13.1f}  {c:16.1f}")
 
 
+def _run_on(code: str) -> None:
+    """With ``--code DIR``: unless the decoders already come from DIR, run this script again on DIR's code
+    (PYTHONPATH=DIR, ``-P``: no script folder on sys.path); returns only when they come from DIR."""
+    import ingest
+    import os
+
+    if Path(ingest.__file__).resolve().is_relative_to(Path(code).resolve()):
+        return
+    os.execve(sys.executable, [sys.executable, "-P", __file__, *sys.argv[1:]], {**os.environ, "PYTHONPATH": code})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=2.0)
@@ -288,6 +301,8 @@ def main() -> None:
     ap.add_argument("--code", help=argparse.SUPPRESS)
     ap.add_argument("--json-line", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.code:
+        _run_on(a.code)
     if a.gather:
         gather_times()
         return

@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from .context import fail, settings_of
-from .options import parse_duration_ms
+from .options import Subject, parse_duration_ms, with_subject_options
 
 
 def _time_ms(text: str | None, what: str) -> int:
@@ -73,27 +73,28 @@ def _groups(groups: str | None) -> tuple[str, str]:
 
 def register(app: typer.Typer) -> None:
     @app.command("mark")
+    @with_subject_options({"job": "The job the change concerns.", "node": "The node it concerns.",
+                           "link": "The link it concerns: SWITCH/IFINDEX.",
+                           "groups": "The group pair it concerns: SRC>DST."})
     def mark_cmd(
         ctx: typer.Context,
         text: str = typer.Argument(..., help="What was changed, e.g. \"raised NCCL_IB_TIMEOUT to 22\" (<= 500 characters)."),
-        job: Optional[str] = typer.Option(None, "--job", help="The job the change concerns."),
-        node: Optional[str] = typer.Option(None, "--node", help="The node it concerns."),
-        link: Optional[str] = typer.Option(None, "--link", help="The link it concerns: SWITCH/IFINDEX."),
-        groups: Optional[str] = typer.Option(None, "--groups", help="The group pair it concerns: SRC>DST."),
         at: Optional[str] = typer.Option(None, "--at", help="When it took effect: ISO-8601 (naive = UTC), unix ms, "
                                          "or -DURATION (that long ago, e.g. -10m). Default now."),
         author: Optional[str] = typer.Option(None, "--author", help="Who made it (default USER@HOST)."),
         archive: Optional[str] = typer.Option(None, "--archive", help="Write the marker straight into this archive "
                                               "(file://DIR, s3://...) instead of publishing it to changes.v1: for an "
                                               "archive filled by `fabricflow backfill`, without a broker."),
+        subject: Subject = Subject(),
     ):
         """Record a change (a tuning step, a configuration push): published to changes.v1, archived, shown on the
         console's timelines and as a Grafana annotation; `fabricflow compare` compares before and after it."""
         from ingest.marks import publish_marks
         from schemas.marks import MarkError, change_record
 
-        sw, idx = _link(link)
-        src, dst = _groups(groups)
+        sw, idx = _link(subject.link)
+        src, dst = _groups(subject.groups)
+        job, node = subject.job, subject.node
         who = author if author is not None else f"{getpass.getuser()}@{socket.gethostname().split('.')[0]}"
         now = int(time.time() * 1000)
         try:
@@ -119,12 +120,10 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"change {rec['mark_id']} at {_iso(rec['time_ms'])} published to {s.kafka.topics.changes}")
 
     @app.command("compare")
+    @with_subject_options({"job": "Compare a job: the job and each of its nodes.", "node": "Compare one node.",
+                           "link": "Compare one link: SWITCH/IFINDEX.", "groups": "Compare a group pair: SRC>DST."})
     def compare_cmd(
         ctx: typer.Context,
-        job: Optional[str] = typer.Option(None, "--job", help="Compare a job: the job and each of its nodes."),
-        node: Optional[str] = typer.Option(None, "--node", help="Compare one node."),
-        link: Optional[str] = typer.Option(None, "--link", help="Compare one link: SWITCH/IFINDEX."),
-        groups: Optional[str] = typer.Option(None, "--groups", help="Compare a group pair: SRC>DST."),
         before: Optional[str] = typer.Option(None, "--before", help="FROM..TO of the period before (ISO-8601, unix ms "
                                              "or -DURATION). Default: the same length before the latest change marker."),
         after: Optional[str] = typer.Option(None, "--after", help="FROM..TO of the period after. Default: after the "
@@ -139,6 +138,7 @@ def register(app: typer.Typer) -> None:
         all_nodes: bool = typer.Option(False, "--all-nodes", help="Text: list every node metric, not only the "
                                        "significant ones."),
         archive: Optional[str] = typer.Option(None, "--archive", help="Archive URL instead of archive.url."),
+        subject: Subject = Subject(),
     ):
         """Before vs after a change, per metric, with a confidence interval and a verdict (improved, worse,
         no significant change). See docs/closed-loop.md for the metrics and the significance rule."""
@@ -149,7 +149,8 @@ def register(app: typer.Typer) -> None:
         from query.errors import ArchiveError
         from query.reports import ArchiveQuery
 
-        chosen = [(k, v) for k, v in (("job", job), ("node", node), ("link", link), ("pair", groups)) if v]
+        chosen = [(k, v) for k, v in (("job", subject.job), ("node", subject.node), ("link", subject.link),
+                                      ("pair", subject.groups)) if v]
         if len(chosen) != 1:
             fail("give exactly one of --job, --node, --link, --groups")
         if fmt not in ("text", "json"):

@@ -43,20 +43,44 @@ _SHARED = [
 
 def with_query_options(fn: Callable) -> Callable:
     """Give a command the shared options; ``fn`` receives them as ``opts: QueryOptions``."""
+    return _with_shared(fn, _SHARED, "opts", QueryOptions)
+
+
+def _with_shared(fn: Callable, shared: list[inspect.Parameter], name: str, cls: type) -> Callable:
+    """``fn`` as a command with the options ``shared`` after its own; it receives them as ``name: cls``."""
     sig = inspect.signature(fn)
     hints = typing.get_type_hints(fn, include_extras=True)
-    own = [p.replace(kind=_K, annotation=hints.get(name, p.annotation))
-           for name, p in sig.parameters.items() if name != "opts"]
+    own = [p.replace(kind=_K, annotation=hints.get(n, p.annotation))
+           for n, p in sig.parameters.items() if n != name]
 
     @functools.wraps(fn)
     def command(**kwargs):
-        opts = QueryOptions(**{p.name: kwargs.pop(p.name) for p in _SHARED})
-        return fn(**kwargs, opts=opts)
+        value = cls(**{p.name: kwargs.pop(p.name) for p in shared})
+        return fn(**kwargs, **{name: value})
 
-    params = own + _SHARED
+    params = own + shared
     command.__signature__ = sig.replace(parameters=params)
     command.__annotations__ = {p.name: p.annotation for p in params}
     return command
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What ``fabricflow mark`` records a change for and ``fabricflow compare`` compares: the
+    ``--job``, ``--node``, ``--link`` (SWITCH/IFINDEX) and ``--groups`` (SRC>DST) options."""
+
+    job: str | None = None
+    node: str | None = None
+    link: str | None = None
+    groups: str | None = None
+
+
+def with_subject_options(helps: dict[str, str]) -> Callable[[Callable], Callable]:
+    """Give a command ``--job``, ``--node``, ``--link`` and ``--groups`` with the help ``helps[name]`` each;
+    it receives them as ``subject: Subject``."""
+    params = [inspect.Parameter(n, _K, default=None, annotation=Annotated[Optional[str], typer.Option(f"--{n}", help=h)])
+              for n, h in helps.items()]
+    return lambda fn: _with_shared(fn, params, "subject", Subject)
 
 
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
 __all__ = [
@@ -88,6 +88,12 @@ class Outcome:
     reason: str = ""
 
 
+def add_counts(into, other) -> None:
+    """Add ``other``'s counts and lists to the score ``into`` (same dataclass): every field but the first, its key."""
+    for f in fields(into)[1:]:
+        setattr(into, f.name, getattr(into, f.name) + getattr(other, f.name))
+
+
 @dataclass
 class DetectorScore:
     detector: str
@@ -114,14 +120,7 @@ class DetectorScore:
         return _median(self.ttd_windows)
 
     def add(self, other: "DetectorScore") -> None:
-        self.tp += other.tp
-        self.fn += other.fn
-        self.fp += other.fp
-        self.duplicates += other.duplicates
-        self.explained += other.explained
-        self.ttd_windows += other.ttd_windows
-        self.missed += other.missed
-        self.false_positives += other.false_positives
+        add_counts(self, other)
 
     def as_dict(self) -> dict:
         return {
@@ -210,6 +209,16 @@ def entity_tokens(kind: str, entity: str) -> frozenset[str]:
     return frozenset([entity])
 
 
+#: fault kind -> (the detection it should raise, the fault entity that detection names); other kinds: below
+_ONE_ENTITY = {
+    "straggler": ("straggler", "node"), "incast": ("incast", "destination"), "exfiltration": ("exfiltration", "dst_ip"),
+    "off_hours_transfer": ("off_hours_transfer", "src"), "unregistered_host": ("unregistered_host", "src"),
+    "lb_skew": ("lb_skew", "node"), "congestion": ("congestion", "job"), "syn_storm": ("conn_storm", "node"),
+    "ecmp_polarised": ("uplink_imbalance", "switch"), "placement_spread": ("job_spread", "job"),
+    "collectives_invisible": ("collectives_not_visible", "job"),
+}
+
+
 def expected_detections(
     faults: list[Fault], inventory: Mapping | None = None, *, error_burst_per_s: float = 10.0
 ) -> tuple[list[Expected], list[Fault]]:
@@ -219,10 +228,9 @@ def expected_detections(
     uncovered: list[Fault] = []
     for f in faults:
         e, p = f.entities, f.params
-        if f.kind == "straggler":
-            exp.append(Expected("straggler", f, frozenset([e["node"]])))
-        elif f.kind == "incast":
-            exp.append(Expected("incast", f, frozenset([e["destination"]])))
+        if f.kind in _ONE_ENTITY:
+            detector, key = _ONE_ENTITY[f.kind]
+            exp.append(Expected(detector, f, frozenset([e[key]])))
         elif f.kind == "link_downgrade":
             port = f"{e['switch']}/if{e['if_index']}"
             exp.append(Expected("link_downgrade", f, frozenset([port])))
@@ -232,29 +240,11 @@ def expected_detections(
             exp.append(Expected("oper_down", f, frozenset([f"{e['switch']}/if{e['if_index']}"])))
         elif f.kind == "segmentation_violation":
             exp.append(Expected("segmentation", f, frozenset([inv.group_of(e["src"]), inv.group_of(e["dst"])])))
-        elif f.kind == "exfiltration":
-            exp.append(Expected("exfiltration", f, frozenset([e["dst_ip"]])))
-        elif f.kind == "off_hours_transfer":
-            exp.append(Expected("off_hours_transfer", f, frozenset([e["src"]])))
-        elif f.kind == "unregistered_host":
-            exp.append(Expected("unregistered_host", f, frozenset([e["src"]])))
-        elif f.kind == "lb_skew":
-            exp.append(Expected("lb_skew", f, frozenset([e["node"]])))
         elif f.kind == "storage_slowdown":
             if not e.get("network_fault"):  # with a link fault on the storage port: no verdict expected
                 exp.append(Expected("storage_bound", f, frozenset([e["node"]])))
-        elif f.kind == "congestion":
-            exp.append(Expected("congestion", f, frozenset([e["job"]])))
-        elif f.kind == "syn_storm":
-            exp.append(Expected("conn_storm", f, frozenset([e["node"]])))
-        elif f.kind == "ecmp_polarised":
-            exp.append(Expected("uplink_imbalance", f, frozenset([e["switch"]])))
         elif f.kind == "rail_degraded":
             exp.append(Expected("rail_imbalance", f, frozenset([e["node"], e["nic"]])))
-        elif f.kind == "placement_spread":
-            exp.append(Expected("job_spread", f, frozenset([e["job"]])))
-        elif f.kind == "collectives_invisible":
-            exp.append(Expected("collectives_not_visible", f, frozenset([e["job"]])))
         else:
             uncovered.append(f)
     return exp, uncovered

@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .scoring import ScoreReport
+from .scoring import ScoreReport, add_counts
 
 __all__ = ["SCORED", "DiagnosisScore", "score_diagnoses", "merge_diagnoses", "diagnosis_table"]
 
@@ -42,11 +42,7 @@ class DiagnosisScore:
         return self.correct + self.wrong + self.undetermined + self.none
 
     def add(self, other: "DiagnosisScore") -> None:
-        self.correct += other.correct
-        self.wrong += other.wrong
-        self.undetermined += other.undetermined
-        self.none += other.none
-        self.wrong_as += other.wrong_as
+        add_counts(self, other)
 
     def as_dict(self) -> dict:
         return {"expected": self.expected, "correct": self.correct, "wrong": self.wrong,

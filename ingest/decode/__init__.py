@@ -49,27 +49,28 @@ def decode(datagram: bytes, exporter: str, received_at_ms: int, templates: Templ
     with an unknown template, an unknown sFlow record type) are counted in
     ``result.problems`` and the rest of the datagram is still decoded.
     """
-    proto = sniff_protocol(datagram)
-    if proto == "sflow5":
-        from .sflow import decode_sflow
-
-        return decode_sflow(datagram, exporter, received_at_ms, templates)
-    if proto == "netflow5":
-        from .netflow5 import decode_v5
-
-        return decode_v5(datagram, exporter, received_at_ms, templates)
-    if proto == "netflow9":
-        from .netflow9 import decode_v9
-
-        return decode_v9(datagram, exporter, received_at_ms, templates)
-    if proto == "ipfix":
-        from .ipfix import decode_ipfix
-
-        return decode_ipfix(datagram, exporter, received_at_ms, templates)
-    raise DecodeError("unknown", "bad_version" if len(datagram) >= 4 else "truncated", 0)
+    if not _DECODERS:
+        _load_decoders()
+    fn = _DECODERS.get(sniff_protocol(datagram))
+    if fn is None:
+        raise DecodeError("unknown", "bad_version" if len(datagram) >= 4 else "truncated", 0)
+    return fn(datagram, exporter, received_at_ms, templates)
 
 
+#: protocol (``sniff_protocol``) -> its decoder, and NetFlow version -> the decoder that can defer to a FlowBatch;
+#: filled at the first decode, so importing this package loads no decoder
+_DECODERS: dict = {}
 _NF_DECODERS: dict = {}
+
+
+def _load_decoders() -> None:
+    from .ipfix import decode_ipfix
+    from .netflow5 import decode_v5
+    from .netflow9 import decode_v9
+    from .sflow import decode_sflow
+
+    _NF_DECODERS.update({9: decode_v9, 10: decode_ipfix})
+    _DECODERS.update({"sflow5": decode_sflow, "netflow5": decode_v5, "netflow9": decode_v9, "ipfix": decode_ipfix})
 
 
 def decode_into(datagram: bytes, exporter: str, received_at_ms: int, templates: TemplateCache, batch) -> DecodeResult:
@@ -83,11 +84,8 @@ def decode_into(datagram: bytes, exporter: str, received_at_ms: int, templates: 
     count; ``result.flows`` stays empty). Other protocols are decoded as by
     :func:`decode` (records in ``result.flows``, ``batch`` untouched).
     """
-    if not _NF_DECODERS:
-        from .ipfix import decode_ipfix
-        from .netflow9 import decode_v9
-
-        _NF_DECODERS.update({9: decode_v9, 10: decode_ipfix})
+    if not _DECODERS:
+        _load_decoders()
     fn = _NF_DECODERS.get(((datagram[0] << 8) | datagram[1]) if len(datagram) >= 4 else -1)
     if fn is None:
         return decode(datagram, exporter, received_at_ms, templates)

@@ -317,14 +317,21 @@ def fix_times(out: np.ndarray, plan: P.Plan, body, n: int, ctx: Ctx, export_ms: 
                 v[:] = export_ms
         elif kind == "s":
             out[col] *= 1000
-        elif kind == "delta_us":
-            v = out[col]
-            v[:] = export_ms - v // 1000
-        elif kind == "ntp":
-            if src[1] == 8:
-                out[col] = P.ntp_to_unix_ms(P.uint_column(body, n, plan.rec_len, src[0], 8))
-            else:
-                out[col] = export_ms
+        else:
+            fix_export_relative(out, col, kind, src, plan, body, n, export_ms)
+
+
+def fix_export_relative(out: np.ndarray, col: str, kind: str, src, plan: P.Plan, body, n: int, export) -> None:
+    """A ``delta_us`` (microseconds before the export) or ``ntp`` time column to unix ms; ``export`` is the
+    export time in ms, one for the datagram or one per row (a 4-byte NTP field keeps only it)."""
+    if kind == "delta_us":
+        v = out[col]
+        v[:] = export - v // 1000
+    elif kind == "ntp":
+        if src[1] == 8:
+            out[col] = P.ntp_to_unix_ms(P.uint_column(body, n, plan.rec_len, src[0], 8))
+        else:
+            out[col] = export
 
 
 def fix_icmp_af(out: np.ndarray, plan: P.Plan, body, n: int) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from schemas.columns import FLOW_DTYPE, PROTOCOL_NAMES, concat_rows
 
 from . import _nf_plan as P
-from ._nf_common import UPTIME_MOD, fix_icmp_af
+from ._nf_common import UPTIME_MOD, fix_export_relative, fix_icmp_af
 from .result import EMPTY_FLOWS
 
 __all__ = ["FlowBatch", "decode_sets", "concat_rows"]
@@ -125,13 +125,8 @@ def _fix_times(out, plan: P.Plan, body, n: int, cnt, k: int, export_ms, uptime_m
                 b = rest & ~has_si
                 new[b] = exp_rows[b]
             v[:] = new
-        elif kind == "delta_us":
-            v[:] = export - v // 1000
-        elif kind == "ntp":
-            if src[1] == 8:
-                out[col] = P.ntp_to_unix_ms(P.uint_column(body, n, plan.rec_len, src[0], 8))
-            else:
-                out[col] = export
+        else:
+            fix_export_relative(out, col, kind, src, plan, body, n, export)
 
 
 class _Group:

@@ -149,12 +149,9 @@ def pair_series(q, p: Period, pair: str) -> Result:
 def series_for(q, p: Period, scope: str, name: str, topo: Topology) -> Result:
     """(entity kind, entity) -> metric id -> :class:`Series` for one period of one comparison ``scope``:
     ``job`` (the job and each of its nodes), ``node``, ``link`` (``switch/ifIndex``) or ``pair`` (``A>B`` groups)."""
-    if scope == "job":
-        return job_series(q, p, name, topo)
-    if scope == "node":
-        return node_series(q, p, name, topo)
-    if scope == "link":
-        return link_series(q, p, name, topo)
     if scope == "pair":
         return pair_series(q, p, name)
-    raise ValueError(f"unknown scope {scope!r}")
+    by_topology = {"job": job_series, "node": node_series, "link": link_series}.get(scope)
+    if by_topology is None:
+        raise ValueError(f"unknown scope {scope!r}")
+    return by_topology(q, p, name, topo)

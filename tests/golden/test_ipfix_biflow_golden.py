@@ -17,7 +17,7 @@ import pytest
 from ingest.decode import TemplateCache, decode
 from ingest.decode.batch import FlowBatch
 from schemas.columns import FLOW_DTYPE, addr_str
-from tests.golden.test_netflow_golden import CAPTURES, udp_payloads
+from tests.support.golden import CAPTURES, udp_payloads
 
 CASE = CAPTURES / "softflowd_ipfix_biflow"
 

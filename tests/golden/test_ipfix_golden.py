@@ -9,32 +9,25 @@ import numpy as np
 import pytest
 
 from ingest.decode import TemplateCache, decode
-from schemas.columns import FLOW_DTYPE, PROTO_IPFIX, is_v4_mapped
-from tests.support.fixtures_path import SHARED_FIXTURES
-from tests.golden.test_netflow_golden import CAPTURES, _exp_tuple, _record_tuple, decode_all, key_of, per_5tuple, read_csv, udp_payloads
+from schemas.columns import PROTO_IPFIX, is_v4_mapped
+from tests.support.golden import CAPTURES, EXPORTS, SUMMARIES, assert_per_5tuple_matches_tshark, decode_all
+from tests.support.golden import decode_export, exp_tuple, key_of, needs_export, per_5tuple, read_csv, record_tuple
+from tests.support.golden import times_off_truth, traffic_truth, udp_payloads
 
-EXPORTS = SHARED_FIXTURES / "exports"
-SUMMARIES = SHARED_FIXTURES / "summaries"
 NAME = "softflowd_ipfix"
 
-needs_shared = pytest.mark.skipif(not (EXPORTS / f"{NAME}.pcap").exists(), reason="shared fixtures not present")
+needs_shared = needs_export(NAME)
 
 
 @pytest.fixture(scope="module")
 def ipfix():
-    dgs = udp_payloads(EXPORTS / f"{NAME}.pcap")
-    cache, results = decode_all(dgs)
-    return dgs, cache, results, np.concatenate([r.flows for r in results])
+    return decode_export(NAME)
 
 
 @needs_shared
 def test_ipfix_record_for_record(ipfix):
     _, _, results, flows = ipfix
-    assert flows.dtype == FLOW_DTYPE and len(flows) == 230
-    got = per_5tuple(flows)
-    assert len(got) == 180
-    assert got == read_csv(SUMMARIES / f"{NAME}.per5tuple.csv")
-    assert all(not r.problems for r in results)
+    assert_per_5tuple_matches_tshark(NAME, results, flows, records=230, keys=180)
 
 
 @needs_shared
@@ -66,18 +59,13 @@ def test_ipfix_columns_and_times(ipfix):
     assert Counter(flows["ip_version"].tolist()) == {4: 190, 6: 40}
     v4 = flows["ip_version"] == 4
     assert is_v4_mapped(flows["dst_addr"][v4]).all() and not is_v4_mapped(flows["dst_addr"][~v4]).any()
-    truth = {f["key"]: f for f in json.loads((SHARED_FIXTURES / "traffic_truth.json").read_text())["flows"]}
-    first, last = {}, {}
+    truth = traffic_truth()
     for r in flows:
-        k = key_of(r)
-        if truth[k]["proto"] in (1, 58):
-            assert int(r["dst_port"]) == truth[k]["icmp_type_code"] and int(r["src_port"]) == 0
-        first[k] = min(first.get(k, 1 << 62), int(r["time_start_ms"]))
-        last[k] = max(last.get(k, 0), int(r["time_end_ms"]))
+        t = truth[key_of(r)]
+        if t["proto"] in (1, 58):
+            assert int(r["dst_port"]) == t["icmp_type_code"] and int(r["src_port"]) == 0
     # flowStart/EndSysUpTime + systemInitTimeMilliseconds: ms-exact up to exporter rounding
-    for k, t in truth.items():
-        assert abs(first[k] - t["first_ts"] * 1000) < 5, k
-        assert abs(last[k] - t["last_ts"] * 1000) < 5, k
+    assert times_off_truth(flows, truth, 5) == []
 
 
 @needs_shared
@@ -103,12 +91,12 @@ def test_pmacct_ipfix_capture_against_tshark():
     cache, results = decode_all(udp_payloads(pcap))
     flows = np.concatenate([r.flows for r in results])
     assert len(results) == meta["datagrams"] and len(flows) == meta["totals"]["records"]
-    assert sorted(_record_tuple(r) for r in flows) == sorted(_exp_tuple(e) for e in meta["records"])
+    assert sorted(record_tuple(r) for r in flows) == sorted(exp_tuple(e) for e in meta["records"])
     assert sorted(zip(flows["src_port"].tolist(), flows["dst_port"].tolist())) == sorted(
         (e["src_port"], e["dst_port"]) for e in meta["records"])
     assert {int(v) for v in flows["vlan"]} == {0, 110, 210}
     assert Counter(flows["ip_version"].tolist()) == Counter({int(k): v for k, v in meta["ip_versions"].items()})
-    got = sorted((_record_tuple(r), int(r["time_start_ms"]), int(r["time_end_ms"])) for r in flows)
-    exp = sorted((_exp_tuple(e), e["first_ms"], e["last_ms"]) for e in meta["records"])
+    got = sorted((record_tuple(r), int(r["time_start_ms"]), int(r["time_end_ms"])) for r in flows)
+    exp = sorted((exp_tuple(e), e["first_ms"], e["last_ms"]) for e in meta["records"])
     assert got == exp
     assert (flows["export_protocol"] == PROTO_IPFIX).all()

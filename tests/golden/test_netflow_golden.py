@@ -7,84 +7,33 @@ summary and the length-based structure walk; our captures under
 
 from __future__ import annotations
 
-import csv
 import json
-from collections import Counter, defaultdict
-from pathlib import Path
+from collections import Counter
 
-import dpkt
 import numpy as np
 import pytest
 
 from ingest.decode import TemplateCache, decode
-from schemas.columns import FLOW_DTYPE, PROTO_NETFLOW5, PROTO_NETFLOW9, addr_str, is_v4_mapped
-from tests.support.fixtures_path import SHARED_FIXTURES
+from schemas.columns import PROTO_NETFLOW5, PROTO_NETFLOW9, addr_str, is_v4_mapped
+from tests.support.golden import CAPTURES, EXPORTS, SUMMARIES, assert_per_5tuple_matches_tshark, decode_all
+from tests.support.golden import decode_export, exp_tuple, key_of, needs_export, per_5tuple, read_csv, record_tuple
+from tests.support.golden import times_off_truth, traffic_truth, udp_payloads
 
-EXPORTS = SHARED_FIXTURES / "exports"
-SUMMARIES = SHARED_FIXTURES / "summaries"
-CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 NAME = "softflowd_v9"
 
-needs_shared = pytest.mark.skipif(not (EXPORTS / f"{NAME}.pcap").exists(), reason="shared fixtures not present")
-
-
-def udp_payloads(path: Path) -> list[tuple[float, str, bytes]]:
-    """(timestamp, source address, UDP payload) of every UDP datagram in an Ethernet pcap, in order."""
-    out = []
-    with open(path, "rb") as fh:
-        for ts, buf in dpkt.pcap.Reader(fh):
-            ip = dpkt.ethernet.Ethernet(buf).data
-            if isinstance(ip.data, dpkt.udp.UDP):
-                src = ".".join(str(b) for b in ip.src) if len(ip.src) == 4 else None
-                out.append((ts, src, bytes(ip.data.data)))
-    return out
-
-
-def key_of(r) -> str:
-    proto = int(r["ip_protocol"])
-    sp, dp = (0, 0) if proto in (1, 58) else (int(r["src_port"]), int(r["dst_port"]))
-    return f"{addr_str(r['src_addr'])}|{addr_str(r['dst_addr'])}|{proto}|{sp}|{dp}"
-
-
-def per_5tuple(flows) -> dict:
-    agg = defaultdict(lambda: [0, 0, 0])
-    for r in flows:
-        a = agg[key_of(r)]
-        a[0] += 1
-        a[1] += int(r["packets"])
-        a[2] += int(r["bytes"])
-    return dict(agg)
-
-
-def read_csv(path: Path) -> dict:
-    with open(path) as fh:
-        return {row["key"]: [int(row["records"]), int(row["packets"]), int(row["bytes"])] for row in csv.DictReader(fh)}
-
-
-def decode_all(datagrams, cache=None):
-    cache = cache or TemplateCache()
-    return cache, [decode(p, src or "127.0.0.1", int(ts * 1000), cache) for ts, src, p in datagrams]
+needs_shared = needs_export(NAME)
 
 
 @pytest.fixture(scope="module")
 def v9():
-    dgs = udp_payloads(EXPORTS / f"{NAME}.pcap")
-    cache, results = decode_all(dgs)
-    flows = np.concatenate([r.flows for r in results])
-    return dgs, cache, results, flows
+    return decode_export(NAME)
 
 
 @needs_shared
 def test_v9_record_for_record(v9):
     _, _, results, flows = v9
-    assert flows.dtype == FLOW_DTYPE
-    assert len(flows) == 230
-    expected = read_csv(SUMMARIES / f"{NAME}.per5tuple.csv")
-    got = per_5tuple(flows)
-    assert len(got) == 180
-    assert got == expected
+    assert_per_5tuple_matches_tshark(NAME, results, flows, records=230, keys=180)
     assert int(flows["packets"].sum()) == 5771 and int(flows["bytes"].sum()) == 25224419
-    assert all(not r.problems for r in results)
 
 
 @needs_shared
@@ -125,20 +74,14 @@ def test_v9_columns(v9):
 @needs_shared
 def test_v9_icmp_and_times_against_truth(v9):
     _, _, _, flows = v9
-    truth = {f["key"]: f for f in json.loads((SHARED_FIXTURES / "traffic_truth.json").read_text())["flows"]}
-    first, last = {}, {}
+    truth = traffic_truth()
     for r in flows:
-        k = key_of(r)
-        t = truth[k]
+        t = truth[key_of(r)]
         if t["proto"] in (1, 58):
             assert int(r["dst_port"]) == t["icmp_type_code"] and int(r["src_port"]) == 0
         assert t["tcp_flags"] | int(r["tcp_flags"]) == t["tcp_flags"]
-        first[k] = min(first.get(k, 1 << 62), int(r["time_start_ms"]))
-        last[k] = max(last.get(k, 0), int(r["time_end_ms"]))
     # v9 export time has 1 s resolution: flow times are within a second of the truth.
-    for k, t in truth.items():
-        assert abs(first[k] - t["first_ts"] * 1000) < 1000, k
-        assert abs(last[k] - t["last_ts"] * 1000) < 1000, k
+    assert times_off_truth(flows, truth, 1000) == []
 
 
 @needs_shared
@@ -168,18 +111,6 @@ def test_v9_pending_expires():
     assert len(r.flows) == 16 and cache.pending_expired_total == 2
 
 
-def _expected_records(case: str) -> list[dict]:
-    return json.loads((CAPTURES / case / "expected.json").read_text())["records"]
-
-
-def _record_tuple(r) -> tuple:
-    return (key_of(r), int(r["packets"]), int(r["bytes"]), int(r["tos"]), int(r["tcp_flags"]), int(r["vlan"]))
-
-
-def _exp_tuple(e) -> tuple:
-    return (e["key"], e["packets"], e["bytes"], e["tos"], e["tcp_flags"], e["vlan"])
-
-
 @pytest.mark.parametrize("case", ["softflowd_v5", "pmacct_nfprobe_v9"])
 def test_own_capture_against_tshark(case):
     pcap = CAPTURES / case / f"{case}.pcap"
@@ -189,7 +120,7 @@ def test_own_capture_against_tshark(case):
     cache, results = decode_all(udp_payloads(pcap))
     flows = np.concatenate([r.flows for r in results])
     assert len(results) == meta["datagrams"]
-    assert sorted(_record_tuple(r) for r in flows) == sorted(_exp_tuple(e) for e in meta["records"])
+    assert sorted(record_tuple(r) for r in flows) == sorted(exp_tuple(e) for e in meta["records"])
     assert Counter(flows["ip_version"].tolist()) == Counter({int(k): v for k, v in meta["ip_versions"].items()})
     if case == "softflowd_v5":
         assert (flows["export_protocol"] == PROTO_NETFLOW5).all()
@@ -203,6 +134,6 @@ def test_own_capture_against_tshark(case):
     for k in ("first_ms", "last_ms"):
         if k in meta["records"][0]:
             col = "time_start_ms" if k == "first_ms" else "time_end_ms"
-            got = sorted(zip((_record_tuple(r) for r in flows), flows[col].tolist()))
-            exp = sorted(zip((_exp_tuple(e) for e in meta["records"]), (e[k] for e in meta["records"])))
+            got = sorted(zip((record_tuple(r) for r in flows), flows[col].tolist()))
+            exp = sorted(zip((exp_tuple(e) for e in meta["records"]), (e[k] for e in meta["records"])))
             assert [abs(a[1] - b[1]) <= 1 for a, b in zip(got, exp)] == [True] * len(got)

@@ -197,6 +197,14 @@ def make_settings(backend, topic_prefix: str, archive_prefix: str):
     return s.model_copy(update={"kafka": s.kafka.model_copy(update={"session_timeout_ms": 3000})})
 
 
+def fresh_pipeline(backend, topic_prefix: str, tag: str):
+    """(settings, archive root) of a pipeline of its own: its topics created, its archive under a new prefix."""
+    prefix = f"{tag}-{uuid.uuid4().hex[:8]}"
+    s = make_settings(backend, topic_prefix, prefix)
+    create_topics(s)
+    return s, f"{backend.bucket}/{prefix}"
+
+
 def read_dataset(fs, root: str, dataset: str):
     """(rows as pyarrow Table concatenated, list of KeyInfo) with every row checked to be in its file's hour."""
     import pyarrow as pa
@@ -238,9 +246,7 @@ def exactly_once(got, expected_ids) -> None:
 
 
 def test_archives_every_topic_into_hourly_partitions(backend, unique_topic, monkeypatch):
-    prefix = "it-" + uuid.uuid4().hex[:8]
-    s = make_settings(backend, unique_topic, prefix)
-    create_topics(s)
+    s, root = fresh_pipeline(backend, unique_topic, "it")
     t = s.kafka.topics
     rng = np.random.default_rng(1)
     ids = Ids()
@@ -280,7 +286,6 @@ def test_archives_every_topic_into_hourly_partitions(backend, unique_topic, monk
     svc = ArchiveService(s, group_id="g-" + uuid.uuid4().hex[:8], metrics_port=0, batch_messages=1)
     report = svc.run(max_seconds=60, idle_exit_s=3)
     fs = backend.s3fs()
-    root = f"{backend.bucket}/{prefix}"
 
     raw, keys = read_dataset(fs, root, "flows_raw")
     exactly_once(raw["in_if"].to_pylist(), raw_ids)
@@ -352,9 +357,7 @@ def test_archives_every_topic_into_hourly_partitions(backend, unique_topic, monk
 
 
 def test_rebalance_between_two_instances_keeps_every_row_once(backend, unique_topic):
-    prefix = "rb-" + uuid.uuid4().hex[:8]
-    s = make_settings(backend, unique_topic, prefix)
-    create_topics(s)
+    s, root = fresh_pipeline(backend, unique_topic, "rb")
     t = s.kafka.topics
     rng = np.random.default_rng(5)
     ids = Ids()
@@ -386,7 +389,7 @@ def test_rebalance_between_two_instances_keeps_every_row_once(backend, unique_to
     ta.join(30)
     assert not ta.is_alive() and not tb.is_alive()
     assert b.report["messages"] > 0, "the second instance never got a partition"
-    raw, _ = read_dataset(backend.s3fs(), f"{backend.bucket}/{prefix}", "flows_raw")
+    raw, _ = read_dataset(backend.s3fs(), root, "flows_raw")
     exactly_once(raw["in_if"].to_pylist(), all_ids)
     assert committed(backend.bootstrap, group, t.flows_raw) == [
         sum(1 for x in first + second if x[1] == p) for p in (0, 1)]
@@ -444,9 +447,7 @@ def test_crash_at_every_step_then_restart_archives_every_record_once(backend, tm
     items = []
     for step in STEPS:
         tp = f"t{uuid.uuid4().hex[:10]}."
-        prefix = f"crash-{step}-{uuid.uuid4().hex[:6]}"
-        s = make_settings(backend, tp, prefix)
-        create_topics(s)
+        s, root = fresh_pipeline(backend, tp, f"crash-{step}")
         t = s.kafka.topics
         rng = np.random.default_rng(11)
         ids = Ids()
@@ -459,7 +460,7 @@ def test_crash_at_every_step_then_restart_archives_every_record_once(backend, tm
         mids = list(range(1, 41))
         items += [(t.matrix, i % 2, matrix_cell(T0 + i * 4 * MIN, i)) for i in mids]
         cfg = write_config(tmp_path / f"{step}.yaml", s)
-        cases[step] = {"settings": s, "prefix": prefix, "raw": raw_ids, "matrix": mids, "cfg": cfg,
+        cases[step] = {"settings": s, "root": root, "raw": raw_ids, "matrix": mids, "cfg": cfg,
                        "group": "g-" + uuid.uuid4().hex[:8]}
     produce(backend.bootstrap, items)
 
@@ -476,7 +477,7 @@ def test_crash_at_every_step_then_restart_archives_every_record_once(backend, tm
         err = finish(p, errlog, 70)
         assert p.returncode == 0, f"{step}: rc={p.returncode}\n{err[-2000:]}"
         c = cases[step]
-        root = f"{backend.bucket}/{c['prefix']}"
+        root = c["root"]
         raw, keys = read_dataset(fs, root, "flows_raw")
         exactly_once(raw["in_if"].to_pylist(), c["raw"])
         mx, _ = read_dataset(fs, root, "matrix_windows")
@@ -491,10 +492,8 @@ def test_crash_at_every_step_then_restart_archives_every_record_once(backend, tm
 
 
 def test_sigterm_flushes_commits_and_exits(backend, unique_topic, tmp_path):
-    prefix = "term-" + uuid.uuid4().hex[:8]
-    s = make_settings(backend, unique_topic, prefix)
+    s, root = fresh_pipeline(backend, unique_topic, "term")
     s = s.model_copy(update={"archive": s.archive.model_copy(update={"idle_flush_s": 3600.0})})
-    create_topics(s)
     t = s.kafka.topics
     ids = Ids()
     k = ids.take(50)
@@ -521,7 +520,7 @@ def test_sigterm_flushes_commits_and_exits(backend, unique_topic, tmp_path):
     p.send_signal(signal.SIGTERM)
     err = finish(p, errlog, 30)
     assert p.returncode == 0, err[-2000:]
-    raw, keys = read_dataset(backend.s3fs(), f"{backend.bucket}/{prefix}", "flows_raw")
+    raw, keys = read_dataset(backend.s3fs(), root, "flows_raw")
     assert raw is not None, err[-2000:]
     exactly_once(raw["in_if"].to_pylist(), k.tolist())
     assert committed(backend.bootstrap, group, t.flows_raw, (0,)) == [1]

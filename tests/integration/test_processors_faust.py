@@ -4,11 +4,7 @@ after the worker is killed mid-stream."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,20 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fabricflow.streams import OUTPUTS
-from processors.logic.core import ProcessorCore, engine_config, shard_of
-from processors.logic.enrich.inventory import Inventory
 from tests.support.matrix import expected_output
 from tests.support.synth import training_batches
 
-from .kafka_helpers import consume, create_topics, decode_outputs, produce_batches, settings_for, write_config
+from .kafka_helpers import consume, create_topics, produce_batches, settings_for, write_config
+from tests.support.faust_worker import KIND_TOPIC, collect, comparable, start_worker, stop_worker
 
 pytestmark = pytest.mark.integration
 INVENTORY = Path(__file__).resolve().parents[1] / "data" / "cluster_inventory.yaml"
-KIND_TOPIC = {kind: stream.name for kind, stream in OUTPUTS.items()}  # output kind -> TopicNames attribute
-
-
-ALERT_IDENTITY = ("dedup_key", "rule", "severity", "state", "first_seen_ms", "entities")
 
 
 def counter_batches(start_ms=1_767_225_600_000, seconds=60) -> list[tuple[str, np.ndarray]]:
@@ -71,58 +61,6 @@ def expected_outputs(settings, batches, counters=(), drops=()) -> list[tuple]:
         # Round-trip through the codec so floats/enums compare like consumed messages (matrix: v2 windows).
         res.append(expected_output(getattr(t, KIND_TOPIC[kind]), kind, key, value))
     return res
-
-
-def comparable(outputs, alerts_topic):
-    """Alerts' evidence totals depend on how records were batched when they fired (docs/replay.md):
-    compare alerts by identity, everything else exactly."""
-    out = []
-    for topic, key, value in outputs:
-        if topic == alerts_topic:
-            v = json.loads(value)
-            value = json.dumps({k: v[k] for k in ALERT_IDENTITY}, sort_keys=True)
-        out.append((topic, key, value))
-    return out
-
-
-def start_worker(cfg_path: str, log_path: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICFLOW_")}
-    return subprocess.Popen(
-        [sys.executable, "-m", "cli", "--config", cfg_path, "process"],
-        stdout=open(log_path, "ab"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-
-
-def stop_worker(proc: subprocess.Popen, sig=signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, sig)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
-def collect(settings, expected, timeout_s=120, proc=None):
-    """Consume each output topic until every expected output has been seen (duplicates allowed) or timeout."""
-    alerts = settings.kafka.topics.alerts
-    expected = comparable(expected, alerts)
-    by_topic: dict[str, set] = {}
-    for item in expected:
-        by_topic.setdefault(item[0], set()).add(item)
-    got = []
-    for topic, want in by_topic.items():
-        if proc is not None and proc.poll() is not None:
-            break  # the worker died: fail fast, the log tells why
-
-        def done(ms, want=want, n=len([e for e in expected if e[0] == topic])):
-            return len(ms) >= n and want <= set(comparable(decode_outputs(ms), alerts))
-
-        got += decode_outputs(consume(settings.kafka.bootstrap_servers, topic, until=done, timeout_s=timeout_s))
-    return got
 
 
 def run_worker(cfg, log_path: Path, bootstrap: str, settings, flows, counters, until, sig=signal.SIGTERM, drops=()):

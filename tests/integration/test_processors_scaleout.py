@@ -23,11 +23,11 @@ from fabricflow.streams import OUTPUTS
 from processors.config_files import read_inventory
 from processors.logic.core import ProcessorCore, engine_config, shard_of
 from schemas.columns import v4_column_to_addr16
+from tests.support.faust_worker import KIND_TOPIC, collect, comparable, start_worker, stop_worker
 from tests.support.matrix import expected_output
 from tests.support.synth import UNREGISTERED, training_batches
 
 from .kafka_helpers import create_topics, settings_for, write_config
-from .test_processors_faust import KIND_TOPIC, collect, comparable, start_worker, stop_worker
 
 pytestmark = pytest.mark.integration
 

@@ -168,7 +168,7 @@ def test_publish_to_replay_topics(loaded, factory):
 def test_cli_kafka_source(loaded, tmp_path):
     from typer.testing import CliRunner
 
-    from tests.unit.cli.test_replay import make_app
+    from tests.support.replay_cli import make_app
 
     s, _flows, msgs, _c, _st = loaded
     cfg = tmp_path / "c.yaml"
@@ -274,7 +274,7 @@ def test_kafka_replay_uses_the_live_membership_of_its_range(loaded, tmp_path, mo
 
     from processors.logic.enrich.inventory.membership import Holding, holding_row
     from replay.memberships import kafka_membership_rows
-    from tests.unit.cli.test_replay import make_app
+    from tests.support.replay_cli import make_app
 
     s, _flows, _msgs, _c, _st = loaded
     nodes = tuple(h.gpu(i) for i in range(1, h.N_GPU + 1))

@@ -17,26 +17,23 @@ GPU = [0x0A1E0000 + i for i in range(1, 9)]  # 10.30.0.1 .. 10.30.0.8
 EXPORTERS = ["10.0.0.1", "10.0.0.2"]  # tor-1, tor-2
 
 
+def filled(rows: np.ndarray, **columns) -> np.ndarray:
+    """``rows`` (a structured array, e.g. ``empty_flows(n)``) with each named column set; a scalar or a
+    row-shaped value is broadcast over every row."""
+    for name, value in columns.items():
+        rows[name] = value
+    return rows
+
+
 def _flows(src, dst, nbytes, t_ms, rate=100, sport=45000, dport=50000):
-    n = len(src)
-    f = empty_flows(n)
-    f["export_protocol"] = 1
-    f["sampling_rate"] = rate
-    f["packets"] = np.maximum(1, nbytes // 9000)
-    f["bytes"] = nbytes
-    f["packets_est"] = f["packets"] * rate
-    f["bytes_est"] = f["bytes"] * rate
-    f["ip_version"] = 4
-    f["src_addr"] = v4_column_to_addr16(np.asarray(src, dtype=np.uint32))
-    f["dst_addr"] = v4_column_to_addr16(np.asarray(dst, dtype=np.uint32))
-    f["ip_protocol"] = 6
-    f["src_port"] = sport
-    f["dst_port"] = dport
-    f["time_start_ms"] = t_ms
-    f["time_end_ms"] = t_ms
-    f["time_received_ms"] = t_ms
-    f["time_export_ms"] = t_ms
-    return f
+    packets = np.maximum(1, nbytes // 9000)
+    return filled(
+        empty_flows(len(src)), export_protocol=1, sampling_rate=rate, packets=packets, bytes=nbytes,
+        packets_est=packets * rate, bytes_est=nbytes * rate, ip_version=4, ip_protocol=6, src_port=sport, dst_port=dport,
+        src_addr=v4_column_to_addr16(np.asarray(src, dtype=np.uint32)),
+        dst_addr=v4_column_to_addr16(np.asarray(dst, dtype=np.uint32)),
+        time_start_ms=t_ms, time_end_ms=t_ms, time_received_ms=t_ms, time_export_ms=t_ms,
+    )
 
 
 UNREGISTERED = 0x0A1E0063  # 10.30.0.99: inside the cluster ranges, not in the inventory

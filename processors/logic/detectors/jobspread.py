@@ -88,7 +88,7 @@ class JobSpreadDetector(OneRuleDetector):
         cfg = self.config
         ws, we = int(ws), int(we)
         empty = interner.code("")
-        cats = [interner.index[c] for c in cfg.categories if c in interner.index]
+        cats = interner.known(cfg.categories)
         if self.rack_nodes and cats and len(cells["sn"]):
             m = np.isin(cells["cat"], cats) & (cells["sj"] == cells["dj"]) & (cells["sj"] != empty)
             m &= (cells["sr"] != empty) & (cells["dr"] != empty)

@@ -59,12 +59,12 @@ class LbSkewDetector(OneRuleDetector):
         cfg = self.config
         ws, we = int(ws), int(we)
         empty = interner.code("")
-        fronts = [interner.index[g] for g in cfg.frontend_groups if g in interner.index]
+        fronts = interner.known(cfg.frontend_groups)
         n = len(cells["sn"])
         if fronts and n:
             mask = np.ones(n, bool)
             if cfg.categories:
-                mask &= np.isin(cells["cat"], [interner.index[c] for c in cfg.categories if c in interner.index])
+                mask &= np.isin(cells["cat"], interner.known(cfg.categories))
             inbound = mask & np.isin(cells["sg"], fronts) & (cells["dj"] != empty) & (cells["dj"] != cells["sj"])
             inbound &= cells["dn"] != empty
             # one row per (job, replica, frontend): the requests

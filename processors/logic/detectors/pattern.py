@@ -159,8 +159,7 @@ class PatternDetector:
         cfg = self.config
         size = we - ws
         empty = interner.code("")
-        cats = [interner.index[c] for c in cfg.categories if c in interner.index]
-        m = np.isin(cells["cat"], cats) if len(cells["cat"]) else np.zeros(0, bool)
+        m = np.isin(cells["cat"], interner.known(cfg.categories))
         m &= (cells["sj"] == cells["dj"]) & (cells["sj"] != empty) & (cells["sn"] != empty) & (cells["dn"] != empty)
         keys, sums, _ = group_reduce(
             [cells["sj"][m], cells["sn"][m], cells["dn"][m]], [cells["bytes_est"][m]]

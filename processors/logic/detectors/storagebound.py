@@ -73,8 +73,8 @@ class StorageBoundDetector(OneRuleDetector):
         cfg = self.config
         ws, we = int(ws), int(we)
         empty = interner.code("")
-        groups = [interner.index[g] for g in cfg.storage_groups if g in interner.index]
-        cats = [interner.index[c] for c in cfg.categories if c in interner.index]
+        groups = interner.known(cfg.storage_groups)
+        cats = interner.known(cfg.categories)
         flows: dict[tuple[str, str], dict] = {}  # (job, storage) -> {"reads": b, "writes": b, "nodes": set}
         if groups and cats and len(cells["sn"]):
             base = np.isin(cells["cat"], cats)

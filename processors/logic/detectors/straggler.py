@@ -75,8 +75,7 @@ class StragglerDetector:
         cfg = self.config
         size = we - ws
         empty = interner.code("")
-        cats = [interner.index[c] for c in cfg.categories if c in interner.index]
-        mask = np.isin(cells["cat"], cats) if len(cells["cat"]) else np.zeros(0, bool)
+        mask = np.isin(cells["cat"], interner.known(cfg.categories))
         sel = {k: v[mask] for k, v in cells.items()}
         per_job: dict[str, dict[str, list[int]]] = {}  # job -> node -> [sent, received, busiest link]
 

@@ -57,8 +57,8 @@ class VisibilityDetector(OneRuleDetector):
         empty = interner.code("")
         judged: set[str] = set()
         if len(cells["sn"]):
-            cats = [interner.index[c] for c in cfg.categories if c in interner.index]
-            fronts = [interner.index[g] for g in cfg.serving_groups if g in interner.index]
+            cats = interner.known(cfg.categories)
+            fronts = interner.known(cfg.serving_groups)
             served = np.isin(cells["sg"], fronts) & (cells["sj"] != cells["dj"])
             in_job = cells["dj"] != empty
             coll = in_job & (cells["sj"] == cells["dj"]) & (cells["sn"] != cells["dn"]) & np.isin(cells["cat"], cats)

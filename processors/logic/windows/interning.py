@@ -38,6 +38,11 @@ class Interner:
             self.index[s] = c
         return c
 
+    def known(self, strings) -> list[int]:
+        """Codes of those of ``strings`` that have one (a string never interned can match no row)."""
+        index = self.index
+        return [index[s] for s in strings if s in index]
+
     def codes(self, *columns: np.ndarray) -> list[np.ndarray]:
         """Vectorised: code arrays (int32) for object string columns (one hash pass)."""
         if not columns:

@@ -6,31 +6,18 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from cli.main import State
 from fabricflow.settings import load_settings
 from replay import archive_source, canonical, core_factory_from, output_records, replay_batches
-from cli.replay import register
 from sinks.archive.layout import HOUR_MS
 from tests.support import replay as h
-from tests.unit.replay.test_archive_source import write_archive
+from tests.support.replay_archive import write_archive
 from tests.support.matrix import record_cells, summed
+from tests.support.replay_cli import make_app
 
 START = h.T0 + HOUR_MS - 20_000
 FRM, TO = str(START - 1000), str(START + 60_000)
-
-
-def make_app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def cb(ctx: typer.Context, config: str = typer.Option(None, "--config")):
-        ctx.obj = State(config)
-
-    register(app)
-    return app
 
 
 @pytest.fixture(scope="module")

@@ -14,18 +14,13 @@ from schemas import codec
 from schemas.columns import addr16, empty_counters
 from tests.support.console import INCAST, WS, cell, layout
 from tests.support.matrix import window_message
+from tests.support.synth import filled
 
 
 def _counters(t_ms, octets, speed=25_000_000_000, errors=0):
-    c = empty_counters(1)
-    c["exporter_addr"][0] = np.frombuffer(addr16("10.0.255.2"), dtype=np.uint8)
-    c["if_index"] = 1
-    c["if_speed"] = speed
-    c["if_oper_up"] = True
-    c["time_received_ms"] = t_ms
-    c["in_octets"] = octets
-    c["out_octets"] = octets
-    c["in_errors"] = errors
+    c = filled(empty_counters(1), exporter_addr=np.frombuffer(addr16("10.0.255.2"), dtype=np.uint8), if_index=1,
+               if_speed=speed, if_oper_up=True, time_received_ms=t_ms, in_octets=octets, out_octets=octets,
+               in_errors=errors)
     return codec.encode_batch("counter_batch", c)
 
 

@@ -102,3 +102,46 @@ def test_no_test_imports_a_bench_script():
                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{f.relative_to(REPO)}: {m}" for m in mods if m.split(".")[0] == "bench"]
     assert found == []
+
+
+# The foundation checks share one reader of the source tree (the import graph in test_layers.py): the checker
+# machinery itself, not a harness, and it moves with them.
+TEST_IMPORTS_OK = {"tests.unit.foundation.test_layers"}
+
+
+def imported_test_modules(path: Path) -> list[str]:
+    """The test modules (``test_*.py`` anywhere under tests/) that the module at ``path`` imports."""
+    tree = ast.parse(path.read_text())
+    package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parent + ([base] if base else []))
+            mods = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        out += [m for m in mods if m.startswith("tests.") and m.rsplit(".", 1)[-1].startswith("test_")]
+    return sorted(set(out))
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in tests/support/ (or devtools/): a test module imports no other test module."""
+    found = []
+    for f in sorted((REPO / "tests").rglob("*.py")):
+        found += [f"{f.relative_to(REPO)}: {m}" for m in imported_test_modules(f) if m not in TEST_IMPORTS_OK]
+    assert found == []
+
+
+def test_the_import_rule_sees_absolute_and_relative_test_imports(tmp_path, monkeypatch):
+    (tmp_path / "tests" / "unit" / "pkg").mkdir(parents=True)
+    f = tmp_path / "tests" / "unit" / "pkg" / "test_a.py"
+    f.write_text("from .test_b import x\nfrom tests.unit.other.test_c import y\nimport tests.unit.test_d\n"
+                 "from tests.support.archive import T0\nfrom . import test_e\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "REPO", tmp_path)
+    assert imported_test_modules(f) == ["tests.unit.other.test_c", "tests.unit.pkg.test_b", "tests.unit.pkg.test_e",
+                                        "tests.unit.test_d"]

@@ -6,37 +6,8 @@ from prometheus_client import generate_latest
 from fabricflow.settings import load_settings
 from ingest.listener import ListenError, parse_listen
 from ingest.metrics import IngestMetrics
-from ingest.pcapread import read_udp
 from ingest.pipeline import Allowlist, IngestPipeline
-from tests.support.fixtures_path import SHARED_FIXTURES
-
-
-class FakeSink:
-    def __init__(self):
-        self.flows, self.counters, self.dlq = [], [], []
-        self.produced_records = 0
-
-    def publish_flows(self, exporter, arr):
-        self.flows.append((exporter, arr))
-        return True
-
-    def publish_counters(self, exporter, arr):
-        self.counters.append((exporter, arr))
-        return True
-
-    def publish_dlq(self, exporter, protocol, reason, datagram, detail=""):
-        self.dlq.append((exporter, protocol, reason, datagram))
-        return True
-
-    def poll(self):
-        pass
-
-    def close(self):
-        return {}
-
-
-def _payloads(name):
-    return [pkt.payload for pkt in read_udp(str(SHARED_FIXTURES / "exports" / name))]
+from tests.support.ingest_sinks import FakeSink, payloads
 
 
 def _metric(m: IngestMetrics, name: str, **labels) -> float:
@@ -81,7 +52,7 @@ def _pipeline(**ingest):
 
 def test_netflow_v9_capture_batched_per_exporter():
     p, sink, m = _pipeline(batch_max_records=100)
-    for d in _payloads("softflowd_v9.pcap"):
+    for d in payloads("softflowd_v9.pcap"):
         p.handle(d, "192.0.2.7", 1_700_000_000_000)
     p.flush()
     sizes = [len(a) for _e, a in sink.flows]
@@ -95,7 +66,7 @@ def test_netflow_v9_capture_batched_per_exporter():
 
 def test_sflow_counters_and_sequence_loss():
     p, sink, m = _pipeline()
-    data = _payloads("pmacct_sfprobe_rate8.pcap")
+    data = payloads("pmacct_sfprobe_rate8.pcap")
     for i, d in enumerate(data):
         if i in (10, 11, 12):  # three datagrams lost in transit
             continue
@@ -107,7 +78,7 @@ def test_sflow_counters_and_sequence_loss():
 
 def test_garbage_counted_and_sampled_to_dlq():
     p, sink, m = _pipeline(dlq_max_per_s=2.0)
-    good = _payloads("softflowd_ipfix.pcap")
+    good = payloads("softflowd_ipfix.pcap")
     for i in range(50):
         p.handle(b"\x00\x0a\x00\x05garbage" + bytes([i]), "192.0.2.9", 1)
         p.handle(b"\xff" * 30, "192.0.2.9", 1)
@@ -125,7 +96,7 @@ def test_garbage_counted_and_sampled_to_dlq():
 
 def test_allowlist_drops_and_counts():
     p, sink, m = _pipeline(allowlist=["10.0.0.0/8"])
-    for d in _payloads("softflowd_v9.pcap"):
+    for d in payloads("softflowd_v9.pcap"):
         p.handle(d, "192.0.2.66", 1)
     p.flush()
     assert sink.flows == []
@@ -134,7 +105,7 @@ def test_allowlist_drops_and_counts():
 
 def test_metrics_exposition_names_follow_style():
     p, sink, m = _pipeline()
-    for d in _payloads("softflowd_v9.pcap")[:2]:
+    for d in payloads("softflowd_v9.pcap")[:2]:
         p.handle(d, "127.0.0.1", 1)
     p.maybe_flush()  # once per receive-loop pass: per-datagram counts reach Prometheus
     for fam in m.registry.collect():
@@ -185,7 +156,7 @@ def test_sflow_receive_time_is_default():
 
 def test_template_expiry_is_counted_in_metrics():
     p, sink, m = _pipeline(template_expiry_s=60)
-    data = _payloads("softflowd_v9.pcap")
+    data = payloads("softflowd_v9.pcap")
     p.handle(data[0], "192.0.2.7", 1_700_000_000_000)  # template datagram
     p.handle(data[1], "192.0.2.7", 1_700_000_000_000 + 3_600_000)  # an hour later: template expired
     p.flush()
@@ -195,7 +166,7 @@ def test_template_expiry_is_counted_in_metrics():
 def test_per_datagram_metrics_are_synced_once_per_loop_pass():
     """Datagram/record/byte counters and the skew gauge are summed and added on maybe_flush/flush."""
     p, sink, m = _pipeline(batch_max_delay_ms=60_000)
-    data = _payloads("softflowd_v9.pcap")
+    data = payloads("softflowd_v9.pcap")
     for d in data:
         p.handle(d, "192.0.2.7", 1_700_000_000_000)
     assert _metric(m, "fabricflow_ingest_datagrams_total", exporter="192.0.2.7", protocol="netflow9") == 0
@@ -223,7 +194,7 @@ def test_pipeline_batches_match_per_datagram_decode():
         p, sink, m = _pipeline(batch_max_records=bmax)
         cache = TemplateCache()
         expected, acc, total = [], [], 0
-        for d in _payloads(name) * 3:
+        for d in payloads(name) * 3:
             p.handle(d, "192.0.2.7", 1_700_000_000_000)
             flows = decode(d, "192.0.2.7", 1_700_000_000_000, cache).flows
             if len(flows):
@@ -251,7 +222,7 @@ def test_tune_allocator_is_safe_to_call():
 
 def test_skew_gauge_shows_latest_smoothed_skew_across_protocols():
     p, sink, m = _pipeline()
-    v9, ipfix = _payloads("softflowd_v9.pcap"), _payloads("softflowd_ipfix.pcap")
+    v9, ipfix = payloads("softflowd_v9.pcap"), payloads("softflowd_ipfix.pcap")
     for i, d in enumerate([v9[0], ipfix[0], v9[1], ipfix[1], v9[2]]):
         p.handle(d, "192.0.2.7", 1_700_000_000_000 + i * 7_919)
     p.maybe_flush()
@@ -262,7 +233,7 @@ def test_skew_gauge_shows_latest_smoothed_skew_across_protocols():
 def test_data_before_its_template_is_counted_per_exporter():
     """The exporter-labelled count FabricExporterTemplatesMissing reads (data sets that came before their template)."""
     p, sink, m = _pipeline()
-    data = _payloads("softflowd_v9.pcap")
+    data = payloads("softflowd_v9.pcap")
     p.handle(data[1], "192.0.2.8", 1_700_000_000_000)  # data datagram first: its template is unknown
     p.flush()
     assert _metric(m, "fabricflow_ingest_template_missing_sets_total", exporter="192.0.2.8", protocol="netflow9") >= 1

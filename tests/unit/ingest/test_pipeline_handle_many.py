@@ -34,7 +34,7 @@ from ingest.pipeline import SFLOW_MANY_MIN, IngestPipeline
 from ingest.service import IngestWorker
 from tests.support.fixtures_path import SHARED_FIXTURES
 
-from .test_listener_pipeline import FakeSink
+from tests.support.ingest_sinks import FakeSink
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 EXPORTERS = ["192.0.2.1", "192.0.2.2", "2001:db8::3", "198.51.100.9"]  # the last one is not allowed

@@ -6,18 +6,8 @@ from fabricflow.settings import load_settings
 from ingest.metrics import IngestMetrics
 from ingest.pipeline import IngestPipeline
 from ingest.quality import QualityWindows
-from schemas import codec
-from tests.unit.ingest.test_listener_pipeline import FakeSink, _payloads
-
-
-class QualitySink(FakeSink):
-    def __init__(self):
-        super().__init__()
-        self.quality = []
-
-    def publish_quality(self, exporter, value):
-        self.quality.append((exporter, codec.decode_record(value, expect="ingest_quality")))
-        return True
+from tests.support.ingest_sinks import payloads
+from tests.support.ingest_sinks import QualitySink
 
 
 def test_windows_loss_in_datagram_units_becomes_records_and_a_ratio():
@@ -41,7 +31,7 @@ def test_pipeline_publishes_a_window_per_exporter_with_the_gap(monkeypatch):
     s = load_settings(None, ingest={"quality_window_s": 60})
     sink = QualitySink()
     p = IngestPipeline(s.ingest, sink, IngestMetrics())
-    datagrams = _payloads("softflowd_v9.pcap")
+    datagrams = payloads("softflowd_v9.pcap")
     kept = datagrams[:4] + datagrams[5:]  # one export packet lost on the way
     for d in kept:
         p.handle(d, "192.0.2.7", 1_700_000_010_000)
@@ -58,7 +48,7 @@ def test_quality_off():
     s = load_settings(None, ingest={"quality_window_s": 0})
     sink = QualitySink()
     p = IngestPipeline(s.ingest, sink, IngestMetrics())
-    for d in _payloads("softflowd_v9.pcap"):
+    for d in payloads("softflowd_v9.pcap"):
         p.handle(d, "192.0.2.7", 1_700_000_010_000)
     p.close()
     assert sink.quality == []

@@ -11,7 +11,7 @@ from ingest.metrics import IngestMetrics
 from ingest.pipeline import IngestPipeline
 from ingest.sampler_loss import SamplerLoss
 from devtools import sflow_build as b
-from tests.unit.ingest.test_quality import QualitySink
+from tests.support.ingest_sinks import QualitySink
 
 FRAME = b.raw_header(b.tcp_frame())
 

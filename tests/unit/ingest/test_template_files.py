@@ -8,7 +8,7 @@ from ingest.service import IngestWorker
 from ingest.template_files import restore_templates, template_files, worker_template_path
 from ingest.decode.templates import TemplateCache
 from tests.support.fixtures_path import SHARED_FIXTURES
-from tests.unit.ingest.test_listener_pipeline import FakeSink
+from tests.support.ingest_sinks import FakeSink
 
 
 def _payloads(name):

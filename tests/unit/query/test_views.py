@@ -24,7 +24,7 @@ from query.render import render
 from query.reports import ArchiveQuery
 from query.views import EXAMPLE_SQL, VIEWS, observation_note
 from tests.support.archive import T0
-from tests.unit.sinks.archive.test_rollups import random_flows
+from tests.support.rollups import random_flows
 
 ROOT = Path(__file__).resolve().parents[3]
 HOURS = (0, 1, 10, 11)  # 2026-01-01; the plain DuckDB example in docs/archive.md reads hours 10-11

@@ -22,8 +22,8 @@ from sinks.archive.arrow_schema import table_from_dicts
 from schemas.columns import addr16
 from sinks.archive.layout import HOUR_MS
 from tests.support import replay as h
-from tests.unit.replay.test_archive_source import write_archive
-from tests.unit.cli.test_replay import make_app
+from tests.support.replay_archive import write_archive
+from tests.support.replay_cli import make_app
 
 START = h.T0 + HOUR_MS - 20_000
 CHANGE = START + 30_000  # llm-pretrain ends on every node, eval starts on gpu-01..04

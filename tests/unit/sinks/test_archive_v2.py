@@ -18,7 +18,7 @@ from sinks.archive.buffer import HourlyBuffer
 from sinks.archive.layout import HOUR_MS
 from sinks.archive.parquet import ParquetWriter
 from sinks.archive.summaries import SummaryBook
-from tests.integration.test_query_cli import ff, fixture_rows
+from tests.support.query_cli import ff, fixture_rows
 from tests.support.archive import enriched
 
 MESSAGE_ROWS = 3  # several messages per file, each with its own label table

@@ -96,7 +96,7 @@ def test_enriched_messages_copy_the_flow_fields_of_the_raw_message(tmp_path):
     enriched messages."""
     import random
 
-    from tests.unit.schemas.test_codec_fastpaths import other_writer
+    from tests.support.avro import other_writer
 
     _exp, batch = training_batches(seconds=2)[0]
     batch = batch[:300]

@@ -16,7 +16,7 @@ from sinks.archive.arrow_schema import table_from_columns
 from sinks.archive.layout import HOUR_MS
 from query.reports import ArchiveQuery
 from tests.support.archive import T0
-from tests.unit.sinks.archive.test_rollups import Crash, MIN, REPORTS, random_flows, rollup_names, write_archive
+from tests.support.rollups import Crash, MIN, REPORTS, random_flows, rollup_names, write_archive
 
 
 def answers(root, frm=T0, to=T0 + 3 * HOUR_MS):

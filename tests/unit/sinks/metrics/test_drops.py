@@ -8,7 +8,7 @@ from processors.logic.enrich.inventory import Inventory
 from schemas import codec
 from schemas.columns import DISCARD_DTYPE, addr16
 from sinks.metrics.state import MetricsState
-from tests.unit.sinks.metrics.test_state import INVENTORY, T0, scrape, values
+from tests.support.metrics_state import INVENTORY, T0, scrape, values
 
 
 def discards(rows: list[dict]) -> bytes:

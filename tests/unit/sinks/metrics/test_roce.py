@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from processors.logic.enrich.inventory import Inventory
 from sinks.metrics.state import MetricsState
-from tests.unit.sinks.metrics.test_state import INVENTORY, T0, scrape, values
-from tests.unit.sinks.metrics.test_state import cell as plain_cell
+from tests.support.metrics_state import INVENTORY, T0, scrape, values
+from tests.support.metrics_state import cell as plain_cell
 
 
 def cell(**kw):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sinks.metrics.state import MetricsState
-from tests.unit.sinks.metrics.test_state import T0, scrape, values
+from tests.support.metrics_state import T0, scrape, values
 
 
 def diag(verdict: str) -> dict:

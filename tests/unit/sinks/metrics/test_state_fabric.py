@@ -6,7 +6,7 @@ import pytest
 
 from processors.logic.enrich.inventory import Inventory
 from sinks.metrics.state import MetricsState
-from tests.unit.processors.logic.detectors.test_fabric import fabric_inventory
+from tests.support.fabric import fabric_inventory
 
 T = 1_764_600_000_000
 G = 400_000_000_000

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,28 +13,7 @@ from processors.logic.enrich.categories import CategoryRules
 from processors.logic.enrich.enricher import ENRICHED_DTYPE, Enricher
 from processors.logic.enrich.inventory import Inventory
 from schemas.columns import FLOW_DTYPE, addr16, addr16_column, dtype_for, empty_flows
-
-REPO = Path(__file__).resolve().parents[5]
-EXAMPLE = REPO / "scenarios" / "inventory.example.yaml"
-
-
-def ms(iso: str) -> int:
-    return int(datetime.fromisoformat(iso).replace(tzinfo=timezone.utc).timestamp() * 1000)
-
-
-def flows(rows):
-    """rows: (src, dst, proto, sport, dport, time_iso)."""
-    f = empty_flows(len(rows))
-    f["ip_version"] = [6 if ":" in r[0] else 4 for r in rows]
-    f["src_addr"] = addr16_column([r[0] for r in rows])
-    f["dst_addr"] = addr16_column([r[1] for r in rows])
-    f["ip_protocol"] = [r[2] for r in rows]
-    f["src_port"] = [r[3] for r in rows]
-    f["dst_port"] = [r[4] for r in rows]
-    f["time_start_ms"] = [ms(r[5]) for r in rows]
-    f["bytes"] = np.arange(len(rows)) + 100
-    f["sampling_rate"] = 1
-    return f
+from tests.support.enrich import EXAMPLE, flows
 
 
 def test_output_dtype_and_copied_fields():

@@ -11,47 +11,27 @@ from processors.logic.enrich.enricher import CHUNK, ENRICHED_DTYPE, Enricher, La
 from schemas import codec
 from schemas.columns import FLOW_DTYPE
 
-from .test_enricher import EXAMPLE, flows
+from tests.support.enrich import EXAMPLE, assert_same_records, example_batch
 
-ROWS = [
-    ("10.10.1.11", "10.10.2.11", 6, 45000, 51000, "2026-12-02T10:00:00"),
-    ("10.10.1.11", "10.10.1.12", 17, 50000, 4791, "2026-12-04T10:00:00"),
-    ("10.10.2.11", "10.10.8.7", 6, 700, 2049, "2026-12-04T10:00:00"),
-    ("10.10.99.99", "8.8.8.8", 17, 5353, 53, "2026-11-01T00:00:00"),
-    ("2001:db8::1", "10.10.1.11", 6, 22, 40000, "2026-12-02T10:00:00"),
-]
-
-
-def _same(a, b) -> None:
-    """``a`` and ``b`` (arrays or LabeledFlows) hold the same enriched records."""
-    assert len(a) == len(b)
-    for name in ENRICHED_DTYPE.names:
-        assert np.array_equal(a[name], b[name]), name
-
-
-def _batch(times: int = 1) -> np.ndarray:
-    f = np.tile(flows(ROWS), times)
-    f["bytes"] = np.arange(len(f))  # rows tell apart
-    return f
 
 
 def test_enrich_labels_equals_enrich_and_counts_the_same():
-    big = _batch(CHUNK // 2 + 3)  # more than one internal slice
+    big = example_batch(CHUNK // 2 + 3)  # more than one internal slice
     a, b = Enricher(read_inventory(EXAMPLE)), Enricher(read_inventory(EXAMPLE))
     arr = a.enrich(big)
     lab = b.enrich_labels(big)
     assert isinstance(lab, LabeledFlows) and lab.dtype == ENRICHED_DTYPE and lab.shape == (len(big),)
-    _same(lab, arr)
+    assert_same_records(lab, arr)
     out = lab.to_array()
     assert out.dtype == ENRICHED_DTYPE
-    _same(out, arr)
+    assert_same_records(out, arr)
     assert (a.records_total, a.unknown_src_total, a.unknown_dst_total) == (b.records_total, b.unknown_src_total, b.unknown_dst_total)
     assert b.unknown_total > 0  # the batch has unknown addresses: the counts were compared on something
     assert np.array_equal(a.last_unknown_rows, b.last_unknown_rows)
 
 
 def test_row_selection_by_slice_mask_and_indices():
-    f = _batch(3)
+    f = example_batch(3)
     e = Enricher(read_inventory(EXAMPLE))
     arr = e.enrich(f)
     lab = e.enrich_labels(f)
@@ -60,7 +40,7 @@ def test_row_selection_by_slice_mask_and_indices():
     for key in (slice(2, 9), slice(None, None, -2), mask, idx, idx.astype(np.uint32)):
         sub = lab[key]
         assert isinstance(sub, LabeledFlows)
-        _same(sub, arr[key])
+        assert_same_records(sub, arr[key])
         for col, (codes, table) in sub.label_codes().items():  # codes follow the rows
             assert table.strings[codes].tolist() == arr[key][col].tolist(), col
     with pytest.raises(IndexError):
@@ -72,18 +52,18 @@ def test_row_selection_by_slice_mask_and_indices():
 
 
 def test_flows_in_another_layout_are_copied_by_name():
-    f = _batch()
+    f = example_batch()
     names = list(FLOW_DTYPE.names)[::-1]
     other = np.zeros(len(f), dtype=[(n, FLOW_DTYPE.fields[n][0]) for n in names] + [("extra", "i8")])
     for n in names:
         other[n] = f[n]
     lab = Enricher(read_inventory(EXAMPLE)).enrich_labels(other)
     assert lab.flows.dtype == FLOW_DTYPE
-    _same(lab, Enricher(read_inventory(EXAMPLE)).enrich(f))
+    assert_same_records(lab, Enricher(read_inventory(EXAMPLE)).enrich(f))
 
 
 def test_codec_and_sharding_read_the_codes_with_the_same_result():
-    f = _batch(40)
+    f = example_batch(40)
     e = Enricher(read_inventory(EXAMPLE))
     arr = e.enrich(f)
     lab = e.enrich_labels(f)
@@ -91,19 +71,19 @@ def test_codec_and_sharding_read_the_codes_with_the_same_result():
     plain = codec.encode_batch("flow_enriched_batch", arr)
     assert codec.encode_batch("flow_enriched_batch", lab, coded) == plain
     assert codec.encode_batch("flow_enriched_batch", lab) == plain  # without codes: the gathered columns
-    _same(codec.decode_batch(plain), arr)
+    assert_same_records(codec.decode_batch(plain), arr)
     for parts in (2, 4, 7):
         assert shard_of(lab, parts).tolist() == shard_of(arr, parts).tolist()
 
 
 def test_encoding_from_codes_gathers_no_label_column():
-    lab = Enricher(read_inventory(EXAMPLE)).enrich_labels(_batch(2))
+    lab = Enricher(read_inventory(EXAMPLE)).enrich_labels(example_batch(2))
     codec.encode_batch("flow_enriched_batch", lab, lab.label_codes())
     shard_of(lab, 4)
     assert lab._columns == {}  # the hot path never builds the string objects
 
 
 def test_constructor_rejects_mismatched_codes():
-    lab = Enricher(read_inventory(EXAMPLE)).enrich_labels(_batch())
+    lab = Enricher(read_inventory(EXAMPLE)).enrich_labels(example_batch())
     with pytest.raises(ValueError):
         LabeledFlows(lab.flows[:-1], lab.codes, lab.inventory, lab.tables)

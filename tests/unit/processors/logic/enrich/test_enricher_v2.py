@@ -15,15 +15,14 @@ from processors.logic.enrich.enricher import ENRICHED_DTYPE, Enricher
 from schemas import codec
 from schemas.registry import parsed
 
-from .test_enricher import EXAMPLE
-from .test_enricher_labels import _batch, _same
+from tests.support.enrich import EXAMPLE, assert_same_records, example_batch
 
 ROOT = Path(__file__).resolve().parents[5]
 
 
 def _enriched(times: int = 40):
     e = Enricher(read_inventory(EXAMPLE))
-    f = _batch(times)
+    f = example_batch(times)
     return e.enrich(f), e.enrich_labels(f)
 
 
@@ -31,19 +30,19 @@ def test_v2_decodes_to_the_v1_records_from_codes_or_strings():
     arr, lab = _enriched()
     v2 = codec.encode_coded("flow_enriched_batch_v2", lab, lab.label_codes())
     assert lab._columns == {}  # written from the codes: no label column gathered
-    _same(codec.decode_batch(codec.encode_coded("flow_enriched_batch_v2", arr)), arr)  # coded from the strings
+    assert_same_records(codec.decode_batch(codec.encode_coded("flow_enriched_batch_v2", arr)), arr)  # coded from the strings
     assert codec.schema_of(v2) == "flow_enriched_batch_v2"
-    _same(codec.decode_batch(v2), arr)
-    _same(codec.decode_batch(v2, expect="flow_enriched_batch"), arr)
+    assert_same_records(codec.decode_batch(v2), arr)
+    assert_same_records(codec.decode_batch(v2, expect="flow_enriched_batch"), arr)
     v1 = codec.encode_batch("flow_enriched_batch", arr)
-    _same(codec.decode_batch(v1, expect="flow_enriched_batch_v2"), arr)  # a reader of v2 reads v1 too
+    assert_same_records(codec.decode_batch(v1, expect="flow_enriched_batch_v2"), arr)  # a reader of v2 reads v1 too
     cb = codec.decode_coded(v2)
     assert cb.rows.dtype == codec.CODED_DTYPE and len(cb.labels) == len(set(cb.labels.tolist()))
     used = set().union(*(arr[f].tolist() for f in codec.LABEL_FIELDS))
     assert set(cb.labels.tolist()) == used  # only the strings the rows use, each once
     for f in codec.LABEL_FIELDS:
         assert cb.column(f).tolist() == arr[f].tolist()
-    _same(codec.decode_coded(v1).to_array(), arr)
+    assert_same_records(codec.decode_coded(v1).to_array(), arr)
     assert len(v2) < len(v1)
 
 
@@ -67,7 +66,7 @@ def test_v2_reads_with_plain_fastavro_as_docs_schemas_md_shows(monkeypatch):
     # and what fastavro writes, our decoder reads
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, parsed("flow_enriched_batch_v2"), batch)
-    _same(codec.decode_batch(codec.header("flow_enriched_batch_v2") + buf.getvalue()), arr)
+    assert_same_records(codec.decode_batch(codec.header("flow_enriched_batch_v2") + buf.getvalue()), arr)
 
 
 def test_empty_and_one_row_batches_round_trip():
@@ -76,7 +75,7 @@ def test_empty_and_one_row_batches_round_trip():
         m = codec.encode_coded("flow_enriched_batch_v2", lab[rows], codec.coded_rows(lab.label_codes(), rows))
         out = codec.decode_batch(m)
         assert out.dtype == ENRICHED_DTYPE
-        _same(out, arr[rows])
+        assert_same_records(out, arr[rows])
 
 
 def test_corrupt_v2_messages_raise_codec_error_only():

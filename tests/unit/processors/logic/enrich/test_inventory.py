@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import textwrap
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -13,25 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.config_files import read_inventory
-from processors.logic.enrich.inventory import Inventory, InventoryError, parse_bps
+from processors.logic.enrich.inventory import Inventory, parse_bps
 from schemas.columns import addr16, addr16_column
+from tests.support.inventory_files import errors_of, write
 
 REPO = Path(__file__).resolve().parents[5]
 EXAMPLE_YAML = REPO / "scenarios" / "inventory.example.yaml"
 EXAMPLE_CSV = REPO / "scenarios" / "inventory.example.csv"
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(text).lstrip())
-    return p
-
-
-def errors_of(path: Path) -> list[str]:
-    with pytest.raises(InventoryError) as ei:
-        read_inventory(path)
-    assert str(ei.value) == "\n".join(f"{path}: {p}" for p in ei.value.problems)
-    return ei.value.problems
 
 
 # ---------------------------------------------------------------- good files

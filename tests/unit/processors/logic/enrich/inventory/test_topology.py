@@ -8,7 +8,7 @@ from processors.config_files import read_inventory
 from processors.logic.enrich.inventory import Inventory
 from schemas.columns import addr16_column
 
-from tests.unit.processors.logic.enrich.test_inventory import errors_of, write
+from tests.support.inventory_files import errors_of, write
 
 FABRIC_YAML = """
     nodes:
@@ -157,6 +157,14 @@ def test_yaml_link_value_errors(tmp_path):
     ]
 
 
+#: the first lines of the bad topology CSVs below: a leaf, a spine and one NIC on the leaf
+CSV_TWO_SWITCHES_ONE_NIC = """
+        kind,node,nic,address,group,switch,if_index,rail,speed,role,peer_switch,peer_if_index
+        switch,,,,,leaf-0,,,,leaf,,
+        switch,,,,,spine-0,,,,spine,,
+        nic,a,eth0,10.0.0.1,gpu,leaf-0,1,0,,,,"""
+
+
 def test_csv_topology_errors_name_the_line(tmp_path):
     p = write(tmp_path, "bad.csv", """
         kind,node,nic,address,group,switch,if_index,rail,speed,role,peer_switch,peer_if_index
@@ -174,11 +182,7 @@ def test_csv_topology_errors_name_the_line(tmp_path):
         "line 6: column 'if_index': '2' conflicts with '1' given for NIC 'eth0' of node 'a' on line 5",
         "line 9: column 'peer_if_index': required value missing",
     ]
-    p = write(tmp_path, "bad2.csv", """
-        kind,node,nic,address,group,switch,if_index,rail,speed,role,peer_switch,peer_if_index
-        switch,,,,,leaf-0,,,,leaf,,
-        switch,,,,,spine-0,,,,spine,,
-        nic,a,eth0,10.0.0.1,gpu,leaf-0,1,0,,,,
+    p = write(tmp_path, "bad2.csv", CSV_TWO_SWITCHES_ONE_NIC + """
         link,,,,,leaf-0,49,,,,spine-0,1
         link,,,,,leaf-0,1,,400G,,spine-0,2
         link,,,,,leaf-0,50,,400G,,spine-9,3
@@ -186,11 +190,7 @@ def test_csv_topology_errors_name_the_line(tmp_path):
     assert errors_of(p) == [
         "line 5: column 'speed': required value missing",
     ]
-    p = write(tmp_path, "bad3.csv", """
-        kind,node,nic,address,group,switch,if_index,rail,speed,role,peer_switch,peer_if_index
-        switch,,,,,leaf-0,,,,leaf,,
-        switch,,,,,spine-0,,,,spine,,
-        nic,a,eth0,10.0.0.1,gpu,leaf-0,1,0,,,,
+    p = write(tmp_path, "bad3.csv", CSV_TWO_SWITCHES_ONE_NIC + """
         link,,,,,leaf-0,1,,400G,,spine-0,2
         link,,,,,leaf-0,50,,400G,,spine-9,3
     """)
