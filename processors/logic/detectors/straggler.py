@@ -8,6 +8,7 @@ straggler flag that needs several low windows in a row. Method and limits: docs/
 
 from __future__ import annotations
 
+from collections.abc import Callable
 
 import numpy as np
 from pydantic import Field
@@ -64,6 +65,9 @@ def _median(values: list[float]) -> float:
 class StragglerDetector:
     def __init__(self, config: StragglerConfig = StragglerConfig()):
         self.config = config
+        # (job, node, time ms) -> key of an open link event on the node's port or its busiest destination's, or "":
+        # such nodes are scored, but left out of the peer statistics (the engine sets it; None: no port is known)
+        self.link_cause: Callable[[str, str, int], str] | None = None
         # job -> node -> last window start seen
         self.members: dict[str, dict[str, int]] = {}
         # "job\x00node" -> {"z": [..], "evidence": int}
@@ -133,7 +137,13 @@ class StragglerDetector:
         s = link.astype(np.float64)
         med_s = leave_one_out_median(s)
         med_r = leave_one_out_median(recv.astype(np.float64))
-        mad = float(np.median(np.abs(s - np.median(s))))
+        ref = self._reference(job, names, we)
+        if ref is not None:  # nodes behind an open link event are no peers: the peer statistics without them
+            med_s = np.where(ref, 0.0, float(np.median(s[ref])))
+            med_s[ref] = leave_one_out_median(s[ref])
+            mad = float(np.median(np.abs(s[ref] - np.median(s[ref]))))
+        else:
+            mad = float(np.median(np.abs(s - np.median(s))))
         scale = 1.4826 * np.maximum(mad, cfg.mad_floor_fraction * med_s)
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(scale > 0, (s - med_s) / scale, 0.0)
@@ -171,6 +181,17 @@ class StragglerDetector:
                 }
             )
         return out
+
+    def _reference(self, job: str, names: list[str], we: int) -> np.ndarray | None:
+        """Mask of the nodes the peer statistics use: those without an open link event on their own port or on
+        their busiest destination's (``link_cause``); None when that leaves every node or fewer than ``min_peers``
+        + 1 (then all nodes are peers, as without link state)."""
+        if self.link_cause is None:
+            return None
+        ref = np.array([not self.link_cause(job, n, int(we)) for n in names], dtype=bool)
+        if ref.all() or int(ref.sum()) < self.config.min_peers + 1:
+            return None
+        return ref
 
     def snapshot(self) -> dict:
         return {
