@@ -91,10 +91,15 @@ class StragglerDetector:
         # bytes per (job, source, destination node), then per source: total sent and busiest link
         pk, psum, _ = group_reduce([sel["sj"][ok], sel["sn"][ok], sel["dn"][ok]], [sel["bytes_est"][ok]])
         keys, sent, link = group_reduce(pk[:2], psum, psum)
-        # busiest destination per (job, source): largest bytes, ties to the lowest destination code
-        if len(pk[0]):
-            order = np.lexsort((pk[2], -psum[0], pk[1], pk[0]))
-            j_, n_, d_ = pk[0][order], pk[1][order], pk[2][order]
+        # busiest destination per (job, source): largest bytes, ties to the lowest destination code; a destination
+        # in the same job first (the ring successor, not the node a burst into another job went to), else any
+        same = ok & (sel["dj"] == sel["sj"])
+        sk, ssum, _ = group_reduce([sel["sj"][same], sel["sn"][same], sel["dn"][same]], [sel["bytes_est"][same]])
+        for keys3, sums3 in ((pk, psum), (sk, ssum)):
+            if not len(keys3[0]):
+                continue
+            order = np.lexsort((keys3[2], -sums3[0], keys3[1], keys3[0]))
+            j_, n_, d_ = keys3[0][order], keys3[1][order], keys3[2][order]
             head = np.r_[True, (j_[1:] != j_[:-1]) | (n_[1:] != n_[:-1])]
             strings = interner.strings
             for j, n, d in zip(j_[head].tolist(), n_[head].tolist(), d_[head].tolist()):

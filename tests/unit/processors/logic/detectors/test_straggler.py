@@ -136,3 +136,20 @@ def test_nodes_behind_an_open_link_event_are_left_out_of_the_peer_statistics():
         1.2e6, 0.333, -3.6, 7)
     # every other node stays a peer when the link state names no node
     assert run8(5, cause=lambda job, node, t: "") == before
+
+
+def test_the_link_cause_follows_the_ring_successor_in_the_job_not_a_burst_into_another_job():
+    # n7's port is downgraded; n6 (its ring predecessor, capped at 0.35) also bursts 0.6 into x0 of job k (an incast
+    # from outside the ring): its busiest destination is x0, its successor in the job n7, whose port explains it
+    e = Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("straggler",)))
+    e.link.node_state = lambda node, t: {"event": "link_downgrade", "port": "192.0.2.1|8"} if node == "n7" else None
+    recs = []
+    for w in range(4):
+        recs += [dict(src=n, dst=RING8[(i + 1) % 8], t=w * 10_000 + 100, bytes=SENT8[n] if n != "n2" else S, job="j")
+                 for i, n in enumerate(RING8)]
+        recs.append(dict(src="n6", dst="x0", t=w * 10_000 + 100, bytes=6 * S // 10, src_job="j", dst_job="k"))
+    out = [o.value for o in e.process_flows(flows(recs)) + e.flush() if o.kind == "straggler" and o.value["straggler"]]
+    assert [(s["window_end_ms"], s["node"], s["explained_by"]) for s in out] == [
+        (30_000, "n6", "192.0.2.1|8"), (30_000, "n7", "192.0.2.1|8"),
+        (40_000, "n6", "192.0.2.1|8"), (40_000, "n7", "192.0.2.1|8")]
+    assert e.straggler.successor["j\x00n6"] == "n7"
