@@ -252,6 +252,7 @@ class Cluster:
     external_authorized: list[str]
     externals: dict[str, External] = field(default_factory=dict)
     fabric: Fabric = field(default_factory=Fabric)
+    job_reads: dict[str, str] = field(default_factory=dict)  # job -> the inventory's dataset_read, as written
 
     def attachments(self) -> list[tuple[str, str, int]]:
         """(ip, switch, ifIndex) of every node address: a NIC's own port, else the node's."""
@@ -280,7 +281,8 @@ class Cluster:
                 }
                 for n in self.nodes.values()
             ],
-            "jobs": [{"name": j, "nodes": list(ns)} for j, ns in self.jobs.items()],
+            "jobs": [{"name": j, "nodes": list(ns), **({"dataset_read": self.job_reads[j]} if j in self.job_reads else {})}
+                     for j, ns in self.jobs.items()],
             "switches": [
                 {
                     "name": s.name,
@@ -428,12 +430,14 @@ def scenario_from_dict(doc: dict, source: str = "<dict>") -> Scenario:
         cap = parse_speed(n.get("capacity", format_speed(port_of[name][2])))
         nodes[name] = Node(name, ips, str(n.get("rack", "")), sw, str(n.get("group", "gpu")), cap, port_of[name][1],
                            nics[name], str(n["rated_write"]) if n.get("rated_write") is not None else None)
-    jobs = {}
+    jobs, job_reads = {}, {}
     for j in doc.get("jobs") or []:
         for member in j["nodes"]:
             if member not in nodes:
                 raise ScenarioError(f"job {j['name']}: unknown node {member!r}")
         jobs[j["name"]] = list(j["nodes"])
+        if j.get("dataset_read") is not None:
+            job_reads[j["name"]] = str(j["dataset_read"])
     externals = {e["name"]: External(e["name"], str(ipaddress.IPv4Address(e["ip"]))) for e in sim.get("externals") or []}
     cluster = Cluster(
         nodes,
@@ -443,6 +447,7 @@ def scenario_from_dict(doc: dict, source: str = "<dict>") -> Scenario:
         [str(ipaddress.ip_network(c)) for c in doc.get("external_authorized") or []],
         externals,
         fabric,
+        job_reads,
     )
 
     workloads = []

@@ -108,6 +108,7 @@ class Engine:
         self.incast = IncastDetector(cfg.incast, capacity_bps)
         self.set_capacity(capacity_bps)
         self.straggler = StragglerDetector(cfg.straggler)
+        self.straggler.link_cause = self._link_cause  # nodes behind an open link event are no peers
         self.pattern = PatternDetector(cfg.pattern)
         self.lb_skew = LbSkewDetector(cfg.lb_skew, cfg.window.size_ms)
         self.storage_bound = StorageBoundDetector(cfg.storage_bound, cfg.window.size_ms, self.link.node_state)
@@ -303,6 +304,7 @@ class Engine:
         """The inventory's topology (uplinks, NICs), racks and job memberships for the fabric detectors."""
         self.fabric.set_inventory(inventory)
         self.storage_bound.rated_write = inventory.rated_writes()
+        self.storage_bound.dataset_read = inventory.dataset_reads()
         node_id = {n: i for i, n in enumerate(inventory.node_names)}
 
         def jobs_of(nodes: list[str], t_ms: int) -> list[str]:

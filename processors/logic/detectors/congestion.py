@@ -58,6 +58,7 @@ class CongestionConfig:
     ecn_ce_floor: float = Field(0.03, gt=0, lt=1, description="Floor reference: a RoCEv2 ECN-CE share (of the job, or of the packets one receiver gets) whose lower sampling bound reaches this is congestion on any day, whatever the baseline (a lossless fabric marks rarely)")
     cnp_floor: float = Field(0.005, gt=0, lt=1, description="The same floor for CNPs per RoCEv2 packet received")
     floor_min_samples: int = Field(30, ge=1, description="Sampled RoCEv2 packets a receiver needs in a window for the floor to judge it")
+    peer_min_jobs: int = Field(2, ge=1, description="Peer reference: other jobs with min_samples sampled packets of the same transport (RoCEv2, or the rest: TCP) in the same window needed to judge a job's share against their median (ratio, min_increase, lower bound above it)")
     resolve_windows: int = Field(3, ge=1, description="Quiet windows before the alert resolves")
     max_nodes: int = Field(3, ge=0, description="Receiving nodes named in the alert (highest share first)")
     severity: Literal["info", "warning", "critical"] = Field("warning", description="Alert severity")
@@ -103,10 +104,11 @@ class CongestionDetector(OneRuleDetector):
                 for j, nd, v in zip(*(interner.lookup(k).tolist() for k in sk), ss[0].tolist()):
                     per_node.setdefault(j, {})[nd] = v
                 floors = self._floor_hits(cells, interner, roce, signal)
+                peers = self._peer_hits(cells, interner, internal, roce, signal)
                 for job in sorted(jobs):
                     seen.add(f"{job}\x00{signal}")
                     self._judge(ws, we, job, signal, jobs[job], per_node.get(job, {}), received, signals,
-                                floors.get(job, []))
+                                floors.get(job, []), peers.get(job, []))
         # forget jobs without internal traffic for a long time
         for k in [k for k, st in self.jobs.items()
                   if k not in seen and ws - st["last"] > cfg.rebaseline_windows * self.window_ms]:
@@ -142,13 +144,40 @@ class CongestionDetector(OneRuleDetector):
                 out.setdefault(j, []).insert(0, hit)
         return out
 
+    def _peer_hits(self, cells: dict[str, np.ndarray], interner: Interner, internal: np.ndarray, roce: np.ndarray,
+                   signal: str) -> dict[str, list[tuple[str, float, float, float, int]]]:
+        """job -> [(transport, share, lower bound, peer median, peer jobs)] where the job's share of the signal on
+        its internal traffic of one transport (``RoCEv2``, or ``TCP``: everything else) is far above the median
+        share of the other jobs on the same fabric in the same window (at least ``peer_min_jobs`` of them with
+        ``min_samples`` sampled packets of that transport): the peer reference, which no past of the job enters."""
+        cfg = self.config
+        col = SIGNALS[signal][0]
+        inc = cfg.min_increase if signal == "ecn_ce" else cfg.cnp_min_increase
+        out: dict[str, list[tuple[str, float, float, float, int]]] = {}
+        for transport, m in (("RoCEv2", internal & roce), ("TCP", internal & ~roce)):
+            if not m.any():
+                continue
+            jk, js, _ = group_reduce([cells["sj"][m]], [cells[c][m] for c in (col, "packets_est", "samples")])
+            shares = {j: (v / p, s) for j, v, p, s in zip(interner.lookup(jk[0]).tolist(), *(x.tolist() for x in js))
+                      if p > 0 and s >= cfg.min_samples}
+            for j, (share, s) in sorted(shares.items()):
+                others = [sh for k, (sh, _s) in shares.items() if k != j]
+                if len(others) < cfg.peer_min_jobs:
+                    continue
+                ref = float(median(others))
+                low = share - cfg.z * math.sqrt(max(share * (1 - share), 0.0) / s)
+                if share >= max(cfg.ratio * ref, ref + inc) and low > ref:
+                    out.setdefault(j, []).append((transport, share, low, ref, len(others)))
+        return out
+
     def _judge(self, ws: int, we: int, job: str, signal: str, total: tuple[int, int], nodes: dict[str, int],
-               received: dict, signals, floors: list[tuple[str, float, float]]) -> None:
+               received: dict, signals, floors: list[tuple[str, float, float]],
+               peers: list[tuple[str, float, float, float, int]] = ()) -> None:
         cfg = self.config
         packets, samples = total
         st = self.jobs.setdefault(f"{job}\x00{signal}", {"shares": [], "elevated": 0, "last": ws})
         st["last"] = ws
-        if (packets <= 0 or samples < cfg.min_samples) and not floors:
+        if (packets <= 0 or samples < cfg.min_samples) and not floors and not peers:
             return  # too little evidence this window: neither adds nor resets
         marked = sum(nodes.values())
         share = marked / packets if packets > 0 else 0.0
@@ -157,7 +186,8 @@ class CongestionDetector(OneRuleDetector):
         ready = len(st["shares"]) >= cfg.min_baseline and samples >= cfg.min_samples
         base = float(median(st["shares"])) if st["shares"] else 0.0
         limit = max(cfg.ratio * base, base + (cfg.min_increase if signal == "ecn_ce" else cfg.cnp_min_increase))
-        refs = (["baseline"] if ready and share >= limit and low > base else []) + (["floor"] if floors else [])
+        refs = ((["baseline"] if ready and share >= limit and low > base else []) + (["floor"] if floors else [])
+                + (["peer"] if peers else []))
         if not refs:
             st["elevated"] = 0
             st.pop("sig", None)
@@ -165,8 +195,8 @@ class CongestionDetector(OneRuleDetector):
                 st["shares"] = (st["shares"] + [share])[-cfg.baseline_windows:]
             return
         st["elevated"] += 1
-        if st["elevated"] >= cfg.rebaseline_windows and not floors:
-            # a long run above the job's own past only becomes its normal level when no floor says otherwise
+        if st["elevated"] >= cfg.rebaseline_windows and not floors and not peers:
+            # a long run above the job's own past only becomes its normal level when no floor or peer says otherwise
             st["shares"], st["elevated"] = [], 0
             st.pop("sig", None)
             return
@@ -190,8 +220,11 @@ class CongestionDetector(OneRuleDetector):
         vs = f"{share / base:.1f}x its baseline {base:.2%}" if base > 0 else f"baseline {base:.2%}"
         floor = cfg.ecn_ce_floor if signal == "ecn_ce" else cfg.cnp_floor
         floor_text = ", ".join(f"{nd or 'the job'} {sh:.1%} (lower bound {lo:.1%})" for nd, sh, lo in floors)
-        fired = " and ".join(vs if r == "baseline" else f"above the RoCEv2 floor {floor:.1%}: {floor_text}"
-                             for r in refs)
+        peer_text = ", ".join(f"its {tr} traffic {sh:.1%} (lower bound {lo:.1%}) against {ref:.2%}, the median of "
+                              f"{n} peer jobs" for tr, sh, lo, ref, n in peers)
+        texts = {"baseline": vs, "floor": f"above the RoCEv2 floor {floor:.1%}: {floor_text}",
+                 "peer": f"far above the other jobs on the fabric: {peer_text}"}
+        fired = " and ".join(texts[r] for r in refs)
         self.alerts.observe(Condition(
             rule=RULE, key=(job, signal),
             summary=(f"job {job}: {share:.2%} of its packets are {what} (95 % bounds {low:.2%}-{high:.2%}, "
@@ -200,6 +233,7 @@ class CongestionDetector(OneRuleDetector):
             entities={"job": job, "signal": signal, "reference": ",".join(refs), "share": f"{share:.4f}",
                       "baseline": f"{base:.4f}" if ready else "", "floor": f"{floor:.4f}",
                       "floor_hits": ",".join(f"{nd or '*'}:{lo:.3f}" for nd, _sh, lo in floors),
+                      "peer_hits": ",".join(f"{tr}:{lo:.3f}>{ref:.3f}/{n}" for tr, _sh, lo, ref, n in peers),
                       "fraction_low": f"{low:.4f}", "fraction_high": f"{high:.4f}", "samples": str(samples),
                       "packets_est": str(packets), "signal_packets_est": str(marked),
                       "evidence_windows": str(st["elevated"]), "nodes": node_text, "ports": ports},

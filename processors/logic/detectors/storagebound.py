@@ -53,7 +53,8 @@ def _bps(v: float) -> str:
     return f"{v:.0f} b/s"
 
 
-_REF_TEXT = {"baseline": "their baseline", "rated": "the storage node's rated per-client write throughput for its clients"}
+_REF_TEXT = {"baseline": "their baseline", "rated": "the storage node's rated per-client write throughput for its clients",
+             "declared": "the job's declared dataset-read throughput for its reading nodes"}
 
 
 def _new_state() -> dict:
@@ -68,6 +69,7 @@ class StorageBoundDetector(OneRuleDetector):
         super().__init__(config, window_ms, link_state)
         self.pairs: dict[str, dict] = {}  # "job\x00storage" -> state
         self.rated_write: dict[str, float] = {}  # storage node -> rated write bits/s per client (inventory)
+        self.dataset_read: dict[str, float] = {}  # job -> declared dataset-read bits/s per node (inventory)
 
     def on_window(self, ws: int, we: int, cells: dict[str, np.ndarray], interner: Interner) -> list[dict]:
         cfg = self.config
@@ -84,11 +86,13 @@ class StorageBoundDetector(OneRuleDetector):
                 keys, sums, _ = group_reduce([cells[job][m], cells[sto][m], cells[peer][m]], [cells["bytes_est"][m]])
                 names = [interner.lookup(k).tolist() for k in keys]
                 for j, s, p, b in zip(*names, sums[0].tolist()):
-                    e = flows.setdefault((j, s), {"reads": 0, "writes": 0, "nodes": set()})
+                    e = flows.setdefault((j, s), {"reads": 0, "writes": 0, "nodes": set(), "readers": set()})
                     e[direction] += b
                     e["nodes"].add(p)
+                    if direction == "reads":
+                        e["readers"].add(p)
         for j, s in sorted(set(flows) | {tuple(k.split("\x00")) for k in self.pairs}):
-            e = flows.get((j, s), {"reads": 0, "writes": 0, "nodes": set()})
+            e = flows.get((j, s), {"reads": 0, "writes": 0, "nodes": set(), "readers": set()})
             self._pair(ws, we, j, s, e)
         # forget pairs without traffic for a long time
         for k in [k for k, st in self.pairs.items() if ws - st.get("last", ws) > cfg.rebaseline_windows * self.window_ms]:
@@ -105,16 +109,21 @@ class StorageBoundDetector(OneRuleDetector):
         reads, why = e["reads"], []
         base = float(median(st["reads"])) if len(st["reads"]) >= cfg.min_baseline else None
         low = base is not None and 0 < reads < cfg.drop_ratio * base
+        declared = self._declared_window(job, e)
+        low_declared = declared is not None and 0 < reads < cfg.drop_ratio * declared
+        st["low_declared"] = st.get("low_declared", 0) + 1 if low_declared else 0
         if low:
             st["low"] += 1
             if st["low"] >= cfg.rebaseline_windows:
                 st["reads"], st["low"] = [], 0
         else:
             st["low"] = 0
-            if reads > 0:
+            if reads > 0 and not low_declared:  # reads below the job's declared rate never become its normal
                 st["reads"] = (st["reads"] + [reads])[-cfg.baseline_windows:]
         if low and st["low"] >= cfg.persist_windows:
             why.append(("dataset reads", reads, base, st["low"], "baseline"))
+        elif low_declared and st["low_declared"] >= cfg.persist_windows:
+            why.append(("dataset reads", reads, declared, st["low_declared"], "declared"))
         # checkpoint writes
         writes = e["writes"]
         peak = float(median(st["bursts"])) if st["bursts"] else None
@@ -137,6 +146,14 @@ class StorageBoundDetector(OneRuleDetector):
             st["burst"], st["slow_burst"], st["slow_ref"] = [], False, ""
         for what, got, ref, windows, reference in why:
             self._verdict(ws, we, job, storage, e, what, got, ref, windows, reference)
+
+    def _declared_window(self, job: str, e: dict) -> float | None:
+        """Bytes a window of dataset reads by ``e``'s reading nodes would carry at the job's declared per-node
+        read throughput (inventory ``dataset_read``), or None without a declaration."""
+        rate = self.dataset_read.get(job)
+        if not rate or not e["readers"]:
+            return None
+        return rate / 8 * self.window_ms / 1000 * len(e["readers"])
 
     def _rated_window(self, storage: str, e: dict) -> float | None:
         """Bytes a window of checkpoint writes from ``e``'s clients would carry at the storage node's rated

@@ -8,6 +8,7 @@ straggler flag that needs several low windows in a row. Method and limits: docs/
 
 from __future__ import annotations
 
+from collections.abc import Callable
 
 import numpy as np
 from pydantic import Field
@@ -64,6 +65,9 @@ def _median(values: list[float]) -> float:
 class StragglerDetector:
     def __init__(self, config: StragglerConfig = StragglerConfig()):
         self.config = config
+        # (job, node, time ms) -> key of an open link event on the node's port or its busiest destination's, or "":
+        # such nodes are scored, but left out of the peer statistics (the engine sets it; None: no port is known)
+        self.link_cause: Callable[[str, str, int], str] | None = None
         # job -> node -> last window start seen
         self.members: dict[str, dict[str, int]] = {}
         # "job\x00node" -> {"z": [..], "evidence": int}
@@ -86,10 +90,15 @@ class StragglerDetector:
         # bytes per (job, source, destination node), then per source: total sent and busiest link
         pk, psum, _ = group_reduce([sel["sj"][ok], sel["sn"][ok], sel["dn"][ok]], [sel["bytes_est"][ok]])
         keys, sent, link = group_reduce(pk[:2], psum, psum)
-        # busiest destination per (job, source): largest bytes, ties to the lowest destination code
-        if len(pk[0]):
-            order = np.lexsort((pk[2], -psum[0], pk[1], pk[0]))
-            j_, n_, d_ = pk[0][order], pk[1][order], pk[2][order]
+        # busiest destination per (job, source): largest bytes, ties to the lowest destination code; a destination
+        # in the same job first (the ring successor, not the node a burst into another job went to), else any
+        same = ok & (sel["dj"] == sel["sj"])
+        sk, ssum, _ = group_reduce([sel["sj"][same], sel["sn"][same], sel["dn"][same]], [sel["bytes_est"][same]])
+        for keys3, sums3 in ((pk, psum), (sk, ssum)):
+            if not len(keys3[0]):
+                continue
+            order = np.lexsort((keys3[2], -sums3[0], keys3[1], keys3[0]))
+            j_, n_, d_ = keys3[0][order], keys3[1][order], keys3[2][order]
             head = np.r_[True, (j_[1:] != j_[:-1]) | (n_[1:] != n_[:-1])]
             strings = interner.strings
             for j, n, d in zip(j_[head].tolist(), n_[head].tolist(), d_[head].tolist()):
@@ -132,7 +141,13 @@ class StragglerDetector:
         s = link.astype(np.float64)
         med_s = leave_one_out_median(s)
         med_r = leave_one_out_median(recv.astype(np.float64))
-        mad = float(np.median(np.abs(s - np.median(s))))
+        ref = self._reference(job, names, we)
+        if ref is not None:  # nodes behind an open link event are no peers: the peer statistics without them
+            med_s = np.where(ref, 0.0, float(np.median(s[ref])))
+            med_s[ref] = leave_one_out_median(s[ref])
+            mad = float(np.median(np.abs(s[ref] - np.median(s[ref]))))
+        else:
+            mad = float(np.median(np.abs(s - np.median(s))))
         scale = 1.4826 * np.maximum(mad, cfg.mad_floor_fraction * med_s)
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(scale > 0, (s - med_s) / scale, 0.0)
@@ -170,6 +185,17 @@ class StragglerDetector:
                 }
             )
         return out
+
+    def _reference(self, job: str, names: list[str], we: int) -> np.ndarray | None:
+        """Mask of the nodes the peer statistics use: those without an open link event on their own port or on
+        their busiest destination's (``link_cause``); None when that leaves every node or fewer than ``min_peers``
+        + 1 (then all nodes are peers, as without link state)."""
+        if self.link_cause is None:
+            return None
+        ref = np.array([not self.link_cause(job, n, int(we)) for n in names], dtype=bool)
+        if ref.all() or int(ref.sum()) < self.config.min_peers + 1:
+            return None
+        return ref
 
     def snapshot(self) -> dict:
         return {

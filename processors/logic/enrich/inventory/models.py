@@ -260,6 +260,9 @@ class JobSpec(BaseModel):
     nodes: Annotated[list[Name], BeforeValidator(_one_or_list), Field(min_length=1)]
     from_: Timestamp | None = Field(default=None, alias="from")
     until: Timestamp | None = None
+    # the dataset-read throughput per node the job's data loader takes when storage keeps up (average over a
+    # window): storage_bound's reference for a job whose storage is slow from its start (docs/detectors.md)
+    dataset_read: Bps | None = None
 
 
 class PortSpec(BaseModel):

@@ -294,6 +294,11 @@ class Inventory:
         """Storage node name -> its rated write throughput per client in bits/s, for nodes that have one."""
         return {n.name: float(n.rated_write) for n in self.spec.nodes if n.rated_write}
 
+    def dataset_reads(self) -> dict[str, float]:
+        """Job name -> its declared dataset-read throughput per node in bits/s, for jobs that have one (the last
+        entry of a job that has several)."""
+        return {j.name: float(j.dataset_read) for j in self.spec.jobs if j.dataset_read}
+
     def rack_nodes(self) -> dict[str, list[str]]:
         """Rack -> the names of its nodes, in file order (nodes without a rack are left out)."""
         out: dict[str, list[str]] = {}

@@ -57,7 +57,7 @@ def test_a_congestion_episode_fires_with_job_node_share_and_baseline_then_resolv
         "summary": "job j: 9.00% of its packets are ECN-CE marked packets (95 % bounds 6.20%-11.80%, 400 sampled "
                    "packets), 36.0x its baseline 0.25%, for 2 windows; congested receivers: c 30.0%; d 6.0%",
         "entities": {"job": "j", "signal": "ecn_ce", "reference": "baseline", "share": "0.0900", "baseline": "0.0025",
-                     "floor": "0.0300", "floor_hits": "",
+                     "floor": "0.0300", "floor_hits": "", "peer_hits": "",
                      "fraction_low": "0.0620", "fraction_high": "0.1180", "samples": "400", "packets_est": "40000",
                      "signal_packets_est": "3600", "evidence_windows": "2", "nodes": "c:0.300,d:0.060", "ports": ""},
         "window_start_ms": 70_000, "window_end_ms": 80_000, "first_seen_ms": 60_000, "last_seen_ms": 80_000,
@@ -180,3 +180,57 @@ def test_cnps_from_the_first_window_fire_on_the_cnp_floor():
     firing = [o.value for o in out if o.value["state"] == "firing"]
     assert [(a["dedup_key"], a["window_end_ms"], a["entities"]["reference"], a["entities"]["floor_hits"])
             for a in firing] == [("congestion|j|cnp", 20_000, "floor", "c:0.007")]
+
+
+def fabric(windows, peers=("k", "m"), roce_traffic=False):
+    """Job j (``window`` kwargs per window) beside healthy peer jobs on their own four nodes each (``k``, ``m``:
+    no marks), all TCP unless ``roce_traffic``."""
+    recs = []
+    for w, kw in enumerate(windows):
+        recs += window(w, **kw)
+        for p in peers:
+            recs += [dict(r, src=p + r["src"], dst=p + r["dst"]) for r in window(w, job=p)]
+    return [dict(r, category="rocev2") for r in recs] if roce_traffic else recs
+
+
+def test_a_tcp_job_congested_from_its_first_window_fires_on_its_peer_jobs_as_soon_as_a_later_episode_does():
+    # born broken: receiver c of TCP job j gets 16 % of its packets CE-marked from the first window (4 % of the
+    # job's); the RoCEv2 floor does not judge TCP and the job's own past is all congested: only the other jobs
+    # on the same fabric in the same window (k and m, no marks) can see it
+    e = engine()
+    out = e.process_flows(flows(fabric([dict(ce={"c": 16})] * 4 + [{}] * 4))) + e.flush()
+    assert [(o.key, o.value["state"], o.value["window_end_ms"]) for o in out] == [
+        ("congestion|j|ecn_ce", "firing", 20_000),  # second window, as an episode after a baseline
+        ("congestion|j|ecn_ce", "resolved", 80_000),
+    ]
+    first = out[0].value
+    assert first["summary"] == (
+        "job j: 4.00% of its packets are ECN-CE marked packets (95 % bounds 2.08%-5.92%, 400 sampled packets), "
+        "far above the other jobs on the fabric: its TCP traffic 4.0% (lower bound 2.1%) against 0.00%, the median "
+        "of 2 peer jobs, for 2 windows; congested receivers: c 16.0%")
+    ent = first["entities"]
+    assert (ent["reference"], ent["baseline"], ent["floor_hits"], ent["peer_hits"], first["first_seen_ms"]) == (
+        "peer", "", "", "TCP:0.021>0.000/2", 0)
+    # the same episode after six normal windows: the same two windows, on both references
+    e = engine()
+    out = e.process_flows(flows(fabric([{}] * 6 + [dict(ce={"c": 16})] * 2 + [{}] * 4))) + e.flush()
+    assert [(o.value["state"], o.value["window_end_ms"] - o.value["first_seen_ms"], o.value["entities"]["reference"])
+            for o in out] == [("firing", 20_000, "baseline,peer"), ("resolved", 60_000, "baseline,peer")]
+    # without peer jobs on the fabric it stays invisible (its own past is all it has)
+    e = engine()
+    assert e.process_flows(flows(fabric([dict(ce={"c": 16})] * 8, peers=()))) + e.flush() == []
+
+
+def test_jobs_that_all_mark_alike_or_one_peer_only_raise_nothing_on_the_peer_reference():
+    # DCTCP on every job: each receiver marked 5 % everywhere: no job stands out against its peers
+    e = engine()
+    recs = []
+    for w in range(8):
+        recs += window(w, ce={"a": 5, "b": 5, "c": 5, "d": 5})
+        for p in ("k", "m"):
+            recs += [dict(r, src=p + r["src"], dst=p + r["dst"])
+                     for r in window(w, ce={"a": 5, "b": 5, "c": 5, "d": 5}, job=p)]
+    assert e.process_flows(flows(recs)) + e.flush() == []
+    # one peer job is too few to call a median (peer_min_jobs 2)
+    e = engine()
+    assert e.process_flows(flows(fabric([dict(ce={"c": 16})] * 8, peers=("k",)))) + e.flush() == []

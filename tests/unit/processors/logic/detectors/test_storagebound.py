@@ -45,11 +45,14 @@ def ports(w, st_speed=100e9, errors=0):
     return out
 
 
-def run(plan, rated_write=None, **port_kw):
-    """plan: per window (reads, writes) bytes per node; ``rated_write``: the storage's rated bits/s per client."""
+def run(plan, rated_write=None, dataset_read=None, **port_kw):
+    """plan: per window (reads, writes) bytes per node; ``rated_write``: the storage's rated bits/s per client;
+    ``dataset_read``: job j's declared read bits/s per node."""
     e = engine()
     if rated_write:
         e.storage_bound.rated_write = {"st": rated_write}
+    if dataset_read:
+        e.storage_bound.dataset_read = {"j": dataset_read}
     out = []
     for w, (reads, writes) in enumerate(plan):
         out += e.process_counters(counters(ports(w, **port_kw)))
@@ -154,3 +157,30 @@ def test_snapshot_restore_gives_the_same_verdicts():
             out += b.process_flows(flows(io(w, reads, writes)))
     out += b.flush()
     assert [o.value for o in out if o.kind == "alert"] == whole
+
+
+def test_reads_slow_from_the_jobs_start_are_judged_against_its_declared_read_throughput_as_fast_as_a_later_fall():
+    """Born broken (issue 31): the job's declared 80 Mb/s per node (100 MB per node and window) is the reference
+    its own past cannot be; 25 MB per node is 25 % of it. Flagged at the third window, as a later fall is."""
+    born = [(25 * M, 0)] * 5 + [(100 * M, 0)] * 5
+    assert run(born) == []  # no declaration: the slow reads are all the past it has
+    out = run(born, dataset_read=80e6)
+    assert [(a["state"], a["window_end_ms"], a["first_seen_ms"]) for a in out] == [
+        ("firing", 30_000, 20_000),  # third low window
+        ("resolved", 90_000, 20_000),
+    ]
+    first = out[0]
+    assert first["summary"] == (
+        "job j: dataset reads with st at 80.00 Mb/s, 25% of the job's declared dataset-read throughput for its "
+        "reading nodes 320.00 Mb/s for 3 windows, while the 5 ports involved stay at <= 1% utilisation with no "
+        "link event: the network is not the bottleneck")
+    assert (first["entities"]["reference"], first["entities"]["baseline_bps"], first["entities"]["ratio"]) == (
+        "declared", "320000000", "0.250")
+    # a fall after a healthy start: the same third window, on the job's own baseline
+    later = [(100 * M, 0)] * 6 + [(25 * M, 0)] * 4 + [(100 * M, 0)] * 4
+    out = run(later, dataset_read=80e6)
+    assert [(a["state"], a["window_end_ms"] - a["first_seen_ms"], a["entities"]["reference"]) for a in out][:1] == [
+        ("firing", 10_000, "baseline")]
+    assert out[0]["window_end_ms"] == 90_000  # windows 6, 7, 8 low: the third ends at 90 s
+    # healthy reads at the declared rate raise nothing
+    assert run([(100 * M, 0)] * 12, dataset_read=80e6) == []

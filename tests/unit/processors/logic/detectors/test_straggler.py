@@ -98,3 +98,58 @@ def test_slow_node_in_a_tree_is_flagged():
         flagged = [(s["node"], s["window_start_ms"]) for s in out if s["straggler"]]
         assert flagged == [(node, 20_000), (node, 30_000)]
         assert {round(s["ratio_sent"], 2) for s in out if s["node"] == node} == {0.3}
+
+
+RING8 = [f"n{i}" for i in range(8)]
+# a job of 8 broken from its start: n2 sends 40 % (the straggler); n7's port is downgraded (an open link event), so n7
+# and n6, its ring predecessor, send little too; n4 and n5 sit behind an exporter that loses a fifth of its samples
+SENT8 = {"n0": 13 * S // 10, "n1": 13 * S // 10, "n2": 4 * S // 10, "n3": 12 * S // 10, "n4": S, "n5": S,
+         "n6": 35 * S // 100, "n7": 3 * S // 10}
+
+
+def run8(windows, cause=None):
+    e = Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("straggler",)))
+    if cause is not None:
+        e.straggler.link_cause = cause
+    recs = [dict(src=n, dst=RING8[(i + 1) % 8], t=w * 10_000 + 100, bytes=SENT8[n], job="j")
+            for w in range(windows) for i, n in enumerate(RING8)]
+    out = e.process_flows(flows(recs)) + e.flush()
+    return [o.value for o in out if o.kind == "straggler"]
+
+
+def test_nodes_behind_an_open_link_event_are_left_out_of_the_peer_statistics():
+    # with them as peers the spread of the job widens (3 of 8 low) and n2's z stays above -3: never flagged
+    def flagged(out):
+        return [(s["window_end_ms"], s["node"]) for s in out if s["straggler"]]
+
+    before = run8(5)
+    assert flagged(before) == []
+    assert {round(s["score"], 2) for s in before if s["node"] == "n2"} == {-1.35}
+    # n7's port has a link event open, n6 sends to n7: both are scored but are no peers. n2 is flagged at its third
+    # window, as a straggler of a healthy job is; n6 and n7 too (explained by the port: the engine's explained_by)
+    port = "192.0.2.1|8"
+    after = run8(5, cause=lambda job, node, t: port if node in ("n6", "n7") else "")
+    assert flagged(after) == [(30_000, "n2"), (30_000, "n6"), (30_000, "n7"), (40_000, "n2"), (40_000, "n6"),
+                              (40_000, "n7"), (50_000, "n2"), (50_000, "n6"), (50_000, "n7")]
+    n2 = [s for s in after if s["node"] == "n2"][2]
+    assert (n2["peer_median_sent"], round(n2["ratio_sent"], 3), round(n2["score"], 2), n2["peers"]) == (
+        1.2e6, 0.333, -3.6, 7)
+    # every other node stays a peer when the link state names no node
+    assert run8(5, cause=lambda job, node, t: "") == before
+
+
+def test_the_link_cause_follows_the_ring_successor_in_the_job_not_a_burst_into_another_job():
+    # n7's port is downgraded; n6 (its ring predecessor, capped at 0.35) also bursts 0.6 into x0 of job k (an incast
+    # from outside the ring): its busiest destination is x0, its successor in the job n7, whose port explains it
+    e = Engine(EngineConfig(window=WindowConfig(size_ms=10_000, lateness_ms=0), enabled=("straggler",)))
+    e.link.node_state = lambda node, t: {"event": "link_downgrade", "port": "192.0.2.1|8"} if node == "n7" else None
+    recs = []
+    for w in range(4):
+        recs += [dict(src=n, dst=RING8[(i + 1) % 8], t=w * 10_000 + 100, bytes=SENT8[n] if n != "n2" else S, job="j")
+                 for i, n in enumerate(RING8)]
+        recs.append(dict(src="n6", dst="x0", t=w * 10_000 + 100, bytes=6 * S // 10, src_job="j", dst_job="k"))
+    out = [o.value for o in e.process_flows(flows(recs)) + e.flush() if o.kind == "straggler" and o.value["straggler"]]
+    assert [(s["window_end_ms"], s["node"], s["explained_by"]) for s in out] == [
+        (30_000, "n6", "192.0.2.1|8"), (30_000, "n7", "192.0.2.1|8"),
+        (40_000, "n6", "192.0.2.1|8"), (40_000, "n7", "192.0.2.1|8")]
+    assert e.straggler.successor["j\x00n6"] == "n7"

@@ -444,3 +444,23 @@ def test_rated_write_of_storage_nodes(tmp_path):
           - {name: stor01, ips: [10.0.10.1], group: storage, rated_write: fast}
     """)
     assert errors_of(bad) and "rated_write" in errors_of(bad)[0]
+
+
+def test_declared_dataset_read_of_jobs(tmp_path):
+    """A job's declared per-node dataset-read throughput: storage_bound's read reference without a past (issue 31)."""
+    p = write(tmp_path, "inv.yaml", """
+        nodes:
+          - {name: gpu01, ips: [10.0.1.1], group: gpu}
+          - {name: gpu02, ips: [10.0.1.2], group: gpu}
+        jobs:
+          - {name: train-a, nodes: [gpu01], dataset_read: 120M}
+          - {name: train-b, nodes: [gpu02]}
+    """)
+    assert read_inventory(p).dataset_reads() == {"train-a": 120e6}
+    bad = write(tmp_path, "bad.yaml", """
+        nodes:
+          - {name: gpu01, ips: [10.0.1.1], group: gpu}
+        jobs:
+          - {name: train-a, nodes: [gpu01], dataset_read: lots}
+    """)
+    assert errors_of(bad) and "dataset_read" in errors_of(bad)[0]
