@@ -80,8 +80,11 @@ def installed() -> Installed:
     try:
         prefix, version = install(REPO, WHEELHOUSE, base)
         (base / "state").mkdir(mode=0o755)
-        shutil.copy2(CAPTURE, base / "capture.pcap")
-        os.chmod(base / "capture.pcap", 0o644)
+        # what the services read comes from the scratch folder: the checkout may be a folder the user cannot
+        # enter (a clone under a 0700 mktemp folder), as a container's config is mounted, not the source tree
+        for src, name in ((CAPTURE, "capture.pcap"), (REPO / "deploy/fabricflow/inventory.yaml", "inventory.yaml")):
+            shutil.copy2(src, base / name)
+            os.chmod(base / name, 0o644)
         yield Installed(prefix, base, USER, version)
     finally:
         set_writable(base, True)
@@ -167,7 +170,7 @@ def test_services_start_as_a_user_without_home_and_a_capture_sent_one_second_aft
            "FABRICFLOW_INGEST__METRICS_PORT": _free_port(), "FABRICFLOW_PROCESSORS__METRICS_PORT": _free_port(),
            "FABRICFLOW_PROCESSORS__WEB_PORT": _free_port(), "FABRICFLOW_ARCHIVE__METRICS_PORT": _free_port(),
            "FABRICFLOW_PROCESSORS__DATADIR": state["processors"] / "faust",
-           "FABRICFLOW_PROCESSORS__INVENTORY": REPO / "deploy/fabricflow/inventory.yaml",
+           "FABRICFLOW_PROCESSORS__INVENTORY": installed.base / "inventory.yaml",
            "FABRICFLOW_ARCHIVE__URL": f"file://{state['archive']}/archive", "FABRICFLOW_ARCHIVE__IDLE_FLUSH_S": "2",
            "FABRICFLOW_METRICS__PORT": metrics_port, "FABRICFLOW_CONSOLE__LISTEN": f"127.0.0.1:{console_port}",
            "FABRICFLOW_CONSOLE__METRICS_PORT": _free_port()}
