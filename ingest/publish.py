@@ -42,11 +42,15 @@ class KafkaSink:
         self.failed_records = 0
         self.dropped_records = 0
         self.fatal: str | None = None
+        self._delivered: dict = {}  # topic -> its bound delivered-records counter (one labels() per topic, not message)
 
     def _on_delivery(self, topic: str, n: int, err, msg) -> None:
         if err is None:
             self.delivered_records += n
-            self.metrics.delivered.labels(topic).inc(n)
+            c = self._delivered.get(topic)
+            if c is None:
+                c = self._delivered[topic] = self.metrics.delivered.labels(topic)
+            c.inc(n)
         else:
             self.failed_records += n
             self.metrics.failed.labels(topic).inc(n)

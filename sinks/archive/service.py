@@ -131,6 +131,7 @@ class ArchiveService:
         self.batch_messages = batch_messages
         self.clock = clock
         self.metrics = SinkMetrics()
+        self._counted: dict[str, tuple] = {}  # dataset -> its (messages, rows_in) children: no labels() per message
         # retention on a schedule (archive.retention_interval_s); a bad retention_days fails here, at start
         fresh_client = not injected_fs and a.url.startswith("s3://")  # s3fs: one client per thread
         self.retention = RetentionSchedule(
@@ -244,13 +245,20 @@ class ArchiveService:
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
+    def _counters(self, dataset: str) -> tuple:
+        """The (messages, rows received) counters of ``dataset``, bound once."""
+        c = self._counted.get(dataset)
+        if c is None:
+            c = self._counted[dataset] = (self.metrics.messages.labels(dataset), self.metrics.rows_in.labels(dataset))
+        return c
+
     def _add(self, route: Route, partition: int, table, offsets) -> None:
         buf = self.sink.buffer(route.dataset, partition)
         dup0, late0 = buf.rows_duplicate, buf.rows_late
         buf.add(table, offsets)
         d = route.dataset
         n = table.num_rows if isinstance(table, pa.Table) else len(table)
-        self.metrics.rows_in.labels(d).inc(n)
+        self._counters(d)[1].inc(n)
         self.report["rows_in"] += n
         if buf.rows_duplicate > dup0:
             self.metrics.duplicates.labels(d).inc(buf.rows_duplicate - dup0)
@@ -310,7 +318,7 @@ class ArchiveService:
                 continue
             part, off = m.partition(), m.offset()
             buf = self.sink.buffer(route.dataset, part, start_offset=off)
-            self.metrics.messages.labels(route.dataset).inc()
+            self._counters(route.dataset)[0].inc()
             self.report["messages"] += 1
             key = (route.topic, part)
             if off <= (pending[key][2][-1] if key in pending else buf.consumed):

@@ -90,6 +90,8 @@ def test_flow_batches_by_hour_and_wrong_schema():
     assert reg.get_sample_value("fabricflow_sink_undecodable_messages_total",
                                 {"dataset": "flows_raw", "reason": "wrong_schema"}) == 1
     assert reg.get_sample_value("fabricflow_sink_rows_written_total", {"dataset": "flows_raw"}) == 5
+    assert reg.get_sample_value("fabricflow_sink_messages_total", {"dataset": "flows_raw"}) == 3
+    assert reg.get_sample_value("fabricflow_sink_rows_received_total", {"dataset": "flows_raw"}) == 5
 
 
 def test_revoke_flushes_commits_and_drops():
