@@ -291,6 +291,13 @@ class LinkHealthDetector:
         # a port's first sample below the speed the inventory configures for it
         conf = np.array(self.port_conf, dtype=np.float64)[slots] if len(slots) else np.zeros(0)
         slow_start = live & ~has_prev & (speed > 0) & np.isfinite(conf) & (speed < np.nan_to_num(conf, nan=0.0))
+        # a port's first sample oper down while admin up, on a port the inventory names (a node behind it or a
+        # configured speed): a link broken before telemetry began, flagged at once like a later oper_down
+        # (ports the inventory does not name are often admin up with no cable: not judged)
+        down_start = live & ~has_prev & admin & ~oper & ~slow_start
+        if down_start.any():
+            named = np.fromiter((bool(self.port_node[x]) for x in slots[down_start].tolist()), dtype=bool)
+            down_start[np.flatnonzero(down_start)[~(named | np.isfinite(conf[down_start]))]] = False
 
         # sustained utilisation
         util = np.maximum(util_in, util_out)
@@ -340,7 +347,7 @@ class LinkHealthDetector:
         if not emit:
             return []
         emit_rows = np.flatnonzero((cmp_ & (reset | speed_chg | oper_chg | burst_start | disc_start | sustained
-                                            | drops_start | (ok & cfg.emit_samples))) | slow_start)
+                                            | drops_start | (ok & cfg.emit_samples))) | slow_start | down_start)
         if len(emit_rows) == 0:
             return []
         # Python values of the emitted rows, column by column (no numpy scalar per field)
@@ -348,7 +355,7 @@ class LinkHealthDetector:
         return self._records([x[r].tolist() for x in (
             part, slots, t, interval, speed, p_speed, util_in, util_out, rate["in_errors"], rate["out_errors"],
             rate["in_discards"], rate["out_discards"], oper, reset, uptime_reset, speed_chg, oper_chg, burst_start,
-            err_ps, sustained, since, disc_start, disc_ps, slow_start, conf, drops_start, drops_ps)])
+            err_ps, sustained, since, disc_start, disc_ps, slow_start, conf, drops_start, drops_ps, down_start)])
 
     def _records(self, cols: list[list]) -> list[tuple[int, dict]]:
         """(message number, LinkHealth dict) pairs of the emitted rows, given as Python lists column by column
@@ -359,19 +366,21 @@ class LinkHealthDetector:
         jobs = iter(self._jobs([self.port_node[s_] for s_ in cols[1]], cols[2]))
         for row in zip(*cols):
             (m, slot, t_i, iv, sp, psp, u_in, u_out, ie, oe, idc, odc, op, rst, upr, sch, och, bst, eps, sus, snc,
-             dst_, dps, slw, cf, pdr, pdps) = row
+             dst_, dps, slw, cf, pdr, pdps, dwn) = row
             exporter, if_index = self.keys[slot]
             sw = switch.get(exporter)
             if sw is None:
                 sw = switch[exporter] = str(self.switch_name(exporter))
             node = self.port_node[slot]
-            if slw:  # first sample of the port, below its configured speed: no rates yet
-                out.append((m, {"time_ms": t_i, "interval_ms": 0, "kind": "link_downgrade", "exporter": exporter,
-                                "switch": sw, "if_index": int(if_index), "if_speed": sp, "previous_if_speed": int(cf),
+            if slw or dwn:  # first sample of the port, below its configured speed or down: no rates yet
+                kind, prev, detail = (
+                    ("link_downgrade", int(cf), f"if_speed {sp} bps below the configured {int(cf)} bps at the first sample")
+                    if slw else ("oper_down", sp, "oper status down at the first sample (admin up)"))
+                out.append((m, {"time_ms": t_i, "interval_ms": 0, "kind": kind, "exporter": exporter,
+                                "switch": sw, "if_index": int(if_index), "if_speed": sp, "previous_if_speed": prev,
                                 "util_in": 0.0, "util_out": 0.0, "in_errors_per_s": 0.0, "out_errors_per_s": 0.0,
                                 "in_discards_per_s": 0.0, "out_discards_per_s": 0.0, "oper_up": op,
-                                "detail": f"if_speed {sp} bps below the configured {int(cf)} bps at the first sample",
-                                "node": node, "job": next(jobs), "diagnosis": None}))
+                                "detail": detail, "node": node, "job": next(jobs), "diagnosis": None}))
                 continue
             base = {
                 "time_ms": t_i,

@@ -37,6 +37,25 @@ def test_a_port_already_slow_at_the_first_sample_is_a_downgrade():
     assert det.node_state("n3", 15_000)["event"] == ""
 
 
+def test_a_named_port_already_down_at_the_first_sample_is_oper_down():
+    """A link broken before telemetry began is flagged at its first sample, as a later oper_down is; a port the
+    inventory does not name (admin up, no cable) and an admin-down port are not judged."""
+    det = detector(emit_samples=False)
+    out = det.process(counters([dict(if_index=3, t=5_000, oper=False), dict(if_index=9, t=5_000, oper=False),
+                                dict(if_index=4, t=5_000, oper=False, admin=False), dict(if_index=2, t=5_000)]))
+    assert out == [{
+        "time_ms": 5_000, "interval_ms": 0, "kind": "oper_down", "exporter": EXPORTER, "switch": "tor-1",
+        "if_index": 3, "if_speed": G25, "previous_if_speed": G25, "util_in": 0.0, "util_out": 0.0,
+        "in_errors_per_s": 0.0, "out_errors_per_s": 0.0, "in_discards_per_s": 0.0, "out_discards_per_s": 0.0,
+        "oper_up": False, "detail": "oper status down at the first sample (admin up)",
+        "node": "n2", "job": "j", "diagnosis": None,
+    }]  # fmt: skip
+    assert det.node_state("n2", 6_000)["event"] == "oper_down"
+    # still down at the next sample: no second event; back up: oper_up
+    assert det.process(counters([dict(if_index=3, t=15_000, seq=2, oper=False)])) == []
+    assert [d["kind"] for d in det.process(counters([dict(if_index=3, t=25_000, seq=3)]))] == ["oper_up"]
+
+
 def test_discard_burst_once_per_burst_and_the_hold_after_it():
     det = detector(discard_burst_per_s=100)
     out = det.process(counters([
