@@ -211,16 +211,24 @@ class Prepare:
         piece_of = np.repeat(np.arange(len(parts)), lengths) if len(parts) > 1 else None
         step = p.shuffle_max_records
         local = all(part.offset >= 0 for part in parts)
-        for shard in np.unique(shards).tolist():
-            sel = shards == shard
-            part_enriched = enriched[sel]
+        # The rows grouped by shard, each shard's in input order: one gather of every column, then a slice (a view)
+        # per shard, instead of a boolean selection of every column per shard.
+        order = np.argsort(shards, kind="stable")
+        by_shard = enriched[order]
+        sorted_shards = shards[order]
+        present = np.unique(sorted_shards)
+        starts = np.searchsorted(sorted_shards, present).tolist() + [len(order)]
+        for j, shard in enumerate(present.tolist()):
+            sel = slice(starts[j], starts[j + 1])
+            part_enriched = by_shard[sel]
             part = part_enriched.flows
-            counts = np.bincount(piece_of[sel], minlength=len(parts)).tolist() if piece_of is not None else [len(part)]
+            counts = (np.bincount(piece_of[order[sel]], minlength=len(parts)).tolist() if piece_of is not None
+                      else [len(part)])
             pieces = [(rp.src, (rp.offset, chunk), min(step, n - i))
                       for rp, n in zip(parts, counts) for chunk, i in enumerate(range(0, n, step))]
             reuse = local and self.shards.owned(shard)
             if reuse:
-                part_unknown = unknown_rows[sel]
+                part_unknown = unknown_rows[order[sel]]
             r0 = 0
             for group in shuffle.fill(pieces, step):
                 r1 = r0 + sum(n for *_x, n in group)
