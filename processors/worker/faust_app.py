@@ -107,6 +107,10 @@ class App(faust.App):
 #: this threshold. Older generations keep Python's ratios (10, 10).
 GC_YOUNG_THRESHOLD = 10_000
 
+#: How often per ``prepare_batch_wait_s`` the timer looks whether the taken raw messages have waited that long:
+#: a batch waits between ``prepare_batch_wait_s`` and a quarter more.
+PREPARE_CHECKS_PER_WAIT = 4
+
 
 def _freeze_startup_objects() -> None:
     """Move the objects alive after start-up (modules, Faust's services, the inventory) out of the cyclic
@@ -162,7 +166,7 @@ def make_app(proc: Processors) -> App:
     async def prepare(stream):
         # Raw messages are prepared prepare_batch_messages at a time. Faust acknowledges an event as soon as the
         # next one is taken, so acknowledged events may still wait: every offset commit prepares them first
-        # (outputs_delivered), and the timer below after prepare_batch_wait_s.
+        # (outputs_delivered), and the timer below once the first has waited prepare_batch_wait_s.
         # Not stream.take_events()/noack_take(): they lost events now and then (docs/operations.md).
         async for event in stream.events():
             m = event.message
@@ -170,9 +174,9 @@ def make_app(proc: Processors) -> App:
                 await proc.reuse.let_detect_catch_up()
                 proc.prepare.prepare_taken()
 
-    @app.timer(interval=p.prepare_batch_wait_s)
+    @app.timer(interval=p.prepare_batch_wait_s / PREPARE_CHECKS_PER_WAIT)
     async def prepare_waiting():
-        proc.prepare.prepare_taken()
+        proc.prepare.prepare_waited(time.monotonic())
 
     @app.agent(shuffle, name="detect")
     async def detect(stream):

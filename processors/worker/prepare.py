@@ -108,11 +108,24 @@ class Prepare:
         self.partitions = settings.kafka.partitions
         self.shuffle_topic = settings.kafka.topics.shuffle
         self.taken: list = []  # raw messages taken by the agent, not prepared yet
+        self.taken_since = 0.0  # time.monotonic() when the first of them was taken
 
     def take(self, item) -> bool:
         """Take one raw message ``(topic, key, value, partition, offset)``; True once a batch is due."""
+        if not self.taken:
+            self.taken_since = time.monotonic()
         self.taken.append(item)
         return len(self.taken) >= self.settings.processors.prepare_batch_messages
+
+    def prepare_waited(self, now: float) -> bool:
+        """Prepare the raw messages taken once the first of them has waited ``processors.prepare_batch_wait_s``
+        (``now``: time.monotonic()); True if it did. At high rates a batch ends at ``prepare_batch_messages``
+        first; at moderate rates it collects what arrives in that wait, so fewer, larger batches pay the
+        per-message and per-detector-call costs (docs/performance.md)."""
+        if not self.taken or now - self.taken_since < self.settings.processors.prepare_batch_wait_s:
+            return False
+        self.prepare_taken()
+        return True
 
     def prepare_taken(self) -> None:
         """Prepare the raw messages taken so far."""
