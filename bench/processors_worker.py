@@ -36,7 +36,11 @@ def _ready_wallclock(log: Path) -> float | None:
 
 
 def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: int, want_shuffle: int,
-               timeout_s: float, legacy: bool = False, want_records: int = 0) -> dict:
+               timeout_s: float, legacy: bool = False, want_records: int = 0, feed=None) -> dict:
+    """``feed``: called in a thread once the worker is ready (the raw messages produced at a paced rate; None: they
+    were produced before the worker started)."""
+    import threading
+
     from confluent_kafka import Consumer, KafkaError
 
     t = settings.kafka.topics
@@ -74,6 +78,8 @@ def run_worker(settings, cfg_path: str, workdir: Path, cpu: int, want_enriched: 
                     time.sleep(0.1)
                     continue
                 cpu_ready = cpu_seconds(proc.pid)
+                if feed is not None:
+                    threading.Thread(target=feed, daemon=True).start()
             if not subscribed:
                 c.subscribe([t.flows_enriched, changelog, t.matrix])
                 subscribed = True
