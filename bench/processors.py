@@ -43,7 +43,7 @@ def _this_checkouts(name: str):
 
 
 _worker_phase = _this_checkouts("processors_worker")
-pin_tree, run_worker = _worker_phase.pin_tree, _worker_phase.run_worker
+pin_tree, run_worker, produce_raw = _worker_phase.pin_tree, _worker_phase.run_worker, _worker_phase.produce_raw
 
 
 
@@ -546,19 +546,7 @@ def measure(args, settings, st, work, inv_path, flows, counters, raw, n_records,
     kw = {} if args.spread else {"partition": 0}
 
     def produce_all():
-        f0, fed = time.perf_counter(), 0
-        for topic, key, value in raw:
-            if args.rate:  # paced: this message goes out once the records before it are due
-                time.sleep(max(0.0, f0 + fed / args.rate - time.perf_counter()))
-                fed += rows_of.get(id(value), 0)
-            while True:
-                try:
-                    p.produce(topic, key=key, value=value, **kw)
-                    p.poll(0)
-                    break
-                except BufferError:
-                    p.poll(0.1)
-        assert p.flush(60) == 0
+        produce_raw(p, raw, kw, args.rate, rows_of)
 
     if args.rate:
         print(f"\n[3] Faust worker: {len(raw)} raw messages produced at {args.rate:,.0f} flow records/s "

@@ -27,6 +27,24 @@ def pin_tree(pid: int, cpu: int) -> None:
         pass
 
 
+def produce_raw(p, raw: list, kw: dict, rate: float = 0.0, rows_of: dict | None = None) -> None:
+    """Produce the raw ``(topic, key, value)`` messages with producer ``p``; at ``rate`` flow records/s when given
+    (``rows_of``: records per message value by ``id()``), each message once the records before it are due."""
+    f0, fed = time.perf_counter(), 0
+    for topic, key, value in raw:
+        if rate:
+            time.sleep(max(0.0, f0 + fed / rate - time.perf_counter()))
+            fed += (rows_of or {}).get(id(value), 0)
+        while True:
+            try:
+                p.produce(topic, key=key, value=value, **kw)
+                p.poll(0)
+                break
+            except BufferError:
+                p.poll(0.1)
+    assert p.flush(60) == 0
+
+
 def _ready_wallclock(log: Path) -> float | None:
     m = re.search(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[\d+\] \[INFO\] \[\S*Recovery\]: Worker ready",
                   log.read_text(errors="replace"), re.M)
