@@ -108,7 +108,7 @@ class App(faust.App):
 GC_YOUNG_THRESHOLD = 10_000
 
 #: How often per ``prepare_batch_wait_s`` the timer looks whether the taken raw messages have waited that long:
-#: a batch waits between ``prepare_batch_wait_s`` and a quarter more.
+#: a batch waits between ``prepare_batch_wait_s`` and a quarter more (the timer runs at most every 5 ms).
 PREPARE_CHECKS_PER_WAIT = 4
 
 
@@ -174,7 +174,7 @@ def make_app(proc: Processors) -> App:
                 await proc.reuse.let_detect_catch_up()
                 proc.prepare.prepare_taken()
 
-    @app.timer(interval=p.prepare_batch_wait_s / PREPARE_CHECKS_PER_WAIT)
+    @app.timer(interval=max(p.prepare_batch_wait_s / PREPARE_CHECKS_PER_WAIT, 0.005))  # not a busy loop
     async def prepare_waiting():
         proc.prepare.prepare_waited(time.monotonic())
 
