@@ -109,11 +109,24 @@ class Prepare:
         self.partitions = settings.kafka.partitions
         self.shuffle_topic = settings.kafka.topics.shuffle
         self.taken: list = []  # raw messages taken by the agent, not prepared yet
+        self.taken_since = 0.0  # time.monotonic() when the first of them was taken
 
     def take(self, item) -> bool:
         """Take one raw message ``(topic, key, value, partition, offset)``; True once a batch is due."""
+        if not self.taken:
+            self.taken_since = time.monotonic()
         self.taken.append(item)
         return len(self.taken) >= self.settings.processors.prepare_batch_messages
+
+    def prepare_waited(self, now: float) -> bool:
+        """Prepare the raw messages taken once the first of them has waited ``processors.prepare_batch_wait_s``
+        (``now``: time.monotonic()); True if it did. At high rates a batch ends at ``prepare_batch_messages``
+        first; at moderate rates it collects what arrives in that wait, so fewer, larger batches pay the
+        per-message and per-detector-call costs (docs/performance.md)."""
+        if not self.taken or now - self.taken_since < self.settings.processors.prepare_batch_wait_s:
+            return False
+        self.prepare_taken()
+        return True
 
     def prepare_taken(self) -> None:
         """Prepare the raw messages taken so far."""
@@ -220,16 +233,24 @@ class Prepare:
         piece_of = np.repeat(np.arange(len(parts)), lengths) if len(parts) > 1 else None
         step = p.shuffle_max_records
         local = all(part.offset >= 0 for part in parts)
-        for shard in np.unique(shards).tolist():
-            sel = shards == shard
-            part_enriched = enriched[sel]
+        # The rows grouped by shard, each shard's in input order: one gather of every column, then a slice (a view)
+        # per shard, instead of a boolean selection of every column per shard.
+        order = np.argsort(shards, kind="stable")
+        by_shard = enriched[order]
+        sorted_shards = shards[order]
+        present = np.unique(sorted_shards)
+        starts = np.searchsorted(sorted_shards, present).tolist() + [len(order)]
+        for j, shard in enumerate(present.tolist()):
+            sel = slice(starts[j], starts[j + 1])
+            part_enriched = by_shard[sel]
             part = part_enriched.flows
-            counts = np.bincount(piece_of[sel], minlength=len(parts)).tolist() if piece_of is not None else [len(part)]
+            counts = (np.bincount(piece_of[order[sel]], minlength=len(parts)).tolist() if piece_of is not None
+                      else [len(part)])
             pieces = [(rp.src, (rp.offset, chunk), min(step, n - i))
                       for rp, n in zip(parts, counts) for chunk, i in enumerate(range(0, n, step))]
             reuse = local and self.shards.owned(shard)
             if reuse:
-                part_unknown = unknown_rows[sel]
+                part_unknown = unknown_rows[order[sel]]
             r0 = 0
             for group in shuffle.fill(pieces, step):
                 r1 = r0 + sum(n for *_x, n in group)

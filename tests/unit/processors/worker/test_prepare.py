@@ -211,3 +211,20 @@ def test_dropped_packet_notifications_go_to_their_exporters_shard_and_its_link_e
     outs = replay_batches([], [counters([dict(t=0)]), counters([dict(t=10_000, seq=2)])],
                           core_factory_from(p.settings.processors), 2, discard_batches=[codec.decode_batch(notes)])
     assert sorted(output_json("link", o.value) for o in outs if o.kind == "link") == sorted(map(message_json, links))
+
+
+def test_taken_messages_are_prepared_once_the_first_has_waited_the_batch_wait(tmp_path):
+    """prepare_waited: nothing before the first taken message is prepare_batch_wait_s old, then all of them (one
+    batch: one shuffle message per shard); a batch of prepare_batch_messages is due at once."""
+    p, sent = worker_without_broker(tmp_path, prepare_batch_messages=8, prepare_batch_wait_s=0.5)
+    items = raw_items(training_batches(seconds=3))[:3]
+    assert not any(p.prepare.take(item) for item in items)
+    t0 = p.prepare.taken_since
+    t = p.settings.kafka.topics
+    assert not p.prepare.prepare_waited(t0 + 0.49) and not sent and len(p.prepare.taken) == 3
+    assert p.prepare.prepare_waited(t0 + 0.5) and not p.prepare.taken
+    shuffled = [part for tp, _k, _v, part, _h in sent if tp == t.shuffle]
+    assert shuffled and len(shuffled) == len(set(shuffled))
+    assert not p.prepare.prepare_waited(t0 + 10)  # nothing taken since
+    q, _ = worker_without_broker(tmp_path, prepare_batch_messages=2)
+    assert [q.prepare.take(item) for item in items[:2]] == [False, True]
