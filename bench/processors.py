@@ -23,9 +23,20 @@ REPO = Path(__file__).resolve().parents[1]
 # The code measured: this checkout, or FF_BENCH_CODE=/path/to/other/checkout (side-by-side baselines; the worker
 # subprocess gets it as PYTHONPATH). bench/ itself must not be on sys.path: bench/processors.py would shadow the package.
 CODE = Path(os.environ.get("FF_BENCH_CODE") or REPO).resolve()
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO))  # devtools.loadgen
-sys.path.insert(0, str(CODE))
+
+
+def _run_on_code() -> None:
+    """Unless the import path is already CODE then this checkout (devtools.loadgen, the harness) and no script
+    folder, run this file again so (``PYTHONPATH=CODE:REPO``, ``-P``), as bench/decode_netflow.py does; no
+    ``sys.path`` edit."""
+    path = os.pathsep.join((str(CODE), str(REPO)))
+    if sys.flags.safe_path and os.environ.get("PYTHONPATH") == path:
+        return
+    os.execve(sys.executable, [sys.executable, "-P", str(Path(__file__).resolve()), *sys.argv[1:]],
+              {**os.environ, "PYTHONPATH": path})
+
+
+_run_on_code()
 
 from devtools.loadgen import pin  # noqa: E402
 from bench.processors_input import inventory_dict, make_input  # noqa: E402
