@@ -20,20 +20,16 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# The code measured: this checkout, or FF_BENCH_CODE=/path/to/other/checkout (side-by-side baselines; the worker
-# subprocess gets it as PYTHONPATH). bench/ itself must not be on sys.path: bench/processors.py would shadow the package.
+# The code measured: this checkout, or FF_BENCH_CODE=/other/checkout (baselines; bench/ never on sys.path: it shadows)
 CODE = Path(os.environ.get("FF_BENCH_CODE") or REPO).resolve()
 
 
 def _run_on_code() -> None:
-    """Unless the import path is already CODE then this checkout (devtools.loadgen, the harness) and no script
-    folder, run this file again so (``PYTHONPATH=CODE:REPO``, ``-P``), as bench/decode_netflow.py does; no
-    ``sys.path`` edit."""
+    """Run again with ``PYTHONPATH=CODE:REPO`` and ``-P`` unless so run (no sys.path edit; as decode_netflow)."""
     path = os.pathsep.join((str(CODE), str(REPO)))
-    if sys.flags.safe_path and os.environ.get("PYTHONPATH") == path:
-        return
-    os.execve(sys.executable, [sys.executable, "-P", str(Path(__file__).resolve()), *sys.argv[1:]],
-              {**os.environ, "PYTHONPATH": path})
+    if not (sys.flags.safe_path and os.environ.get("PYTHONPATH") == path):
+        os.execve(sys.executable, [sys.executable, "-P", str(Path(__file__).resolve()), *sys.argv[1:]],
+                  {**os.environ, "PYTHONPATH": path})
 
 
 _run_on_code()
@@ -55,7 +51,6 @@ def _this_checkouts(name: str):
 
 _worker_phase = _this_checkouts("processors_worker")
 pin_tree, run_worker, produce_raw = _worker_phase.pin_tree, _worker_phase.run_worker, _worker_phase.produce_raw
-
 
 
 # --------------------------------------------------------------------------- in-process measurements
@@ -405,8 +400,6 @@ def worker_path(settings, raw_msgs: list[tuple[str, bytes, bytes]], breakdown: b
             "stages": timers.seconds, "digests": {t: h.hexdigest()[:16] for t, h in cap.digests.items()},
             "enriched_content": cap.enriched_content(),
             "kept": cap.kept, "reused": proc.metrics.registry.get_sample_value("fabricflow_processors_reused_batches_total") or 0}
-
-
 
 
 # --------------------------------------------------------------------------- main

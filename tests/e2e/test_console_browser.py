@@ -91,7 +91,9 @@ def test_console_shows_the_scenario(tmp_path):
             assert "gpu05" in entities, entities
             click(d, "#e-table tbody tr[data-id^='incast:']", where=lambda r: r.find_elements("tag name", "td")[2].text == "gpu05")
             wait_for(lambda: d.find_elements("css selector", "#e-flows tr[data-dst]"), 20, "the incast's flows")
-            dsts = {r.get_attribute("data-dst") for r in d.find_elements("css selector", "#e-flows tr[data-dst]")}
+            # read in one script: the live view re-renders the table while the rows are read one by one
+            dsts = set(d.execute_script("return Array.from(document.querySelectorAll('#e-flows tr[data-dst]'))"
+                                        ".map(r => r.getAttribute('data-dst'))"))
             assert dsts == {"gpu05"}, dsts
             assert "gpu05" in d.find_element("id", "e-detail").text
 
