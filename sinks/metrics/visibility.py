@@ -16,7 +16,7 @@ a frontend group, :data:`SERVING_GROUPS`, and none sent collectives: none are ex
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from .store import GAUGE
 
@@ -51,13 +51,15 @@ HOLD_WINDOWS = 2
 
 
 class Recent:
-    """The nodes seen sending collectives within :data:`HORIZON_MS` of a window's end, windows given oldest first."""
+    """The senders (nodes, or (node, job) pairs in the metrics sink) seen sending collectives within
+    :data:`HORIZON_MS` of a window's end, windows given oldest first."""
 
     def __init__(self, horizon_ms: int = HORIZON_MS):
         self.horizon_ms = horizon_ms
-        self.last: dict[str, int] = {}
+        self.last: dict[Hashable, int] = {}
 
-    def update(self, end_ms: int, senders: set[str]) -> set[str]:
+    def update(self, end_ms: int, senders: set) -> set:
+        """Add the window's ``senders``; the senders seen within the horizon of ``end_ms``."""
         for n in senders:
             self.last[n] = max(self.last.get(n, end_ms), end_ms)
         for n in [n for n, e in self.last.items() if end_ms - e >= self.horizon_ms]:
